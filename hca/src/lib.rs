@@ -1,0 +1,4 @@
+//! pvrdma HCA driver and verbs provider.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod platform;

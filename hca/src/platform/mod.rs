@@ -1,0 +1,70 @@
+//! The platform interface: everything the driver needs from a device and nothing more — BAR1
+//! register access, BAR2 (UAR) writes, DMA memory by device address, and interrupt vectors.
+//! Backends: the in-process model ([`sim::SimPlatform`]) and VFIO ([`vfio`], on `pci-driver`).
+//!
+//! DMA memory is reached only through copy-in/copy-out accessors and 32-bit atomic words, never
+//! through a Rust reference, so a backend whose memory is not mapped into this process (QEMU over
+//! qtest) fits unchanged (`../shared/design.md`, decision 4).
+
+pub mod sim;
+#[cfg(target_os = "linux")]
+pub mod vfio;
+
+use doorbell::ArmEncoding;
+use std::time::Duration;
+use thiserror::Error;
+
+/// A device address (IOVA) of DMA memory.
+pub type Iova = u64;
+
+/// A platform fault.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PlatformError {
+    /// A DMA access outside memory the platform allocated.
+    #[error("DMA access at {iova:#x}+{len} is outside allocated memory")]
+    BadDma { iova: Iova, len: u64 },
+    /// An atomic DMA access that is not 4-byte aligned.
+    #[error("DMA word access at {0:#x} is not aligned")]
+    Misaligned(Iova),
+    /// Out of DMA memory or IOMMU space.
+    #[error("DMA allocation of {0} bytes failed")]
+    NoMemory(u64),
+    /// The backend failed (I/O on a VFIO device, a dead qtest connection).
+    #[error("platform I/O error: {0}")]
+    Io(String),
+}
+
+/// What a device-specific backend must provide. All methods are callable from any thread.
+pub trait Platform: Send + Sync + 'static {
+    /// A short name for reports (`"sim"`, `"vfio:0000:00:05.0"`).
+    fn name(&self) -> String;
+    /// Reads the 32-bit BAR1 register at byte `offset` (all-ones means the device is gone).
+    fn reg_read(&self, offset: u32) -> u32;
+    /// Writes the 32-bit BAR1 register at byte `offset`.
+    fn reg_write(&self, offset: u32, value: u32);
+    /// Writes 32 bits at byte `offset` of BAR2 (the UAR pages).
+    fn uar_write(&self, offset: u64, value: u32);
+    /// Page frame number of BAR2 (its bus address >> 12): the kernel's UAR pfn for the DSR.
+    fn uar_base_pfn(&self) -> u64;
+    /// Number of 4 KiB UAR pages in BAR2.
+    fn uar_pages(&self) -> u32;
+    /// Allocates `len` bytes (rounded up to pages) of zeroed, page-aligned DMA memory.
+    fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError>;
+    /// Frees memory returned by [`Platform::dma_alloc`].
+    fn dma_free(&self, iova: Iova);
+    /// Copies `buf.len()` bytes of DMA memory at `iova` into `buf`.
+    fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError>;
+    /// Copies `data` into DMA memory at `iova`.
+    fn dma_write(&self, iova: Iova, data: &[u8]) -> Result<(), PlatformError>;
+    /// Loads a 32-bit little-endian word of DMA memory with acquire ordering.
+    fn dma_load_u32(&self, iova: Iova) -> Result<u32, PlatformError>;
+    /// Stores a 32-bit little-endian word of DMA memory with release ordering.
+    fn dma_store_u32(&self, iova: Iova, value: u32) -> Result<(), PlatformError>;
+    /// Waits up to `timeout` for MSI-X `vector` and returns how many interrupts arrived since the
+    /// last call (eventfd semantics); 0 on timeout.
+    fn wait_vector(&self, vector: u16, timeout: Duration) -> u32;
+    /// How this device wants CQ arms encoded (QEMU 7.2 has its own encoding).
+    fn arm_encoding(&self) -> ArmEncoding {
+        ArmEncoding::Ibta
+    }
+}

@@ -1,0 +1,84 @@
+//! The in-process backend: the device model of `pvrdma-sim`. DMA accessors compile down to copies
+//! into the model's guest memory.
+
+use super::{Iova, Platform, PlatformError};
+use pvrdma_sim::mem::MemError;
+use pvrdma_sim::{Profile, SimConfig, SimDevice, UAR_BASE_PFN};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The model as a platform.
+#[derive(Clone)]
+pub struct SimPlatform {
+    dev: Arc<SimDevice>,
+    profile: Profile,
+}
+
+impl SimPlatform {
+    /// A new model device configured by `cfg`.
+    pub fn new(cfg: SimConfig) -> Self {
+        let profile = cfg.profile;
+        Self { dev: SimDevice::new(cfg), profile }
+    }
+
+    /// The model itself, for tests that inspect its counters or inject events.
+    pub fn device(&self) -> &Arc<SimDevice> {
+        &self.dev
+    }
+}
+
+fn map(e: MemError) -> PlatformError {
+    match e {
+        MemError::OutOfRange { iova, len } => PlatformError::BadDma { iova, len },
+        MemError::Misaligned(a) => PlatformError::Misaligned(a),
+        MemError::Exhausted { requested } => PlatformError::NoMemory(requested),
+    }
+}
+
+impl Platform for SimPlatform {
+    fn name(&self) -> String {
+        "sim".into()
+    }
+    fn reg_read(&self, offset: u32) -> u32 {
+        self.dev.reg_read(offset)
+    }
+    fn reg_write(&self, offset: u32, value: u32) {
+        self.dev.reg_write(offset, value)
+    }
+    fn uar_write(&self, offset: u64, value: u32) {
+        self.dev.uar_write(offset, value)
+    }
+    fn uar_base_pfn(&self) -> u64 {
+        UAR_BASE_PFN
+    }
+    fn uar_pages(&self) -> u32 {
+        (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32
+    }
+    fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError> {
+        self.dev.mem().alloc(len).map_err(map)
+    }
+    fn dma_free(&self, iova: Iova) {
+        self.dev.mem().free(iova);
+    }
+    fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
+        self.dev.mem().read(iova, buf).map_err(map)
+    }
+    fn dma_write(&self, iova: Iova, data: &[u8]) -> Result<(), PlatformError> {
+        self.dev.mem().write(iova, data).map_err(map)
+    }
+    fn dma_load_u32(&self, iova: Iova) -> Result<u32, PlatformError> {
+        self.dev.mem().load_u32(iova).map_err(map)
+    }
+    fn dma_store_u32(&self, iova: Iova, value: u32) -> Result<(), PlatformError> {
+        self.dev.mem().store_u32(iova, value).map_err(map)
+    }
+    fn wait_vector(&self, vector: u16, timeout: Duration) -> u32 {
+        self.dev.vectors().wait(vector, timeout)
+    }
+    fn arm_encoding(&self) -> doorbell::ArmEncoding {
+        match self.profile {
+            Profile::Ibta => doorbell::ArmEncoding::Ibta,
+            Profile::Qemu72 => doorbell::ArmEncoding::Qemu72,
+        }
+    }
+}

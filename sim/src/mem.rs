@@ -1,0 +1,199 @@
+//! Guest memory: the one map from device address (IOVA) to memory that both sides reach.
+//!
+//! The driver allocates DMA memory here (through its platform backend) and the device resolves
+//! every address the driver gives it here, bounds-checked: an address outside every region is an
+//! error, never a panic. Nobody holds a Rust reference over memory the other side writes: data is
+//! copied in and out, and ring indices and ownership words are 32-bit atomics with acquire/release
+//! ordering (`../shared/design.md`, decision 4).
+
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use thiserror::Error;
+
+/// Device addresses start here, so that 0 and small values are never valid.
+pub const IOVA_BASE: u64 = 0x1_0000_0000;
+const PAGE: u64 = 4096;
+
+/// A failed guest-memory access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum MemError {
+    /// `[iova, iova + len)` is not inside one allocated region.
+    #[error("device address {iova:#x}+{len} is outside guest memory")]
+    OutOfRange { iova: u64, len: u64 },
+    /// An atomic access at an address that is not 4-byte aligned.
+    #[error("device address {0:#x} is not 4-byte aligned")]
+    Misaligned(u64),
+    /// The allocation would exceed the memory limit.
+    #[error("guest memory exhausted: {requested} bytes requested")]
+    Exhausted { requested: u64 },
+}
+
+struct Region {
+    words: Box<[AtomicU32]>,
+    len: u64,
+}
+
+/// The guest-memory map of one device.
+pub struct GuestMemory {
+    regions: RwLock<BTreeMap<u64, Region>>,
+    next: AtomicU64,
+    used: AtomicU64,
+    limit: u64,
+}
+
+impl GuestMemory {
+    /// An empty map that allocates at most `limit` bytes in all.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            regions: RwLock::new(BTreeMap::new()),
+            next: AtomicU64::new(IOVA_BASE),
+            used: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// Allocates `len` zeroed bytes (rounded up to whole pages) and returns their page-aligned
+    /// device address. Addresses are never reused, so a stale address fails instead of aliasing.
+    pub fn alloc(&self, len: u64) -> Result<u64, MemError> {
+        let size = len.max(1).div_ceil(PAGE) * PAGE;
+        let used = self.used.fetch_add(size, Ordering::Relaxed);
+        if used.saturating_add(size) > self.limit {
+            self.used.fetch_sub(size, Ordering::Relaxed);
+            return Err(MemError::Exhausted { requested: len });
+        }
+        // One guard page between regions keeps an overrun from landing in a neighbour.
+        let iova = self.next.fetch_add(size + PAGE, Ordering::Relaxed);
+        let words = (0..size / 4).map(|_| AtomicU32::new(0)).collect();
+        self.regions.write().insert(iova, Region { words, len: size });
+        Ok(iova)
+    }
+
+    /// Frees the region that starts at `iova`; `false` if there is none.
+    pub fn free(&self, iova: u64) -> bool {
+        match self.regions.write().remove(&iova) {
+            Some(r) => {
+                self.used.fetch_sub(r.len, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes allocated now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Whether `[iova, iova + len)` lies inside one region.
+    pub fn contains(&self, iova: u64, len: u64) -> bool {
+        self.with_region(iova, len, |_, _| ()).is_ok()
+    }
+
+    /// Copies `buf.len()` bytes at `iova` into `buf`.
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.with_region(iova, buf.len() as u64, |r, off| {
+            for (i, b) in buf.iter_mut().enumerate() {
+                let at = off + i;
+                let w = r.words[at / 4].load(Ordering::Relaxed);
+                *b = w.to_le_bytes()[at % 4];
+            }
+        })
+    }
+
+    /// Copies `data` to `iova`.
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), MemError> {
+        self.with_region(iova, data.len() as u64, |r, off| {
+            let mut i = 0;
+            while i < data.len() {
+                let at = off + i;
+                let word = &r.words[at / 4];
+                if at % 4 == 0 && data.len() - i >= 4 {
+                    let v = u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+                    word.store(v, Ordering::Relaxed);
+                    i += 4;
+                } else {
+                    let shift = (at % 4) * 8;
+                    let (mask, v) = (0xffu32 << shift, u32::from(data[i]) << shift);
+                    let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                        Some((w & !mask) | v)
+                    });
+                    i += 1;
+                }
+            }
+        })
+    }
+
+    /// Fills `len` bytes at `iova` with zero.
+    pub fn zero(&self, iova: u64, len: u64) -> Result<(), MemError> {
+        let zeros = vec![0u8; len as usize];
+        self.write(iova, &zeros)
+    }
+
+    /// Loads the 32-bit little-endian word at `iova` with acquire ordering.
+    pub fn load_u32(&self, iova: u64) -> Result<u32, MemError> {
+        self.word(iova, |w| w.load(Ordering::Acquire))
+    }
+
+    /// Stores the 32-bit little-endian word at `iova` with release ordering.
+    pub fn store_u32(&self, iova: u64, v: u32) -> Result<(), MemError> {
+        self.word(iova, |w| w.store(v, Ordering::Release))
+    }
+
+    /// Reads a little-endian u64 (two words, not atomic as a whole).
+    pub fn read_u64(&self, iova: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(iova, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn word<T>(&self, iova: u64, f: impl FnOnce(&AtomicU32) -> T) -> Result<T, MemError> {
+        if iova % 4 != 0 {
+            return Err(MemError::Misaligned(iova));
+        }
+        self.with_region(iova, 4, |r, off| f(&r.words[off / 4]))
+    }
+
+    fn with_region<T>(
+        &self,
+        iova: u64,
+        len: u64,
+        f: impl FnOnce(&Region, usize) -> T,
+    ) -> Result<T, MemError> {
+        let regions = self.regions.read();
+        let bad = MemError::OutOfRange { iova, len };
+        let (start, r) = regions.range(..=iova).next_back().ok_or(bad)?;
+        let off = iova - start;
+        let end = off.checked_add(len).ok_or(bad)?;
+        if end > r.len {
+            return Err(bad);
+        }
+        Ok(f(r, off as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_bounds_and_atomics() {
+        let m = GuestMemory::new(1 << 20);
+        let a = m.alloc(10).unwrap();
+        assert_eq!(a % 4096, 0);
+        m.write(a + 3, b"hello pvrdma").unwrap();
+        let mut b = [0u8; 12];
+        m.read(a + 3, &mut b).unwrap();
+        assert_eq!(&b, b"hello pvrdma");
+        m.store_u32(a + 4096 - 4, 7).unwrap();
+        assert_eq!(m.load_u32(a + 4096 - 4).unwrap(), 7);
+        assert_eq!(m.load_u32(a + 4096), Err(MemError::OutOfRange { iova: a + 4096, len: 4 }));
+        assert!(m.read(a + 4000, &mut [0u8; 200]).is_err());
+        assert!(m.read(0, &mut [0u8; 1]).is_err());
+        assert!(m.read(u64::MAX - 1, &mut [0u8; 4]).is_err());
+        assert_eq!(m.load_u32(a + 2), Err(MemError::Misaligned(a + 2)));
+        assert!(m.free(a));
+        assert!(m.read(a, &mut [0u8; 1]).is_err());
+        assert!(matches!(m.alloc(2 << 20), Err(MemError::Exhausted { .. })));
+    }
+}
