@@ -1,68 +1,545 @@
-//! STUB (to be replaced by the sim implementation): the public surface of the device model.
+//! The device: BAR1 registers, BAR2 doorbells, MSI-X, and the [`Core`] every module works on.
+//!
+//! # Time and threads (design decision 2)
+//! A register or UAR write takes effect before it returns, as in QEMU (which runs MMIO under its
+//! big lock): a command runs to completion inside the `REQUEST` write, a doorbell drains its queue
+//! in the writer's thread. Only packet delivery runs on the device's `pvrdma-port` thread.
+//! Raising an interrupt only bumps a counter ([`MsixVectors`]).
+//!
+//! # State machine
+//! The device is [`DeviceState::Inactive`] until `CTL = ACTIVATE` after a good DSR load, then
+//! [`DeviceState::Active`]; a DSR that fails to load, or [`SimDevice::inject_fatal`], leaves it
+//! [`DeviceState::Broken`] until `CTL = RESET`. Broken ignores `REQUEST` (no response, no
+//! interrupt) and refuses doorbells. Objects have their own error states (a CQ in error, a QP in
+//! ERR). Hostile values never panic, hang, or reach memory outside [`GuestMemory`].
+//!
+//! # Lock order (outer to inner; never two locks of the same kind at once)
+//! 1. `Core::cmd` — serializes register writes with side effects (DSR load, CTL, REQUEST).
+//! 2. a QP's state lock (`qp.rs`) — one QP at a time.
+//! 3. a CQ's state lock (`cq.rs`) — one CQ at a time; publishing a CQE and the arm doorbell both
+//!    hold it.
+//! 4. `Core::events` — the async-event and CQ-notification rings.
+//! 5. leaves, held briefly with nothing taken inside: `Core::objects`, `Core::gids`,
+//!    `Core::regs`, `Core::stats`, the port queue, [`MsixVectors`]' and [`GuestMemory`]'s own
+//!    locks.
+//!
+//! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
+//! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.
 
+use crate::cmd;
+use crate::cq::CqStatus;
+use crate::dsr::{self, DsrInfo, DEFAULT_MAC};
+use crate::event::EventRings;
 use crate::intr::MsixVectors;
 use crate::mem::GuestMemory;
+use crate::port::{self, PortQueue};
+use crate::qp::Qp;
+use crate::table::Objects;
+use parking_lot::Mutex;
+use pvrdma_abi::cmd::RespHdr;
+use pvrdma_abi::event::EqeType;
+use pvrdma_abi::regs::*;
+use pvrdma_abi::verbs::Gid;
+use pvrdma_abi::wqe::Cqe;
+use pvrdma_abi::PVRDMA_ROCEV1_VERSION;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Page frame number of BAR2 (the UAR pages) as the model places it.
+/// Page frame number of BAR2 (the UAR pages) as the model places it: the kernel's UAR page (index
+/// 0) has this pfn, page `i` has `UAR_BASE_PFN + i`.
 pub const UAR_BASE_PFN: u64 = 0xfe000;
 
-/// Which observable behaviour the model follows.
+/// `REG_ERR` before `ACTIVATE` (as QEMU initializes it).
+const ERR_INACTIVE: u32 = 0xffff;
+
+/// Which observable behaviour the model follows where QEMU 7.2 departs from IBTA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Profile {
-    /// IBTA semantics (the default).
+    /// IBTA semantics (the default): one-shot NEXT and SOLICITED arms, a notification only when an
+    /// arm fires, CQ overflow reported as CQ_ERR.
     #[default]
     Ibta,
-    /// QEMU 7.2's quirks where they are safe.
+    /// QEMU 7.2's quirks where they are safe: `ARM|ARM_SOL` is the only arm (one-shot, any
+    /// completion), `ARM` alone disarms, a notification entry for every CQE, overflow drops the
+    /// newest CQE silently.
     Qemu72,
 }
 
 /// Model configuration.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
+    /// Conformance profile.
     pub profile: Profile,
-    /// Modelled one-way wire latency of the loopback port.
+    /// Modelled one-way wire latency of the loopback port (zero: deliver as soon as possible).
     pub link_latency: Duration,
     /// Bytes of guest memory the driver may allocate.
     pub mem_limit: u64,
+    /// Most payload bytes one QP may have on the wire (sent, not yet completed). Past it the
+    /// device stops consuming that QP's SQ until a send completes (one message is always
+    /// allowed), so a hostile driver cannot make the model buffer unbounded memory. Default
+    /// 64 MiB.
+    pub qp_bytes_in_flight: u64,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        Self { profile: Profile::Ibta, link_latency: Duration::ZERO, mem_limit: 1 << 30 }
+        Self {
+            profile: Profile::Ibta,
+            link_latency: Duration::ZERO,
+            mem_limit: 1 << 30,
+            qp_bytes_in_flight: 64 << 20,
+        }
     }
 }
 
-/// Counters a test can read.
-#[derive(Clone, Debug, Default)]
+/// Counters a test can read (all since the device was created; RESET does not clear them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SimStats {
+    /// Commands executed (`REQUEST` writes of 0 with a DSR loaded).
     pub commands: u64,
+    /// Commands that answered a nonzero `err` (or whose slot was unreadable).
+    pub failed_commands: u64,
+    /// `REQUEST` writes ignored: no DSR, or the device is broken.
+    pub ignored_requests: u64,
+    /// BAR2 writes.
+    pub doorbells: u64,
+    /// BAR2 writes refused: unowned page, foreign or unknown handle, SRQ or unknown offset,
+    /// broken device.
     pub refused_doorbells: u64,
+    /// CQ doorbells with the POLL bit.
+    pub cq_polls: u64,
+    /// CQEs written to CQ rings.
+    pub cqes_written: u64,
+    /// CQEs dropped: the CQ was full (overflow) or already in error.
+    pub cqes_dropped_overflow: u64,
+    /// CQ overflows (IBTA profile: each puts a CQ in error and posts CQ_ERR).
+    pub cq_overflows: u64,
+    /// CQs put in error by an out-of-range `cons_head`.
+    pub cq_ring_faults: u64,
+    /// CQ-notification entries written.
+    pub cq_notifications: u64,
+    /// CQ-notification entries dropped (ring full or broken).
+    pub notifications_dropped: u64,
+    /// Async events written.
+    pub async_events: u64,
+    /// Async events dropped (ring full or broken).
+    pub async_events_dropped: u64,
+    /// Interrupts raised per vector (0 command, 1 async, 2 CQ).
+    pub interrupts: [u64; MAX_INTERRUPTS as usize],
+    /// Interrupts suppressed by `REG_IMR`.
+    pub interrupts_masked: u64,
+    /// QP ring faults (an index out of range or ring memory gone): the QP went to ERR.
+    pub qp_ring_faults: u64,
+    /// Packets put on the wire.
+    pub packets_sent: u64,
+    /// Packets delivered into a receive WQE.
+    pub packets_delivered: u64,
+    /// Packets that had to wait for a receive WQE (RNR).
+    pub packets_parked: u64,
+    /// Packets whose delivery failed (the sender completed with an error).
+    pub packets_failed: u64,
+    /// Packets dropped because their sender was gone or had flushed them.
+    pub packets_dropped: u64,
+    /// Times a QP's SQ drain paused because `qp_bytes_in_flight` was reached.
+    pub sq_throttled: u64,
 }
 
-/// The device.
+/// The device's life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeviceState {
+    /// After creation or RESET: not activated (commands run once a DSR is loaded, as on QEMU).
+    #[default]
+    Inactive,
+    /// Activated with a loaded DSR.
+    Active,
+    /// The DSR failed to load or a fatal error was injected: requests are ignored, doorbells
+    /// refused, until RESET.
+    Broken,
+}
+
+/// Work deferred until the current locks are released (see the module docs).
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// QPNs whose parked packets the port should retry or fail.
+    pub kicks: Vec<u32>,
+    /// Unique ids of CQs that went into error: their QPs go to ERR.
+    pub errored_cqs: Vec<u64>,
+}
+
+/// BAR1 register values.
+struct Regs {
+    dsr_low: u32,
+    dsr_high: u32,
+    err: u32,
+    icr: u32,
+    mac: [u8; 6],
+    state: DeviceState,
+}
+
+/// What the command lock guards.
+#[derive(Default)]
+pub(crate) struct CmdState {
+    dsr: Option<DsrInfo>,
+}
+
+/// The device's shared state, owned jointly by [`SimDevice`] and the port thread.
+pub(crate) struct Core {
+    pub cfg: SimConfig,
+    pub mem: GuestMemory,
+    pub vectors: MsixVectors,
+    regs: Mutex<Regs>,
+    dead: AtomicBool,
+    imr: AtomicU32,
+    cmd: Mutex<CmdState>,
+    pub events: Mutex<Option<EventRings>>,
+    pub objects: Mutex<Objects>,
+    pub gids: Mutex<Vec<Option<Gid>>>,
+    pub port: PortQueue,
+    stats: Mutex<SimStats>,
+    uids: AtomicU64,
+}
+
+/// The pvrdma PCI function: a read/write(offset) surface for BAR1 and BAR2, guest memory, and
+/// MSI-X vectors as counters. Dropping it stops the port thread.
 pub struct SimDevice {
-    mem: GuestMemory,
-    vectors: MsixVectors,
+    core: Arc<Core>,
+    port_thread: Option<JoinHandle<()>>,
 }
 
 impl SimDevice {
+    /// A new device, Inactive, with `cfg.mem_limit` bytes of guest memory and its port thread
+    /// running.
     pub fn new(cfg: SimConfig) -> Arc<Self> {
-        Arc::new(Self { mem: GuestMemory::new(cfg.mem_limit), vectors: MsixVectors::default() })
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x5eed, |d| d.as_nanos() as u64);
+        let core = Arc::new(Core {
+            mem: GuestMemory::new(cfg.mem_limit),
+            cfg,
+            vectors: MsixVectors::default(),
+            regs: Mutex::new(Regs {
+                dsr_low: 0,
+                dsr_high: 0,
+                err: ERR_INACTIVE,
+                icr: 0,
+                mac: DEFAULT_MAC,
+                state: DeviceState::Inactive,
+            }),
+            dead: AtomicBool::new(false),
+            imr: AtomicU32::new(0),
+            cmd: Mutex::new(CmdState::default()),
+            events: Mutex::new(None),
+            objects: Mutex::new(Objects::new(seed)),
+            gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
+            port: PortQueue::default(),
+            stats: Mutex::new(SimStats::default()),
+            uids: AtomicU64::new(1),
+        });
+        let thread_core = core.clone();
+        let port_thread = std::thread::Builder::new()
+            .name("pvrdma-port".into())
+            .spawn(move || port::run(thread_core))
+            .ok();
+        Arc::new(Self { core, port_thread })
     }
-    pub fn reg_read(&self, _offset: u32) -> u32 {
-        0
+
+    /// Reads the 32-bit BAR1 register at byte `offset`: VERSION (17), ERR (0xffff until
+    /// ACTIVATE, then the negated errno of the last command), ICR, IMR, MACL, MACH, DSRLOW,
+    /// DSRHIGH; 0 elsewhere; all-ones once [`SimDevice::set_dead`].
+    pub fn reg_read(&self, offset: u32) -> u32 {
+        if self.core.dead.load(Ordering::Acquire) {
+            return u32::MAX;
+        }
+        let r = self.core.regs.lock();
+        match offset {
+            REG_VERSION => PVRDMA_ROCEV1_VERSION,
+            REG_DSRLOW => r.dsr_low,
+            REG_DSRHIGH => r.dsr_high,
+            REG_ERR => r.err,
+            REG_ICR => r.icr,
+            REG_IMR => self.core.imr.load(Ordering::Acquire),
+            REG_MACL => u32::from_le_bytes([r.mac[0], r.mac[1], r.mac[2], r.mac[3]]),
+            REG_MACH => u32::from(r.mac[4]) | u32::from(r.mac[5]) << 8,
+            _ => 0,
+        }
     }
-    pub fn reg_write(&self, _offset: u32, _value: u32) {}
-    pub fn uar_write(&self, _offset: u64, _value: u32) {}
+
+    /// Writes the 32-bit BAR1 register at byte `offset`; the effect is complete on return.
+    /// DSRHIGH loads the DSR at `DSRHIGH:DSRLOW` and fills in its `caps`; CTL activates, resets
+    /// (destroying every object and forgetting the DSR) or unquiesces (no-op); REQUEST with value
+    /// 0 runs the command in the command slot (nonzero values are ignored, as on QEMU); IMR bit
+    /// `n` suppresses vector `n`; ICR, MACL and MACH are stored. Ignored once dead.
+    pub fn reg_write(&self, offset: u32, value: u32) {
+        let core = &self.core;
+        if core.dead.load(Ordering::Acquire) {
+            return;
+        }
+        match offset {
+            REG_DSRLOW => core.regs.lock().dsr_low = value,
+            REG_DSRHIGH => core.load_dsr(value),
+            REG_CTL => match DeviceCtl::try_from(value) {
+                Ok(DeviceCtl::Activate) => core.activate(),
+                Ok(DeviceCtl::Reset) => core.reset(),
+                Ok(DeviceCtl::Unquiesce) | Err(_) => {}
+            },
+            REG_REQUEST if value == 0 => core.request(),
+            REG_ICR => core.regs.lock().icr = value,
+            REG_IMR => core.imr.store(value, Ordering::Release),
+            REG_MACL => core.regs.lock().mac[..4].copy_from_slice(&value.to_le_bytes()),
+            REG_MACH => core.regs.lock().mac[4..].copy_from_slice(&value.to_le_bytes()[..2]),
+            _ => {}
+        }
+    }
+
+    /// Writes 32 bits at byte `offset` of BAR2 (a UAR doorbell); see `uar.rs` for decoding and
+    /// ownership. The doorbell's effect (SQ drained, arm set) is complete on return; delivery
+    /// happens on the port thread.
+    pub fn uar_write(&self, offset: u64, value: u32) {
+        if self.core.dead.load(Ordering::Acquire) {
+            return;
+        }
+        self.core.doorbell(offset, value);
+    }
+
+    /// Guest memory (the driver allocates its DMA memory here).
     pub fn mem(&self) -> &GuestMemory {
-        &self.mem
+        &self.core.mem
     }
+
+    /// The MSI-X vectors (0 command, 1 async event, 2 CQ notification).
     pub fn vectors(&self) -> &MsixVectors {
-        &self.vectors
+        &self.core.vectors
     }
+
+    /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
-        SimStats::default()
+        self.core.stats.lock().clone()
+    }
+
+    /// The configuration the device was created with.
+    pub fn config(&self) -> &SimConfig {
+        &self.core.cfg
+    }
+
+    /// The device's life-cycle state.
+    pub fn state(&self) -> DeviceState {
+        self.core.state()
+    }
+
+    /// Fault injection: the device fails. Posts a DEVICE_FATAL async event (vector 1), sets ERR
+    /// to 0xffff, and goes Broken: later commands get no response (the driver times out) and
+    /// doorbells are refused, until RESET.
+    pub fn inject_fatal(&self) {
+        let _cmd = self.core.cmd.lock();
+        {
+            let mut r = self.core.regs.lock();
+            r.state = DeviceState::Broken;
+            r.err = ERR_INACTIVE;
+        }
+        self.core.post_async_event(EqeType::DeviceFatal, 0);
+    }
+
+    /// Fault injection: the function disappears (surprise removal) or comes back. While dead,
+    /// every register reads all-ones, writes and doorbells are ignored, and no interrupt is
+    /// raised.
+    pub fn set_dead(&self, dead: bool) {
+        self.core.dead.store(dead, Ordering::Release);
+    }
+
+    /// Test hook: posts an async event `kind` with `info` (vector 1), as the device would.
+    pub fn inject_async_event(&self, kind: EqeType, info: u32) {
+        self.core.post_async_event(kind, info);
+    }
+
+    /// Test hook: publishes `cqe` on CQ `cq_handle` through the normal path (space check,
+    /// overflow, arm check, notification); `solicited` marks it as a solicited receive. Returns
+    /// `false` if there is no such CQ.
+    pub fn post_cqe(&self, cq_handle: u32, cqe: &Cqe, solicited: bool) -> bool {
+        let Some(cq) = self.core.objects.lock().cqs.get(cq_handle).cloned() else {
+            return false;
+        };
+        let mut fx = Effects::default();
+        cq.publish(&self.core, cqe, solicited, &mut fx);
+        self.core.settle(fx);
+        true
+    }
+
+    /// CQ `handle`'s arm and error state, if it exists.
+    pub fn cq_status(&self, handle: u32) -> Option<CqStatus> {
+        let cq = self.core.objects.lock().cqs.get(handle).cloned();
+        cq.map(|c| c.status())
+    }
+
+    /// QP `handle`'s state (a `qp_state` value), if it exists.
+    pub fn qp_state(&self, handle: u32) -> Option<u32> {
+        self.core.qp(handle).map(|q| q.state())
+    }
+
+    /// Packets waiting on QP `qpn` for a receive WQE.
+    pub fn parked_packets(&self, qpn: u32) -> usize {
+        self.core.port.parked(qpn)
+    }
+
+    /// Waits up to `timeout` until the port has delivered everything in flight (packets waiting
+    /// for a receive WQE do not count). Returns whether it got there.
+    pub fn wait_port_idle(&self, timeout: Duration) -> bool {
+        self.core.port.wait_idle(timeout)
+    }
+}
+
+impl Drop for SimDevice {
+    fn drop(&mut self) {
+        self.core.port.stop();
+        if let Some(t) = self.port_thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Core {
+    /// The device's life-cycle state.
+    pub(crate) fn state(&self) -> DeviceState {
+        self.regs.lock().state
+    }
+
+    /// Bumps counters.
+    pub(crate) fn stat(&self, f: impl FnOnce(&mut SimStats)) {
+        f(&mut self.stats.lock());
+    }
+
+    /// A number unique over the device's life (objects' `uid`).
+    pub(crate) fn next_uid(&self) -> u64 {
+        self.uids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The QP named `handle`.
+    pub(crate) fn qp(&self, handle: u32) -> Option<Arc<Qp>> {
+        self.objects.lock().qps.get(handle).cloned()
+    }
+
+    /// Raises `vector` unless the device is dead or `REG_IMR` masks it.
+    pub(crate) fn raise(&self, vector: IntrVector) {
+        let v = vector as u16;
+        if self.dead.load(Ordering::Acquire) {
+            return;
+        }
+        if self.imr.load(Ordering::Acquire) & (1 << v) != 0 {
+            self.stat(|s| s.interrupts_masked += 1);
+            return;
+        }
+        self.stat(|s| s.interrupts[v as usize] += 1);
+        self.vectors.raise(v);
+    }
+
+    /// Does the deferred work: moves the QPs of CQs that went into error to ERR (which may put
+    /// more CQs in error), then wakes the port for kicked QPs. Call with no lock held but `cmd`.
+    pub(crate) fn settle(&self, mut fx: Effects) {
+        while !fx.errored_cqs.is_empty() {
+            let uids = std::mem::take(&mut fx.errored_cqs);
+            let qps: Vec<Arc<Qp>> = self
+                .objects
+                .lock()
+                .qps
+                .values()
+                .filter(|q| uids.contains(&q.send_cq.uid) || uids.contains(&q.recv_cq.uid))
+                .cloned()
+                .collect();
+            for qp in qps {
+                qp.force_error(self, &mut fx);
+            }
+        }
+        for qpn in fx.kicks {
+            self.port.kick_if_parked(qpn);
+        }
+    }
+
+    /// REG_DSRHIGH: loads the DSR and writes its caps; a failure leaves the device Broken.
+    fn load_dsr(&self, high: u32) {
+        let mut cs = self.cmd.lock();
+        let (addr, mac) = {
+            let mut r = self.regs.lock();
+            r.dsr_high = high;
+            (u64::from(high) << 32 | u64::from(r.dsr_low), r.mac)
+        };
+        match dsr::load(&self.mem, addr) {
+            Ok((info, rings)) if dsr::write_caps(&self.mem, addr, &dsr::caps(mac)) => {
+                cs.dsr = Some(info);
+                *self.events.lock() = Some(rings);
+            }
+            _ => {
+                cs.dsr = None;
+                *self.events.lock() = None;
+                self.regs.lock().state = DeviceState::Broken;
+            }
+        }
+    }
+
+    /// CTL = ACTIVATE: with a loaded DSR and not broken, the device goes Active and ERR reads 0.
+    /// Otherwise nothing changes (ERR keeps reading 0xffff), so a driver sees the failure.
+    fn activate(&self) {
+        let cs = self.cmd.lock();
+        let mut r = self.regs.lock();
+        if cs.dsr.is_some() && r.state != DeviceState::Broken {
+            r.state = DeviceState::Active;
+            r.err = 0;
+        }
+    }
+
+    /// CTL = RESET: destroys every object, empties the GID table and the wire, forgets the DSR;
+    /// the device is Inactive with ERR = 0xffff.
+    fn reset(&self) {
+        let mut cs = self.cmd.lock();
+        let (qps, cqs) = {
+            let mut objs = self.objects.lock();
+            let (qps, cqs) = (objs.qps.take_all(), objs.cqs.take_all());
+            *objs = Objects::new(self.next_uid().wrapping_mul(0x2545_f491_4f6c_dd1d));
+            (qps, cqs)
+        };
+        for qp in qps {
+            qp.kill();
+        }
+        for cq in cqs {
+            cq.kill();
+        }
+        self.gids.lock().iter_mut().for_each(|g| *g = None);
+        self.port.clear();
+        *self.events.lock() = None;
+        cs.dsr = None;
+        let mut r = self.regs.lock();
+        r.state = DeviceState::Inactive;
+        r.err = ERR_INACTIVE;
+    }
+
+    /// REQUEST = 0: runs the command in the command slot, writes the response (ack last, with
+    /// release ordering), sets ERR to the negated errno (0 on success), raises vector 0 — on
+    /// failure too.
+    fn request(&self) {
+        let cs = self.cmd.lock();
+        let dsr = match cs.dsr {
+            Some(dsr) if self.state() != DeviceState::Broken => dsr,
+            _ => return self.stat(|s| s.ignored_requests += 1),
+        };
+        self.stat(|s| s.commands += 1);
+        let mut req = [0u8; cmd::MAX_REQUEST];
+        if self.mem.read(dsr.cmd_slot, &mut req).is_err() {
+            self.stat(|s| s.failed_commands += 1);
+            self.regs.lock().err = crate::errno::Errno::EFAULT.reg_value();
+            return self.raise(IntrVector::Response);
+        }
+        let mut fx = Effects::default();
+        let out = cmd::execute(self, &dsr, &req, &mut fx);
+        self.settle(fx);
+        let err_reg = if out.err == 0 { 0 } else { (-i32::from(out.err)) as u32 };
+        let ack_at = dsr.resp_slot + core::mem::offset_of!(RespHdr, ack) as u64;
+        // The slot was checked at DSR load; if the driver freed it since, the response is lost.
+        let _ = self.mem.write(dsr.resp_slot, &out.resp);
+        self.regs.lock().err = err_reg;
+        let _ = self.mem.store_u32(ack_at, out.ack);
+        if out.err != 0 {
+            self.stat(|s| s.failed_commands += 1);
+        }
+        self.raise(IntrVector::Response);
     }
 }

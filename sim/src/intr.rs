@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 const N: usize = MAX_INTERRUPTS as usize;
 
 /// The three MSI-X vectors of the function: 0 command response, 1 async event, 2 CQ notification.
+///
+/// Each vector has its own condition variable, so raising one wakes only that vector's waiter
+/// (as each MSI-X vector has its own eventfd under VFIO).
 #[derive(Default)]
 pub struct MsixVectors {
     state: Mutex<VectorState>,
-    cond: Condvar,
+    cond: [Condvar; N],
 }
 
 #[derive(Default)]
@@ -32,7 +35,7 @@ impl MsixVectors {
         s.pending[v] = s.pending[v].saturating_add(1);
         s.raised[v] += 1;
         if !s.masked[v] {
-            self.cond.notify_all();
+            self.cond[v].notify_all();
         }
     }
 
@@ -46,7 +49,7 @@ impl MsixVectors {
         let deadline = Instant::now() + timeout;
         let mut s = self.state.lock();
         while s.pending[v] == 0 || s.masked[v] {
-            if self.cond.wait_until(&mut s, deadline).timed_out() {
+            if self.cond[v].wait_until(&mut s, deadline).timed_out() {
                 break;
             }
         }
@@ -61,7 +64,7 @@ impl MsixVectors {
         let mut s = self.state.lock();
         if let Some(m) = s.masked.get_mut(vector as usize) {
             *m = masked;
-            self.cond.notify_all();
+            self.cond[vector as usize].notify_all();
         }
     }
 

@@ -4,10 +4,36 @@
 //!
 //! Where QEMU 7.2 is wrong, this model follows IBTA (one-shot arming, solicited arming, CQ overflow
 //! reported as CQ_ERR), enforces per-context ownership of UAR pages, and survives hostile input.
+//! [`Profile::Qemu72`] reproduces QEMU's observable CQ-notification quirks instead.
+//!
+//! Module layout mirrors the driver's: `device` (registers, state, lock order), `dsr`, `cmd`
+//! (command dispatch), one module per object (`uc`, `pd`, `mr`, `cq`, `qp`), `ring` (device-side
+//! ring access), `pdir` (page directories), `uar` (doorbells and ownership), `port` (loopback
+//! wire and GID table), `event` (async and CQ-notification rings).
 #![deny(unsafe_code)]
 
+mod cmd;
+mod cq;
 mod device;
+mod dsr;
+mod errno;
+mod event;
 pub mod intr;
 pub mod mem;
+mod mr;
+mod pd;
+mod pdir;
+mod port;
+mod qp;
+mod ring;
+mod table;
+mod uar;
+mod uc;
 
-pub use device::{Profile, SimConfig, SimDevice, SimStats, UAR_BASE_PFN};
+pub use cq::{ArmState, CqStatus};
+pub use device::{DeviceState, Profile, SimConfig, SimDevice, SimStats, UAR_BASE_PFN};
+pub use dsr::{limits, node_guid, DEFAULT_MAC};
+pub use errno::Errno;
+
+#[cfg(test)]
+mod tests;

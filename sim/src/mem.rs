@@ -148,7 +148,7 @@ impl GuestMemory {
     }
 
     fn word<T>(&self, iova: u64, f: impl FnOnce(&AtomicU32) -> T) -> Result<T, MemError> {
-        if iova % 4 != 0 {
+        if iova & 3 != 0 {
             return Err(MemError::Misaligned(iova));
         }
         self.with_region(iova, 4, |r, off| f(&r.words[off / 4]))

@@ -1,1 +1,5 @@
-//! Cross-crate integration tests live in `tests/`.
+//! Cross-crate integration tests live in `tests/`; helpers they share live here.
+
+pub mod abi_sizes;
+pub mod cprobe;
+pub mod fixture;

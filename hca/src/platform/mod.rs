@@ -22,7 +22,12 @@ pub type Iova = u64;
 pub enum PlatformError {
     /// A DMA access outside memory the platform allocated.
     #[error("DMA access at {iova:#x}+{len} is outside allocated memory")]
-    BadDma { iova: Iova, len: u64 },
+    BadDma {
+        /// Start of the access.
+        iova: Iova,
+        /// Bytes accessed.
+        len: u64,
+    },
     /// An atomic DMA access that is not 4-byte aligned.
     #[error("DMA word access at {0:#x} is not aligned")]
     Misaligned(Iova),

@@ -1,0 +1,127 @@
+//! The command channel over the platform: [`firmware_cmd::CmdTransport`] implemented with the two
+//! DSR slot pages, `REG_REQUEST` and MSI-X vector 0 (Linux `pvrdma_cmd.c`, mthca `mthca_cmd.c`),
+//! and [`Commands`], the one entry point every object uses to post a typed command.
+
+use crate::dma::DmaBuf;
+use crate::eq::EventHub;
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+use firmware_cmd::{CmdChannel, CmdTransport, WaitMode};
+use parking_lot::Mutex;
+use pvrdma_abi::cmd::CmdRequest;
+use pvrdma_abi::regs::{IntrVector, REG_REQUEST};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The command and response slots (one DMA page each) plus the command interrupt.
+///
+/// `Platform::wait_vector` hands back every pending interrupt at once; `pending` keeps the ones
+/// not yet matched to a command so that each command consumes exactly one (design decision 10).
+pub struct PlatformTransport {
+    platform: Arc<dyn Platform>,
+    cmd_slot: DmaBuf,
+    resp_slot: DmaBuf,
+    pending: Mutex<u32>,
+    hub: Arc<EventHub>,
+}
+
+impl PlatformTransport {
+    /// Allocates both slots.
+    pub fn new(platform: &Arc<dyn Platform>, hub: Arc<EventHub>) -> Result<Self> {
+        Ok(Self {
+            platform: platform.clone(),
+            cmd_slot: DmaBuf::pages(platform, 1)?,
+            resp_slot: DmaBuf::pages(platform, 1)?,
+            pending: Mutex::new(0),
+            hub,
+        })
+    }
+
+    /// Device address of the command slot (for the DSR).
+    pub fn cmd_slot_dma(&self) -> u64 {
+        self.cmd_slot.iova()
+    }
+
+    /// Device address of the response slot (for the DSR).
+    pub fn resp_slot_dma(&self) -> u64 {
+        self.resp_slot.iova()
+    }
+}
+
+impl CmdTransport for PlatformTransport {
+    fn write_cmd_slot(&self, bytes: &[u8]) -> std::result::Result<(), &'static str> {
+        self.cmd_slot.write(0, bytes).map_err(|_| "command slot unreachable")
+    }
+
+    fn write_resp_slot(&self, offset: u64, bytes: &[u8]) -> std::result::Result<(), &'static str> {
+        self.resp_slot.write(offset, bytes).map_err(|_| "response slot unreachable")
+    }
+
+    fn read_resp_slot(&self, buf: &mut [u8]) -> std::result::Result<(), &'static str> {
+        self.resp_slot.read(0, buf).map_err(|_| "response slot unreachable")
+    }
+
+    fn load_resp_u32(&self, offset: u64) -> std::result::Result<u32, &'static str> {
+        self.resp_slot.load_u32(offset).map_err(|_| "response slot unreachable")
+    }
+
+    fn ring_request(&self) {
+        // QEMU runs the command only when REQUEST is written with 0.
+        self.platform.reg_write(REG_REQUEST, 0);
+    }
+
+    fn wait_response_irq(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut pending = self.pending.lock();
+        loop {
+            if *pending > 0 {
+                *pending -= 1;
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let n = self.platform.wait_vector(IntrVector::Response as u16, left);
+            self.hub.count_interrupts(IntrVector::Response, n);
+            *pending = pending.saturating_add(n);
+        }
+    }
+}
+
+/// The device's command channel as the objects see it: refuses every command once the device is
+/// fatal, and makes the device fatal on a transport fault (timeout, wrong ack or cookie).
+pub struct Commands {
+    chan: CmdChannel<PlatformTransport>,
+    hub: Arc<EventHub>,
+}
+
+impl Commands {
+    /// A channel over `transport` waiting in `mode`, with commands timing out after `timeout`.
+    pub fn new(transport: PlatformTransport, mode: WaitMode, timeout: Duration) -> Self {
+        let hub = transport.hub.clone();
+        Self { chan: CmdChannel::with_timeout(transport, mode, timeout), hub }
+    }
+
+    /// The transport (for the slot addresses).
+    pub fn transport(&self) -> &PlatformTransport {
+        self.chan.transport()
+    }
+
+    /// Posts `req` and returns the device's response.
+    ///
+    /// Errors: [`Error::DeviceFatal`] if the device is already fatal; [`Error::Command`] if the
+    /// device refused the command or the transport faulted (a fault also makes the device fatal).
+    pub fn post<C: CmdRequest>(&self, req: C) -> Result<C::Response> {
+        if self.hub.is_fatal() {
+            return Err(Error::DeviceFatal);
+        }
+        self.chan.post(req).map_err(|e| {
+            if e.is_fatal() {
+                self.hub.set_fatal("command transport fault");
+            }
+            tracing::debug!(opcode = C::OPCODE, error = %e, "command failed");
+            Error::Command(e)
+        })
+    }
+}

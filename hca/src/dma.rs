@@ -1,0 +1,108 @@
+//! DMA buffers: RAII ownership of memory the platform allocated, reached only by device address
+//! through the platform's copy and atomic-word accessors (`../shared/design.md`, decision 4).
+//! Every access is bounds-checked against the buffer before it reaches the platform.
+
+use crate::error::{Error, Result};
+use crate::platform::{Iova, Platform};
+use pvrdma_abi::PAGE_SIZE;
+use std::sync::Arc;
+
+/// One allocation of zeroed, page-aligned DMA memory, freed on drop.
+pub struct DmaBuf {
+    platform: Arc<dyn Platform>,
+    iova: Iova,
+    len: u64,
+}
+
+impl DmaBuf {
+    /// Allocates `len` bytes (rounded up to whole 4 KiB pages, at least one page).
+    ///
+    /// Errors: [`Error::Platform`] when the platform is out of DMA memory.
+    pub fn new(platform: &Arc<dyn Platform>, len: u64) -> Result<Self> {
+        let len = len.max(1).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
+        let iova = platform.dma_alloc(len)?;
+        Ok(Self { platform: platform.clone(), iova, len })
+    }
+
+    /// Allocates `pages` whole pages.
+    pub fn pages(platform: &Arc<dyn Platform>, pages: usize) -> Result<Self> {
+        Self::new(platform, (pages.max(1) * PAGE_SIZE) as u64)
+    }
+
+    /// Device address of the first byte.
+    pub fn iova(&self) -> Iova {
+        self.iova
+    }
+
+    /// Length in bytes (a multiple of the page size).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Always `false`: a buffer has at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of 4 KiB pages.
+    pub fn num_pages(&self) -> usize {
+        (self.len / PAGE_SIZE as u64) as usize
+    }
+
+    /// Device address of page `i`, or `None` past the end.
+    pub fn page_iova(&self, i: usize) -> Option<Iova> {
+        (i < self.num_pages()).then(|| self.iova + (i * PAGE_SIZE) as u64)
+    }
+
+    /// Copies `buf.len()` bytes at byte `offset` into `buf`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Platform`] on a fault.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let at = self.at(offset, buf.len() as u64)?;
+        Ok(self.platform.dma_read(at, buf)?)
+    }
+
+    /// Copies `data` to byte `offset`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Platform`] on a fault.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let at = self.at(offset, data.len() as u64)?;
+        Ok(self.platform.dma_write(at, data)?)
+    }
+
+    /// Loads the little-endian u32 at byte `offset` with acquire ordering.
+    pub fn load_u32(&self, offset: u64) -> Result<u32> {
+        let at = self.at(offset, 4)?;
+        Ok(self.platform.dma_load_u32(at)?)
+    }
+
+    /// Stores the little-endian u32 at byte `offset` with release ordering.
+    pub fn store_u32(&self, offset: u64, value: u32) -> Result<()> {
+        let at = self.at(offset, 4)?;
+        Ok(self.platform.dma_store_u32(at, value)?)
+    }
+
+    /// Zeroes `len` bytes at `offset`.
+    pub fn zero(&self, offset: u64, len: u64) -> Result<()> {
+        self.write(offset, &vec![0u8; len as usize])
+    }
+
+    fn at(&self, offset: u64, len: u64) -> Result<Iova> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.iova + offset),
+            _ => Err(Error::InvalidArgument("DMA access outside its buffer")),
+        }
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        self.platform.dma_free(self.iova);
+    }
+}
+
+impl std::fmt::Debug for DmaBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DmaBuf({:#x}+{:#x})", self.iova, self.len)
+    }
+}

@@ -1,0 +1,158 @@
+//! Consumer side of a ring the device produces into (the `rx` half of a ring-state page):
+//! the CQ rings, the async-event ring and the CQ-notification ring (`pvrdma_ring.h`).
+//!
+//! Page 0 of the ring's memory is the ring state; entries start at page 1. The device's producer
+//! index is untrusted: it is loaded with acquire ordering and validated against the ring size
+//! before any entry is read; a bad index is [`Error::DeviceFatal`] (design decision 7). The
+//! consumer index is the driver's own copy; the device sees it through a release store.
+
+use crate::error::{Error, Result};
+use crate::pdir::PagedBuf;
+use crate::platform::Platform;
+use pvrdma_abi::ring::{idx_slot, ring_count, RX_CONS_HEAD, RX_PROD_TAIL};
+use pvrdma_abi::PAGE_SIZE;
+use std::sync::Arc;
+
+/// A device-produced ring of `elems` entries of `entry_size` bytes.
+pub struct DevRing {
+    buf: PagedBuf,
+    elems: u32,
+    entry_size: u64,
+    cons: u32,
+}
+
+/// Pages a ring of `elems` entries of `entry_size` bytes needs: the ring-state page plus entries.
+pub fn ring_pages(elems: u32, entry_size: u64) -> usize {
+    1 + (u64::from(elems) * entry_size).div_ceil(PAGE_SIZE as u64) as usize
+}
+
+impl DevRing {
+    /// Allocates a ring of `elems` (a power of two) entries and its page directory.
+    ///
+    /// Errors: [`Error::InvalidArgument`] if `elems` is not a power of two; platform faults.
+    pub fn new(platform: &Arc<dyn Platform>, elems: u32, entry_size: u64) -> Result<Self> {
+        if !elems.is_power_of_two() || entry_size == 0 {
+            return Err(Error::InvalidArgument("ring size must be a power of two"));
+        }
+        let buf = PagedBuf::new(platform, ring_pages(elems, entry_size))?;
+        Ok(Self { buf, elems, entry_size, cons: 0 })
+    }
+
+    /// The ring's memory and page directory.
+    pub fn buf(&self) -> &PagedBuf {
+        &self.buf
+    }
+
+    /// Number of entries.
+    pub fn elems(&self) -> u32 {
+        self.elems
+    }
+
+    /// The driver's consumer index.
+    pub fn cons(&self) -> u32 {
+        self.cons
+    }
+
+    /// Entries the device has produced and the driver not consumed.
+    ///
+    /// Errors: [`Error::DeviceFatal`] if the producer index is out of range or more than the ring
+    /// size ahead of the consumer.
+    pub fn pending(&self) -> Result<u32> {
+        let prod = self.buf.data().load_u32(RX_PROD_TAIL)?;
+        ring_count(prod, self.cons, self.elems).map_err(|()| {
+            tracing::error!(prod, cons = self.cons, elems = self.elems, "ring index out of range");
+            Error::DeviceFatal
+        })
+    }
+
+    /// Copies the entry `k` places after the consumer index into `out` (`out.len()` bytes, at
+    /// most the entry size).
+    pub fn read(&self, k: u32, out: &mut [u8]) -> Result<()> {
+        let at = self.entry_offset(self.cons.wrapping_add(k))?;
+        let n = out.len().min(self.entry_size as usize);
+        self.buf.data().read(at, &mut out[..n])
+    }
+
+    /// Overwrites the entry `k` places after the consumer index (used to compact a CQ).
+    pub fn write(&self, k: u32, data: &[u8]) -> Result<()> {
+        let at = self.entry_offset(self.cons.wrapping_add(k))?;
+        self.buf.data().write(at, &data[..data.len().min(self.entry_size as usize)])
+    }
+
+    /// Consumes `n` entries: advances the consumer index and publishes it (release).
+    pub fn advance(&mut self, n: u32) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mask = (self.elems << 1) - 1;
+        self.cons = self.cons.wrapping_add(n) & mask;
+        self.buf.data().store_u32(RX_CONS_HEAD, self.cons)
+    }
+
+    fn entry_offset(&self, idx: u32) -> Result<u64> {
+        let idx = idx & ((self.elems << 1) - 1);
+        let slot = idx_slot(idx, self.elems).ok_or(Error::DeviceFatal)?;
+        Ok(PAGE_SIZE as u64 + u64::from(slot) * self.entry_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::sim::SimPlatform;
+    use pvrdma_sim::SimConfig;
+
+    fn ring(elems: u32) -> DevRing {
+        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
+        DevRing::new(&p, elems, 4).unwrap()
+    }
+
+    fn produce(r: &DevRing, prod: u32) {
+        r.buf.data().store_u32(RX_PROD_TAIL, prod).unwrap();
+    }
+
+    #[test]
+    fn geometry() {
+        assert_eq!(ring_pages(1024, 4), 2);
+        assert_eq!(ring_pages(512, 8), 2);
+        assert_eq!(ring_pages(65, 64), 3);
+        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
+        assert!(DevRing::new(&p, 3, 4).is_err());
+    }
+
+    #[test]
+    fn consumes_and_wraps() {
+        let mut r = ring(4);
+        for (i, v) in [10u32, 11, 12, 13].iter().enumerate() {
+            r.buf.data().write(4096 + 4 * i as u64, &v.to_le_bytes()).unwrap();
+        }
+        produce(&r, 3);
+        assert_eq!(r.pending().unwrap(), 3);
+        let mut b = [0u8; 4];
+        r.read(2, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), 12);
+        r.advance(3).unwrap();
+        assert_eq!(r.buf.data().load_u32(RX_CONS_HEAD).unwrap(), 3);
+        produce(&r, 7);
+        assert_eq!(r.pending().unwrap(), 4);
+        r.read(1, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), 10); // index 4 is slot 0
+        r.advance(4).unwrap();
+        assert_eq!(r.cons(), 7);
+    }
+
+    #[test]
+    fn hostile_producer_indices_are_fatal() {
+        let r = ring(4);
+        produce(&r, 8); // out of range for 2 * 4
+        assert_eq!(r.pending(), Err(Error::DeviceFatal));
+        produce(&r, 0xffff_ffff);
+        assert_eq!(r.pending(), Err(Error::DeviceFatal));
+        let mut r = ring(4);
+        r.advance(1).unwrap();
+        produce(&r, 6); // 5 ahead of the consumer: more than the ring holds
+        assert_eq!(r.pending(), Err(Error::DeviceFatal));
+        produce(&r, 5);
+        assert_eq!(r.pending(), Ok(4));
+    }
+}

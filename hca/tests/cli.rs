@@ -1,0 +1,90 @@
+//! The `hca` tool as a user runs it: `pingpong` in busy and event mode for several sizes, with every
+//! payload checked, event mode sleeping, and `devinfo` shaped like `ibv_devinfo`.
+
+use std::process::Command;
+
+fn hca(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hca")).args(args).output().expect("run hca");
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.success(), text(out.stdout), text(out.stderr))
+}
+
+fn field<'a>(out: &'a str, after: &str) -> &'a str {
+    let rest = &out[out.find(after).unwrap_or_else(|| panic!("no {after:?} in:\n{out}")) + after.len()..];
+    rest.split_whitespace().next().unwrap_or("")
+}
+
+#[test]
+fn pingpong_verifies_every_payload_busy_and_event_mode() {
+    for size in ["1", "4096", "65536"] {
+        for events in [false, true] {
+            let mut args = vec!["--link-latency-us", "0", "pingpong", "-s", size, "-n", "50"];
+            if events {
+                args.push("-e");
+            }
+            let (ok, out, err) = hca(&args);
+            assert!(ok, "{args:?} failed:\n{out}\n{err}");
+            assert!(out.contains(&format!("payload verified: 100 messages of {size} bytes")), "{out}");
+            assert!(out.contains(" usec/iter") && out.contains(" Mbit/sec"), "{out}");
+            assert_eq!(out.contains("completion events waited for"), events, "{out}");
+        }
+    }
+}
+
+/// CPU time over wall time of one run, and the events it waited for.
+fn cpu_ratio(args: &[&str]) -> (f64, u64, String) {
+    let (ok, out, err) = hca(args);
+    assert!(ok, "{args:?} failed:\n{out}\n{err}");
+    let secs: f64 = field(&out, "iters in ").parse().unwrap();
+    let events = if out.contains("events waited for: ") {
+        field(&out, "events waited for: ").parse().unwrap()
+    } else {
+        0
+    };
+    let cpu: f64 = if args.contains(&"-e") { field(&out, "CPU time ").parse().unwrap() } else { f64::NAN };
+    (cpu / secs.max(1e-9), events, out)
+}
+
+#[test]
+fn event_mode_sleeps_and_waits_for_about_one_event_per_completion() {
+    let iters = 300u64;
+    let n = iters.to_string();
+    let args = ["--link-latency-us", "200", "pingpong", "-e", "-n", n.as_str()];
+    let (ratio, events, out) = cpu_ratio(&args);
+    // Each end completes one send and one receive per iteration: between 1 and 2 events each.
+    assert!((iters..=4 * iters + 4).contains(&events), "{events} events for {iters} iters:\n{out}");
+    // Busy polling keeps two threads spinning (CPU ~ 2x wall); event mode sleeps on the wire.
+    let limit = if cfg!(debug_assertions) { 1.0 } else { 0.6 };
+    assert!(ratio < limit, "event mode used {ratio:.2} of wall time in CPU:\n{out}");
+}
+
+#[test]
+fn devinfo_is_shaped_like_ibv_devinfo() {
+    let (ok, out, err) = hca(&["devinfo"]);
+    assert!(ok, "{err}");
+    for want in [
+        "hca_id:\tpvrdma0",
+        "transport:\t\t\tInfiniBand (0)",
+        "vendor_id:\t\t\t0x15ad",
+        "vendor_part_id:\t\t\t2080",
+        "phys_port_cnt:\t\t\t1",
+        "port:\t1",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "active_mtu:\t\t1024 (3)",
+        "link_layer:\t\tEthernet",
+        "GID[  0]:\t\tfe80:",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    for f in ["fw_ver:", "node_guid:", "sys_image_guid:", "hw_ver:", "max_mtu:"] {
+        assert!(out.contains(f), "missing {f}");
+    }
+}
+
+#[test]
+fn bad_options_fail_with_a_message() {
+    let (ok, _, err) = hca(&["pingpong", "-m", "300"]);
+    assert!(!ok && err.contains("MTU"), "{err}");
+    let (ok, _, err) = hca(&["--profile", "nope", "devinfo"]);
+    assert!(!ok && err.contains("profile"), "{err}");
+}

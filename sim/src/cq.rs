@@ -1,0 +1,228 @@
+//! Completion queues: CREATE_CQ / DESTROY_CQ, publishing a CQE, and the arm doorbell.
+//!
+//! A CQ's pages: page 0 is the ring state (the device produces into `rx`: `prod_tail` at byte 8,
+//! the driver's `cons_head` at byte 12), CQEs of 64 bytes from page 1.
+//!
+//! Publishing a CQE and testing-and-clearing the arm happen under the CQ's one lock, which the arm
+//! doorbell also takes, so an arm never slips between a CQE and its check (design decision 2).
+//!
+//! # Profiles
+//! - [`Profile::Ibta`] (default): arm states Disarmed / Next / Solicited. `ARM` arms for the next
+//!   completion; `ARM_SOL` for the next solicited one unless already armed for next. An arm fires
+//!   on the first later CQE that satisfies it (Next: any; Solicited: a receive CQE of a message
+//!   sent with the solicited flag, or any error CQE, flushes included — never the sender's own
+//!   CQE), disarms, writes the CQ handle to the CQ-notification ring (a full ring drops the entry
+//!   and counts it, but the interrupt is still raised) and raises vector 2. A full CQ never gets
+//!   overwritten: it overflows into its error state, posts CQ_ERR (vector 1), drops every later
+//!   CQE, and its QPs go to the error state.
+//! - [`Profile::Qemu72`]: `ARM|ARM_SOL` arms one-shot for any completion, `ARM` alone clears the
+//!   arm, `ARM_SOL` alone is ignored. A CQ-notification entry is written for every CQE, armed or
+//!   not, and vector 2 is raised only if armed and the entry was written. A full CQ drops the new
+//!   CQE silently.
+
+use crate::device::{Core, Effects};
+use crate::errno::{CmdResult, Errno};
+use crate::pdir;
+use crate::ring::{Producer, Push, RingPages};
+use crate::Profile;
+use parking_lot::Mutex;
+use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp};
+use pvrdma_abi::event::EqeType;
+use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
+use pvrdma_abi::regs::IntrVector;
+use pvrdma_abi::wqe::{wc_status, Cqe};
+use std::sync::Arc;
+use zerocopy::little_endian::U32;
+use zerocopy::IntoBytes;
+
+const CQE_SIZE: u32 = core::mem::size_of::<Cqe>() as u32;
+
+/// What a CQ's arm is waiting for (IBTA profile; the QEMU profile has only armed / not armed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ArmState {
+    /// No event will be raised.
+    #[default]
+    Disarmed,
+    /// The next CQE raises an event.
+    Next,
+    /// The next solicited receive CQE or error CQE raises an event.
+    Solicited,
+}
+
+/// A CQ's state as a test sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqStatus {
+    /// The arm (QEMU profile: `Next` when armed).
+    pub arm: ArmState,
+    /// Whether the CQ is in its error state (overflow or a bad `cons_head`).
+    pub error: bool,
+    /// Entries.
+    pub entries: u32,
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct Cq {
+    /// Handle (1 ..).
+    pub handle: u32,
+    /// Unique over the device's life (handles are reused).
+    pub uid: u64,
+    /// Owning context handle, 0 for the kernel.
+    pub ctx: u32,
+    /// Entries (a power of two).
+    pub entries: u32,
+    st: Mutex<CqState>,
+}
+
+#[derive(Debug)]
+struct CqState {
+    ring: Producer,
+    arm: ArmState,
+    error: bool,
+    dead: bool,
+}
+
+/// CREATE_CQ: `cqe` entries (a power of two, 1 ..= `MAX_CQE`) over `nchunks` pages, at least
+/// `1 + ceil(cqe * 64 / 4096)`. The new CQ is disarmed.
+///
+/// Errors: `EINVAL` for an unknown context, a bad size or chunk count, a misaligned page, or a
+/// ring-state page whose `prod_tail` is out of range; `EFAULT` for pages outside guest memory;
+/// `ENOMEM` when `max_cq` exist.
+pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
+    let (ctx, cqe, nchunks) = (req.ctx_handle.get(), req.cqe.get(), req.nchunks.get() as usize);
+    if ctx != 0 && core.objects.lock().ucs.get(ctx).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    if !cqe.is_power_of_two() || cqe > crate::dsr::limits::MAX_CQE {
+        return Err(Errno::EINVAL);
+    }
+    let needed = 1 + pdir::pages_for(u64::from(cqe) * u64::from(CQE_SIZE)).unwrap_or(0) as usize;
+    if nchunks < needed || nchunks > PAGE_DIR_MAX_PAGES {
+        return Err(Errno::EINVAL);
+    }
+    let mut pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;
+    let state_page = pages.remove(0);
+    let entries = RingPages::new(pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
+    let ring = Producer::new(&core.mem, entries, state_page).ok_or(Errno::EINVAL)?;
+    let st = CqState { ring, arm: ArmState::Disarmed, error: false, dead: false };
+    let mut objs = core.objects.lock();
+    let handle = objs.cqs.alloc().ok_or(Errno::ENOMEM)?;
+    let cq = Cq { handle, uid: core.next_uid(), ctx, entries: cqe, st: Mutex::new(st) };
+    objs.cqs.insert(handle, Arc::new(cq));
+    Ok(CreateCqResp { cq_handle: U32::new(handle), cqe: U32::new(cqe), ..Default::default() })
+}
+
+/// DESTROY_CQ. Errors: `EINVAL` for an unknown handle; `EBUSY` while a QP uses it.
+pub fn destroy(core: &Core, req: &DestroyCq) -> CmdResult<NoopResp> {
+    let h = req.cq_handle.get();
+    let cq = {
+        let mut objs = core.objects.lock();
+        let uid = objs.cqs.get(h).ok_or(Errno::EINVAL)?.uid;
+        if objs.qps.values().any(|q| q.send_cq.uid == uid || q.recv_cq.uid == uid) {
+            return Err(Errno::EBUSY);
+        }
+        objs.cqs.remove(h).ok_or(Errno::EINVAL)?
+    };
+    cq.kill();
+    Ok(NoopResp::default())
+}
+
+impl Cq {
+    /// Publishes `cqe`, then runs the arm check. `solicited` says the CQE is a responder's receive
+    /// completion of a message sent with the solicited flag. A CQ that overflows (or whose
+    /// `cons_head` is out of range) is reported in `fx` so its QPs go to the error state.
+    pub fn publish(&self, core: &Core, cqe: &Cqe, solicited: bool, fx: &mut Effects) {
+        let profile = core.cfg.profile;
+        let mut st = self.st.lock();
+        if st.dead {
+            return;
+        }
+        if st.error {
+            core.stat(|s| s.cqes_dropped_overflow += 1);
+            return;
+        }
+        match (st.ring.push(&core.mem, cqe.as_bytes()), profile) {
+            (Push::Written, _) => core.stat(|s| s.cqes_written += 1),
+            (Push::Full | Push::Fault, Profile::Qemu72) => {
+                core.stat(|s| s.cqes_dropped_overflow += 1);
+                return;
+            }
+            (Push::Full, Profile::Ibta) => {
+                st.error = true;
+                core.stat(|s| {
+                    s.cq_overflows += 1;
+                    s.cqes_dropped_overflow += 1;
+                });
+                core.post_async_event(EqeType::CqErr, self.handle);
+                fx.errored_cqs.push(self.uid);
+                return;
+            }
+            (Push::Fault, Profile::Ibta) => {
+                // The driver's cons_head is garbage: the CQ is unusable, but this is not an
+                // overflow, so no CQ_ERR (design decision 7).
+                st.error = true;
+                core.stat(|s| {
+                    s.cq_ring_faults += 1;
+                    s.cqes_dropped_overflow += 1;
+                });
+                fx.errored_cqs.push(self.uid);
+                return;
+            }
+        }
+        match profile {
+            Profile::Ibta => {
+                let error = cqe.status.get() != wc_status::SUCCESS;
+                let fire = match st.arm {
+                    ArmState::Disarmed => false,
+                    ArmState::Next => true,
+                    ArmState::Solicited => solicited || error,
+                };
+                if fire {
+                    st.arm = ArmState::Disarmed;
+                    core.post_cq_notification(self.handle);
+                    core.raise(IntrVector::Cq);
+                }
+            }
+            Profile::Qemu72 => {
+                let written = core.post_cq_notification(self.handle);
+                if written && st.arm != ArmState::Disarmed {
+                    st.arm = ArmState::Disarmed;
+                    core.raise(IntrVector::Cq);
+                }
+            }
+        }
+    }
+
+    /// The CQ doorbell's arm bits (already checked for ownership). `POLL` only counts.
+    pub fn doorbell(&self, core: &Core, arm: bool, arm_sol: bool, poll: bool) {
+        if poll {
+            core.stat(|s| s.cq_polls += 1);
+        }
+        let mut st = self.st.lock();
+        match core.cfg.profile {
+            Profile::Ibta => {
+                if arm {
+                    st.arm = ArmState::Next;
+                } else if arm_sol && st.arm != ArmState::Next {
+                    st.arm = ArmState::Solicited;
+                }
+            }
+            Profile::Qemu72 => {
+                if arm {
+                    st.arm = if arm_sol { ArmState::Next } else { ArmState::Disarmed };
+                }
+            }
+        }
+    }
+
+    /// Marks the CQ destroyed: later publishes are dropped.
+    pub fn kill(&self) {
+        self.st.lock().dead = true;
+    }
+
+    /// The CQ's arm and error state.
+    pub fn status(&self) -> CqStatus {
+        let st = self.st.lock();
+        CqStatus { arm: st.arm, error: st.error, entries: self.entries }
+    }
+}

@@ -1,0 +1,235 @@
+//! Memory regions (CREATE_MR / DESTROY_MR) and the SGE checks of the data path.
+//!
+//! An MR describes `length` bytes at virtual address `start` over the pages its page directory
+//! lists. Like Linux's `ib_umem`, page 0 is the page that contains `start`: the MR's first byte
+//! sits at offset `start & 0xfff` of page 0, so `start` need not be page-aligned. With
+//! `ZERO_BASED` access, SGE addresses count from 0 instead of `start`.
+//!
+//! A DMA MR (`mr_flags::DMA`) gets keys but no memory: on QEMU 7.2 it carries no data, and here
+//! every access through it fails with `LOC_PROT_ERR`.
+
+use crate::device::Core;
+use crate::errno::{CmdResult, Errno};
+use crate::mem::GuestMemory;
+use crate::pdir;
+use pvrdma_abi::cmd::{CreateMr, CreateMrResp, DestroyMr, NoopResp};
+use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
+use pvrdma_abi::verbs::{access, mr_flags};
+use pvrdma_abi::wqe::{wc_status, Sge};
+use pvrdma_abi::PAGE_SIZE;
+use std::sync::Arc;
+use zerocopy::little_endian::U32;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+const ACCESS_ALL: u32 = access::LOCAL_WRITE
+    | access::REMOTE_WRITE
+    | access::REMOTE_READ
+    | access::REMOTE_ATOMIC
+    | access::MW_BIND
+    | access::ZERO_BASED;
+
+/// A memory region.
+#[derive(Debug)]
+pub struct Mr {
+    /// The PD it belongs to.
+    pub pd: u32,
+    /// Virtual address of its first byte.
+    pub start: u64,
+    /// Bytes.
+    pub length: u64,
+    /// `access` bits.
+    pub access: u32,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// Pages backing it; `None` for a DMA MR.
+    region: Option<Region>,
+}
+
+#[derive(Debug)]
+struct Region {
+    pages: Vec<u64>,
+    first_off: u64,
+}
+
+impl Mr {
+    fn base(&self) -> u64 {
+        if self.access & access::ZERO_BASED != 0 {
+            0
+        } else {
+            self.start
+        }
+    }
+
+    /// Whether `[addr, addr + len)` lies inside the MR's address range.
+    fn covers(&self, addr: u64, len: u64) -> bool {
+        let base = self.base();
+        let (Some(end), Some(mr_end)) = (addr.checked_add(len), base.checked_add(self.length))
+        else {
+            return false;
+        };
+        addr >= base && end <= mr_end
+    }
+
+    /// Calls `f(device_address, offset_in_buffer, bytes)` for each page-bounded piece of
+    /// `[addr, addr + len)` (already checked by [`Mr::covers`]).
+    fn pieces(&self, addr: u64, len: usize, mut f: impl FnMut(u64, usize, usize) -> bool) -> bool {
+        let Some(r) = &self.region else { return false };
+        let mut off = r.first_off + (addr - self.base());
+        let mut done = 0usize;
+        while done < len {
+            let Some(page) = r.pages.get((off / PAGE) as usize) else {
+                return false;
+            };
+            let n = ((PAGE - off % PAGE) as usize).min(len - done);
+            if !f(page + off % PAGE, done, n) {
+                return false;
+            }
+            done += n;
+            off += n as u64;
+        }
+        true
+    }
+
+    fn read(&self, mem: &GuestMemory, addr: u64, buf: &mut [u8]) -> bool {
+        let len = buf.len();
+        self.pieces(addr, len, |iova, at, n| mem.read(iova, &mut buf[at..at + n]).is_ok())
+    }
+
+    fn write(&self, mem: &GuestMemory, addr: u64, data: &[u8]) -> bool {
+        self.pieces(addr, data.len(), |iova, at, n| mem.write(iova, &data[at..at + n]).is_ok())
+    }
+}
+
+/// CREATE_MR.
+///
+/// Errors: `EINVAL` for an unknown PD, unknown flag or access bits, a fast-register MR (not
+/// modelled), a zero or too large length, too few chunks, or a misaligned page; `EFAULT` for a
+/// page directory or page outside guest memory; `ENOMEM` when `max_mr` exist.
+pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
+    let (pd, flags, acc) = (req.pd_handle.get(), req.flags.get(), req.access_flags.get());
+    if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if core.objects.lock().pds.get(pd).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    let (start, length) = (req.start.get(), req.length.get());
+    let region = if flags & mr_flags::DMA != 0 {
+        None
+    } else {
+        if length == 0 || length > crate::dsr::limits::MAX_MR_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        start.checked_add(length).ok_or(Errno::EINVAL)?;
+        let first_off = start % PAGE;
+        let needed = pdir::pages_for(first_off + length).ok_or(Errno::EINVAL)? as usize;
+        let nchunks = req.nchunks.get() as usize;
+        if nchunks < needed || nchunks > PAGE_DIR_MAX_PAGES {
+            return Err(Errno::EINVAL);
+        }
+        let pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;
+        Some(Region { pages, first_off })
+    };
+    let mut objs = core.objects.lock();
+    let handle = objs.mrs.alloc().ok_or(Errno::ENOMEM)?;
+    let lkey = objs.new_key();
+    objs.lkeys.insert(lkey, handle);
+    let rkey = objs.new_key();
+    objs.rkeys.insert(rkey, handle);
+    let mr = Mr { pd, start, length, access: acc, lkey, rkey, region };
+    objs.mrs.insert(handle, Arc::new(mr));
+    Ok(CreateMrResp {
+        mr_handle: U32::new(handle),
+        lkey: U32::new(lkey),
+        rkey: U32::new(rkey),
+        ..Default::default()
+    })
+}
+
+/// DESTROY_MR. Errors: `EINVAL` for an unknown handle. A send that already gathered its payload
+/// is not affected.
+pub fn destroy(core: &Core, req: &DestroyMr) -> CmdResult<NoopResp> {
+    let mut objs = core.objects.lock();
+    let mr = objs.mrs.remove(req.mr_handle.get()).ok_or(Errno::EINVAL)?;
+    objs.lkeys.remove(&mr.lkey);
+    objs.rkeys.remove(&mr.rkey);
+    Ok(NoopResp::default())
+}
+
+/// One checked SGE: the MR it names and the range within it.
+struct Checked {
+    mr: Arc<Mr>,
+    addr: u64,
+    len: usize,
+}
+
+/// Checks every non-empty SGE: the lkey exists, the MR is in `pd`, the range lies inside the MR,
+/// the MR has memory, and it grants `need` access bits. Failure: `LOC_PROT_ERR`.
+fn check(core: &Core, pd: u32, sges: &[Sge], need: u32) -> Result<Vec<Checked>, u32> {
+    let objs = core.objects.lock();
+    let mut out = Vec::with_capacity(sges.len());
+    for sge in sges.iter().filter(|s| s.length.get() != 0) {
+        let (addr, len) = (sge.addr.get(), sge.length.get());
+        let mr = objs
+            .lkeys
+            .get(&sge.lkey.get())
+            .and_then(|h| objs.mrs.get(*h))
+            .ok_or(wc_status::LOC_PROT_ERR)?;
+        let ok = mr.pd == pd
+            && mr.region.is_some()
+            && mr.access & need == need
+            && mr.covers(addr, u64::from(len));
+        if !ok {
+            return Err(wc_status::LOC_PROT_ERR);
+        }
+        out.push(Checked { mr: mr.clone(), addr, len: len as usize });
+    }
+    Ok(out)
+}
+
+/// Gathers a send's payload from `sges` (local read access, always granted).
+///
+/// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone,
+/// `LOC_LEN_ERR` for a message longer than `MAX_MSG_SZ`.
+pub fn gather(core: &Core, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u32> {
+    let checked = check(core, pd, sges, 0)?;
+    let total: u64 = checked.iter().map(|c| c.len as u64).sum();
+    if total > u64::from(crate::dsr::limits::MAX_MSG_SZ) {
+        return Err(wc_status::LOC_LEN_ERR);
+    }
+    let mut payload = vec![0u8; total as usize];
+    let mut at = 0;
+    for c in &checked {
+        if !c.mr.read(&core.mem, c.addr, &mut payload[at..at + c.len]) {
+            return Err(wc_status::LOC_PROT_ERR);
+        }
+        at += c.len;
+    }
+    Ok(payload)
+}
+
+/// Scatters a received `payload` into `sges` (needs `LOCAL_WRITE`).
+///
+/// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone,
+/// `LOC_LEN_ERR` if the payload does not fit.
+pub fn scatter(core: &Core, pd: u32, sges: &[Sge], payload: &[u8]) -> Result<(), u32> {
+    let checked = check(core, pd, sges, access::LOCAL_WRITE)?;
+    let room: u64 = checked.iter().map(|c| c.len as u64).sum();
+    if (payload.len() as u64) > room {
+        return Err(wc_status::LOC_LEN_ERR);
+    }
+    let mut at = 0;
+    for c in &checked {
+        if at == payload.len() {
+            break;
+        }
+        let n = c.len.min(payload.len() - at);
+        if !c.mr.write(&core.mem, c.addr, &payload[at..at + n]) {
+            return Err(wc_status::LOC_PROT_ERR);
+        }
+        at += n;
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Protection domains (CREATE_PD / DESTROY_PD). A PD belongs to a context (0 = the kernel); a QP
+//! and an MR belong to the context of their PD.
+
+use crate::device::Core;
+use crate::errno::{CmdResult, Errno};
+use pvrdma_abi::cmd::{CreatePd, CreatePdResp, DestroyPd, NoopResp};
+use zerocopy::little_endian::U32;
+
+/// A protection domain.
+#[derive(Debug)]
+pub struct Pd {
+    /// Handle (1 ..).
+    pub handle: u32,
+    /// Owning context handle, 0 for the kernel.
+    pub ctx: u32,
+}
+
+/// CREATE_PD. Errors: `EINVAL` for an unknown context; `ENOMEM` when `max_pd` exist.
+pub fn create(core: &Core, req: &CreatePd) -> CmdResult<CreatePdResp> {
+    let ctx = req.ctx_handle.get();
+    let mut objs = core.objects.lock();
+    if ctx != 0 && objs.ucs.get(ctx).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    let handle = objs.pds.alloc().ok_or(Errno::ENOMEM)?;
+    objs.pds.insert(handle, Pd { handle, ctx });
+    Ok(CreatePdResp { pd_handle: U32::new(handle), ..Default::default() })
+}
+
+/// DESTROY_PD. Errors: `EINVAL` for an unknown handle; `EBUSY` while a QP or MR uses it (QEMU
+/// destroys it anyway).
+pub fn destroy(core: &Core, req: &DestroyPd) -> CmdResult<NoopResp> {
+    let h = req.pd_handle.get();
+    let mut objs = core.objects.lock();
+    objs.pds.get(h).ok_or(Errno::EINVAL)?;
+    if objs.qps.values().any(|q| q.pd == h) || objs.mrs.values().any(|m| m.pd == h) {
+        return Err(Errno::EBUSY);
+    }
+    objs.pds.remove(h);
+    Ok(NoopResp::default())
+}

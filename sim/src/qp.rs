@@ -1,0 +1,636 @@
+//! Queue pairs: CREATE_QP / MODIFY_QP / QUERY_QP / DESTROY_QP, the send and receive doorbells,
+//! and the QP's half of the data path (drain the SQ, receive into the RQ, complete, flush).
+//!
+//! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
+//! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
+//! Only RC is modelled. On QEMU 7.2 a QP's handle is its QPN (2 ..).
+//!
+//! Send completions are published in SQ order whatever the order the port finishes them in: each
+//! consumed send WQE gets an in-flight entry, and entries retire from the front once their status
+//! is known. A QP in the error state flushes every posted and in-flight WQE with `WR_FLUSH_ERR`
+//! (completions with an error status are always written, signaled or not).
+
+use crate::cq::Cq;
+use crate::device::{Core, Effects};
+use crate::dsr::limits;
+use crate::errno::{CmdResult, Errno};
+use crate::mr;
+use crate::pdir;
+use crate::port::Packet;
+use crate::ring::{Consumer, Half, RingPages, Slot};
+use parking_lot::{Mutex, MutexGuard};
+use pvrdma_abi::cmd::{
+    CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
+};
+use pvrdma_abi::event::EqeType;
+use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
+use pvrdma_abi::verbs::{mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr};
+use pvrdma_abi::wqe::{
+    rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
+    SqWqeHdr,
+};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use zerocopy::big_endian::U32 as Be32;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, FromZeros};
+
+const SQ_HDR: usize = core::mem::size_of::<SqWqeHdr>();
+const RQ_HDR: usize = core::mem::size_of::<RqWqeHdr>();
+const SGE: usize = core::mem::size_of::<Sge>();
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    /// Handle, equal to the QPN (2 ..).
+    pub handle: u32,
+    /// Unique over the device's life (handles are reused).
+    pub uid: u64,
+    /// Owning context (its PD's), 0 for the kernel.
+    pub ctx: u32,
+    /// Its PD.
+    pub pd: u32,
+    /// CQ of its send completions.
+    pub send_cq: Arc<Cq>,
+    /// CQ of its receive completions.
+    pub recv_cq: Arc<Cq>,
+    sq_sig_all: bool,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    sq: Consumer,
+    rq: Consumer,
+    st: Mutex<QpState>,
+}
+
+#[derive(Debug)]
+struct QpState {
+    /// A `qp_state` value.
+    state: u32,
+    /// Attributes as MODIFY_QP last set them.
+    attrs: QpAttr,
+    /// Destroyed, or the device was reset.
+    dead: bool,
+    inflight: VecDeque<InFlight>,
+    /// Payload bytes of the in-flight sends still on the wire.
+    bytes_on_wire: u64,
+    /// The SQ drain paused at `qp_bytes_in_flight`; resumes when a send completes.
+    throttled: bool,
+    next_seq: u64,
+}
+
+/// A consumed send WQE whose completion is not yet published.
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    wr_id: u64,
+    signaled: bool,
+    byte_len: u32,
+    status: Option<u32>,
+}
+
+/// What [`Qp::receive`] did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rx {
+    /// Scattered and completed.
+    Delivered,
+    /// No receive WQE is posted: keep the packet until the next RECV doorbell (infinite RNR
+    /// retry).
+    Park,
+    /// The sender completes with this status.
+    Fail(u32),
+}
+
+fn pow2_within(n: u32, max: u32) -> bool {
+    n.is_power_of_two() && n <= max
+}
+
+/// CREATE_QP.
+///
+/// Errors: `EINVAL` for a non-RC type, an SRQ, bad queue sizes (powers of two up to
+/// `MAX_QP_WR`, at most `MAX_SGE` SGEs), too few chunks for the rings, an unknown PD or CQ, or a
+/// misaligned page; `EPERM` if a CQ belongs to another context than the PD; `EFAULT` for pages
+/// outside guest memory; `ENOMEM` when `max_qp` exist.
+pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
+    if req.qp_type != qp_type::RC || req.is_srq != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (swr, rwr) = (req.max_send_wr.get(), req.max_recv_wr.get());
+    let (ssge, rsge) = (req.max_send_sge.get(), req.max_recv_sge.get());
+    if !pow2_within(swr, limits::MAX_QP_WR)
+        || !pow2_within(rwr, limits::MAX_QP_WR)
+        || ssge > limits::MAX_SGE
+        || rsge > limits::MAX_SGE
+    {
+        return Err(Errno::EINVAL);
+    }
+    let (pd, ctx, send_cq, recv_cq) = {
+        let objs = core.objects.lock();
+        let pd = objs.pds.get(req.pd_handle.get()).ok_or(Errno::EINVAL)?;
+        let scq = objs.cqs.get(req.send_cq_handle.get()).ok_or(Errno::EINVAL)?;
+        let rcq = objs.cqs.get(req.recv_cq_handle.get()).ok_or(Errno::EINVAL)?;
+        if scq.ctx != pd.ctx || rcq.ctx != pd.ctx {
+            return Err(Errno::EPERM);
+        }
+        (pd.handle, pd.ctx, scq.clone(), rcq.clone())
+    };
+    let (sstride, rstride) = (sq_wqe_stride(ssge), rq_wqe_stride(rsge));
+    let sq_pages = pdir::pages_for(u64::from(swr) * u64::from(sstride)).unwrap_or(u64::MAX);
+    let rq_pages = pdir::pages_for(u64::from(rwr) * u64::from(rstride)).unwrap_or(u64::MAX);
+    let (total, send_chunks) =
+        (u64::from(req.total_chunks.get()), u64::from(req.send_chunks.get()));
+    let recv_chunks = total.checked_sub(1 + send_chunks).ok_or(Errno::EINVAL)?;
+    if send_chunks < sq_pages || recv_chunks < rq_pages || total > PAGE_DIR_MAX_PAGES as u64 {
+        return Err(Errno::EINVAL);
+    }
+    let dir = req.pdir_dma.get();
+    let state_page = pdir::resolve(&core.mem, dir, 0, 1)?[0];
+    let sq = pdir::resolve(&core.mem, dir, 1, sq_pages as usize)?;
+    let rq = pdir::resolve(&core.mem, dir, 1 + send_chunks as usize, rq_pages as usize)?;
+    let sq = RingPages::new(sq, sstride, swr).ok_or(Errno::EINVAL)?;
+    let rq = RingPages::new(rq, rstride, rwr).ok_or(Errno::EINVAL)?;
+
+    let mut attrs = QpAttr::new_zeroed();
+    attrs.qp_state = U32::new(qp_state::RESET);
+    attrs.cap.max_send_wr = U32::new(swr);
+    attrs.cap.max_recv_wr = U32::new(rwr);
+    attrs.cap.max_send_sge = U32::new(ssge);
+    attrs.cap.max_recv_sge = U32::new(rsge);
+    let st = QpState {
+        state: qp_state::RESET,
+        attrs,
+        dead: false,
+        inflight: VecDeque::new(),
+        bytes_on_wire: 0,
+        throttled: false,
+        next_seq: 0,
+    };
+    let mut objs = core.objects.lock();
+    let handle = objs.qps.alloc().ok_or(Errno::ENOMEM)?;
+    let qp = Qp {
+        handle,
+        uid: core.next_uid(),
+        ctx,
+        pd,
+        send_cq,
+        recv_cq,
+        sq_sig_all: req.sq_sig_all != 0,
+        max_send_sge: ssge,
+        max_recv_sge: rsge,
+        sq: Consumer::new(sq, state_page, Half::Tx),
+        rq: Consumer::new(rq, state_page, Half::Rx),
+        st: Mutex::new(st),
+    };
+    objs.qps.insert(handle, Arc::new(qp));
+    Ok(CreateQpResp {
+        qpn: U32::new(handle),
+        max_send_wr: U32::new(swr),
+        max_recv_wr: U32::new(rwr),
+        max_send_sge: U32::new(ssge),
+        max_recv_sge: U32::new(rsge),
+        max_inline_data: U32::new(0),
+        ..Default::default()
+    })
+}
+
+/// Checks an address vector as the real device does at RTR: a nonzero `dgid` and an
+/// `sgid_index` naming a bound GID.
+fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
+    if av.grh.dgid == [0u8; 16] || core.gid(av.grh.sgid_index).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// MODIFY_QP: RESET -> INIT -> RTR -> RTS (INIT -> INIT and RTS -> RTS too), any -> ERR, any ->
+/// RESET. INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
+/// `DEST_QPN` in the mask, as the real device does. Moving to ERR flushes; moving to RESET drops
+/// every WQE without completions (the driver resets its ring indices).
+///
+/// Errors: `EINVAL` for an unknown handle, an illegal transition, SQD/SQE, a `cur_qp_state` that
+/// does not match, a missing or bad RTR attribute, a port other than 1, a P_Key index other than
+/// 0, or an MTU above the port's (1024).
+pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopResp> {
+    use qp_state::*;
+    let qp = core.qp(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
+    let (mask, a) = (req.attr_mask.get(), &req.attrs);
+    let mut st = qp.st.lock();
+    if st.dead {
+        return Err(Errno::EINVAL);
+    }
+    let cur = st.state;
+    if mask & m::CUR_STATE != 0 && a.cur_qp_state.get() != cur {
+        return Err(Errno::EINVAL);
+    }
+    let new = if mask & m::STATE != 0 { a.qp_state.get() } else { cur };
+    let legal = matches!(
+        (cur, new),
+        (_, RESET)
+            | (_, ERR)
+            | (RESET, INIT)
+            | (INIT, INIT)
+            | (INIT, RTR)
+            | (RTR, RTS)
+            | (RTS, RTS)
+    );
+    if !legal {
+        return Err(Errno::EINVAL);
+    }
+    if mask & m::PORT != 0 && a.port_num != 1 {
+        return Err(Errno::EINVAL);
+    }
+    if mask & m::PKEY_INDEX != 0 && a.pkey_index.get() >= limits::PKEY_TBL_LEN {
+        return Err(Errno::EINVAL);
+    }
+    let code = a.path_mtu.get();
+    if mask & m::PATH_MTU != 0 && (mtu::bytes(code).is_none() || code > mtu::MTU_1024) {
+        return Err(Errno::EINVAL);
+    }
+    if mask & m::DEST_QPN != 0 && a.dest_qp_num.get() > crate::table::HANDLE_MAX {
+        return Err(Errno::EINVAL);
+    }
+    if cur == INIT && new == RTR && (mask & m::AV == 0 || mask & m::DEST_QPN == 0) {
+        return Err(Errno::EINVAL);
+    }
+    if mask & m::AV != 0 {
+        check_av(core, &a.ah_attr)?;
+    }
+    apply(&mut st.attrs, mask, a);
+    st.state = new;
+    st.attrs.qp_state = U32::new(new);
+    if new == ERR && cur != ERR {
+        qp.enter_error(core, &mut st, fx);
+    } else if new == RESET {
+        st.inflight.clear();
+        st.bytes_on_wire = 0;
+        st.throttled = false;
+        fx.kicks.push(qp.handle);
+    }
+    Ok(NoopResp::default())
+}
+
+/// Copies the attributes `mask` selects.
+fn apply(to: &mut QpAttr, mask: u32, a: &QpAttr) {
+    macro_rules! take {
+        ($bit:expr, $($f:ident),+) => {
+            if mask & $bit != 0 {
+                $(to.$f = a.$f;)+
+            }
+        };
+    }
+    take!(m::EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+    take!(m::ACCESS_FLAGS, qp_access_flags);
+    take!(m::PKEY_INDEX, pkey_index);
+    take!(m::PORT, port_num);
+    take!(m::QKEY, qkey);
+    take!(m::AV, ah_attr);
+    take!(m::PATH_MTU, path_mtu);
+    take!(m::TIMEOUT, timeout);
+    take!(m::RETRY_CNT, retry_cnt);
+    take!(m::RNR_RETRY, rnr_retry);
+    take!(m::RQ_PSN, rq_psn);
+    take!(m::MAX_QP_RD_ATOMIC, max_rd_atomic);
+    take!(m::ALT_PATH, alt_ah_attr, alt_pkey_index, alt_port_num, alt_timeout);
+    take!(m::MIN_RNR_TIMER, min_rnr_timer);
+    take!(m::SQ_PSN, sq_psn);
+    take!(m::MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+    take!(m::PATH_MIG_STATE, path_mig_state);
+    take!(m::DEST_QPN, dest_qp_num);
+}
+
+/// QUERY_QP: the attributes as last set, with the current state. Errors: `EINVAL` for an unknown
+/// handle.
+pub fn query(core: &Core, req: &QueryQp) -> CmdResult<QueryQpResp> {
+    let qp = core.qp(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
+    let st = qp.st.lock();
+    let mut attrs = st.attrs;
+    attrs.qp_state = U32::new(st.state);
+    attrs.cur_qp_state = U32::new(st.state);
+    Ok(QueryQpResp { attrs, ..Default::default() })
+}
+
+/// DESTROY_QP: no completions for what was posted; packets parked for it fail their senders.
+/// Errors: `EINVAL` for an unknown handle.
+pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<DestroyQpResp> {
+    let qp = core.objects.lock().qps.remove(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
+    qp.kill();
+    fx.kicks.push(qp.handle);
+    Ok(DestroyQpResp::default())
+}
+
+impl Qp {
+    /// Marks the QP destroyed (DESTROY_QP, device reset).
+    pub fn kill(&self) {
+        let mut st = self.st.lock();
+        st.dead = true;
+        st.inflight.clear();
+    }
+
+    /// The current `qp_state`.
+    pub fn state(&self) -> u32 {
+        self.st.lock().state
+    }
+
+    /// The SEND doorbell: in RTS, drains the SQ; in ERR, flushes what was posted; otherwise the
+    /// WQEs stay posted until a SEND doorbell in RTS.
+    pub fn send_doorbell(&self, core: &Core, fx: &mut Effects) {
+        let mut st = self.st.lock();
+        if st.dead {
+            return;
+        }
+        match st.state {
+            qp_state::RTS => self.drain_sq(core, &mut st, fx),
+            qp_state::ERR => self.flush(core, true, fx),
+            _ => {}
+        }
+    }
+
+    /// The RECV doorbell: makes newly posted receive WQEs available (packets waiting for one are
+    /// retried by the port); in ERR, flushes them; in RESET, ignored.
+    pub fn recv_doorbell(&self, core: &Core, fx: &mut Effects) {
+        let st = self.st.lock();
+        if st.dead {
+            return;
+        }
+        match st.state {
+            qp_state::RESET => {}
+            qp_state::ERR => self.flush(core, false, fx),
+            _ => {
+                drop(st);
+                core.port.kick_if_parked(self.handle);
+            }
+        }
+    }
+
+    fn drain_sq(&self, core: &Core, st: &mut MutexGuard<'_, QpState>, fx: &mut Effects) {
+        for _ in 0..2 * self.sq.elems() {
+            let slot = match self.sq.next(&core.mem) {
+                Ok(Some(slot)) => slot,
+                Ok(None) => return,
+                Err(_) => return self.fault(core, st, fx),
+            };
+            let Some((hdr, sges)) = self.read_sq_wqe(core, slot) else {
+                return self.fault(core, st, fx);
+            };
+            let len: u64 = sges.iter().map(|s| u64::from(s.length.get())).sum();
+            if st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight {
+                // Leave the WQE posted; complete_send resumes the drain.
+                st.throttled = true;
+                core.stat(|s| s.sq_throttled += 1);
+                return;
+            }
+            if self.sq.consume(&core.mem, slot).is_err() {
+                return self.fault(core, st, fx);
+            }
+            let flags = hdr.send_flags.get();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let mut entry = InFlight {
+                seq,
+                wr_id: hdr.wr_id.get(),
+                signaled: self.sq_sig_all || flags & send_flags::SIGNALED != 0,
+                byte_len: 0,
+                status: None,
+            };
+            let op = hdr.opcode.get();
+            let payload = if !matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM)
+                || hdr.num_sge.get() > self.max_send_sge
+            {
+                Err(wc_status::LOC_QP_OP_ERR)
+            } else {
+                mr::gather(core, self.pd, &sges)
+            };
+            match payload {
+                Ok(payload) => {
+                    entry.byte_len = payload.len() as u32;
+                    st.bytes_on_wire += payload.len() as u64;
+                    st.inflight.push_back(entry);
+                    let packet = Packet {
+                        src: self.handle,
+                        src_uid: self.uid,
+                        seq,
+                        dest: st.attrs.dest_qp_num.get(),
+                        dgid: st.attrs.ah_attr.grh.dgid,
+                        imm: (op == wr_opcode::SEND_WITH_IMM).then(|| hdr.ex.to_bytes()),
+                        solicited: flags & send_flags::SOLICITED != 0,
+                        payload,
+                    };
+                    core.stat(|s| s.packets_sent += 1);
+                    core.port.transmit(packet, core.cfg.link_latency);
+                }
+                Err(status) => {
+                    entry.status = Some(status);
+                    st.inflight.push_back(entry);
+                    return self.enter_error(core, st, fx);
+                }
+            }
+        }
+    }
+
+    /// Reads the send WQE at `slot`: its header and its first `min(num_sge, max_send_sge)` SGEs.
+    fn read_sq_wqe(&self, core: &Core, slot: Slot) -> Option<(SqWqeHdr, Vec<Sge>)> {
+        let mut raw = [0u8; SQ_HDR];
+        self.sq.read(&core.mem, slot, &mut raw).ok()?;
+        let hdr = SqWqeHdr::read_from_bytes(&raw).ok()?;
+        let n = hdr.num_sge.get().min(self.max_send_sge) as usize;
+        let sges = read_sges(core, slot.addr + SQ_HDR as u64, n)?;
+        Some((hdr, sges))
+    }
+
+    /// Reads the receive WQE at `slot` like [`Qp::read_sq_wqe`].
+    fn read_rq_wqe(&self, core: &Core, slot: Slot) -> Option<(RqWqeHdr, Vec<Sge>)> {
+        let mut raw = [0u8; RQ_HDR];
+        self.rq.read(&core.mem, slot, &mut raw).ok()?;
+        let hdr = RqWqeHdr::read_from_bytes(&raw).ok()?;
+        let n = hdr.num_sge.get().min(self.max_recv_sge) as usize;
+        let sges = read_sges(core, slot.addr + RQ_HDR as u64, n)?;
+        Some((hdr, sges))
+    }
+
+    /// Takes the next receive WQE for `pkt`, scatters the payload and publishes the receive CQE.
+    /// Called by the port thread.
+    pub fn receive(&self, core: &Core, pkt: &Packet, fx: &mut Effects) -> Rx {
+        let mut st = self.st.lock();
+        let ready = matches!(st.state, qp_state::RTR | qp_state::RTS);
+        if st.dead || !ready || st.attrs.dest_qp_num.get() != pkt.src {
+            return Rx::Fail(wc_status::RETRY_EXC_ERR);
+        }
+        let slot = match self.rq.next(&core.mem) {
+            Ok(Some(slot)) => slot,
+            Ok(None) => return Rx::Park,
+            Err(_) => {
+                self.fault(core, &mut st, fx);
+                return Rx::Fail(wc_status::RETRY_EXC_ERR);
+            }
+        };
+        let Some((hdr, sges)) = self.read_rq_wqe(core, slot) else {
+            self.fault(core, &mut st, fx);
+            return Rx::Fail(wc_status::RETRY_EXC_ERR);
+        };
+        if self.rq.consume(&core.mem, slot).is_err() {
+            self.fault(core, &mut st, fx);
+            return Rx::Fail(wc_status::RETRY_EXC_ERR);
+        }
+        let status = if hdr.num_sge.get() > self.max_recv_sge {
+            Err(wc_status::LOC_QP_OP_ERR)
+        } else {
+            mr::scatter(core, self.pd, &sges, &pkt.payload)
+        };
+        let mut cqe = Cqe {
+            wr_id: hdr.wr_id,
+            qp: U64::new(u64::from(self.handle)),
+            opcode: U32::new(wc_opcode::RECV),
+            src_qp: U32::new(pkt.src),
+            port_num: 1,
+            ..Default::default()
+        };
+        match status {
+            Ok(()) => {
+                cqe.byte_len = U32::new(pkt.payload.len() as u32);
+                if let Some(imm) = pkt.imm {
+                    cqe.imm_data = Be32::from_bytes(imm);
+                    cqe.wc_flags = U32::new(wc_flags::WITH_IMM);
+                }
+                self.recv_cq.publish(core, &cqe, pkt.solicited, fx);
+                Rx::Delivered
+            }
+            Err(status) => {
+                cqe.status = U32::new(status);
+                self.recv_cq.publish(core, &cqe, pkt.solicited, fx);
+                self.enter_error(core, &mut st, fx);
+                // What the responder's NAK tells the requester.
+                Rx::Fail(if status == wc_status::LOC_LEN_ERR {
+                    wc_status::REM_INV_REQ_ERR
+                } else {
+                    wc_status::REM_OP_ERR
+                })
+            }
+        }
+    }
+
+    /// Whether send `seq` is still waiting for the port (the QP did not flush it meanwhile).
+    pub fn send_pending(&self, seq: u64) -> bool {
+        let st = self.st.lock();
+        !st.dead && st.inflight.iter().any(|e| e.seq == seq && e.status.is_none())
+    }
+
+    /// The port finished send `seq` with `status`: publishes every send completion now due, in SQ
+    /// order; an error moves the QP to ERR.
+    pub fn complete_send(&self, core: &Core, seq: u64, status: u32, fx: &mut Effects) {
+        let mut st = self.st.lock();
+        if st.dead {
+            return;
+        }
+        let Some(e) = st.inflight.iter_mut().find(|e| e.seq == seq && e.status.is_none()) else {
+            return;
+        };
+        e.status = Some(status);
+        let len = u64::from(e.byte_len);
+        st.bytes_on_wire = st.bytes_on_wire.saturating_sub(len);
+        if status != wc_status::SUCCESS && st.state != qp_state::ERR {
+            self.enter_error(core, &mut st, fx);
+        } else {
+            self.retire(core, &mut st, fx);
+            if st.throttled && st.state == qp_state::RTS {
+                st.throttled = false;
+                self.drain_sq(core, &mut st, fx);
+            }
+        }
+    }
+
+    /// Moves the QP to ERR because a CQ of it overflowed; no-op in RESET or ERR.
+    pub fn force_error(&self, core: &Core, fx: &mut Effects) {
+        let mut st = self.st.lock();
+        if !st.dead && !matches!(st.state, qp_state::RESET | qp_state::ERR) {
+            self.enter_error(core, &mut st, fx);
+        }
+    }
+
+    /// Publishes the send completions at the front of the in-flight list whose status is known.
+    fn retire(&self, core: &Core, st: &mut MutexGuard<'_, QpState>, fx: &mut Effects) {
+        while let Some(e) = st.inflight.front() {
+            let Some(status) = e.status else { break };
+            let (wr_id, signaled, byte_len) = (e.wr_id, e.signaled, e.byte_len);
+            st.inflight.pop_front();
+            if signaled || status != wc_status::SUCCESS {
+                let cqe = Cqe {
+                    wr_id: U64::new(wr_id),
+                    qp: U64::new(u64::from(self.handle)),
+                    opcode: U32::new(wc_opcode::SEND),
+                    status: U32::new(status),
+                    byte_len: U32::new(byte_len),
+                    port_num: 1,
+                    ..Default::default()
+                };
+                self.send_cq.publish(core, &cqe, false, fx);
+            }
+        }
+    }
+
+    /// Moves to ERR: flushes in-flight sends, then posted send and receive WQEs, and fails packets
+    /// parked for this QP.
+    fn enter_error(&self, core: &Core, st: &mut MutexGuard<'_, QpState>, fx: &mut Effects) {
+        st.state = qp_state::ERR;
+        st.attrs.qp_state = U32::new(qp_state::ERR);
+        st.bytes_on_wire = 0;
+        st.throttled = false;
+        for e in st.inflight.iter_mut().filter(|e| e.status.is_none()) {
+            e.status = Some(wc_status::WR_FLUSH_ERR);
+        }
+        self.retire(core, st, fx);
+        self.flush(core, true, fx);
+        self.flush(core, false, fx);
+        fx.kicks.push(self.handle);
+    }
+
+    /// A ring index out of range (or ring memory gone): QP_FATAL, then ERR.
+    fn fault(&self, core: &Core, st: &mut MutexGuard<'_, QpState>, fx: &mut Effects) {
+        core.stat(|s| s.qp_ring_faults += 1);
+        core.post_async_event(EqeType::QpFatal, self.handle);
+        if st.state != qp_state::ERR {
+            self.enter_error(core, st, fx);
+        }
+    }
+
+    /// Completes every posted WQE of the SQ (`send`) or RQ with `WR_FLUSH_ERR`. Stops at a bad
+    /// index; never loops more than twice the queue size.
+    fn flush(&self, core: &Core, send: bool, fx: &mut Effects) {
+        let (ring, cq, opcode) = if send {
+            (&self.sq, &self.send_cq, wc_opcode::SEND)
+        } else {
+            (&self.rq, &self.recv_cq, wc_opcode::RECV)
+        };
+        for _ in 0..2 * ring.elems() {
+            let slot = match ring.next(&core.mem) {
+                Ok(Some(slot)) => slot,
+                Ok(None) => return,
+                Err(_) => {
+                    core.stat(|s| s.qp_ring_faults += 1);
+                    return;
+                }
+            };
+            let mut wr_id = [0u8; 8];
+            if ring.read(&core.mem, slot, &mut wr_id).is_err()
+                || ring.consume(&core.mem, slot).is_err()
+            {
+                core.stat(|s| s.qp_ring_faults += 1);
+                return;
+            }
+            let cqe = Cqe {
+                wr_id: U64::new(u64::from_le_bytes(wr_id)),
+                qp: U64::new(u64::from(self.handle)),
+                opcode: U32::new(opcode),
+                status: U32::new(wc_status::WR_FLUSH_ERR),
+                port_num: 1,
+                ..Default::default()
+            };
+            cq.publish(core, &cqe, false, fx);
+        }
+    }
+}
+
+/// Reads `n` SGEs at `addr` (inside one WQE slot, already range-checked by the ring).
+fn read_sges(core: &Core, addr: u64, n: usize) -> Option<Vec<Sge>> {
+    let mut raw = vec![0u8; n * SGE];
+    core.mem.read(addr, &mut raw).ok()?;
+    Some(raw.chunks_exact(SGE).filter_map(|c| Sge::read_from_bytes(c).ok()).collect())
+}

@@ -1,0 +1,140 @@
+//! The object tables: every live UC, PD, MR, CQ and QP by handle, the MR key maps, and which user
+//! context owns which UAR page. Guarded by `Core::objects`, a leaf lock: it is held only to look
+//! up, insert or remove, never across guest-memory work or another object's lock.
+
+use crate::cq::Cq;
+use crate::mr::Mr;
+use crate::pd::Pd;
+use crate::qp::Qp;
+use crate::uc::Uc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Largest handle (handles travel in the low 24 bits of a doorbell).
+pub const HANDLE_MAX: u32 = pvrdma_abi::uar::UAR_HANDLE_MASK;
+
+/// A table of objects by handle, with a rotating allocator: a new object gets the first free
+/// handle after the last one given out, so a stale handle rarely names a new object. (QEMU reuses
+/// the lowest free handle; the first handles are the same: 1, or 2 for QPs.)
+pub struct Table<T> {
+    map: BTreeMap<u32, T>,
+    min: u32,
+    limit: u32,
+    cursor: u32,
+}
+
+impl<T> Table<T> {
+    /// Handles from `min`, at most `limit` objects.
+    pub fn new(min: u32, limit: u32) -> Self {
+        Self { map: BTreeMap::new(), min, limit, cursor: min }
+    }
+
+    /// A free handle, or `None` if `limit` objects exist.
+    pub fn alloc(&mut self) -> Option<u32> {
+        if self.map.len() >= self.limit as usize {
+            return None;
+        }
+        let mut h = self.cursor;
+        while self.map.contains_key(&h) {
+            h = if h >= HANDLE_MAX { self.min } else { h + 1 };
+        }
+        self.cursor = if h >= HANDLE_MAX { self.min } else { h + 1 };
+        Some(h)
+    }
+
+    /// Inserts under `handle` (from [`Table::alloc`]).
+    pub fn insert(&mut self, handle: u32, obj: T) {
+        self.map.insert(handle, obj);
+    }
+
+    /// The object named `handle`.
+    pub fn get(&self, handle: u32) -> Option<&T> {
+        self.map.get(&handle)
+    }
+
+    /// Removes and returns the object named `handle`.
+    pub fn remove(&mut self, handle: u32) -> Option<T> {
+        self.map.remove(&handle)
+    }
+
+    /// Every object.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.map.values()
+    }
+
+    /// Removes every object.
+    pub fn take_all(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.map).into_values().collect()
+    }
+}
+
+/// All objects of the device.
+pub struct Objects {
+    pub ucs: Table<Uc>,
+    pub pds: Table<Pd>,
+    pub mrs: Table<Arc<Mr>>,
+    /// lkey -> MR handle.
+    pub lkeys: HashMap<u32, u32>,
+    /// rkey -> MR handle.
+    pub rkeys: HashMap<u32, u32>,
+    pub cqs: Table<Arc<Cq>>,
+    pub qps: Table<Arc<Qp>>,
+    /// UAR page index -> owning context handle.
+    pub uar_pages: HashMap<u32, u32>,
+    key_state: u64,
+}
+
+impl Objects {
+    /// Empty tables; `seed` seeds MR key generation.
+    pub fn new(seed: u64) -> Self {
+        use crate::dsr::limits::*;
+        Self {
+            ucs: Table::new(1, MAX_UAR - 1),
+            pds: Table::new(1, MAX_PD),
+            mrs: Table::new(1, MAX_MR),
+            lkeys: HashMap::new(),
+            rkeys: HashMap::new(),
+            cqs: Table::new(1, MAX_CQ),
+            qps: Table::new(2, MAX_QP),
+            uar_pages: HashMap::new(),
+            key_state: seed,
+        }
+    }
+
+    /// A fresh MR key: nonzero, unused as lkey or rkey, and not derived from the handle.
+    pub fn new_key(&mut self) -> u32 {
+        loop {
+            // splitmix64
+            self.key_state = self.key_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.key_state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let key = (z ^ (z >> 31)) as u32;
+            if key != 0 && !self.lkeys.contains_key(&key) && !self.rkeys.contains_key(&key) {
+                return key;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_rotate_and_respect_limits() {
+        let mut t: Table<()> = Table::new(2, 2);
+        let a = t.alloc().unwrap();
+        t.insert(a, ());
+        let b = t.alloc().unwrap();
+        t.insert(b, ());
+        assert_eq!((a, b), (2, 3));
+        assert_eq!(t.alloc(), None);
+        t.remove(a);
+        assert_eq!(t.alloc(), Some(4));
+        let mut o = Objects::new(1);
+        let k1 = o.new_key();
+        o.lkeys.insert(k1, 1);
+        assert_ne!(o.new_key(), k1);
+    }
+}

@@ -1,0 +1,471 @@
+//! A test-only mini-driver: allocates guest memory, writes a DSR, posts raw commands through the
+//! command slot and REQUEST, builds page directories, posts WQEs and rings UAR doorbells. It uses
+//! only the device's public surface and the ABI, as a driver would.
+
+use crate::{SimConfig, SimDevice, UAR_BASE_PFN};
+use pvrdma_abi::cmd::*;
+use pvrdma_abi::dsr::{Dsr, RingPageInfo};
+use pvrdma_abi::event::Eqe;
+use pvrdma_abi::regs::*;
+use pvrdma_abi::ring::{idx_inc, idx_slot};
+use pvrdma_abi::uar::*;
+use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state, qp_type, send_flags, Gid, QpAttr};
+use pvrdma_abi::wqe::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zerocopy::big_endian::U32 as Be32;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+pub const PAGE: u64 = 4096;
+pub const WAIT: Duration = Duration::from_secs(2);
+/// The GID the mini-driver binds at index 0.
+pub const GID0: Gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56];
+
+/// A ring the device produces into (CQ, async, notification): ring state page and entry base.
+#[derive(Clone, Copy, Debug)]
+pub struct DevRing {
+    pub state: u64,
+    pub entries: u64,
+    pub elems: u32,
+    pub size: u64,
+}
+
+pub struct TestCq {
+    pub handle: u32,
+    pub ring: DevRing,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct TestQp {
+    pub qpn: u32,
+    pub state: u64,
+    pub sq: u64,
+    pub rq: u64,
+    pub swr: u32,
+    pub rwr: u32,
+    pub sstride: u64,
+    pub rstride: u64,
+    /// UAR page the driver rings this QP's doorbell on.
+    pub page: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct TestMr {
+    pub handle: u32,
+    pub lkey: u32,
+    /// Virtual address of the first byte.
+    pub va: u64,
+    /// Device address of the first byte.
+    pub iova: u64,
+}
+
+pub struct Drv {
+    pub dev: Arc<SimDevice>,
+    pub dsr: u64,
+    pub cmd_slot: u64,
+    pub resp_slot: u64,
+    pub async_ring: DevRing,
+    pub cq_ring: DevRing,
+    cookie: u64,
+}
+
+impl Drv {
+    /// A device with a loaded, activated DSR whose device rings have 2 pages each.
+    pub fn new(cfg: SimConfig) -> Self {
+        let d = Self::load(SimDevice::new(cfg), 2);
+        d.dev.reg_write(REG_CTL, DeviceCtl::Activate as u32);
+        assert_eq!(d.dev.reg_read(REG_ERR), 0);
+        d
+    }
+
+    /// Allocates and writes a DSR with `ring_pages` pages per device ring and loads it.
+    pub fn load(dev: Arc<SimDevice>, ring_pages: u32) -> Self {
+        let mem = dev.mem();
+        let dsr = mem.alloc(PAGE).unwrap();
+        let cmd_slot = mem.alloc(PAGE).unwrap();
+        let resp_slot = mem.alloc(PAGE).unwrap();
+        let (async_info, async_ring) = Self::dev_ring(&dev, ring_pages, 8);
+        let (cq_info, cq_ring) = Self::dev_ring(&dev, ring_pages, 4);
+        let mut d = Dsr::new_zeroed();
+        d.driver_version = U32::new(17);
+        d.cmd_slot_dma = U64::new(cmd_slot);
+        d.resp_slot_dma = U64::new(resp_slot);
+        d.async_ring_pages = async_info;
+        d.cq_ring_pages = cq_info;
+        d.uar_pfn = U64::new(UAR_BASE_PFN);
+        mem.write(dsr, d.as_bytes()).unwrap();
+        dev.reg_write(REG_DSRLOW, dsr as u32);
+        dev.reg_write(REG_DSRHIGH, (dsr >> 32) as u32);
+        Self { dev, dsr, cmd_slot, resp_slot, async_ring, cq_ring, cookie: 0x1000 }
+    }
+
+    fn dev_ring(dev: &SimDevice, pages: u32, size: u64) -> (RingPageInfo, DevRing) {
+        let base = dev.mem().alloc(u64::from(pages) * PAGE).unwrap();
+        let list: Vec<u64> = (0..u64::from(pages)).map(|i| base + i * PAGE).collect();
+        let dir = build_pdir(dev, &list);
+        let info = RingPageInfo {
+            num_pages: U32::new(pages),
+            reserved: U32::ZERO,
+            pdir_dma: U64::new(dir),
+        };
+        let elems = ((u64::from(pages) - 1) * PAGE / size) as u32;
+        (info, DevRing { state: base, entries: base + PAGE, elems, size })
+    }
+
+    /// Posts `req` and returns its response and the `err` byte, checking ack, cookie, one
+    /// vector-0 interrupt, and ERR = -err.
+    pub fn post<C: CmdRequest>(&mut self, mut req: C) -> (C::Response, u8) {
+        self.cookie += 1;
+        let cookie = self.cookie;
+        req.hdr_mut().response = U64::new(cookie);
+        req.hdr_mut().cmd = U32::new(C::OPCODE);
+        let (resp, hdr) = self.post_raw(req.as_bytes(), core::mem::size_of::<C::Response>());
+        assert_eq!(hdr.ack.get(), ack_for(C::OPCODE), "ack of opcode {}", C::OPCODE);
+        assert_eq!(hdr.response.get(), cookie, "cookie of opcode {}", C::OPCODE);
+        let resp = C::Response::read_from_bytes(&resp).unwrap();
+        (resp, hdr.err)
+    }
+
+    /// Posts `req` and returns its response, asserting success.
+    pub fn ok<C: CmdRequest>(&mut self, req: C) -> C::Response {
+        let (resp, err) = self.post(req);
+        assert_eq!(err, 0, "opcode {} failed", C::OPCODE);
+        resp
+    }
+
+    /// Posts `req` and returns the errno it failed with.
+    pub fn err<C: CmdRequest>(&mut self, req: C) -> u8 {
+        self.post(req).1
+    }
+
+    /// Writes raw bytes to the command slot, rings REQUEST, and returns `len` response bytes and
+    /// the response header.
+    pub fn post_raw(&mut self, bytes: &[u8], len: usize) -> (Vec<u8>, RespHdr) {
+        let mem = self.dev.mem();
+        mem.zero(self.resp_slot, 64).unwrap();
+        mem.write(self.cmd_slot, bytes).unwrap();
+        let before = self.dev.vectors().raised(0);
+        self.dev.reg_write(REG_REQUEST, 0);
+        assert_eq!(self.dev.vectors().raised(0), before + 1, "one command interrupt");
+        assert_eq!(self.dev.vectors().wait(0, WAIT), 1);
+        let mut resp = vec![0u8; len.max(16)];
+        mem.read(self.resp_slot, &mut resp).unwrap();
+        let hdr = RespHdr::read_from_prefix(&resp).unwrap().0;
+        let expect_err = if hdr.err == 0 { 0 } else { (-i32::from(hdr.err)) as u32 };
+        assert_eq!(self.dev.reg_read(REG_ERR), expect_err);
+        (resp, hdr)
+    }
+
+    pub fn bind_gid(&mut self, index: u32, gid: Gid) {
+        self.ok(CreateBind { index: U32::new(index), new_gid: gid, ..Default::default() });
+    }
+
+    pub fn create_uc(&mut self, page: u32) -> u32 {
+        let pfn = (UAR_BASE_PFN + u64::from(page)) as u32;
+        self.ok(CreateUc { pfn: U32::new(pfn), ..Default::default() }).ctx_handle.get()
+    }
+
+    pub fn create_pd(&mut self, ctx: u32) -> u32 {
+        self.ok(CreatePd { ctx_handle: U32::new(ctx), ..Default::default() }).pd_handle.get()
+    }
+
+    /// A CQ request for `cqe` entries over freshly allocated pages (not posted).
+    pub fn cq_request(&self, ctx: u32, cqe: u32) -> (CreateCq, DevRing) {
+        let pages = 1 + (u64::from(cqe) * 64).div_ceil(PAGE);
+        let base = self.dev.mem().alloc(pages * PAGE).unwrap();
+        let list: Vec<u64> = (0..pages).map(|i| base + i * PAGE).collect();
+        let req = CreateCq {
+            pdir_dma: U64::new(build_pdir(&self.dev, &list)),
+            ctx_handle: U32::new(ctx),
+            cqe: U32::new(cqe),
+            nchunks: U32::new(pages as u32),
+            ..Default::default()
+        };
+        (req, DevRing { state: base, entries: base + PAGE, elems: cqe, size: 64 })
+    }
+
+    pub fn create_cq(&mut self, ctx: u32, cqe: u32) -> TestCq {
+        let (req, ring) = self.cq_request(ctx, cqe);
+        let resp = self.ok(req);
+        assert_eq!(resp.cqe.get(), cqe);
+        TestCq { handle: resp.cq_handle.get(), ring }
+    }
+
+    /// A QP request (RC, `wr` entries each way, `sge` SGEs each) over fresh pages (not posted).
+    pub fn qp_request(&self, pd: u32, scq: u32, rcq: u32, wr: u32, sge: u32) -> (CreateQp, TestQp) {
+        let (sstride, rstride) = (u64::from(sq_wqe_stride(sge)), u64::from(rq_wqe_stride(sge)));
+        let sp = (u64::from(wr) * sstride).div_ceil(PAGE);
+        let rp = (u64::from(wr) * rstride).div_ceil(PAGE);
+        let total = 1 + sp + rp;
+        let base = self.dev.mem().alloc(total * PAGE).unwrap();
+        let list: Vec<u64> = (0..total).map(|i| base + i * PAGE).collect();
+        let req = CreateQp {
+            pdir_dma: U64::new(build_pdir(&self.dev, &list)),
+            pd_handle: U32::new(pd),
+            send_cq_handle: U32::new(scq),
+            recv_cq_handle: U32::new(rcq),
+            max_send_wr: U32::new(wr),
+            max_recv_wr: U32::new(wr),
+            max_send_sge: U32::new(sge),
+            max_recv_sge: U32::new(sge),
+            total_chunks: U16::new(total as u16),
+            send_chunks: U16::new(sp as u16),
+            qp_type: qp_type::RC,
+            ..Default::default()
+        };
+        let qp = TestQp {
+            qpn: 0,
+            state: base,
+            sq: base + PAGE,
+            rq: base + (1 + sp) * PAGE,
+            swr: wr,
+            rwr: wr,
+            sstride,
+            rstride,
+            page: 0,
+        };
+        (req, qp)
+    }
+
+    pub fn create_qp(&mut self, pd: u32, scq: u32, rcq: u32, wr: u32) -> TestQp {
+        let (req, mut qp) = self.qp_request(pd, scq, rcq, wr, 2);
+        let resp = self.ok(req);
+        qp.qpn = resp.qpn.get();
+        assert!(qp.qpn >= 2);
+        qp
+    }
+
+    pub fn modify(&mut self, qpn: u32, mask: u32, attrs: QpAttr) -> u8 {
+        self.err(ModifyQp {
+            qp_handle: U32::new(qpn),
+            attr_mask: U32::new(mask),
+            attrs,
+            ..Default::default()
+        })
+    }
+
+    /// RESET -> INIT -> RTR -> RTS towards `dest`, with GID index 0 both ways.
+    pub fn connect(&mut self, qp: u32, dest: u32) {
+        let mut a = QpAttr::new_zeroed();
+        a.qp_state = U32::new(qp_state::INIT);
+        a.port_num = 1;
+        assert_eq!(self.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
+        a.qp_state = U32::new(qp_state::RTR);
+        a.dest_qp_num = U32::new(dest);
+        a.path_mtu = U32::new(3);
+        a.ah_attr.grh.dgid = GID0;
+        a.ah_attr.grh.sgid_index = 0;
+        let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN;
+        assert_eq!(self.modify(qp, mask, a), 0);
+        a.qp_state = U32::new(qp_state::RTS);
+        assert_eq!(self.modify(qp, m::STATE | m::SQ_PSN, a), 0);
+    }
+
+    /// An MR of `len` bytes whose first byte is at virtual address `va` (any alignment).
+    pub fn create_mr(&mut self, pd: u32, va: u64, len: u64, access: u32) -> TestMr {
+        let off = va % PAGE;
+        let pages = (off + len).div_ceil(PAGE);
+        let base = self.dev.mem().alloc(pages * PAGE).unwrap();
+        let list: Vec<u64> = (0..pages).map(|i| base + i * PAGE).collect();
+        let resp = self.ok(CreateMr {
+            start: U64::new(va),
+            length: U64::new(len),
+            pdir_dma: U64::new(build_pdir(&self.dev, &list)),
+            pd_handle: U32::new(pd),
+            access_flags: U32::new(access),
+            nchunks: U32::new(pages as u32),
+            ..Default::default()
+        });
+        assert_ne!(resp.lkey.get(), resp.rkey.get());
+        TestMr { handle: resp.mr_handle.get(), lkey: resp.lkey.get(), va, iova: base + off }
+    }
+
+    /// Writes a send WQE at the SQ's producer slot and publishes it (no doorbell).
+    pub fn post_send_wqe(
+        &self,
+        qp: &TestQp,
+        wr_id: u64,
+        op: u32,
+        flags: u32,
+        imm: u32,
+        sges: &[Sge],
+    ) {
+        let mem = self.dev.mem();
+        let prod = mem.load_u32(qp.state).unwrap();
+        let slot = idx_slot(prod, qp.swr).expect("SQ index");
+        let hdr = SqWqeHdr {
+            wr_id: U64::new(wr_id),
+            num_sge: U32::new(sges.len() as u32),
+            opcode: U32::new(op),
+            send_flags: U32::new(flags),
+            ex: Be32::new(imm),
+            ..Default::default()
+        };
+        let at = qp.sq + u64::from(slot) * qp.sstride;
+        mem.write(at, hdr.as_bytes()).unwrap();
+        mem.write(at + 80, sges.as_bytes()).unwrap();
+        mem.store_u32(qp.state, idx_inc(prod, qp.swr)).unwrap();
+    }
+
+    /// Posts a signaled SEND and rings the SQ doorbell.
+    pub fn send(&self, qp: &TestQp, wr_id: u64, flags: u32, sges: &[Sge]) {
+        self.post_send_wqe(qp, wr_id, wr_opcode::SEND, flags | send_flags::SIGNALED, 0, sges);
+        self.qp_doorbell(qp, UAR_QP_SEND);
+    }
+
+    /// Writes a receive WQE and rings the RQ doorbell.
+    pub fn recv(&self, qp: &TestQp, wr_id: u64, sges: &[Sge]) {
+        let mem = self.dev.mem();
+        let prod = mem.load_u32(qp.state + 8).unwrap();
+        let slot = idx_slot(prod, qp.rwr).expect("RQ index");
+        let hdr = RqWqeHdr {
+            wr_id: U64::new(wr_id),
+            num_sge: U32::new(sges.len() as u32),
+            total_len: U32::ZERO,
+        };
+        let at = qp.rq + u64::from(slot) * qp.rstride;
+        mem.write(at, hdr.as_bytes()).unwrap();
+        mem.write(at + 16, sges.as_bytes()).unwrap();
+        mem.store_u32(qp.state + 8, idx_inc(prod, qp.rwr)).unwrap();
+        self.qp_doorbell(qp, UAR_QP_RECV);
+    }
+
+    pub fn qp_doorbell(&self, qp: &TestQp, bits: u32) {
+        self.dev.uar_write(u64::from(qp.page) * PAGE + u64::from(UAR_QP_OFFSET), bits | qp.qpn);
+    }
+
+    /// Rings the CQ doorbell of `cq` with `bits` on UAR page `page`.
+    pub fn cq_doorbell(&self, page: u32, cq: u32, bits: u32) {
+        self.dev.uar_write(u64::from(page) * PAGE + u64::from(UAR_CQ_OFFSET), bits | cq);
+    }
+
+    /// Takes the next CQE, if any.
+    pub fn poll(&self, cq: &TestCq) -> Option<Cqe> {
+        let raw = self.take(&cq.ring)?;
+        Some(Cqe::read_from_bytes(&raw).unwrap())
+    }
+
+    /// Waits for `n` CQEs (bounded).
+    pub fn wait_cqes(&self, cq: &TestCq, n: usize) -> Vec<Cqe> {
+        let deadline = Instant::now() + WAIT;
+        let mut out = Vec::new();
+        while out.len() < n && Instant::now() < deadline {
+            match self.poll(cq) {
+                Some(c) => out.push(c),
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+        out
+    }
+
+    /// Drains the CQ-notification ring.
+    pub fn notifications(&self) -> Vec<u32> {
+        std::iter::from_fn(|| self.take(&self.cq_ring))
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    /// Drains the async-event ring.
+    pub fn async_events(&self) -> Vec<(u32, u32)> {
+        std::iter::from_fn(|| self.take(&self.async_ring))
+            .map(|b| Eqe::read_from_bytes(&b).unwrap())
+            .map(|e| (e.type_.get(), e.info.get()))
+            .collect()
+    }
+
+    /// Consumes one entry of a device-produced ring.
+    fn take(&self, r: &DevRing) -> Option<Vec<u8>> {
+        let mem = self.dev.mem();
+        let prod = mem.load_u32(r.state + 8).unwrap();
+        let cons = mem.load_u32(r.state + 12).unwrap();
+        if prod == cons {
+            return None;
+        }
+        let slot = idx_slot(cons, r.elems).unwrap();
+        let mut raw = vec![0u8; r.size as usize];
+        mem.read(r.entries + u64::from(slot) * r.size, &mut raw).unwrap();
+        mem.store_u32(r.state + 12, idx_inc(cons, r.elems)).unwrap();
+        Some(raw)
+    }
+
+    /// Entries queued in `cq` without consuming them.
+    pub fn queued(&self, r: &DevRing) -> u32 {
+        let mem = self.dev.mem();
+        let prod = mem.load_u32(r.state + 8).unwrap();
+        let cons = mem.load_u32(r.state + 12).unwrap();
+        pvrdma_abi::ring::ring_count(prod, cons, r.elems).unwrap()
+    }
+
+    /// Takes every pending interrupt of `vector` without waiting.
+    pub fn irqs(&self, vector: u16) -> u32 {
+        self.dev.vectors().wait(vector, Duration::ZERO)
+    }
+
+    /// Waits until the port has nothing in flight.
+    pub fn settle(&self) {
+        assert!(self.dev.wait_port_idle(WAIT), "port did not go idle");
+    }
+}
+
+/// Builds a page directory (directory page plus table pages) listing `pages`.
+pub fn build_pdir(dev: &SimDevice, pages: &[u64]) -> u64 {
+    let mem = dev.mem();
+    let dir = mem.alloc(PAGE).unwrap();
+    for (t, chunk) in pages.chunks(512).enumerate() {
+        let table = mem.alloc(PAGE).unwrap();
+        mem.write(dir + 8 * t as u64, &table.to_le_bytes()).unwrap();
+        for (i, p) in chunk.iter().enumerate() {
+            mem.write(table + 8 * i as u64, &p.to_le_bytes()).unwrap();
+        }
+    }
+    dir
+}
+
+/// An SGE.
+pub fn sge(addr: u64, length: u32, lkey: u32) -> Sge {
+    Sge { addr: U64::new(addr), length: U32::new(length), lkey: U32::new(lkey) }
+}
+
+/// Two connected RC QPs on one PD, each with its own CQ (used for both its queues), plus a
+/// send MR and a receive MR.
+pub struct Pair {
+    pub d: Drv,
+    pub pd: u32,
+    pub cq_a: TestCq,
+    pub cq_b: TestCq,
+    pub a: TestQp,
+    pub b: TestQp,
+    pub src: TestMr,
+    pub dst: TestMr,
+}
+
+impl Pair {
+    pub fn new(cfg: SimConfig, cqe: u32) -> Self {
+        let mut d = Drv::new(cfg);
+        d.bind_gid(0, GID0);
+        let pd = d.create_pd(0);
+        let cq_a = d.create_cq(0, cqe);
+        let cq_b = d.create_cq(0, cqe);
+        let a = d.create_qp(pd, cq_a.handle, cq_a.handle, 16);
+        let b = d.create_qp(pd, cq_b.handle, cq_b.handle, 16);
+        d.connect(a.qpn, b.qpn);
+        d.connect(b.qpn, a.qpn);
+        let src = d.create_mr(pd, 0x7000_0000_0123, 3 * PAGE, 0);
+        let dst =
+            d.create_mr(pd, 0x7100_0000_0456, 3 * PAGE, pvrdma_abi::verbs::access::LOCAL_WRITE);
+        Self { d, pd, cq_a, cq_b, a, b, src, dst }
+    }
+
+    /// Sends `msg` from A (placed at offset `off` of the send MR) into B's receive MR at `off`.
+    pub fn send_msg(&self, wr_id: u64, flags: u32, msg: &[u8], off: u64) {
+        let d = &self.d;
+        d.dev.mem().write(self.src.iova + off, msg).unwrap();
+        d.send(&self.a, wr_id, flags, &[sge(self.src.va + off, msg.len() as u32, self.src.lkey)]);
+    }
+
+    /// Posts a receive of up to `len` bytes at `off` of B's receive MR.
+    pub fn post_recv(&self, wr_id: u64, off: u64, len: u32) {
+        self.d.recv(&self.b, wr_id, &[sge(self.dst.va + off, len, self.dst.lkey)]);
+    }
+}

@@ -1,0 +1,108 @@
+//! Shared set-up for the end-to-end tests against the in-process model: open a device, connect
+//! two RC QPs, post and poll with bounded waits.
+
+
+use hca::{
+    CompChannel, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc,
+    WrOpcode,
+};
+use pvrdma_abi::verbs::access;
+use std::time::{Duration, Instant};
+
+/// Bound on anything the model should do at once.
+pub const WAIT: Duration = Duration::from_secs(5);
+/// Longer than the driver's ring-service interval: after this, an event that was going to be
+/// delivered has been.
+pub const SETTLE: Duration = Duration::from_millis(200);
+
+/// Opens a model with the default (IBTA) profile.
+pub fn open() -> Device {
+    open_with(pvrdma_sim::SimConfig::default())
+}
+
+/// Opens a model configured by `cfg`.
+pub fn open_with(cfg: pvrdma_sim::SimConfig) -> Device {
+    let (dev, _sim) = Device::open_sim(cfg).expect("probe of the model");
+    dev
+}
+
+/// Polls `cq` until `n` completions arrived or [`WAIT`] passed.
+pub fn poll_n(cq: &Cq, n: usize) -> Vec<Wc> {
+    let deadline = Instant::now() + WAIT;
+    let mut out = Vec::new();
+    let mut buf = [Wc::default(); 16];
+    while out.len() < n && Instant::now() < deadline {
+        let k = cq.poll(&mut buf).expect("poll");
+        out.extend_from_slice(&buf[..k]);
+        if k == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert_eq!(out.len(), n, "completions on CQ {}", cq.handle());
+    out
+}
+
+/// Two connected RC QPs (loopback through the device's one port), each with its own MR.
+pub struct Pair {
+    pub a: Qp,
+    pub b: Qp,
+    pub mr_a: Mr,
+    pub mr_b: Mr,
+}
+
+/// QP sizes used by the tests.
+pub fn cap() -> QpCap {
+    QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2 }
+}
+
+/// Creates an RC QP on `pd` over the given CQs.
+pub fn rc_qp(pd: &Pd, scq: &Cq, rcq: &Cq) -> Qp {
+    let attr =
+        QpInitAttr { send_cq: scq, recv_cq: rcq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false };
+    pd.create_qp(&attr).expect("create_qp")
+}
+
+/// Brings `q` to RTS towards `remote`.
+pub fn connect(q: &Qp, remote: u32, gid: [u8; 16]) {
+    q.modify_to_init(1, access::LOCAL_WRITE | access::REMOTE_WRITE).expect("INIT");
+    q.modify_to_rtr(remote, gid, 0, 1024).expect("RTR");
+    q.modify_to_rts(0).expect("RTS");
+}
+
+/// Two QPs connected to each other: `a` completes into `scq_a`/`rcq_a`, `b` into `scq_b`/`rcq_b`.
+pub fn pair(dev: &Device, pd: &Pd, a_cqs: (&Cq, &Cq), b_cqs: (&Cq, &Cq)) -> Pair {
+    let a = rc_qp(pd, a_cqs.0, a_cqs.1);
+    let b = rc_qp(pd, b_cqs.0, b_cqs.1);
+    let gid = dev.gid();
+    connect(&a, b.qpn(), gid);
+    connect(&b, a.qpn(), gid);
+    let mr_a = pd.reg_mr(8192, access::LOCAL_WRITE).expect("reg_mr");
+    let mr_b = pd.reg_mr(8192, access::LOCAL_WRITE).expect("reg_mr");
+    Pair { a, b, mr_a, mr_b }
+}
+
+impl Pair {
+    /// Posts a receive of `len` bytes at `off` of `mr_b` on `b`.
+    pub fn recv_b(&self, wr_id: u64, off: u64, len: u32) {
+        let sge = [Sge { addr: self.mr_b.addr() + off, length: len, lkey: self.mr_b.lkey() }];
+        self.b.post_recv(&RecvWr { wr_id, sg_list: &sge }).expect("post_recv");
+    }
+
+    /// Sends `data` (written at `off` of `mr_a`) from `a`.
+    pub fn send_a(&self, wr_id: u64, off: usize, data: &[u8], opcode: WrOpcode, solicited: bool) {
+        self.mr_a.write(off, data).expect("mr write");
+        let sge = [Sge {
+            addr: self.mr_a.addr() + off as u64,
+            length: data.len() as u32,
+            lkey: self.mr_a.lkey(),
+        }];
+        let wr = SendWr { wr_id, sg_list: &sge, opcode, signaled: true, solicited };
+        self.a.post_send(&wr).expect("post_send");
+    }
+}
+
+/// Waits [`SETTLE`] and asserts `ch` has no event.
+pub fn assert_no_event(ch: &CompChannel) {
+    std::thread::sleep(SETTLE);
+    assert_eq!(ch.try_get_cq_event(), None, "unexpected completion event");
+}

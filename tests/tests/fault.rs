@@ -1,0 +1,106 @@
+//! The driver against a failing device: fatal events, surprise removal, hostile CQEs.
+
+
+
+use tests::fixture::*;
+use hca::{AsyncEvent, Device, Error, NotifyFlags, ProbeOptions, Wc, WcStatus};
+use pvrdma_abi::wqe::{wc_opcode, Cqe};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn short_timeouts() -> ProbeOptions {
+    ProbeOptions { cmd_timeout: Duration::from_millis(300), ..Default::default() }
+}
+
+#[test]
+fn device_fatal_wakes_waiters_and_fails_every_verb() {
+    let (dev, sim) = Device::open_sim_with(Default::default(), short_timeouts()).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    dev.set_async_event_handler(move |e| sink.lock().unwrap().push(e));
+    let ch = dev.create_comp_channel();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8, Some(&ch)).unwrap();
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    let waiter = {
+        let ch = ch.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            (ch.get_cq_event(Duration::from_secs(20)), t.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    sim.device().inject_fatal();
+    let (got, waited) = waiter.join().unwrap();
+    assert_eq!(got, Err(Error::DeviceFatal));
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(dev.is_fatal());
+    assert_eq!(seen.lock().unwrap().as_slice(), &[AsyncEvent::DeviceFatal]);
+    let mut wc = [Wc::default(); 2];
+    assert_eq!(cq.poll(&mut wc), Err(Error::DeviceFatal));
+    assert_eq!(cq.req_notify(NotifyFlags::NEXT_COMPLETION), Err(Error::DeviceFatal));
+    assert!(matches!(dev.alloc_pd(), Err(Error::DeviceFatal)));
+    assert!(matches!(pd.reg_mr(4096, 0), Err(Error::DeviceFatal)));
+    // Teardown of objects on a fatal device logs, never hangs.
+    let t = Instant::now();
+    drop((cq, pd, dev));
+    assert!(t.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn surprise_removal_is_found_by_the_health_check() {
+    let (dev, sim) = Device::open_sim_with(Default::default(), short_timeouts()).unwrap();
+    let ch = dev.create_comp_channel();
+    sim.device().set_dead(true);
+    assert_eq!(ch.get_cq_event(WAIT), Err(Error::DeviceFatal));
+    assert!(dev.is_fatal());
+    assert!(matches!(dev.query_port(1), Err(Error::DeviceFatal)));
+}
+
+#[test]
+fn probe_of_a_dead_device_fails() {
+    let sim = hca::platform::sim::SimPlatform::new(Default::default());
+    sim.device().set_dead(true);
+    assert!(matches!(Device::probe(Arc::new(sim)), Err(Error::DeviceFatal)));
+}
+
+#[test]
+fn hostile_cqes_become_error_completions() {
+    let (dev, sim) = Device::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8, None).unwrap();
+    let qp = rc_qp(&pd, &cq, &cq);
+    let mut forged = Cqe::default();
+    forged.wr_id.set(7);
+    forged.qp.set(u64::from(qp.qpn()) + 1000); // not a QP on this CQ
+    forged.opcode.set(wc_opcode::SEND);
+    assert!(sim.device().post_cqe(cq.handle(), &forged, false));
+    forged.qp.set(u64::from(qp.qpn()));
+    forged.opcode.set(0x4242); // unknown opcode
+    assert!(sim.device().post_cqe(cq.handle(), &forged, false));
+    forged.opcode.set(wc_opcode::SEND);
+    assert!(sim.device().post_cqe(cq.handle(), &forged, false));
+    let wcs = poll_n(&cq, 3);
+    assert_eq!((wcs[0].status, wcs[0].qp_num), (WcStatus::GeneralErr, 0));
+    assert_eq!(wcs[1].status, WcStatus::GeneralErr);
+    assert_eq!((wcs[2].status, wcs[2].qp_num, wcs[2].wr_id), (WcStatus::Success, qp.qpn(), 7));
+}
+
+#[test]
+fn destroying_a_qp_removes_its_queued_cqes() {
+    let (dev, sim) = Device::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8, None).unwrap();
+    let (q1, q2) = (rc_qp(&pd, &cq, &cq), rc_qp(&pd, &cq, &cq));
+    for (wr_id, qp) in [(1u64, &q1), (2, &q2), (3, &q1), (4, &q2)] {
+        let mut c = Cqe::default();
+        c.wr_id.set(wr_id);
+        c.qp.set(u64::from(qp.qpn()));
+        c.opcode.set(wc_opcode::SEND);
+        assert!(sim.device().post_cqe(cq.handle(), &c, false));
+    }
+    drop(q1);
+    let wcs = poll_n(&cq, 2);
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![2, 4]);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+}

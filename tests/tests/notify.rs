@@ -1,0 +1,151 @@
+//! Completion events: one event per arm whatever the device writes, the kernel arm of a user CQ,
+//! missed-event reporting, solicited arming, and QEMU 7.2's profile.
+
+
+
+use tests::fixture::*;
+use hca::{Error, NotifyFlags, WrOpcode};
+use pvrdma_sim::{Profile, SimConfig};
+
+#[test]
+fn one_arm_one_event_no_arm_no_event() {
+    let dev = open();
+    let ch = dev.create_comp_channel();
+    let pd = dev.alloc_pd().unwrap();
+    let scq = dev.create_cq(32, None).unwrap();
+    let rcq = dev.create_cq(32, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&scq, &rcq), (&scq, &rcq));
+    // No arm: CQEs arrive, no event.
+    p.recv_b(1, 0, 64);
+    p.send_a(1, 0, b"x", WrOpcode::Send, false);
+    poll_n(&rcq, 1);
+    assert_no_event(&ch);
+    // One arm, five CQEs: exactly one event.
+    assert!(!rcq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap());
+    for i in 0..5 {
+        p.recv_b(10 + i, 0, 64);
+        p.send_a(10 + i, 0, b"y", WrOpcode::Send, false);
+    }
+    assert_eq!(ch.get_cq_event(WAIT), Ok(rcq.handle()));
+    poll_n(&rcq, 5);
+    assert_no_event(&ch);
+    assert_eq!((rcq.events(), rcq.unacked_events()), (1, 1));
+    rcq.ack_events(1);
+    assert_eq!(rcq.unacked_events(), 0);
+    // Re-arm, then poll once more: a CQE queued before the arm is reported, not lost.
+    p.recv_b(20, 0, 64);
+    p.send_a(20, 0, b"z", WrOpcode::Send, false);
+    poll_n(&scq, 7);
+    std::thread::sleep(SETTLE);
+    let missed = rcq.req_notify(NotifyFlags::NEXT_COMPLETION | NotifyFlags::REPORT_MISSED_EVENTS);
+    assert_eq!(missed, Ok(true));
+    poll_n(&rcq, 1);
+    assert_eq!(rcq.req_notify(NotifyFlags::NEXT_COMPLETION | NotifyFlags::REPORT_MISSED_EVENTS), Ok(false));
+    assert!(dev.stats().interrupts[2] >= 1, "{:?}", dev.stats());
+}
+
+#[test]
+fn solicited_arm_ignores_unsolicited_sends() {
+    let dev = open();
+    let ch = dev.create_comp_channel();
+    let pd = dev.alloc_pd().unwrap();
+    let scq = dev.create_cq(32, None).unwrap();
+    let rcq = dev.create_cq(32, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&scq, &rcq), (&scq, &rcq));
+    rcq.req_notify(NotifyFlags::SOLICITED).unwrap();
+    p.recv_b(1, 0, 64);
+    p.send_a(1, 0, b"plain", WrOpcode::Send, false);
+    poll_n(&rcq, 1);
+    assert_no_event(&ch);
+    p.recv_b(2, 0, 64);
+    p.send_a(2, 0, b"urgent", WrOpcode::Send, true);
+    assert_eq!(ch.get_cq_event(WAIT), Ok(rcq.handle()));
+    poll_n(&rcq, 1);
+    rcq.ack_events(1);
+}
+
+#[test]
+fn user_cq_armed_through_the_kernel_page_gets_its_event() {
+    let dev = open();
+    let ch = dev.create_comp_channel();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    cq.kernel_arm_doorbell().arm_next();
+    p.recv_b(1, 0, 64);
+    p.send_a(1, 0, b"k", WrOpcode::Send, false);
+    assert_eq!(ch.get_cq_event(WAIT), Ok(cq.handle()));
+    poll_n(&cq, 2);
+    // And through its own context page, as user space arms it.
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    p.recv_b(2, 0, 64);
+    p.send_a(2, 0, b"u", WrOpcode::Send, false);
+    assert_eq!(ch.get_cq_event(WAIT), Ok(cq.handle()));
+    poll_n(&cq, 2);
+    assert_no_event(&ch);
+    cq.ack_events(2);
+}
+
+#[test]
+fn qemu72_profile_one_event_per_arm_despite_an_entry_per_cqe() {
+    let dev = open_with(SimConfig { profile: Profile::Qemu72, ..Default::default() });
+    let ch = dev.create_comp_channel();
+    let pd = dev.alloc_pd().unwrap();
+    let scq = dev.create_cq(32, None).unwrap();
+    let rcq = dev.create_cq(32, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&scq, &rcq), (&scq, &rcq));
+    assert!(matches!(rcq.req_notify(NotifyFlags::SOLICITED), Err(Error::Unsupported(_))));
+    rcq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    for i in 0..4 {
+        p.recv_b(i, 0, 64);
+        p.send_a(i, 0, b"q", WrOpcode::Send, false);
+    }
+    assert_eq!(ch.get_cq_event(WAIT), Ok(rcq.handle()));
+    poll_n(&rcq, 4);
+    poll_n(&scq, 4);
+    assert_no_event(&ch);
+    assert!(dev.stats().spurious_cq_notifications > 0, "{:?}", dev.stats());
+    rcq.ack_events(1);
+}
+
+#[test]
+fn a_context_page_cannot_arm_another_owners_cq() {
+    let (dev, sim) = hca::Device::open_sim(SimConfig::default()).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let kcq = dev.create_cq(8, None).unwrap();
+    let before = sim.device().stats().refused_doorbells;
+    ctx.doorbells().cq(kcq.handle(), pvrdma_abi::uar::UAR_CQ_ARM);
+    assert_eq!(kcq.armed(), None, "the driver must not believe a refused arm");
+    assert_eq!(sim.device().stats().refused_doorbells, before + 1);
+    // The kernel page arms it.
+    kcq.kernel_arm_doorbell().arm_next();
+    assert_eq!(kcq.armed(), Some(hca::ArmKind::Next));
+}
+
+#[test]
+fn cq_overflow_is_overrun_after_the_queued_cqes() {
+    let dev = open();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    dev.set_async_event_handler(move |e| sink.lock().unwrap().push(e));
+    let pd = dev.alloc_pd().unwrap();
+    let scq = dev.create_cq(1, None).unwrap();
+    let rcq = dev.create_cq(32, None).unwrap();
+    let p = pair(&dev, &pd, (&scq, &rcq), (&scq, &rcq));
+    for i in 0..3 {
+        p.recv_b(i, 0, 64);
+        p.send_a(i, 0, b"o", WrOpcode::Send, false);
+    }
+    poll_n(&rcq, 3);
+    let deadline = std::time::Instant::now() + WAIT;
+    while dev.stats().async_events == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut wc = [hca::Wc::default(); 4];
+    assert_eq!(scq.poll(&mut wc), Ok(1));
+    assert_eq!(scq.poll(&mut wc), Err(Error::CqOverrun));
+    assert_eq!(events.lock().unwrap().as_slice(), &[hca::AsyncEvent::CqErr { cq: scq.handle() }]);
+    // The other CQ is unaffected.
+    assert_eq!(rcq.poll(&mut wc), Ok(0));
+}

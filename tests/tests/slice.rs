@@ -1,0 +1,101 @@
+//! The first slice's conformance checks, each through every layer (verbs -> driver -> platform ->
+//! model): interrupts only for armed CQs, the kernel's arm of a user CQ and the refusal of a foreign
+//! context's doorbell, and a command with a DMA address outside guest memory.
+
+use hca::{Device, Error, NotifyFlags, WrOpcode};
+use pvrdma_abi::cmd::{CreateCq, CreateMr};
+use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
+use pvrdma_sim::SimConfig;
+use tests::fixture::*;
+
+/// Vector 2 as the device raised it and as the driver counted it.
+fn cq_interrupts(dev: &Device, sim: &hca::platform::sim::SimPlatform) -> (u64, u64) {
+    (sim.device().vectors().raised(2), dev.stats().interrupts[2])
+}
+
+#[test]
+fn an_unarmed_cq_raises_no_interrupt_and_one_arm_gives_one_event() {
+    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let ch = dev.create_comp_channel();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+
+    p.recv_b(1, 0, 64);
+    p.send_a(1, 0, b"unarmed", WrOpcode::Send, false);
+    poll_n(&cq, 2); // both CQEs have reached the ring: only now can "no interrupt" be asserted
+    assert_no_event(&ch);
+    assert_eq!(cq_interrupts(&dev, &sim), (0, 0), "an unarmed CQ raised an interrupt");
+
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap(); // a repeated arm is harmless
+    for i in 0..8 {
+        p.recv_b(10 + i, 0, 64);
+        p.send_a(10 + i, 0, b"armed", WrOpcode::Send, false);
+    }
+    assert_eq!(ch.get_cq_event(WAIT), Ok(cq.handle()));
+    poll_n(&cq, 16);
+    assert_no_event(&ch);
+    assert_eq!(cq_interrupts(&dev, &sim), (1, 1), "one arm, sixteen CQEs: one interrupt");
+    assert_eq!(dev.stats().cq_events, 1);
+    cq.ack_events(1);
+}
+
+#[test]
+fn the_kernel_arms_a_user_cq_and_another_context_cannot() {
+    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let ch = dev.create_comp_channel();
+    let owner = dev.alloc_ucontext().unwrap();
+    let other = dev.alloc_ucontext().unwrap();
+    let pd = owner.alloc_pd().unwrap();
+    let cq = owner.create_cq(16, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+
+    // Another context's page: refused by the device and counted; no event follows.
+    let refused = sim.device().stats().refused_doorbells;
+    other.doorbells().cq(cq.handle(), UAR_CQ_ARM);
+    other.doorbells().cq(cq.handle(), UAR_CQ_ARM_SOL);
+    assert_eq!(sim.device().stats().refused_doorbells, refused + 2);
+    p.recv_b(1, 0, 64);
+    p.send_a(1, 0, b"foreign", WrOpcode::Send, false);
+    poll_n(&cq, 2);
+    assert_no_event(&ch);
+    assert_eq!(cq_interrupts(&dev, &sim), (0, 0));
+
+    // The kernel's arm doorbell for this user CQ (the one mthca never allocated).
+    cq.kernel_arm_doorbell().arm_next();
+    p.recv_b(2, 0, 64);
+    p.send_a(2, 0, b"kernel", WrOpcode::Send, false);
+    assert_eq!(ch.get_cq_event(WAIT), Ok(cq.handle()));
+    poll_n(&cq, 2);
+    cq.ack_events(1);
+    assert_eq!(sim.device().stats().refused_doorbells, refused + 2);
+}
+
+#[test]
+fn a_dma_address_outside_guest_memory_fails_the_command_and_the_next_succeeds() {
+    let (dev, _sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let bad = 0xdead_b000u64;
+    let cq = CreateCq { pdir_dma: bad.into(), cqe: 16.into(), nchunks: 2.into(), ..Default::default() };
+    let err = dev.post_command(cq).unwrap_err();
+    assert!(matches!(err, Error::Command(firmware_cmd::CmdError::Device { .. })), "{err:?}");
+
+    let pd = dev.alloc_pd().unwrap();
+    let mr = CreateMr {
+        start: bad.into(),
+        length: 4096u64.into(),
+        pdir_dma: (bad + 0x1000).into(),
+        pd_handle: pd.handle().into(),
+        nchunks: 1.into(),
+        ..Default::default()
+    };
+    assert!(matches!(dev.post_command(mr), Err(Error::Command(_))));
+
+    // The device keeps working: the next valid commands succeed and data still flows.
+    assert!(!dev.is_fatal());
+    let cq = dev.create_cq(8, None).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    p.recv_b(1, 0, 64);
+    p.send_a(1, 0, b"still alive", WrOpcode::Send, false);
+    poll_n(&cq, 2);
+}
