@@ -60,7 +60,7 @@ impl WorkQueue {
     /// [`Error::DeviceFatal`] if the device's consumer index is out of range.
     fn next_slot(&self, buf: &PagedBuf) -> Result<u64> {
         let cons = buf.data().load_u32(self.cons_at)?;
-        let used = ring_count(self.prod, cons, self.cnt).map_err(|()| {
+        let used = ring_count(self.prod, cons, self.cnt).ok_or_else(|| {
             tracing::error!(prod = self.prod, cons, "work queue index out of range");
             Error::DeviceFatal
         })?;

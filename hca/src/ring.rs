@@ -59,7 +59,7 @@ impl DevRing {
     /// size ahead of the consumer.
     pub fn pending(&self) -> Result<u32> {
         let prod = self.buf.data().load_u32(RX_PROD_TAIL)?;
-        ring_count(prod, self.cons, self.elems).map_err(|()| {
+        ring_count(prod, self.cons, self.elems).ok_or_else(|| {
             tracing::error!(prod, cons = self.cons, elems = self.elems, "ring index out of range");
             Error::DeviceFatal
         })

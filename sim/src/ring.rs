@@ -112,9 +112,9 @@ impl Producer {
             return Push::Fault;
         };
         match ring_count(self.prod, cons, n) {
-            Err(()) => return Push::Fault,
-            Ok(used) if used >= n => return Push::Full,
-            Ok(_) => {}
+            None => return Push::Fault,
+            Some(used) if used >= n => return Push::Full,
+            Some(_) => {}
         }
         let Some(addr) = idx_slot(self.prod, n).and_then(|s| self.entries.slot_addr(s)) else {
             return Push::Fault;
@@ -164,9 +164,9 @@ impl Consumer {
         let prod = mem.load_u32(self.prod_at).map_err(|_| RingFault)?;
         let cons = mem.load_u32(self.cons_at).map_err(|_| RingFault)?;
         match ring_count(prod, cons, n) {
-            Err(()) => Err(RingFault),
-            Ok(0) => Ok(None),
-            Ok(_) => {
+            None => Err(RingFault),
+            Some(0) => Ok(None),
+            Some(_) => {
                 let slot = idx_slot(cons, n).ok_or(RingFault)?;
                 let addr = self.entries.slot_addr(slot).ok_or(RingFault)?;
                 Ok(Some(Slot { idx: cons, addr }))

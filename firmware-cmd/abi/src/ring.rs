@@ -59,18 +59,14 @@ pub const fn idx_inc(idx: u32, max_elems: u32) -> u32 {
     idx.wrapping_add(1) & ((max_elems << 1) - 1)
 }
 
-/// Ring occupancy from a producer and a consumer index: `Ok(n)` entries queued, or `Err(())` if
-/// either index is out of range or the distance exceeds `max_elems`.
-pub fn ring_count(prod: u32, cons: u32, max_elems: u32) -> Result<u32, ()> {
+/// Ring occupancy from a producer and a consumer index: `Some(n)` entries queued, or `None` if
+/// either index is out of range or the distance exceeds `max_elems` (untrusted indices).
+pub fn ring_count(prod: u32, cons: u32, max_elems: u32) -> Option<u32> {
     if !max_elems.is_power_of_two() || !idx_valid(prod, max_elems) || !idx_valid(cons, max_elems) {
-        return Err(());
+        return None;
     }
     let n = prod.wrapping_sub(cons) & ((max_elems << 1) - 1);
-    if n > max_elems {
-        Err(())
-    } else {
-        Ok(n)
-    }
+    (n <= max_elems).then_some(n)
 }
 
 #[cfg(test)]
@@ -83,10 +79,10 @@ mod tests {
         assert_eq!(idx_inc(3, 4), 4);
         assert_eq!(idx_slot(5, 4), Some(1));
         assert_eq!(idx_slot(8, 4), None);
-        assert_eq!(ring_count(4, 0, 4), Ok(4));
-        assert_eq!(ring_count(0, 4, 4), Ok(4));
-        assert_eq!(ring_count(1, 6, 4), Ok(3));
-        assert_eq!(ring_count(9, 0, 4), Err(()));
-        assert_eq!(ring_count(1, 0, 3), Err(()));
+        assert_eq!(ring_count(4, 0, 4), Some(4));
+        assert_eq!(ring_count(0, 4, 4), Some(4));
+        assert_eq!(ring_count(1, 6, 4), Some(3));
+        assert_eq!(ring_count(9, 0, 4), None);
+        assert_eq!(ring_count(1, 0, 3), None);
     }
 }
