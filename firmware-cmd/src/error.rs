@@ -1,24 +1,25 @@
 //! Errors of the command channel and the table from device status to error.
 
+use pvrdma_abi::cmd::opcode::name;
 use thiserror::Error;
 
 /// A command's failure.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CmdError {
     /// The device ran the command and refused it.
-    #[error("command {opcode} failed on the device: {status}")]
+    #[error("command {} ({opcode}) failed on the device: {status}", name(*opcode))]
     Device { opcode: u32, status: DeviceStatus },
     /// No response within the timeout (the device may be dead: treat as catastrophic).
-    #[error("command {opcode} timed out after {timeout_ms} ms")]
+    #[error("command {} ({opcode}) timed out after {timeout_ms} ms", name(*opcode))]
     Timeout { opcode: u32, timeout_ms: u64 },
     /// A response arrived with the wrong `ack` (not the opcode with bit 31 set).
-    #[error("command {opcode}: wrong ack {got:#x}, expected {expected:#x}")]
+    #[error("command {} ({opcode}): wrong ack {got:#x}, expected {expected:#x}", name(*opcode))]
     WrongAck { opcode: u32, expected: u32, got: u32 },
     /// A response arrived for another request (cookie mismatch): a stale or forged response.
-    #[error("command {opcode}: response cookie {got:#x}, expected {expected:#x}")]
+    #[error("command {} ({opcode}): response cookie {got:#x}, expected {expected:#x}", name(*opcode))]
     WrongCookie { opcode: u32, expected: u64, got: u64 },
     /// The platform could not reach the command or response slot.
-    #[error("command {opcode}: transport fault: {what}")]
+    #[error("command {} ({opcode}): transport fault: {what}", name(*opcode))]
     Transport { opcode: u32, what: &'static str },
 }
 

@@ -35,6 +35,21 @@ pub mod opcode {
     pub const DESTROY_SRQ: u32 = 20;
     /// One past the last opcode.
     pub const MAX: u32 = 21;
+
+    /// The name of an opcode as `pvrdma_dev_api.h` spells it (without `PVRDMA_CMD_`).
+    pub const fn name(op: u32) -> &'static str {
+        const NAMES: [&str; MAX as usize] = [
+            "QUERY_PORT", "QUERY_PKEY", "CREATE_PD", "DESTROY_PD", "CREATE_MR", "DESTROY_MR",
+            "CREATE_CQ", "RESIZE_CQ", "DESTROY_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP",
+            "DESTROY_QP", "CREATE_UC", "DESTROY_UC", "CREATE_BIND", "DESTROY_BIND", "CREATE_SRQ",
+            "MODIFY_SRQ", "QUERY_SRQ", "DESTROY_SRQ",
+        ];
+        if op < MAX {
+            NAMES[op as usize]
+        } else {
+            "UNKNOWN"
+        }
+    }
 }
 
 /// Bit 31 of `ack`: set on every response (`PVRDMA_CMD_FIRST_RESP`).
@@ -253,5 +268,7 @@ mod tests {
     fn acks_set_bit_31() {
         assert_eq!(ack_for(opcode::CREATE_QP), 0x8000_0009);
         assert_eq!(<CreateCq as CmdRequest>::OPCODE, 6);
+        assert_eq!(opcode::name(opcode::MODIFY_QP), "MODIFY_QP");
+        assert_eq!(opcode::name(99), "UNKNOWN");
     }
 }

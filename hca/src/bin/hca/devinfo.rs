@@ -34,9 +34,11 @@ fn render_port(dev: &Device, port: u8, s: &mut String) -> hca::Result<()> {
     let _ = writeln!(s, "\t\t\tstate:\t\t\t{}", p.state);
     let _ = writeln!(s, "\t\t\tmax_mtu:\t\t{} ({})", p.max_mtu, mtu_code(p.max_mtu));
     let _ = writeln!(s, "\t\t\tactive_mtu:\t\t{} ({})", p.active_mtu, mtu_code(p.active_mtu));
+    let _ = writeln!(s, "\t\t\tsm_lid:\t\t\t0");
     let _ = writeln!(s, "\t\t\tport_lid:\t\t{}", p.lid);
+    let _ = writeln!(s, "\t\t\tport_lmc:\t\t0x00");
     let _ = writeln!(s, "\t\t\tlink_layer:\t\tEthernet");
-    let _ = writeln!(s, "\t\t\tGID[  0]:\t\t{}", gid_str(&gid));
+    let _ = writeln!(s, "\t\t\tGID[  0]:\t\t{}, RoCE v1", gid_str(&gid));
     Ok(())
 }
 

@@ -6,10 +6,11 @@
 use crate::usage::process_cpu_time;
 use clap::Args;
 use hca::{
-    CompChannel, Cq, Device, Mr, NotifyFlags, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
-    Sge, Wc, WcOpcode, WcStatus, WrOpcode,
+    ArmKind, CompChannel, Cq, Device, Mr, NotifyFlags, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
+    SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 use pvrdma_abi::verbs::access;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,28 +18,31 @@ use std::time::{Duration, Instant};
 /// Options, named as `ibv_rc_pingpong` names them.
 #[derive(Args, Clone)]
 pub struct Opts {
-    /// Size of each message, in bytes.
+    /// Size of each message, in bytes (at most the port's max_msg_sz).
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: usize,
     /// Number of exchanges (each end sends and receives this many messages).
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     iters: u32,
-    /// Number of receives to keep posted.
+    /// Number of receives to keep posted (at most the device's max_qp_wr).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
-    /// Path MTU in bytes (256 .. 4096).
+    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096, at most the port's active MTU.
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     mtu: u32,
     /// Sleep on CQ events instead of busy polling.
     #[arg(short = 'e', long = "events")]
     events: bool,
-    /// Give up when no completion arrives for this many seconds.
-    #[arg(long, default_value_t = 10)]
+    /// Give up when no completion arrives for this many seconds (1 .. 3600).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout_s: u64,
 }
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
+
+/// How long one wait lasts before the abort flag is checked again.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// One end: its verbs objects and the message buffers (send half, then receive half of one MR).
 struct End {
@@ -46,6 +50,9 @@ struct End {
     cq: Cq,
     mr: Mr,
     channel: Option<CompChannel>,
+    psn: u32,
+    /// Set by whichever end fails first, so the other stops waiting for a peer that is gone.
+    abort: Arc<AtomicBool>,
     _pd: Pd,
 }
 
@@ -56,15 +63,31 @@ struct EndReport {
     verified: u64,
 }
 
+/// Why one end stopped.
+struct Failure {
+    msg: String,
+    /// It stopped only because the other end had failed.
+    peer_gone: bool,
+}
+
+impl From<String> for Failure {
+    fn from(msg: String) -> Self {
+        Self { msg, peer_gone: false }
+    }
+}
+
 /// Runs the ping-pong on `dev` and prints the result; `Err` (non-zero exit) on any failure.
 pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
-    validate(o)?;
+    validate(dev, o)?;
     let gid = dev.query_gid(1, 0).map_err(|e| e.to_string())?;
-    let server = Arc::new(End::new(dev, o).map_err(|e| format!("server setup: {e}"))?);
-    let client = Arc::new(End::new(dev, o).map_err(|e| format!("client setup: {e}"))?);
+    let abort = Arc::new(AtomicBool::new(false));
+    let server = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("server setup: {e}"))?);
+    let client = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("client setup: {e}"))?);
     connect(&server, &client, gid, o).map_err(|e| format!("connect: {e}"))?;
-    println!("  local address:  QPN {:#08x}, PSN 0x000000, GID {}", client.qp.qpn(), gid_str(&gid));
-    println!("  remote address: QPN {:#08x}, PSN 0x000000, GID {}", server.qp.qpn(), gid_str(&gid));
+    for (what, end) in [("local address: ", &client), ("remote address:", &server)] {
+        let (qpn, psn, gid) = (end.qp.qpn(), end.psn, gid_str(&gid));
+        println!("  {what} LID 0x0000, QPN {qpn:#08x}, PSN {psn:#08x}, GID {gid}");
+    }
 
     let cpu0 = process_cpu_time();
     let start = Instant::now();
@@ -76,10 +99,7 @@ pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
     let sr = srv.join().map_err(|_| "server thread panicked".to_string())?;
     let (sr, cr) = match (sr, cr) {
         (Ok(s), Ok(c)) => (s, c),
-        (s, c) => {
-            let errs: Vec<String> = [s.err(), c.err()].into_iter().flatten().collect();
-            return Err(errs.join("; "));
-        }
+        (s, c) => return Err(first_failure(s.err(), c.err())),
     };
     let wall = start.elapsed();
     let cpu = process_cpu_time().saturating_sub(cpu0);
@@ -87,12 +107,38 @@ pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-fn validate(o: &Opts) -> Result<(), String> {
+/// The errors, the one that stopped the run first: an end that only stopped because its peer
+/// failed comes second.
+fn first_failure(server: Option<Failure>, client: Option<Failure>) -> String {
+    let mut errs: Vec<Failure> = [server, client].into_iter().flatten().collect();
+    errs.sort_by_key(|f| f.peer_gone);
+    errs.into_iter().map(|f| f.msg).collect::<Vec<_>>().join("; ")
+}
+
+/// Checks the options against the device's limits.
+fn validate(dev: &Device, o: &Opts) -> Result<(), String> {
     if o.size == 0 || o.iters == 0 || o.rx_depth < 2 {
         return Err("size and iters must be positive and rx-depth at least 2".into());
     }
     if ![256, 512, 1024, 2048, 4096].contains(&o.mtu) {
         return Err(format!("invalid MTU {} (256, 512, 1024, 2048, 4096)", o.mtu));
+    }
+    let attr = dev.query_device();
+    let port = dev.query_port(1).map_err(|e| e.to_string())?;
+    if o.mtu > port.active_mtu {
+        return Err(format!("path MTU {} exceeds port 1's active_mtu {}", o.mtu, port.active_mtu));
+    }
+    if o.size as u64 > u64::from(port.max_msg_sz) {
+        return Err(format!("message size {} exceeds port 1's max_msg_sz {}", o.size, port.max_msg_sz));
+    }
+    if (o.size as u64).saturating_mul(2) > attr.max_mr_size {
+        return Err(format!("two messages of {} bytes exceed max_mr_size {}", o.size, attr.max_mr_size));
+    }
+    if o.rx_depth > attr.max_qp_wr || o.rx_depth >= attr.max_cqe {
+        return Err(format!(
+            "rx-depth {} exceeds the device's limits (max_qp_wr {}; max_cqe {} for rx-depth + 1)",
+            o.rx_depth, attr.max_qp_wr, attr.max_cqe
+        ));
     }
     Ok(())
 }
@@ -100,14 +146,17 @@ fn validate(o: &Opts) -> Result<(), String> {
 fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndReport) {
     let secs = wall.as_secs_f64();
     let bytes = o.size as u64 * u64::from(o.iters) * 2;
+    let iters = o.iters;
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
-    println!("{} iters in {secs:.2} seconds = {:.2} usec/iter", o.iters, secs * 1e6 / f64::from(o.iters));
+    println!("{iters} iters in {secs:.2} seconds = {:.2} usec/iter", secs * 1e6 / f64::from(iters));
     println!("payload verified: {} messages of {} bytes", s.verified + c.verified, o.size);
     if o.events {
-        let pct = 100.0 * cpu.as_secs_f64() / secs;
+        let (cpu, pct) = (cpu.as_secs_f64(), 100.0 * cpu.as_secs_f64() / secs);
         println!(
-            "completion events waited for: {} (server {}, client {}); CPU time {:.3} s = {pct:.0}% of wall time {secs:.3} s",
-            s.events + c.events, s.events, c.events, cpu.as_secs_f64()
+            "completion events waited for: {} (server {}, client {}); process CPU time {cpu:.3} s = {pct:.0}% of wall time {secs:.3} s",
+            s.events + c.events,
+            s.events,
+            c.events
         );
     }
 }
@@ -116,14 +165,23 @@ fn connect(a: &End, b: &End, gid: [u8; 16], o: &Opts) -> hca::Result<()> {
     let acc = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
     for (me, peer) in [(a, b), (b, a)] {
         me.qp.modify_to_init(1, acc)?;
-        me.qp.modify_to_rtr(peer.qp.qpn(), gid, 0, o.mtu)?;
-        me.qp.modify_to_rts(0)?;
+        me.qp.modify_to_rtr(peer.qp.qpn(), gid, peer.psn, o.mtu)?;
+        me.qp.modify_to_rts(me.psn)?;
     }
     Ok(())
 }
 
+/// A start PSN that differs per run and per QP, as `ibv_rc_pingpong` draws a random one.
+fn initial_psn(qpn: u32) -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (nanos ^ qpn.wrapping_mul(0x9e37_79b9)) & 0x00ff_ffff
+}
+
 impl End {
-    fn new(dev: &Device, o: &Opts) -> hca::Result<Self> {
+    fn new(dev: &Device, o: &Opts, abort: &Arc<AtomicBool>) -> hca::Result<Self> {
         let pd = dev.alloc_pd()?;
         let mr = pd.reg_mr(2 * o.size, access::LOCAL_WRITE)?;
         let channel = o.events.then(|| dev.create_comp_channel());
@@ -131,7 +189,8 @@ impl End {
         let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1 };
         let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false };
         let qp = pd.create_qp(&attr)?;
-        Ok(Self { qp, cq, mr, channel, _pd: pd })
+        let psn = initial_psn(qp.qpn());
+        Ok(Self { qp, cq, mr, channel, psn, abort: abort.clone(), _pd: pd })
     }
 
     fn sge(&self, half: usize, size: usize) -> Sge {
@@ -154,14 +213,18 @@ impl End {
         self.qp.post_send(&wr)
     }
 
-    /// The `ibv_rc_pingpong` loop for one end.
-    fn run(&self, o: &Opts, client: bool) -> Result<EndReport, String> {
+    /// The `ibv_rc_pingpong` loop for one end; on failure, tells the other end to stop.
+    fn run(&self, o: &Opts, client: bool) -> Result<EndReport, Failure> {
         let side = if client { "client" } else { "server" };
-        self.exchange(o, client).map_err(|e| format!("{side}: {e}"))
+        self.exchange(o, client).map_err(|mut f| {
+            self.abort.store(true, Ordering::Relaxed);
+            f.msg = format!("{side}: {}", f.msg);
+            f
+        })
     }
 
-    fn exchange(&self, o: &Opts, client: bool) -> Result<EndReport, String> {
-        let err = |e: hca::Error| e.to_string();
+    fn exchange(&self, o: &Opts, client: bool) -> Result<EndReport, Failure> {
+        let err = |e: hca::Error| Failure::from(e.to_string());
         let mut rep = EndReport::default();
         let mut routs = o.rx_depth;
         for _ in 0..routs {
@@ -203,11 +266,12 @@ impl End {
         Ok(rep)
     }
 
-    /// Polls; when the CQ is empty, busy mode polls again and event mode sleeps for a CQ event,
-    /// acknowledges it and re-arms before polling again. The CQ was armed before the first poll,
-    /// so a completion is either found by a poll after an arm or raises that arm's event: none is
-    /// missed (IBTA: CQEs queued before an arm raise no event).
-    fn next_completions(&self, o: &Opts, wc: &mut [Wc], rep: &mut EndReport) -> Result<usize, String> {
+    /// Polls; when the CQ is empty, busy mode polls again (yielding the CPU: the device model
+    /// runs in this process) and event mode sleeps for a CQ event, acknowledges it and re-arms
+    /// before polling again. The CQ was armed before the first poll, so a completion is either
+    /// found by a poll after an arm or raises that arm's event: none is missed (IBTA: CQEs
+    /// queued before an arm raise no event).
+    fn next_completions(&self, o: &Opts, wc: &mut [Wc], rep: &mut EndReport) -> Result<usize, Failure> {
         let timeout = Duration::from_secs(o.timeout_s);
         let start = Instant::now();
         loop {
@@ -215,48 +279,59 @@ impl End {
             if n > 0 {
                 return Ok(n);
             }
-            match &self.channel {
-                Some(ch) => {
-                    ch.get_cq_event(timeout)
-                        .map_err(|e| self.stuck(&format!("waiting for a CQ event: {e}")))?;
+            if self.abort.load(Ordering::Relaxed) {
+                return Err(Failure { msg: "stopped: the other end failed".into(), peer_gone: true });
+            }
+            if start.elapsed() > timeout {
+                return Err(self.stuck("no completion").into());
+            }
+            let Some(ch) = &self.channel else {
+                thread::yield_now();
+                continue;
+            };
+            match ch.get_cq_event(WAIT_SLICE) {
+                Ok(_) => {
                     rep.events += 1;
                     self.cq.ack_events(1);
                     self.cq.req_notify(NotifyFlags::NEXT_COMPLETION).map_err(|e| e.to_string())?;
                 }
-                None if start.elapsed() > timeout => {
-                    return Err(self.stuck("timed out polling for a completion"))
-                }
-                None => std::hint::spin_loop(),
+                Err(hca::Error::Timeout) => {}
+                Err(e) => return Err(format!("waiting for a CQ event: {e}").into()),
             }
         }
     }
 
-    /// An error message with what the CQ looks like, for a wait that ended without an event.
+    /// An error message with what the CQ looks like, for a wait that ended without a completion.
     fn stuck(&self, what: &str) -> String {
         let mut wc = [Wc::default(); 4];
         let queued = self.cq.poll(&mut wc).map(|n| n.to_string()).unwrap_or_else(|e| e.to_string());
-        format!("{what} (CQ {} armed: {:?}, CQEs queued: {queued})", self.cq.handle(), self.cq.armed())
+        let armed = match self.cq.armed() {
+            Some(ArmKind::Next) => "armed for the next completion",
+            Some(ArmKind::Solicited) => "armed for a solicited completion",
+            None => "not armed",
+        };
+        format!("{what} (CQ {}: {armed}, CQEs queued: {queued})", self.cq.handle())
     }
 
-    fn check_wc(&self, w: &Wc, rcnt: u32, client: bool, size: usize, rep: &mut EndReport) -> Result<(), String> {
+    fn check_wc(&self, w: &Wc, rcnt: u32, client: bool, size: usize, rep: &mut EndReport) -> Result<(), Failure> {
         if w.status != WcStatus::Success {
-            return Err(format!("work completion for wr_id {} failed: {:?}", w.wr_id, w.status));
+            return Err(format!("work completion for wr_id {} failed: {:?}", w.wr_id, w.status).into());
         }
         match (w.wr_id, w.opcode) {
             (SEND_WRID, WcOpcode::Send) => Ok(()),
             (RECV_WRID, WcOpcode::Recv) => {
                 if w.byte_len as usize != size {
-                    return Err(format!("message {rcnt}: {} bytes, expected {size}", w.byte_len));
+                    return Err(format!("message {rcnt}: {} bytes, expected {size}", w.byte_len).into());
                 }
                 let mut got = vec![0u8; size];
                 self.mr.read(size, &mut got).map_err(|e| e.to_string())?;
                 if got != pattern(rcnt, !client, size) {
-                    return Err(format!("message {rcnt}: payload differs from what was sent"));
+                    return Err(format!("message {rcnt}: payload differs from what was sent").into());
                 }
                 rep.verified += 1;
                 Ok(())
             }
-            (id, op) => Err(format!("unexpected completion: wr_id {id}, opcode {op:?}")),
+            (id, op) => Err(format!("unexpected completion: wr_id {id}, opcode {op:?}").into()),
         }
     }
 }
@@ -264,10 +339,10 @@ impl End {
 /// The payload of message `seq` from the client (or server) end: distinct per message and end.
 fn pattern(seq: u32, from_client: bool, size: usize) -> Vec<u8> {
     let salt = if from_client { 0x5a } else { 0xa5 };
-    let mut p: Vec<u8> = (0..size).map(|i| (i as u32).wrapping_mul(7).wrapping_add(seq * 31 + salt) as u8).collect();
-    let tag = seq.to_le_bytes();
+    let byte = |i: usize| (i as u32).wrapping_mul(7).wrapping_add(seq.wrapping_mul(31) + salt) as u8;
+    let mut p: Vec<u8> = (0..size).map(byte).collect();
     let n = size.min(4);
-    p[..n].copy_from_slice(&tag[..n]);
+    p[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
     p
 }
 
@@ -284,5 +359,12 @@ mod tests {
         assert_ne!(pattern(1, true, 64), pattern(2, true, 64));
         assert_ne!(pattern(1, true, 64), pattern(1, false, 64));
         assert_eq!(pattern(3, true, 1).len(), 1);
+    }
+
+    #[test]
+    fn the_root_failure_is_reported_first() {
+        let gone = Failure { msg: "server: stopped".into(), peer_gone: true };
+        let root = Failure::from("client: LocLenErr".to_string());
+        assert_eq!(first_failure(Some(gone), Some(root)), "client: LocLenErr; server: stopped");
     }
 }
