@@ -112,7 +112,8 @@ impl<T: CmdTransport> CmdChannel<T> {
         if ok {
             Ok(())
         } else {
-            Err(CmdError::Timeout { opcode: op, timeout_ms: timeout.as_millis() as u64 })
+            let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            Err(CmdError::Timeout { opcode: op, timeout_ms })
         }
     }
 }
@@ -131,9 +132,21 @@ fn check_response(op: u32, cookie: u64, hdr: &RespHdr) -> Result<(), CmdError> {
     }
 }
 
+/// The instant `timeout` from now, saturating: a timeout too long to represent (e.g.
+/// `Duration::MAX`, which `Instant + Duration` would panic on) ends at a far-future bound
+/// ([`FAR_FUTURE`] from now) instead. Every deadline of the driver stack is computed here.
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).or_else(|| now.checked_add(FAR_FUTURE)).unwrap_or(now)
+}
+
+/// What [`deadline_after`] saturates to: about a century.
+pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Calls `done` until it returns `true` or `timeout` passes: spins briefly, then yields, then
 /// sleeps in growing steps (at most 1 ms). Returns whether `done` became true. The one bounded
-/// poll of the driver stack.
+/// poll of the driver stack. It compares elapsed time with `timeout` (never computes
+/// `start + timeout`), so any timeout, `Duration::MAX` included, is safe.
 pub fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     let mut round = 0u32;

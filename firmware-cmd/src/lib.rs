@@ -11,6 +11,8 @@
 mod channel;
 mod error;
 
-pub use channel::{poll_until, CmdChannel, CmdTransport, WaitMode, DEFAULT_TIMEOUT};
+pub use channel::{
+    deadline_after, poll_until, CmdChannel, CmdTransport, WaitMode, DEFAULT_TIMEOUT, FAR_FUTURE,
+};
 pub use error::{CmdError, DeviceStatus};
 pub use pvrdma_abi as abi;

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A completion channel. Cloning gives another handle to the same queue.
 #[derive(Clone)]
@@ -51,7 +51,8 @@ impl CompChannel {
     /// Errors: [`Error::Timeout`] if none arrived; [`Error::DeviceFatal`] once the device is fatal
     /// and no event is left.
     pub fn get_cq_event(&self, timeout: Duration) -> Result<u32> {
-        let deadline = Instant::now() + timeout;
+        // Saturating: `Duration::MAX` waits (practically) forever instead of panicking.
+        let deadline = firmware_cmd::deadline_after(timeout);
         let mut s = self.inner.state.lock();
         loop {
             if let Some(h) = s.events.pop_front() {
@@ -115,5 +116,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         c.downgrade().upgrade().unwrap().set_fatal();
         assert_eq!(waiter.join().unwrap(), Err(Error::DeviceFatal));
+    }
+
+    #[test]
+    fn an_unrepresentable_timeout_does_not_panic() {
+        let c = CompChannel::new();
+        c.push(7);
+        assert_eq!(c.get_cq_event(Duration::MAX), Ok(7));
+        let waiter = {
+            let c = c.clone();
+            std::thread::spawn(move || c.get_cq_event(Duration::MAX))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        c.push(8);
+        assert_eq!(waiter.join().unwrap(), Ok(8));
     }
 }

@@ -71,7 +71,7 @@ impl CmdTransport for PlatformTransport {
     }
 
     fn wait_response_irq(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = firmware_cmd::deadline_after(timeout);
         let mut pending = self.pending.lock();
         loop {
             if *pending > 0 {

@@ -6,11 +6,14 @@
 //! *before* the MMIO write: an arm for the next completion dominates an arm for a solicited one
 //! (the union of what the clients need); QEMU 7.2's "ARM alone" disarms. A CQ-notification entry
 //! fires an armed CQ exactly once; entries for an unarmed CQ are counted, never delivered, so at
-//! most one event per arm holds whatever the device writes.
+//! most one event per arm holds whatever the device writes. When the notification ring is found
+//! full (entries may have been dropped), `eq.rs`'s recovery pass fires every armed CQ that holds
+//! unpolled CQEs, through the same one-shot arm.
 
 use crate::channel::CompChannel;
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
+use crate::platform::{Iova, Platform};
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
 use crate::verbs::NotifyFlags;
@@ -18,6 +21,7 @@ use crate::wc::{translate, Wc};
 use doorbell::{ArmEncoding, CqArmDoorbell};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
+use pvrdma_abi::ring::{ring_count, RX_CONS_HEAD, RX_PROD_TAIL};
 use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
 use pvrdma_abi::wqe::Cqe;
 use std::collections::HashSet;
@@ -89,10 +93,20 @@ impl ArmState {
     }
 }
 
+/// Where a CQ's ring state is, so the event paths can tell whether it holds unpolled CQEs without
+/// taking the CQ's ring lock ([`crate::eq::EventHub`]'s recovery after a full notification ring).
+struct RingProbe {
+    platform: Arc<dyn Platform>,
+    /// Device address of the ring-state page (the driver's `cons_head` is kept current there).
+    state: Iova,
+    elems: u32,
+}
+
 /// What the event paths know about a CQ (shared with [`crate::eq::EventHub`]'s handle table).
 pub struct CqState {
     handle: u32,
     ctx: Option<u32>,
+    probe: Option<RingProbe>,
     arm: ArmState,
     channel: Option<CompChannel>,
     overrun: AtomicBool,
@@ -102,10 +116,16 @@ pub struct CqState {
 }
 
 impl CqState {
-    fn new(handle: u32, ctx: Option<u32>, channel: Option<CompChannel>) -> Self {
+    fn new(
+        handle: u32,
+        ctx: Option<u32>,
+        channel: Option<CompChannel>,
+        probe: Option<RingProbe>,
+    ) -> Self {
         Self {
             handle,
             ctx,
+            probe,
             arm: ArmState::default(),
             channel,
             overrun: AtomicBool::new(false),
@@ -136,6 +156,23 @@ impl CqState {
     /// Spends the arm; `true` if the CQ was armed.
     pub fn fire(&self) -> bool {
         self.arm.fire()
+    }
+
+    /// Whether the driver has armed the CQ (and the arm is not yet spent).
+    pub fn armed(&self) -> bool {
+        self.arm.get().is_some()
+    }
+
+    /// Whether the CQ's ring holds CQEs the consumer has not polled, read from its ring state
+    /// (the device's `prod_tail`, the driver's `cons_head`). An index out of range counts as
+    /// "yes": the consumer's next poll reports the fault. Unreachable ring memory counts as "no".
+    pub fn has_unpolled(&self) -> bool {
+        let Some(p) = &self.probe else { return false };
+        let load = |off: u64| p.platform.dma_load_u32(p.state + off);
+        match (load(RX_PROD_TAIL), load(RX_CONS_HEAD)) {
+            (Ok(prod), Ok(cons)) => !matches!(ring_count(prod, cons, p.elems), Some(0)),
+            _ => false,
+        }
     }
 
     /// Delivers one completion event to the CQ's channel (if it has one) and counts it.
@@ -208,7 +245,12 @@ impl Cq {
         if resp.cqe.get() != entries {
             tracing::warn!(handle, asked = entries, got = resp.cqe.get(), "CQ size differs");
         }
-        let state = Arc::new(CqState::new(handle, ctx, channel.cloned()));
+        let probe = RingProbe {
+            platform: dev.platform.clone(),
+            state: ring.buf().data().iova(),
+            elems: ring.elems(),
+        };
+        let state = Arc::new(CqState::new(handle, ctx, channel.cloned(), Some(probe)));
         let kernel_arm = CqArmDoorbell::new(dev.kernel_db.clone(), handle, dev.encoding);
         let own_arm = match uctx {
             Some(u) => CqArmDoorbell::new(u.db.clone(), handle, dev.encoding),
@@ -443,7 +485,7 @@ mod tests {
     #[test]
     fn notifications_fire_one_event_per_arm() {
         let ch = CompChannel::new();
-        let s = CqState::new(3, None, Some(ch.clone()));
+        let s = CqState::new(3, None, Some(ch.clone()), None);
         for _ in 0..5 {
             if s.fire() {
                 s.deliver();

@@ -115,7 +115,7 @@ impl Device {
         Ok((dev, sim))
     }
 
-    /// The device's name, `pvrdma<N>` (N: the lowest index no other live device has).
+    /// The device's name, `vmw_pvrdma<N>` as Linux names it (N: the lowest index no other live device has).
     pub fn name(&self) -> String {
         self.inner.name()
     }
@@ -279,7 +279,7 @@ impl DeviceInner {
     }
 
     pub(crate) fn name(&self) -> String {
-        format!("pvrdma{}", self.index)
+        format!("vmw_pvrdma{}", self.index)
     }
 
     pub(crate) fn check_port(&self, port: u8) -> Result<()> {
@@ -360,7 +360,39 @@ fn read_caps(dsr: &DmaBuf) -> Result<DeviceCaps> {
     if caps.phys_port_cnt == 0 {
         return Err(Error::UnsupportedDevice("no port"));
     }
+    check_cap_limits(&caps)?;
     Ok(caps)
+}
+
+/// Upper bounds on the capabilities the driver accepts (nothing the device writes is trusted).
+/// Far above any real pvrdma (QEMU 7.2 clamps its backend's limits to its own; rxe itself
+/// reports 32 SGEs, 16384 WRs, 32767 CQEs), and low enough that nothing the driver derives from a
+/// cap — WQE strides, power-of-two queue and CQ sizes, ring page counts — can overflow.
+pub mod cap_limits {
+    /// Most SGEs per work request (a send WQE of 80 + 256 * 16 bytes, an 8 KiB slot).
+    pub const MAX_SGE: u32 = 256;
+    /// Most work requests per queue.
+    pub const MAX_QP_WR: u32 = 1 << 20;
+    /// Most entries per CQ (a 64 MiB ring).
+    pub const MAX_CQE: u32 = 1 << 20;
+}
+
+/// Refuses capabilities outside `1 ..= cap_limits::*` with [`Error::UnsupportedDevice`].
+fn check_cap_limits(caps: &DeviceCaps) -> Result<()> {
+    let within = |v: u32, max: u32| (1..=max).contains(&v);
+    if !within(caps.max_sge.get(), cap_limits::MAX_SGE) {
+        tracing::error!(max_sge = caps.max_sge.get(), "device reports an absurd max_sge");
+        return Err(Error::UnsupportedDevice("max_sge out of range"));
+    }
+    if !within(caps.max_qp_wr.get(), cap_limits::MAX_QP_WR) {
+        tracing::error!(max_qp_wr = caps.max_qp_wr.get(), "device reports an absurd max_qp_wr");
+        return Err(Error::UnsupportedDevice("max_qp_wr out of range"));
+    }
+    if !within(caps.max_cqe.get(), cap_limits::MAX_CQE) {
+        tracing::error!(max_cqe = caps.max_cqe.get(), "device reports an absurd max_cqe");
+        return Err(Error::UnsupportedDevice("max_cqe out of range"));
+    }
+    Ok(())
 }
 
 fn reset(platform: &dyn Platform) {
@@ -427,6 +459,34 @@ mod tests {
             assert!(matches!(probed, Err(Error::UnsupportedVersion(0))));
         } else {
             assert!(probed.is_ok(), "{probed:?}");
+        }
+    }
+
+    #[test]
+    fn absurd_caps_are_refused() {
+        let mut caps = DeviceCaps::default();
+        caps.max_sge.set(4);
+        caps.max_qp_wr.set(1024);
+        caps.max_cqe.set(4096);
+        assert!(check_cap_limits(&caps).is_ok());
+        for (sge, wr, cqe) in [
+            (u32::MAX, 1024, 4096),
+            (0, 1024, 4096),
+            (1 << 28, 1024, 4096),
+            (4, u32::MAX, 4096),
+            ((1 << 31) + 1, 1024, 4096),
+            (4, 0, 4096),
+            (4, 1024, u32::MAX),
+            (4, 1024, 0),
+        ] {
+            let mut c = caps;
+            c.max_sge.set(sge);
+            c.max_qp_wr.set(wr);
+            c.max_cqe.set(cqe);
+            assert!(
+                matches!(check_cap_limits(&c), Err(Error::UnsupportedDevice(_))),
+                "{sge} {wr} {cqe}"
+            );
         }
     }
 

@@ -82,9 +82,20 @@ impl DmaBuf {
         Ok(self.platform.dma_store_u32(at, value)?)
     }
 
-    /// Zeroes `len` bytes at `offset`.
+    /// Zeroes `len` bytes at `offset`, a page at a time (never a buffer of `len` bytes).
+    ///
+    /// Errors: [`Error::InvalidArgument`] outside the buffer (checked before anything is
+    /// written); [`Error::Platform`] on a fault.
     pub fn zero(&self, offset: u64, len: u64) -> Result<()> {
-        self.write(offset, &vec![0u8; len as usize])
+        self.at(offset, len)?;
+        const ZEROS: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(PAGE_SIZE as u64);
+            self.write(offset + done, &ZEROS[..n as usize])?;
+            done += n;
+        }
+        Ok(())
     }
 
     fn at(&self, offset: u64, len: u64) -> Result<Iova> {
@@ -104,5 +115,27 @@ impl Drop for DmaBuf {
 impl std::fmt::Debug for DmaBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "DmaBuf({:#x}+{:#x})", self.iova, self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::sim::SimPlatform;
+
+    #[test]
+    fn zero_is_bounded_by_the_buffer_and_chunked() {
+        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(pvrdma_sim::SimConfig::default()));
+        let b = DmaBuf::pages(&p, 3).unwrap();
+        b.write(0, &[0xa5; 3 * PAGE_SIZE]).unwrap();
+        b.zero(100, 2 * PAGE_SIZE as u64).unwrap();
+        let mut got = vec![0u8; 3 * PAGE_SIZE];
+        b.read(0, &mut got).unwrap();
+        assert!(got[..100].iter().all(|&x| x == 0xa5));
+        assert!(got[100..100 + 2 * PAGE_SIZE].iter().all(|&x| x == 0));
+        assert!(got[100 + 2 * PAGE_SIZE..].iter().all(|&x| x == 0xa5));
+        for (off, len) in [(0, u64::MAX), (1, u64::MAX), (0, 1 << 40), (u64::MAX, 1)] {
+            assert!(b.zero(off, len).is_err(), "{off} {len}");
+        }
     }
 }

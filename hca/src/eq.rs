@@ -18,7 +18,7 @@ use crate::verbs::{AsyncEvent, DriverStats};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::event::{Cqne, Eqe};
 use pvrdma_abi::regs::{IntrVector, REG_VERSION};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -54,6 +54,8 @@ pub struct EventHub {
     fatal: AtomicBool,
     stop: AtomicBool,
     cqs: RwLock<HashMap<u32, Arc<CqState>>>,
+    /// Handles of the live QPs (the device must never hand out one of them again).
+    qps: Mutex<HashSet<u32>>,
     channels: Mutex<Vec<Weak<ChannelInner>>>,
     handler: Mutex<Option<AsyncHandler>>,
     async_ring: Mutex<DevRing>,
@@ -73,6 +75,7 @@ impl EventHub {
             fatal: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             cqs: RwLock::new(HashMap::new()),
+            qps: Mutex::new(HashSet::new()),
             channels: Mutex::new(Vec::new()),
             handler: Mutex::new(None),
             async_ring: Mutex::new(async_ring),
@@ -161,6 +164,24 @@ impl EventHub {
         self.cqs.write().remove(&handle);
     }
 
+    /// Records a QP handle the device just returned.
+    ///
+    /// Errors: [`Error::DeviceFatal`] if the handle is already live (the device handed out a QP
+    /// handle twice): logged, and the device is made fatal, as for a duplicate CQ handle.
+    pub fn register_qp(&self, handle: u32) -> Result<()> {
+        if self.qps.lock().insert(handle) {
+            return Ok(());
+        }
+        tracing::error!(qpn = handle, "device returned a QP handle that is in use");
+        self.set_fatal("device returned a QP handle that is in use");
+        Err(Error::DeviceFatal)
+    }
+
+    /// Forgets a destroyed QP's handle.
+    pub fn unregister_qp(&self, handle: u32) {
+        self.qps.lock().remove(&handle);
+    }
+
     fn cq(&self, handle: u32) -> Option<Arc<CqState>> {
         self.cqs.read().get(&handle).cloned()
     }
@@ -182,6 +203,10 @@ impl EventHub {
     /// event, and the arm is spent); any other entry is counted as spurious. Entries are fired
     /// under the ring's lock, so an arm that drained the ring first is never fired by an entry
     /// consumed before it.
+    ///
+    /// A drain that finds the ring full runs [`EventHub::recover_dropped`] (still under the ring's
+    /// lock). This covers every drain: the vector-2 interrupt, the periodic
+    /// [`SERVICE_INTERVAL`] tick, and the drain each arm doorbell does first.
     pub fn drain_notifications(&self) {
         if self.is_fatal() {
             return;
@@ -203,7 +228,44 @@ impl EventHub {
             let handle = Cqne::read_from_bytes(&b).map(|e| e.info.get()).unwrap_or(u32::MAX);
             self.notify_cq(handle);
         }
-        ring.advance(n).map_err(|_| UNREACHABLE)
+        ring.advance(n).map_err(|_| UNREACHABLE)?;
+        if n >= ring.elems() {
+            self.recover_dropped();
+        }
+        Ok(())
+    }
+
+    /// The recovery pass after the CQ-notification ring was found full (design decision 3).
+    ///
+    /// A device writes entries only while the ring has room: QEMU 7.2 drops the entry *and* its
+    /// interrupt when the ring is full and leaves the CQ armed on its side; the IBTA model drops
+    /// the entry of an arm it already fired. A full ring is the only sign of that the driver can
+    /// observe (pvrdma has no drop counter), and entries may have been lost since it filled. So
+    /// every CQ the driver has armed whose CQ ring holds unpolled CQEs fires now: one event, the
+    /// arm spent, as if its entry had arrived. The event may be early (a SOLICITED arm, or CQEs
+    /// queued before the arm): a consumer polls and finds what it finds, which is harmless; a
+    /// lost event leaves it asleep with a CQE queued, which is not. Outside a full ring the normal
+    /// IBTA rule holds: CQEs queued before an arm raise no event.
+    ///
+    /// Runs under the notification ring's lock (so an arm whose doorbell drains first is never
+    /// fired for what came before it) and holds the CQ table's read lock while reading each
+    /// CQ's ring state, so a CQ being destroyed (it unregisters before its ring is freed) is
+    /// either skipped or still has its ring.
+    fn recover_dropped(&self) {
+        let fired: Vec<Arc<CqState>> = {
+            let cqs = self.cqs.read();
+            let owed = |cq: &&Arc<CqState>| cq.armed() && cq.has_unpolled() && cq.fire();
+            cqs.values().filter(owed).cloned().collect()
+        };
+        if !fired.is_empty() {
+            tracing::warn!(
+                fired = fired.len(),
+                "CQ-notification ring was full: fired armed CQs holding unpolled CQEs"
+            );
+        }
+        for cq in fired {
+            self.delivered(&cq);
+        }
     }
 
     fn notify_cq(&self, handle: u32) {
@@ -273,10 +335,21 @@ impl EventHub {
         self.dispatch(ev);
     }
 
+    /// Runs the consumer's handler. A panic in it is caught and logged, so the thread that
+    /// called it (the vector-1 thread, or whoever made the device fatal) keeps servicing: async
+    /// events, the health check and DEVICE_FATAL must survive a consumer bug.
     fn dispatch(&self, ev: AsyncEvent) {
         let handler = self.handler.lock().clone();
         if let Some(h) = handler {
-            h(ev);
+            let run = std::panic::AssertUnwindSafe(|| h(ev));
+            if let Err(panic) = std::panic::catch_unwind(run) {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("(non-string panic payload)");
+                tracing::error!(?ev, panic = msg, "async-event handler panicked; event ignored");
+            }
         }
     }
 

@@ -111,12 +111,25 @@ fn check_cap(cap: &QpCap, max_wr: u32, max_sge: u32) -> Result<()> {
 }
 
 /// The SQ and RQ geometry for `cap`: counts rounded up to powers of two, at least one SGE.
-fn queues(cap: &QpCap) -> (WorkQueue, WorkQueue) {
+///
+/// Errors: [`Error::InvalidArgument`] if a count does not round up to a power of two in 32 bits
+/// or a WQE stride does not fit (checked, never wrapped: [`check_cap`] bounds them first, and the
+/// device's caps are bounded at probe).
+fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
     let send_sge = cap.max_send_sge.max(1);
     let recv_sge = cap.max_recv_sge.max(1);
+    let too_large = Error::InvalidArgument("QP too large");
+    let (Some(scnt), Some(rcnt)) =
+        (cap.max_send_wr.checked_next_power_of_two(), cap.max_recv_wr.checked_next_power_of_two())
+    else {
+        return Err(too_large);
+    };
+    let (Some(sstride), Some(rstride)) = (sq_wqe_stride(send_sge), rq_wqe_stride(recv_sge)) else {
+        return Err(too_large);
+    };
     let sq = WorkQueue {
-        cnt: cap.max_send_wr.next_power_of_two(),
-        stride: sq_wqe_stride(send_sge),
+        cnt: scnt,
+        stride: sstride,
         offset: PAGE_SIZE as u64,
         max_sge: send_sge,
         prod: 0,
@@ -124,8 +137,8 @@ fn queues(cap: &QpCap) -> (WorkQueue, WorkQueue) {
         cons_at: TX_CONS_HEAD,
     };
     let mut rq = WorkQueue {
-        cnt: cap.max_recv_wr.next_power_of_two(),
-        stride: rq_wqe_stride(recv_sge),
+        cnt: rcnt,
+        stride: rstride,
         offset: 0,
         max_sge: recv_sge,
         prod: 0,
@@ -133,7 +146,7 @@ fn queues(cap: &QpCap) -> (WorkQueue, WorkQueue) {
         cons_at: RX_CONS_HEAD,
     };
     rq.offset = ((1 + sq.pages()) * PAGE_SIZE) as u64;
-    (sq, rq)
+    Ok((sq, rq))
 }
 
 impl Qp {
@@ -151,7 +164,7 @@ impl Qp {
                 return Err(Error::InvalidArgument("CQ of another device or context"));
             }
         }
-        let (sq, rq) = queues(&attr.cap);
+        let (sq, rq) = queues(&attr.cap)?;
         let total = 1 + sq.pages() + rq.pages();
         if total > PAGE_DIR_MAX_PAGES || total > usize::from(u16::MAX) {
             return Err(Error::InvalidArgument("QP too large"));
@@ -174,6 +187,14 @@ impl Qp {
             ..Default::default()
         })?;
         let handle = resp.qpn.get();
+        if handle <= UAR_HANDLE_MASK && dev.hub.register_qp(handle).is_err() {
+            // The device answered with the handle of a live QP: no driver object may own it
+            // twice. Nothing is destroyed (DESTROY_QP would hit the other QP, detaching would
+            // strip its CQs); the ring memory is leaked rather than freed under a device that
+            // may still write to it. `register_qp` logged it and made the device fatal.
+            std::mem::forget(buf);
+            return Err(Error::DeviceFatal);
+        }
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
         let qp = Qp {
             pd: pd.clone(),
@@ -404,6 +425,7 @@ impl Drop for Qp {
             cq.flush_qp(self.handle);
             cq.state.detach_qp(self.handle);
         }
+        self.pd.dev.hub.unregister_qp(self.handle);
     }
 }
 
@@ -423,13 +445,17 @@ mod tests {
 
     #[test]
     fn geometry_rounds_and_places_the_rq_after_the_sq() {
-        let (sq, rq) = queues(&cap(100, 10, 1, 2));
+        let (sq, rq) = queues(&cap(100, 10, 1, 2)).unwrap();
         assert_eq!((sq.cnt, sq.stride, sq.pages()), (128, 128, 4));
         assert_eq!((rq.cnt, rq.stride, rq.pages()), (16, 64, 1));
         assert_eq!(sq.offset, 4096);
         assert_eq!(rq.offset, 5 * 4096);
-        let (sq, _) = queues(&cap(1, 1, 0, 0));
+        let (sq, _) = queues(&cap(1, 1, 0, 0)).unwrap();
         assert_eq!((sq.cnt, sq.max_sge), (1, 1));
+        // Counts and SGE lists that would wrap are refused, never turned into a zero stride.
+        assert!(queues(&cap(u32::MAX, 1, 1, 1)).is_err());
+        assert!(queues(&cap(1, 1, u32::MAX, 1)).is_err());
+        assert!(queues(&cap(1, 1, 1, 1 << 28)).is_err());
     }
 
     #[test]
@@ -453,7 +479,7 @@ mod tests {
     fn sq_fills_then_frees_as_the_device_consumes() {
         use crate::platform::{sim::SimPlatform, Platform};
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(pvrdma_sim::SimConfig::default()));
-        let (mut sq, rq) = queues(&cap(2, 1, 1, 1));
+        let (mut sq, rq) = queues(&cap(2, 1, 1, 1)).unwrap();
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
         assert_eq!(sq.next_slot(&buf), Ok(4096));
         sq.publish(&buf).unwrap();

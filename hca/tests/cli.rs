@@ -63,7 +63,7 @@ fn devinfo_is_shaped_like_ibv_devinfo() {
     let (ok, out, err) = hca(&["devinfo"]);
     assert!(ok, "{err}");
     for want in [
-        "hca_id:\tpvrdma0",
+        "hca_id:\tvmw_pvrdma0",
         "transport:\t\t\tInfiniBand (0)",
         "vendor_id:\t\t\t0x15ad",
         "vendor_part_id:\t\t\t2080",

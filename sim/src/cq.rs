@@ -86,8 +86,8 @@ struct CqState {
 /// `1 + ceil(cqe * 64 / 4096)`. The new CQ is disarmed.
 ///
 /// Errors: `EINVAL` for an unknown context, a bad size or chunk count, a misaligned page, or a
-/// ring-state page whose `prod_tail` is out of range; `EFAULT` for pages outside guest memory;
-/// `ENOMEM` when `max_cq` exist.
+/// ring-state page whose `prod_tail` is out of range, or pages outside guest memory (as QEMU
+/// 7.2); `ENOMEM` when `max_cq` exist.
 pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
     let (ctx, cqe, nchunks) = (req.ctx_handle.get(), req.cqe.get(), req.nchunks.get() as usize);
     if ctx != 0 && core.objects.lock().ucs.get(ctx).is_none() {

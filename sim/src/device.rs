@@ -79,8 +79,17 @@ pub struct SimConfig {
     /// Most payload bytes one QP may have on the wire (sent, not yet completed). Past it the
     /// device stops consuming that QP's SQ until a send completes (one message is always
     /// allowed), so a hostile driver cannot make the model buffer unbounded memory. Default
-    /// 64 MiB.
+    /// 64 MiB. (A QP also never has more sends outstanding than its SQ depth, whatever their
+    /// size: zero-length sends are bounded by count.)
     pub qp_bytes_in_flight: u64,
+    /// Most packets the whole device holds on its wire (in flight, parked for a receive WQE, or
+    /// being delivered). Past it every QP's SQ drain pauses until a packet leaves the wire (an
+    /// empty wire always takes one). Default 16384.
+    pub device_packets_in_flight: usize,
+    /// Most payload bytes on the whole device's wire, likewise. Default 256 MiB, a quarter of
+    /// the default `mem_limit`: what the model buffers for all QPs together stays well under the
+    /// guest memory the driver may allocate.
+    pub device_bytes_in_flight: u64,
 }
 
 impl Default for SimConfig {
@@ -90,6 +99,8 @@ impl Default for SimConfig {
             link_latency: Duration::ZERO,
             mem_limit: 1 << 30,
             qp_bytes_in_flight: 64 << 20,
+            device_packets_in_flight: 16 << 10,
+            device_bytes_in_flight: 256 << 20,
         }
     }
 }
@@ -142,7 +153,8 @@ pub struct SimStats {
     pub packets_failed: u64,
     /// Packets dropped because their sender was gone or had flushed them.
     pub packets_dropped: u64,
-    /// Times a QP's SQ drain paused because `qp_bytes_in_flight` was reached.
+    /// Times a QP's SQ drain paused: its SQ depth of sends outstanding, `qp_bytes_in_flight`, or
+    /// the device's wire budget (`device_packets_in_flight`, `device_bytes_in_flight`) reached.
     pub sq_throttled: u64,
 }
 
@@ -166,6 +178,8 @@ pub(crate) struct Effects {
     pub kicks: Vec<u32>,
     /// Unique ids of CQs that went into error: their QPs go to ERR.
     pub errored_cqs: Vec<u64>,
+    /// A packet left the wire while QPs waited for the device's wire budget: resume them.
+    pub resume_starved: bool,
 }
 
 /// BAR1 register values.
@@ -215,6 +229,7 @@ impl SimDevice {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x5eed, |d| d.as_nanos() as u64);
+        let port = PortQueue::new(cfg.device_packets_in_flight, cfg.device_bytes_in_flight);
         let core = Arc::new(Core {
             mem: GuestMemory::new(cfg.mem_limit),
             cfg,
@@ -233,7 +248,7 @@ impl SimDevice {
             events: Mutex::new(None),
             objects: Mutex::new(Objects::new(seed)),
             gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
-            port: PortQueue::default(),
+            port,
             stats: Mutex::new(SimStats::default()),
             uids: AtomicU64::new(1),
         });
@@ -434,9 +449,10 @@ impl Core {
     }
 
     /// Does the deferred work: moves the QPs of CQs that went into error to ERR (which may put
-    /// more CQs in error), then wakes the port for kicked QPs. Call with no lock held but `cmd`.
+    /// more CQs in error), resumes the SQ drains the wire budget paused once a packet left the
+    /// wire, then wakes the port for kicked QPs. Call with no lock held but `cmd`.
     pub(crate) fn settle(&self, mut fx: Effects) {
-        while !fx.errored_cqs.is_empty() {
+        while !fx.errored_cqs.is_empty() || fx.resume_starved {
             let uids = std::mem::take(&mut fx.errored_cqs);
             let qps: Vec<Arc<Qp>> = self
                 .objects
@@ -448,6 +464,15 @@ impl Core {
                 .collect();
             for qp in qps {
                 qp.force_error(self, &mut fx);
+            }
+            if std::mem::take(&mut fx.resume_starved) {
+                // Each resumed QP takes what room there is and, if refused again, waits for the
+                // next packet to leave: resume_starved is set only when one did.
+                for qpn in self.port.take_starved() {
+                    if let Some(qp) = self.qp(qpn) {
+                        qp.resume_send(self, &mut fx);
+                    }
+                }
             }
         }
         for qpn in fx.kicks {

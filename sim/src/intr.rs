@@ -2,7 +2,7 @@
 
 use parking_lot::{Condvar, Mutex};
 use pvrdma_abi::regs::MAX_INTERRUPTS;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const N: usize = MAX_INTERRUPTS as usize;
 
@@ -46,7 +46,7 @@ impl MsixVectors {
         if v >= N {
             return 0;
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let mut s = self.state.lock();
         while s.pending[v] == 0 || s.masked[v] {
             if self.cond[v].wait_until(&mut s, deadline).timed_out() {
@@ -93,5 +93,7 @@ mod tests {
         assert_eq!(m.raised(2), 2);
         m.raise(9);
         assert_eq!(m.wait(9, Duration::ZERO), 0);
+        m.raise(0);
+        assert_eq!(m.wait(0, Duration::MAX), 1);
     }
 }

@@ -55,15 +55,23 @@ impl GuestMemory {
 
     /// Allocates `len` zeroed bytes (rounded up to whole pages) and returns their page-aligned
     /// device address. Addresses are never reused, so a stale address fails instead of aliasing.
+    ///
+    /// Errors: [`MemError::Exhausted`] past the limit, including a `len` whose page rounding
+    /// does not fit in 64 bits (checked arithmetic throughout: never a wrapped size).
     pub fn alloc(&self, len: u64) -> Result<u64, MemError> {
-        let size = len.max(1).div_ceil(PAGE) * PAGE;
-        let used = self.used.fetch_add(size, Ordering::Relaxed);
-        if used.saturating_add(size) > self.limit {
-            self.used.fetch_sub(size, Ordering::Relaxed);
-            return Err(MemError::Exhausted { requested: len });
+        let exhausted = MemError::Exhausted { requested: len };
+        let size = len.max(1).checked_next_multiple_of(PAGE).ok_or(exhausted)?;
+        if size > self.limit {
+            return Err(exhausted);
         }
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(size).filter(|&total| total <= self.limit)
+            })
+            .map_err(|_| exhausted)?;
         // One guard page between regions keeps an overrun from landing in a neighbour.
-        let iova = self.next.fetch_add(size + PAGE, Ordering::Relaxed);
+        let stride = size.checked_add(PAGE).ok_or(exhausted)?;
+        let iova = self.next.fetch_add(stride, Ordering::Relaxed);
         let words = (0..size / 4).map(|_| AtomicU32::new(0)).collect();
         self.regions.write().insert(iova, Region { words, len: size });
         Ok(iova)
@@ -124,10 +132,26 @@ impl GuestMemory {
         })
     }
 
-    /// Fills `len` bytes at `iova` with zero.
+    /// Fills `len` bytes at `iova` with zero, word by word in place (no buffer of `len` bytes).
+    ///
+    /// Errors: [`MemError::OutOfRange`] unless the whole range lies inside one region (checked
+    /// before anything is written).
     pub fn zero(&self, iova: u64, len: u64) -> Result<(), MemError> {
-        let zeros = vec![0u8; len as usize];
-        self.write(iova, &zeros)
+        self.with_region(iova, len, |r, off| {
+            let (start, end) = (off, off + len as usize);
+            let mut at = start;
+            while at < end {
+                let word = &r.words[at / 4];
+                if at % 4 == 0 && end - at >= 4 {
+                    word.store(0, Ordering::Relaxed);
+                    at += 4;
+                } else {
+                    let mask = !(0xffu32 << ((at % 4) * 8));
+                    word.fetch_and(mask, Ordering::Relaxed);
+                    at += 1;
+                }
+            }
+        })
     }
 
     /// Loads the 32-bit little-endian word at `iova` with acquire ordering.
@@ -195,5 +219,30 @@ mod tests {
         assert!(m.free(a));
         assert!(m.read(a, &mut [0u8; 1]).is_err());
         assert!(matches!(m.alloc(2 << 20), Err(MemError::Exhausted { .. })));
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_without_panicking() {
+        // Page rounding that would wrap is refused even without a limit.
+        let unlimited = GuestMemory::new(u64::MAX);
+        for len in [u64::MAX, u64::MAX - 4094] {
+            assert!(matches!(unlimited.alloc(len), Err(MemError::Exhausted { .. })), "{len:#x}");
+        }
+        let m = GuestMemory::new(1 << 20);
+        for len in [u64::MAX, u64::MAX - 4094, 1 << 63, (1 << 20) + 1] {
+            assert!(matches!(m.alloc(len), Err(MemError::Exhausted { .. })), "{len:#x}");
+        }
+        assert_eq!((unlimited.used(), m.used()), (0, 0));
+        let a = m.alloc(3 * PAGE).unwrap();
+        m.write(a, &[0xa5; 3 * PAGE as usize]).unwrap();
+        m.zero(a + 3, 2 * PAGE).unwrap();
+        let mut b = vec![0u8; 3 * PAGE as usize];
+        m.read(a, &mut b).unwrap();
+        assert!(b[..3].iter().all(|&x| x == 0xa5));
+        assert!(b[3..3 + 2 * PAGE as usize].iter().all(|&x| x == 0));
+        assert!(b[3 + 2 * PAGE as usize..].iter().all(|&x| x == 0xa5));
+        for (at, len) in [(a, u64::MAX), (a + 1, u64::MAX), (a, 1 << 40), (u64::MAX, 1)] {
+            assert!(m.zero(at, len).is_err());
+        }
     }
 }

@@ -105,8 +105,8 @@ impl Mr {
 /// CREATE_MR.
 ///
 /// Errors: `EINVAL` for an unknown PD, unknown flag or access bits, a fast-register MR (not
-/// modelled), a zero or too large length, too few chunks, or a misaligned page; `EFAULT` for a
-/// page directory or page outside guest memory; `ENOMEM` when `max_mr` exist.
+/// modelled), a zero or too large length, too few chunks, a misaligned page, or a page directory
+/// or page outside guest memory (as QEMU 7.2); `ENOMEM` when `max_mr` exist.
 pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     let (pd, flags, acc) = (req.pd_handle.get(), req.flags.get(), req.access_flags.get());
     if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 {

@@ -9,6 +9,17 @@
 //! until its next RECV doorbell; later packets for the same QP queue behind it, keeping per-QP
 //! order. The thread stops when the [`crate::SimDevice`] is dropped; its waits are condvar waits
 //! with a bound.
+//!
+//! # How much the wire holds
+//! Every packet is a copy of its message, so what the wire holds is bounded, as RC flow control
+//! bounds it on a real link (a send WQE stays on the sender's SQ until it is delivered):
+//! - per QP, by the sender (`qp.rs`): at most its SQ depth of sends outstanding (consumed, not yet
+//!   completed) and at most [`crate::SimConfig::qp_bytes_in_flight`] payload bytes; past either,
+//!   the device stops consuming that SQ until one of its sends completes;
+//! - per device, here: at most [`crate::SimConfig::device_packets_in_flight`] packets and
+//!   [`crate::SimConfig::device_bytes_in_flight`] payload bytes on the wire (in flight, parked
+//!   for a receive WQE, or being delivered), one packet always allowed on an empty wire. A QP
+//!   refused by this budget stops draining its SQ and is resumed when a packet leaves the wire.
 
 use crate::device::{Core, Effects};
 use crate::dsr::limits;
@@ -59,15 +70,22 @@ struct Wire {
     kicks: VecDeque<u32>,
     /// Packets waiting for a receive WQE, per destination QPN.
     parked: HashMap<u32, VecDeque<Packet>>,
+    /// Packets on the wire (reserved, in flight, parked, or held by the port thread).
+    packets: usize,
+    /// Their payload bytes.
+    bytes: u64,
+    /// QPs whose SQ drain the device budget refused; resumed when a packet leaves the wire.
+    starved: Vec<u32>,
     busy: bool,
     stop: bool,
 }
 
 /// The wire's queue, shared by the senders (doorbells) and the port thread. Its lock is a leaf.
-#[derive(Default)]
 pub struct PortQueue {
     wire: Mutex<Wire>,
     cond: Condvar,
+    max_packets: usize,
+    max_bytes: u64,
 }
 
 enum Job {
@@ -76,10 +94,55 @@ enum Job {
 }
 
 impl PortQueue {
-    /// Puts `pkt` on the wire; it arrives `latency` from now.
+    /// An empty wire holding at most `max_packets` packets and `max_bytes` payload bytes.
+    pub fn new(max_packets: usize, max_bytes: u64) -> Self {
+        Self { wire: Mutex::default(), cond: Condvar::new(), max_packets, max_bytes }
+    }
+
+    /// Reserves room on the wire for one message of `len` bytes that QP `qpn` is about to send
+    /// (the device-wide budget). `false` if the wire is at its budget: the caller leaves the WQE
+    /// posted and `qpn` is resumed ([`Effects::resume_starved`]) when a packet leaves the wire.
+    /// An empty wire always takes one message.
+    pub fn try_reserve(&self, qpn: u32, len: u64) -> bool {
+        let mut w = self.wire.lock();
+        let room = w.packets < self.max_packets
+            && w.bytes.checked_add(len).is_some_and(|b| b <= self.max_bytes);
+        if w.packets == 0 || room {
+            w.packets += 1;
+            w.bytes = w.bytes.saturating_add(len);
+            return true;
+        }
+        if !w.starved.contains(&qpn) {
+            w.starved.push(qpn);
+        }
+        false
+    }
+
+    /// Returns a reservation whose message was never sent (its WQE failed).
+    pub fn unreserve(&self, len: u64, fx: &mut Effects) {
+        self.release(len, fx);
+    }
+
+    /// A packet of `len` bytes left the wire (delivered, failed or dropped).
+    fn release(&self, len: u64, fx: &mut Effects) {
+        let mut w = self.wire.lock();
+        w.packets = w.packets.saturating_sub(1);
+        w.bytes = w.bytes.saturating_sub(len);
+        if !w.starved.is_empty() {
+            fx.resume_starved = true;
+        }
+    }
+
+    /// Takes the QPs the budget refused (to resume their SQ drains).
+    pub fn take_starved(&self) -> Vec<u32> {
+        std::mem::take(&mut self.wire.lock().starved)
+    }
+
+    /// Puts `pkt` (reserved with [`PortQueue::try_reserve`]) on the wire; it arrives `latency`
+    /// from now (saturating: a latency too long to represent never arrives).
     pub fn transmit(&self, pkt: Packet, latency: Duration) {
         let mut w = self.wire.lock();
-        w.in_flight.push_back((Instant::now() + latency, pkt));
+        w.in_flight.push_back((crate::deadline_after(latency), pkt));
         self.cond.notify_all();
     }
 
@@ -95,12 +158,19 @@ impl PortQueue {
         }
     }
 
-    /// Drops everything on the wire (device reset).
+    /// Drops everything on the wire (device reset). Packets the port thread holds right now
+    /// stay counted until it finishes them.
     pub fn clear(&self) {
         let mut w = self.wire.lock();
-        w.in_flight.clear();
+        let in_flight = std::mem::take(&mut w.in_flight);
+        let parked = std::mem::take(&mut w.parked);
+        let dropped = in_flight.iter().map(|(_, p)| p).chain(parked.values().flatten());
+        let (n, bytes) =
+            dropped.fold((0usize, 0u64), |(n, b), p| (n + 1, b + p.payload.len() as u64));
+        w.packets = w.packets.saturating_sub(n);
+        w.bytes = w.bytes.saturating_sub(bytes);
         w.kicks.clear();
-        w.parked.clear();
+        w.starved.clear();
         self.cond.notify_all();
     }
 
@@ -113,7 +183,7 @@ impl PortQueue {
     /// Waits up to `timeout` until nothing is in flight and the thread is idle (parked packets do
     /// not count). Returns whether it became idle.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let mut w = self.wire.lock();
         while w.busy || !w.in_flight.is_empty() || !w.kicks.is_empty() {
             if w.stop || self.cond.wait_until(&mut w, deadline).timed_out() {
@@ -185,19 +255,27 @@ pub fn run(core: Arc<Core>) {
         match job {
             Job::Packet(pkt) => {
                 if let Some(pkt) = core.port.park_behind(pkt) {
-                    if let Some(pkt) = deliver(&core, pkt, &mut fx) {
-                        core.stat(|s| s.packets_parked += 1);
-                        core.port.park_front(pkt.dest, VecDeque::from([pkt]));
+                    let len = pkt.payload.len() as u64;
+                    match deliver(&core, pkt, &mut fx) {
+                        Some(pkt) => {
+                            core.stat(|s| s.packets_parked += 1);
+                            core.port.park_front(pkt.dest, VecDeque::from([pkt]));
+                        }
+                        None => core.port.release(len, &mut fx),
                     }
                 }
             }
             Job::Retry(mut pkts) => {
                 while let Some(pkt) = pkts.pop_front() {
-                    if let Some(pkt) = deliver(&core, pkt, &mut fx) {
-                        let qpn = pkt.dest;
-                        pkts.push_front(pkt);
-                        core.port.park_front(qpn, pkts);
-                        break;
+                    let len = pkt.payload.len() as u64;
+                    match deliver(&core, pkt, &mut fx) {
+                        Some(pkt) => {
+                            let qpn = pkt.dest;
+                            pkts.push_front(pkt);
+                            core.port.park_front(qpn, pkts);
+                            break;
+                        }
+                        None => core.port.release(len, &mut fx),
                     }
                 }
             }

@@ -7,8 +7,13 @@
 //!
 //! Send completions are published in SQ order whatever the order the port finishes them in: each
 //! consumed send WQE gets an in-flight entry, and entries retire from the front once their status
-//! is known. A QP in the error state flushes every posted and in-flight WQE with `WR_FLUSH_ERR`
-//! (completions with an error status are always written, signaled or not).
+//! is known. The SQ drain stops consuming (leaving the WQEs posted, as RC flow control keeps them
+//! on the SQ until delivered) while the QP has its SQ depth of entries in flight, while
+//! `qp_bytes_in_flight` payload bytes are on the wire, or while the device's wire budget is
+//! spent (`port.rs`); so a QP never has more than its SQ depth (at most `MAX_QP_WR`) packets in
+//! flight or parked, zero-length sends included. A QP in the error state flushes every posted and
+//! in-flight WQE with `WR_FLUSH_ERR` (completions with an error status are always written,
+//! signaled or not).
 
 use crate::cq::Cq;
 use crate::device::{Core, Effects};
@@ -73,7 +78,8 @@ struct QpState {
     inflight: VecDeque<InFlight>,
     /// Payload bytes of the in-flight sends still on the wire.
     bytes_on_wire: u64,
-    /// The SQ drain paused at `qp_bytes_in_flight`; resumes when a send completes.
+    /// The SQ drain paused (SQ depth or `qp_bytes_in_flight` reached: resumes when a send
+    /// completes; the device's wire budget spent: resumes when a packet leaves the wire).
     throttled: bool,
     next_seq: u64,
 }
@@ -133,7 +139,9 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         }
         (pd.handle, pd.ctx, scq.clone(), rcq.clone())
     };
-    let (sstride, rstride) = (sq_wqe_stride(ssge), rq_wqe_stride(rsge));
+    let (Some(sstride), Some(rstride)) = (sq_wqe_stride(ssge), rq_wqe_stride(rsge)) else {
+        return Err(Errno::EINVAL);
+    };
     let sq_pages = pdir::pages_for(u64::from(swr) * u64::from(sstride)).unwrap_or(u64::MAX);
     let rq_pages = pdir::pages_for(u64::from(rwr) * u64::from(rstride)).unwrap_or(u64::MAX);
     let (total, send_chunks) =
@@ -372,13 +380,18 @@ impl Qp {
                 return self.fault(core, st, fx);
             };
             let len: u64 = sges.iter().map(|s| u64::from(s.length.get())).sum();
-            if st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight {
-                // Leave the WQE posted; complete_send resumes the drain.
+            // Flow control: leave the WQE posted. complete_send resumes the drain after the QP's
+            // own limits (its SQ depth of sends outstanding, whatever their size, and its bytes);
+            // the port resumes it after the device's wire budget (`Effects::resume_starved`).
+            let qp_full = st.inflight.len() >= self.sq.elems() as usize
+                || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight);
+            if qp_full || !core.port.try_reserve(self.handle, len) {
                 st.throttled = true;
                 core.stat(|s| s.sq_throttled += 1);
                 return;
             }
             if self.sq.consume(&core.mem, slot).is_err() {
+                core.port.unreserve(len, fx);
                 return self.fault(core, st, fx);
             }
             let flags = hdr.send_flags.get();
@@ -418,11 +431,21 @@ impl Qp {
                     core.port.transmit(packet, core.cfg.link_latency);
                 }
                 Err(status) => {
+                    core.port.unreserve(len, fx);
                     entry.status = Some(status);
                     st.inflight.push_back(entry);
                     return self.enter_error(core, st, fx);
                 }
             }
+        }
+    }
+
+    /// Resumes an SQ drain the device's wire budget paused (called once a packet left the wire).
+    pub fn resume_send(&self, core: &Core, fx: &mut Effects) {
+        let mut st = self.st.lock();
+        if !st.dead && st.throttled && st.state == qp_state::RTS {
+            st.throttled = false;
+            self.drain_sq(core, &mut st, fx);
         }
     }
 

@@ -3,3 +3,5 @@
 pub mod abi_sizes;
 pub mod cprobe;
 pub mod fixture;
+pub mod differential;
+pub mod qemu;

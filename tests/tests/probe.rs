@@ -9,7 +9,7 @@ use pvrdma_abi::verbs::access;
 #[test]
 fn probe_and_query() {
     let dev = open();
-    assert!(dev.name().starts_with("pvrdma"));
+    assert!(dev.name().starts_with("vmw_pvrdma"));
     assert_eq!(dev.platform_name(), "sim");
     let attr = dev.query_device();
     assert_eq!((attr.vendor_id, attr.vendor_part_id), (0x15ad, 0x0820));

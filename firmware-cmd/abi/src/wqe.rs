@@ -140,14 +140,27 @@ assert_layout!(Cqe, 64, wr_id = 0, qp = 8, opcode = 16, status = 20, byte_len = 
     reserved2 = 58);
 
 /// Bytes of one SQ slot for `max_sge` SGEs: the next power of two at or above header plus SGEs
-/// (Linux `roundup_pow_of_two`).
-pub const fn sq_wqe_stride(max_sge: u32) -> u32 {
-    (80 + 16 * max_sge).next_power_of_two()
+/// (Linux `roundup_pow_of_two`). `None` if that does not fit in 32 bits (an absurd `max_sge`,
+/// which both sides must refuse rather than wrap to a zero stride).
+pub const fn sq_wqe_stride(max_sge: u32) -> Option<u32> {
+    wqe_stride(core::mem::size_of::<SqWqeHdr>() as u32, max_sge)
 }
 
-/// Bytes of one RQ slot for `max_sge` SGEs.
-pub const fn rq_wqe_stride(max_sge: u32) -> u32 {
-    (16 + 16 * max_sge).next_power_of_two()
+/// Bytes of one RQ slot for `max_sge` SGEs; `None` if that does not fit in 32 bits.
+pub const fn rq_wqe_stride(max_sge: u32) -> Option<u32> {
+    wqe_stride(core::mem::size_of::<RqWqeHdr>() as u32, max_sge)
+}
+
+/// `roundup_pow_of_two(hdr + max_sge * sizeof(Sge))` with checked arithmetic.
+const fn wqe_stride(hdr: u32, max_sge: u32) -> Option<u32> {
+    let sges = match max_sge.checked_mul(core::mem::size_of::<Sge>() as u32) {
+        Some(b) => b,
+        None => return None,
+    };
+    match hdr.checked_add(sges) {
+        Some(b) => b.checked_next_power_of_two(),
+        None => None,
+    }
 }
 
 /// `enum pvrdma_wr_opcode`.
@@ -231,4 +244,22 @@ pub mod network_type {
     pub const ROCE_V1: u8 = 0;
     pub const IPV4: u8 = 1;
     pub const IPV6: u8 = 2;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_round_up_and_refuse_absurd_sge_counts() {
+        assert_eq!(sq_wqe_stride(1), Some(128));
+        assert_eq!(sq_wqe_stride(4), Some(256));
+        assert_eq!(rq_wqe_stride(1), Some(32));
+        assert_eq!(rq_wqe_stride(4), Some(128));
+        // 80 + 16 * n wraps, or rounds up past 2^31: never a zero stride.
+        for n in [u32::MAX, u32::MAX / 16, 1 << 28, (1 << 27) + 1] {
+            assert_eq!(sq_wqe_stride(n), None, "{n}");
+        }
+        assert_eq!(rq_wqe_stride(u32::MAX), None);
+    }
 }

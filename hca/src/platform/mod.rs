@@ -6,6 +6,7 @@
 //! through a Rust reference, so a backend whose memory is not mapped into this process (QEMU over
 //! qtest) fits unchanged (`../shared/design.md`, decision 4).
 
+pub mod qtest;
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod vfio;

@@ -416,3 +416,63 @@ fn a_qp_with_too_many_bytes_on_the_wire_pauses_its_sq() {
     d.dev.mem().read(p.dst.iova, &mut got).unwrap();
     assert!(got.chunks(60).enumerate().all(|(i, c)| c.iter().all(|b| *b == i as u8)));
 }
+
+#[test]
+fn zero_length_sends_are_bounded_by_the_sq_depth() {
+    let p = Pair::new(SimConfig::default(), 64);
+    let d = &p.d;
+    // B has no receive WQE: every send parks. A's SQ is 16 deep.
+    for i in 0..16u64 {
+        d.send(&p.a, i, 0, &[]);
+    }
+    d.settle();
+    assert_eq!(d.dev.parked_packets(p.b.qpn), 16);
+    // Another SQ's worth: the device leaves them posted (16 sends outstanding already).
+    for i in 16..32u64 {
+        d.send(&p.a, i, 0, &[]);
+    }
+    d.settle();
+    assert_eq!(d.dev.parked_packets(p.b.qpn), 16);
+    assert_eq!(d.dev.mem().load_u32(p.a.state + 4).unwrap(), 16, "SQ cons_head");
+    assert!(d.dev.stats().sq_throttled >= 1);
+    // Receives drain the parked sends, which lets the SQ drain resume, in order.
+    for i in 0..32u64 {
+        p.post_recv(i, 0, 8);
+        if i == 15 {
+            assert_eq!(d.wait_cqes(&p.cq_b, 16).len(), 16);
+        }
+    }
+    let tx = d.wait_cqes(&p.cq_a, 32);
+    assert_eq!(tx.iter().map(|c| c.wr_id.get()).collect::<Vec<_>>(), (0..32).collect::<Vec<_>>());
+    assert_eq!(d.wait_cqes(&p.cq_b, 16).len(), 16);
+}
+
+#[test]
+fn the_device_wire_budget_pauses_and_resumes_sq_drains() {
+    let cfg = SimConfig { device_packets_in_flight: 4, ..Default::default() };
+    let p = Pair::new(cfg, 64);
+    let d = &p.d;
+    for i in 0..16u64 {
+        d.send(&p.a, i, 0, &[]);
+    }
+    d.settle();
+    assert_eq!(d.dev.parked_packets(p.b.qpn), 4);
+    assert_eq!(d.dev.mem().load_u32(p.a.state + 4).unwrap(), 4, "SQ cons_head");
+    for i in 0..16u64 {
+        p.post_recv(i, 0, 8);
+    }
+    let tx = d.wait_cqes(&p.cq_a, 16);
+    assert_eq!(tx.iter().map(|c| c.wr_id.get()).collect::<Vec<_>>(), (0..16).collect::<Vec<_>>());
+    assert!(tx.iter().all(|c| c.status.get() == wc_status::SUCCESS));
+    assert_eq!(d.wait_cqes(&p.cq_b, 16).len(), 16);
+}
+
+#[test]
+fn unrepresentable_latencies_and_timeouts_do_not_panic() {
+    let idle = Pair::new(SimConfig::default(), 8);
+    assert!(idle.d.dev.wait_port_idle(Duration::MAX));
+    let p = Pair::new(SimConfig { link_latency: Duration::MAX, ..Default::default() }, 8);
+    p.post_recv(1, 0, 8);
+    p.send_msg(1, 0, b"never", 0);
+    assert!(!p.d.dev.wait_port_idle(Duration::from_millis(20)));
+}

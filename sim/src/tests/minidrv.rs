@@ -194,7 +194,8 @@ impl Drv {
 
     /// A QP request (RC, `wr` entries each way, `sge` SGEs each) over fresh pages (not posted).
     pub fn qp_request(&self, pd: u32, scq: u32, rcq: u32, wr: u32, sge: u32) -> (CreateQp, TestQp) {
-        let (sstride, rstride) = (u64::from(sq_wqe_stride(sge)), u64::from(rq_wqe_stride(sge)));
+        let sstride = u64::from(sq_wqe_stride(sge).expect("small SGE count"));
+        let rstride = u64::from(rq_wqe_stride(sge).expect("small SGE count"));
         let sp = (u64::from(wr) * sstride).div_ceil(PAGE);
         let rp = (u64::from(wr) * rstride).div_ceil(PAGE);
         let total = 1 + sp + rp;

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The real-QEMU stage: runs the driver's real-device tests (tests/tests/qemu_real.rs) against QEMU
+# 7.2's pvrdma device. QEMU needs a host RDMA device, which this machine's kernel lacks, so QEMU runs
+# inside a small TCG VM ("L1") whose Debian kernel has soft-RoCE (rdma_rxe): the VM boots a busybox
+# initramfs that mounts this machine's / read-only over 9p and a work folder read-write, chroots
+# into it, creates rxe0 and runs the test binary built here. Each test starts its own QEMU 7.2 (no
+# guest OS: -S and -qtest) and drives its pvrdma function with the driver over qtest.
+#
+# Exit status: 0 when every real-device test passed; non-zero on any failure (a package that
+# installs wrong, QEMU that is not 7.2 or lacks pvrdma, a VM that does not boot, a timeout, a
+# failing test). The one exception: a package that cannot be fetched prints "SKIPPED: <reason>" on
+# a line of its own and exits 0.
+#
+# Environment: RUNS (how many times to boot L1 and run the tests, default 1), L1_TIMEOUT (seconds
+# per boot, default 420), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
+# default /tmp/pvrdma-qemu), TEST_FILTER (a test-name filter passed to the test binary).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+WORK=${WORK:-/tmp/pvrdma-qemu}
+RUNS=${RUNS:-1}
+L1_TIMEOUT=${L1_TIMEOUT:-420}
+TEST_THREADS=${TEST_THREADS:-2}
+export DEBIAN_FRONTEND=noninteractive
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+T0=$(now_ms)
+lap() { echo "== [$(( $(now_ms) - T0 )) ms] $*"; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+skip() { echo; echo "SKIPPED: $*"; exit 0; }
+
+mkdir -p "$WORK" "$WORK/debs" "$WORK/out"
+
+# --- 1. Debian packages --------------------------------------------------------------------------
+PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio)
+qemu_ok() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -q '^1:7\.2'; }
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+qemu_ok || missing+=(qemu-system-x86)
+apt_log="$WORK/out/apt.log"
+apt_fetch_failed() { grep -qE 'Failed to fetch|Unable to fetch|Temporary failure resolving|Could not resolve|Unable to connect' "$apt_log"; }
+updated=0
+apt_update() {
+  [ "$updated" = 1 ] && return 0
+  lap "apt-get update"
+  apt-get update -q >"$apt_log" 2>&1 || { apt_fetch_failed && skip "apt-get update cannot reach Debian's archive ($(grep -m1 -E 'Failed|Unable|resolv' "$apt_log"))"; fail "apt-get update failed (see $apt_log)"; }
+  updated=1
+}
+if ((${#missing[@]})); then
+  apt_update
+  lap "apt-get install ${missing[*]}"
+  want=()
+  for p in "${PKGS[@]}"; do [ "$p" = qemu-system-x86 ] && want+=('qemu-system-x86=1:7.2*') || want+=("$p"); done
+  if ! apt-get install -y -q --no-install-recommends "${want[@]}" >>"$apt_log" 2>&1; then
+    apt_fetch_failed && skip "a package cannot be fetched ($(grep -m1 -E 'Failed to fetch|Unable to fetch' "$apt_log"))"
+    grep -qE "Version '1:7\.2\*' for 'qemu-system-x86' was not found" "$apt_log" && fail "Debian offers no qemu-system-x86 1:7.2*: $(apt-cache policy qemu-system-x86 | tr '\n' ' ')"
+    tail -20 "$apt_log" >&2; fail "apt-get install failed"
+  fi
+fi
+qemu_ok || fail "qemu-system-x86 is $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null), not 1:7.2*"
+QEMU_VERSION=$(qemu-system-x86_64 --version | head -1)
+echo "$QEMU_VERSION" | grep -qE 'version 7\.2(\.|[^0-9])' || fail "qemu-system-x86_64 --version says: $QEMU_VERSION"
+qemu-system-x86_64 -device help 2>/dev/null | grep -q '"pvrdma"' || fail "this QEMU has no pvrdma device (-device help does not list it)"
+lap "$QEMU_VERSION, with pvrdma"
+
+# --- 2. The L1 kernel: Debian's image package, downloaded and unpacked (not installed) -------------
+KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+if [ -z "$KPKG" ]; then apt_update; KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}'); fi
+[ -n "$KPKG" ] || fail "cannot tell which kernel package linux-image-amd64 names"
+KDEB=$(ls "$WORK/debs/${KPKG}"_*.deb 2>/dev/null | head -1 || true)
+if [ -z "$KDEB" ]; then
+  lap "download $KPKG"
+  (cd "$WORK/debs" && apt-get download -q "$KPKG" >>"$apt_log" 2>&1) || {
+    apt_update
+    (cd "$WORK/debs" && apt-get download -q "$KPKG" >>"$apt_log" 2>&1) || { apt_fetch_failed && skip "the kernel package $KPKG cannot be fetched"; fail "apt-get download $KPKG failed"; }
+  }
+  KDEB=$(ls "$WORK/debs/${KPKG}"_*.deb | head -1)
+fi
+if [ ! -f "$WORK/kroot/.from" ] || [ "$(cat "$WORK/kroot/.from")" != "$KDEB" ]; then
+  lap "unpack $(basename "$KDEB")"
+  rm -rf "$WORK/kroot" && dpkg-deb -x "$KDEB" "$WORK/kroot"
+  KV=$(ls "$WORK/kroot/lib/modules" | head -1)
+  depmod -b "$WORK/kroot" "$KV"
+  echo "$KDEB" > "$WORK/kroot/.from"
+fi
+KV=$(ls "$WORK/kroot/lib/modules" | head -1)
+VMLINUZ="$WORK/kroot/boot/vmlinuz-$KV"
+[ -f "$VMLINUZ" ] || fail "no kernel image in $KDEB"
+
+# --- 3. The initramfs ----------------------------------------------------------------------------
+lap "build initramfs ($KV)"
+WORK="$WORK" bash "$HERE/build-initramfs.sh" "$KV" >/dev/null || fail "initramfs build failed"
+
+# --- 4. The test binary (built here, run in L1 through the 9p root) -------------------------------
+lap "build the real-device tests"
+BUILD_LOG="$WORK/out/build.log"
+( cd "$REPO" && cargo test --release -p tests --test qemu_real --no-run --message-format=json-render-diagnostics ) \
+  >"$BUILD_LOG.json" 2>"$BUILD_LOG" || { tail -30 "$BUILD_LOG" >&2; fail "building the real-device tests failed"; }
+TESTBIN=$(grep -o '"executable":"[^"]*qemu_real[^"]*"' "$BUILD_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/')
+[ -x "$TESTBIN" ] || fail "cannot find the qemu_real test binary"
+echo "   $TESTBIN"
+
+# --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
+cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
+printf '#!/bin/sh\nexec /usr/bin/kmod modprobe -d %s/kroot "$@"\n' "$WORK" > "$WORK/modprobe-wrap"
+chmod +x "$WORK/modprobe-wrap" "$WORK/l1-stage2.sh"
+L1PID=
+cleanup() {
+  if [ -n "${L1PID:-}" ] && kill -0 "$L1PID" 2>/dev/null; then kill "$L1PID" 2>/dev/null || true; sleep 1; kill -9 "$L1PID" 2>/dev/null || true; fi
+}
+trap cleanup EXIT INT TERM
+failures=0
+declare -a summary
+for run in $(seq 1 "$RUNS"); do
+  rm -rf "$WORK/out/tests.log" "$WORK/out/tests.rc" "$WORK/out/qemu"
+  cat > "$WORK/l1-env" <<EOV
+WORK=$WORK
+TESTBIN=$TESTBIN
+TEST_THREADS=$TEST_THREADS
+TEST_FILTER=${TEST_FILTER:-}
+EOV
+  CONSOLE="$WORK/out/l1-console-$run.log"
+  lap "run $run/$RUNS: boot L1 (TCG, kernel $KV) and run the tests there (bound: ${L1_TIMEOUT}s)"
+  tb=$(now_ms)
+  timeout --kill-after=10 "$L1_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "${L1_MEM:-2G}" -smp 2 \
+    -kernel "$VMLINUZ" -initrd "$WORK/initrd.cpio.gz" \
+    -append "console=ttyS0 panic=-1 loglevel=4 PVRDMA_WORK=$WORK" \
+    -display none -serial "file:$CONSOLE" -monitor none -no-reboot -nodefaults \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs "local,path=$WORK,mount_tag=work,security_model=none" \
+    -netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0 &
+  L1PID=$!
+  set +e; wait "$L1PID"; l1rc=$?; set -e
+  L1PID=
+  te=$(now_ms)
+  ready=$(grep -m1 -o 'L1-TS [0-9.]* rxe0 ready' "$CONSOLE" | awk '{print $2}' || true)
+  testsdur=$(grep -m1 -o 'L1-TS [0-9.]* tests done after [0-9.]* s' "$CONSOLE" | awk '{print $6}' || true)
+  if [ ! -f "$WORK/out/tests.rc" ]; then
+    echo "---- L1 console (last 40 lines) ----"; tail -40 "$CONSOLE" || true
+    [ "$l1rc" = 124 ] || [ "$l1rc" = 137 ] && why="timed out after ${L1_TIMEOUT}s" || why="exited ($l1rc) before the tests finished"
+    [ -z "$ready" ] && why="$why; it never got rxe0 ready (did it boot?)"
+    echo "   run $run: L1 $why"
+    summary+=("run $run: FAILED (L1 $why)")
+    failures=$((failures + 1)); continue
+  fi
+  rc=$(cat "$WORK/out/tests.rc")
+  cp "$WORK/out/tests.log" "$WORK/out/tests-$run.log"
+  # The test binary's own lines: per-test results, timings, and "test result: ...".
+  grep -E '^(test |running |test result:|failures:|---- |thread |  |QEMU-|TIMING)' "$WORK/out/tests.log" | grep -vE '^test .*\.\.\. ignored$' || true
+  [ -f "$WORK/out/qemu/timings.txt" ] && sort "$WORK/out/qemu/timings.txt"
+  [ "$rc" = 0 ] || { echo "---- failing output ----"; sed -n '/^failures:/,$p' "$WORK/out/tests.log" | head -80; }
+  result=$(grep -m1 '^test result:' "$WORK/out/tests.log" || echo "no result line")
+  summary+=("run $run: L1 wall $(( te - tb )) ms, rxe0 ready at ${ready:-?} s of L1 uptime, tests ${testsdur:-?} s: $result")
+  [ "$rc" = 0 ] || failures=$((failures + 1))
+done
+trap - EXIT INT TERM
+lap "done"
+printf '%s\n' "${summary[@]}"
+[ "$failures" = 0 ] || fail "$failures of $RUNS real-QEMU runs failed (logs in $WORK/out)"
+echo "real-QEMU stage: $RUNS of $RUNS runs passed"

@@ -1,0 +1,322 @@
+//! Breakers: the driver against a hostile device, hostile timing and hostile callers ("the driver
+//! survives any device"; every wait has a bound and ends).
+//!
+//! Each test fails while the bug it names is present and passes once it is fixed.
+
+use hca::{AsyncEvent, Device, Error, NotifyFlags, ProbeOptions, Wc, WrOpcode};
+use pvrdma_abi::dsr::Dsr;
+use pvrdma_abi::event::EqeType;
+use pvrdma_abi::regs::{REG_DSRHIGH, REG_DSRLOW};
+use pvrdma_abi::ring::RX_PROD_TAIL;
+use pvrdma_abi::wqe::{wc_opcode, Cqe};
+use pvrdma_sim::{Profile, SimConfig, SimDevice};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tests::fixture::*;
+use zerocopy::FromBytes;
+
+fn short_timeouts() -> ProbeOptions {
+    ProbeOptions { cmd_timeout: Duration::from_millis(300), ..Default::default() }
+}
+
+/// The DSR as the driver wrote it (found through DSRLOW/DSRHIGH, as a device would).
+fn dsr(d: &SimDevice) -> Dsr {
+    let at = u64::from(d.reg_read(REG_DSRHIGH)) << 32 | u64::from(d.reg_read(REG_DSRLOW));
+    let mut b = vec![0u8; core::mem::size_of::<Dsr>()];
+    d.mem().read(at, &mut b).unwrap();
+    Dsr::read_from_bytes(&b).unwrap()
+}
+
+/// Page `i` of the ring whose page directory is at `dir`.
+fn ring_page(d: &SimDevice, dir: u64, i: u64) -> u64 {
+    let table = d.mem().read_u64(dir).unwrap();
+    d.mem().read_u64(table + 8 * i).unwrap()
+}
+
+/// BUG: `CompChannel::get_cq_event` computes `Instant::now() + timeout` unchecked, so a long
+/// timeout (`Duration::MAX`, or `hca pingpong -e --timeout-s 18446744073709551615`) panics with
+/// "overflow when adding duration to instant" — even when an event is already queued. Violates
+/// "every wait has a bound: one poll-with-timeout helper" / "never a panic". (Same pattern:
+/// `PlatformTransport::wait_response_irq` with `ProbeOptions::cmd_timeout = Duration::MAX`, the
+/// model's `MsixVectors::wait`, `PortQueue::wait_idle` and `PortQueue::transmit` with a huge
+/// `link_latency`.)
+#[test]
+fn a_long_channel_timeout_does_not_panic() {
+    let (dev, _sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let ch = dev.create_comp_channel();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    p.recv_b(1, 0, 8);
+    p.send_a(1, 0, b"x", WrOpcode::Send, false);
+    poll_n(&cq, 2);
+    std::thread::sleep(SETTLE); // the event is queued now
+    let ch2 = ch.clone();
+    let got = std::thread::spawn(move || ch2.get_cq_event(Duration::MAX)).join();
+    assert_eq!(got.ok(), Some(Ok(cq.handle())), "get_cq_event(Duration::MAX) panicked");
+    cq.ack_events(1);
+}
+
+/// BUG: a lost completion event under the QEMU 7.2 profile. QEMU writes a CQ-notification entry
+/// for every CQE; when that ring is full it drops the entry *and* the interrupt, and leaves the CQ
+/// armed. The driver only delivers events from ring entries, so an armed CQ whose one CQE arrived
+/// while the ring was full never gets its event: a consumer that armed, polled (empty) and now
+/// sleeps on its channel sleeps until its timeout although a CQE sits in its CQ. The periodic
+/// drain empties the ring afterwards, but the dropped entry is gone. Violates decision 3 ("it
+/// drains that ring outside the interrupt path as well, so a full ring never stalls events") and
+/// the brief's "no lost event: a consumer that arms then polls must never sleep forever".
+#[test]
+fn qemu72_full_notification_ring_does_not_lose_an_armed_cqs_event() {
+    let cfg = SimConfig { profile: Profile::Qemu72, ..SimConfig::default() };
+    let (dev, sim) = Device::open_sim(cfg).unwrap();
+    let d = sim.device();
+    let ch = dev.create_comp_channel();
+    let armed = dev.create_cq(16, Some(&ch)).unwrap();
+    let noisy = dev.create_cq(4096, None).unwrap();
+    // The consumer arms, polls once more (empty), and would now sleep.
+    armed.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    assert_eq!(armed.poll(&mut [Wc::default(); 4]), Ok(0));
+    // Another (unarmed) CQ's traffic fills the notification ring (QEMU: one entry per CQE).
+    let dropped0 = d.stats().notifications_dropped;
+    for _ in 0..2048 {
+        d.post_cqe(noisy.handle(), &Cqe::default(), false);
+    }
+    // The armed CQ's completion arrives while the ring is full.
+    let mut c = Cqe::default();
+    c.opcode.set(wc_opcode::RECV);
+    d.post_cqe(armed.handle(), &c, false);
+    assert!(d.stats().notifications_dropped > dropped0, "the ring never filled: test inconclusive");
+    let got = ch.get_cq_event(Duration::from_secs(2));
+    assert_eq!(got, Ok(armed.handle()), "armed CQ with a queued CQE never got its event");
+}
+
+/// BUG: the async-event handler runs on the driver's vector-1 thread without a guard; if it
+/// panics, the thread dies silently: no more async events, no health check, no DEVICE_FATAL —
+/// channel waiters are not woken and verbs keep succeeding on a fatal device. Violates "the driver
+/// survives" / "a device that stops answering is found by a bounded health check" (decision 7).
+#[test]
+fn a_panicking_async_handler_does_not_kill_event_processing() {
+    let (dev, sim) = Device::open_sim_with(SimConfig::default(), short_timeouts()).unwrap();
+    dev.set_async_event_handler(|e| {
+        if let AsyncEvent::PortActive(_) = e {
+            panic!("consumer bug in the async handler");
+        }
+    });
+    sim.device().inject_async_event(EqeType::PortActive, 1);
+    std::thread::sleep(SETTLE);
+    let ch = dev.create_comp_channel();
+    sim.device().inject_fatal();
+    let t = Instant::now();
+    let got = ch.get_cq_event(Duration::from_secs(3));
+    assert_eq!(got, Err(Error::DeviceFatal), "DEVICE_FATAL not seen after {:?}", t.elapsed());
+    assert!(dev.is_fatal());
+}
+
+/// Garbage written straight into the CQ-notification ring: unknown handles are counted as
+/// spurious; an out-of-range producer index makes the device fatal and wakes waiters; no panic.
+#[test]
+fn notification_ring_garbage_is_spurious_or_fatal_never_a_panic() {
+    let (dev, sim) = Device::open_sim_with(SimConfig::default(), short_timeouts()).unwrap();
+    let d = sim.device();
+    let ch = dev.create_comp_channel();
+    let cq = dev.create_cq(16, Some(&ch)).unwrap();
+    let r = dsr(d);
+    let dir = r.cq_ring_pages.pdir_dma.get();
+    let (state, entries) = (ring_page(d, dir, 0), ring_page(d, dir, 1));
+    // Entries for handles that are not CQs, and one for an unarmed CQ.
+    let cons = d.mem().load_u32(state + 12).unwrap();
+    let handles = [0u32, 0x00ff_ffff, u32::MAX, cq.handle() + 7, cq.handle()];
+    for (k, h) in handles.iter().enumerate() {
+        let slot = (cons + k as u32) % 1024;
+        d.mem().store_u32(entries + 4 * u64::from(slot), *h).unwrap();
+    }
+    d.mem().store_u32(state + RX_PROD_TAIL, (cons + handles.len() as u32) % 2048).unwrap();
+    std::thread::sleep(SETTLE);
+    assert_eq!(dev.stats().spurious_cq_notifications, handles.len() as u64);
+    assert_eq!(ch.try_get_cq_event(), None);
+    assert!(!dev.is_fatal());
+    // A producer index beyond the ring: fatal, waiters wake.
+    d.mem().store_u32(state + RX_PROD_TAIL, 0xdead_beef).unwrap();
+    assert_eq!(ch.get_cq_event(WAIT), Err(Error::DeviceFatal));
+    assert_eq!(cq.poll(&mut [Wc::default(); 2]), Err(Error::DeviceFatal));
+}
+
+/// Odd async events: CQ_ERR for no CQ, for a CQ being destroyed, unknown types, QP_FATAL for no
+/// QP, a flood that overflows the async ring. No panic; the device keeps working.
+#[test]
+fn odd_async_events_are_absorbed() {
+    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let d = sim.device().clone();
+    let seen = Arc::new(std::sync::Mutex::new(0usize));
+    let s2 = seen.clone();
+    dev.set_async_event_handler(move |_| *s2.lock().unwrap() += 1);
+    for kind in [EqeType::CqErr, EqeType::QpFatal, EqeType::SrqErr, EqeType::PortErr, EqeType::PortActive] {
+        for info in [0u32, 1, 0xff, 0x100, 0x00ff_ffff, u32::MAX] {
+            d.inject_async_event(kind, info);
+        }
+    }
+    // CQ_ERR racing with the CQ's destruction.
+    for _ in 0..200 {
+        let cq = dev.create_cq(4, None).unwrap();
+        let h = cq.handle();
+        let d2 = d.clone();
+        let t = std::thread::spawn(move || d2.inject_async_event(EqeType::CqErr, h));
+        drop(cq);
+        t.join().unwrap();
+    }
+    // Flood: more than the async ring holds.
+    for i in 0..3000u32 {
+        d.inject_async_event(EqeType::PortActive, i & 0xff);
+    }
+    std::thread::sleep(SETTLE);
+    assert!(!dev.is_fatal());
+    assert!(*seen.lock().unwrap() > 0);
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    p.recv_b(1, 0, 8);
+    p.send_a(1, 0, b"ok", WrOpcode::Send, false);
+    poll_n(&cq, 2);
+}
+
+/// Destroying CQs (and their QPs) while the interrupt thread delivers their events, many times,
+/// on two threads: no panic, no deadlock, no event for a CQ after it is gone.
+#[test]
+fn destroy_while_the_interrupt_thread_delivers() {
+    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let ch = dev.create_comp_channel();
+                while Instant::now() < deadline {
+                    let cq = dev.create_cq(4, Some(&ch)).unwrap();
+                    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+                    let mut c = Cqe::default();
+                    c.opcode.set(wc_opcode::SEND);
+                    sim.device().post_cqe(cq.handle(), &c, false);
+                    drop(cq);
+                }
+            });
+        }
+    });
+    assert!(!dev.is_fatal());
+}
+
+/// A context's doorbells for another context's QP (SEND and RECV) are refused and counted, and
+/// nothing is sent.
+#[test]
+fn a_context_cannot_ring_another_contexts_qp() {
+    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let owner = dev.alloc_ucontext().unwrap();
+    let other = dev.alloc_ucontext().unwrap();
+    let pd = owner.alloc_pd().unwrap();
+    let cq = owner.create_cq(16, None).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    let before = sim.device().stats();
+    other.doorbells().qp_send(p.a.qpn());
+    other.doorbells().qp_recv(p.b.qpn());
+    owner.doorbells().qp_send(0x00ff_ffff);
+    let after = sim.device().stats();
+    assert_eq!(after.refused_doorbells, before.refused_doorbells + 3);
+    assert_eq!(after.packets_sent, before.packets_sent);
+    // The owner's own page still works; dropping the contexts first is harmless.
+    drop(other);
+    drop(owner);
+    p.recv_b(1, 0, 8);
+    p.send_a(1, 0, b"mine", WrOpcode::Send, false);
+    poll_n(&cq, 2);
+}
+
+/// A device that answers every CREATE_QP with the QPN of the first QP it created (a hostile or
+/// broken device): the sim underneath, with the response rewritten after each REQUEST.
+struct DupQpn {
+    inner: hca::platform::sim::SimPlatform,
+    first: std::sync::Mutex<Option<u32>>,
+}
+
+impl hca::Platform for DupQpn {
+    fn name(&self) -> String {
+        "dup-qpn".into()
+    }
+    fn reg_read(&self, o: u32) -> u32 {
+        self.inner.reg_read(o)
+    }
+    fn reg_write(&self, o: u32, v: u32) {
+        self.inner.reg_write(o, v);
+        if o != pvrdma_abi::regs::REG_REQUEST {
+            return;
+        }
+        let d = self.inner.device();
+        let resp = dsr(d).resp_slot_dma.get();
+        let ack = d.mem().load_u32(resp + 8).unwrap_or(0);
+        if ack != pvrdma_abi::cmd::ack_for(pvrdma_abi::cmd::opcode::CREATE_QP) {
+            return;
+        }
+        let qpn = d.mem().load_u32(resp + 16).unwrap();
+        let mut first = self.first.lock().unwrap();
+        match *first {
+            None => *first = Some(qpn),
+            Some(f) => d.mem().store_u32(resp + 16, f).unwrap(),
+        }
+    }
+    fn uar_write(&self, o: u64, v: u32) {
+        self.inner.uar_write(o, v)
+    }
+    fn uar_base_pfn(&self) -> u64 {
+        self.inner.uar_base_pfn()
+    }
+    fn uar_pages(&self) -> u32 {
+        self.inner.uar_pages()
+    }
+    fn dma_alloc(&self, len: u64) -> Result<u64, hca::PlatformError> {
+        self.inner.dma_alloc(len)
+    }
+    fn dma_free(&self, iova: u64) {
+        self.inner.dma_free(iova)
+    }
+    fn dma_read(&self, iova: u64, buf: &mut [u8]) -> Result<(), hca::PlatformError> {
+        self.inner.dma_read(iova, buf)
+    }
+    fn dma_write(&self, iova: u64, data: &[u8]) -> Result<(), hca::PlatformError> {
+        self.inner.dma_write(iova, data)
+    }
+    fn dma_load_u32(&self, iova: u64) -> Result<u32, hca::PlatformError> {
+        self.inner.dma_load_u32(iova)
+    }
+    fn dma_store_u32(&self, iova: u64, v: u32) -> Result<(), hca::PlatformError> {
+        self.inner.dma_store_u32(iova, v)
+    }
+    fn wait_vector(&self, v: u16, t: Duration) -> u32 {
+        self.inner.wait_vector(v, t)
+    }
+}
+
+/// BUG: the driver trusts the QP handle the device returns. `Cq::create` refuses a CQ handle
+/// that is already live (`EventHub::register_cq` -> DeviceFatal), but `Qp::create` only checks
+/// that the QPN fits 24 bits: a device answering two CREATE_QPs with the same QPN yields two
+/// driver QPs sharing one handle. Dropping one then sends DESTROY_QP for the other's device QP
+/// and detaches the shared handle from the CQs, so the survivor's completions are reported as
+/// `GeneralErr` "QP not on this CQ" and its doorbells ring nothing. Violates the crate doc
+/// ("Nothing the device writes is trusted: ring indices, handles and CQEs are validated").
+#[test]
+fn a_duplicate_qp_handle_from_the_device_is_refused() {
+    let inner = hca::platform::sim::SimPlatform::new(SimConfig::default());
+    let plat = Arc::new(DupQpn { inner, first: std::sync::Mutex::new(None) });
+    let dev = Device::probe(plat).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let q1 = rc_qp(&pd, &cq, &cq);
+    let attr = hca::QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap: cap(),
+        qp_type: hca::QpType::Rc,
+        sq_sig_all: false,
+    };
+    match pd.create_qp(&attr) {
+        Err(_) => {}
+        Ok(q2) => panic!("the driver accepted QPN {} twice ({:?} and {:?})", q2.qpn(), q1, q2),
+    }
+}
