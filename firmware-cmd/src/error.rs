@@ -41,7 +41,8 @@ pub enum DeviceStatus {
     /// ENOMEM: a table or the backend is out of resources.
     #[error("out of resources (ENOMEM)")]
     NoResources,
-    /// EFAULT: a DMA address outside guest memory.
+    /// EFAULT: the device could not reach memory (QEMU answers EINVAL for a page directory or
+    /// page outside guest memory, as the model does).
     #[error("bad device address (EFAULT)")]
     BadAddress,
     /// EPERM / EACCES: the object belongs to another context.

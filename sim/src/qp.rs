@@ -114,8 +114,8 @@ fn pow2_within(n: u32, max: u32) -> bool {
 ///
 /// Errors: `EINVAL` for a non-RC type, an SRQ, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), too few chunks for the rings, an unknown PD or CQ, or a
-/// misaligned page; `EPERM` if a CQ belongs to another context than the PD; `EFAULT` for pages
-/// outside guest memory; `ENOMEM` when `max_qp` exist.
+/// misaligned page or a page outside guest memory (QEMU answers `EINVAL` there too); `EPERM` if a
+/// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist.
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     if req.qp_type != qp_type::RC || req.is_srq != 0 {
         return Err(Errno::EINVAL);

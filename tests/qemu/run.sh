@@ -107,10 +107,16 @@ cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
 printf '#!/bin/sh\nexec /usr/bin/kmod modprobe -d %s/kroot "$@"\n' "$WORK" > "$WORK/modprobe-wrap"
 chmod +x "$WORK/modprobe-wrap" "$WORK/l1-stage2.sh"
 L1PID=
+L1PIDFILE="$WORK/out/l1.pid"
 cleanup() {
-  if [ -n "${L1PID:-}" ] && kill -0 "$L1PID" 2>/dev/null; then kill "$L1PID" 2>/dev/null || true; sleep 1; kill -9 "$L1PID" 2>/dev/null || true; fi
+  # The timeout wrapper forwards the signal to QEMU; the pidfile catches a QEMU that outlives it.
+  local q; q=$(cat "$L1PIDFILE" 2>/dev/null || true)
+  if [ -n "${L1PID:-}" ] && kill -0 "$L1PID" 2>/dev/null; then kill "$L1PID" 2>/dev/null || true; fi
+  if [ -n "$q" ] && kill -0 "$q" 2>/dev/null; then sleep 1; kill -9 "$q" 2>/dev/null || true; fi
+  rm -f "$L1PIDFILE"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM
 failures=0
 declare -a summary
 for run in $(seq 1 "$RUNS"); do
@@ -127,13 +133,14 @@ EOV
   timeout --kill-after=10 "$L1_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m "${L1_MEM:-2G}" -smp 2 \
     -kernel "$VMLINUZ" -initrd "$WORK/initrd.cpio.gz" \
     -append "console=ttyS0 panic=-1 loglevel=4 PVRDMA_WORK=$WORK" \
-    -display none -serial "file:$CONSOLE" -monitor none -no-reboot -nodefaults \
+    -display none -serial "file:$CONSOLE" -monitor none -no-reboot -nodefaults -pidfile "$L1PIDFILE" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$WORK,mount_tag=work,security_model=none" \
     -netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0 &
   L1PID=$!
   set +e; wait "$L1PID"; l1rc=$?; set -e
   L1PID=
+  cleanup
   te=$(now_ms)
   ready=$(grep -m1 -o 'L1-TS [0-9.]* rxe0 ready' "$CONSOLE" | awk '{print $2}' || true)
   testsdur=$(grep -m1 -o 'L1-TS [0-9.]* tests done after [0-9.]* s' "$CONSOLE" | awk '{print $6}' || true)
