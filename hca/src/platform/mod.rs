@@ -9,6 +9,7 @@
 
 pub mod qtest;
 pub mod sim;
+mod words;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 

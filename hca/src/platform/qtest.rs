@@ -44,7 +44,7 @@
 //! **Quirk**: QEMU 7.2 arms a CQ only for `ARM|ARM_SOL` and clears the arm on `ARM` alone, so
 //! [`Platform::arm_encoding`] is [`ArmEncoding::Qemu72`].
 
-use super::{Iova, Platform, PlatformError};
+use super::{words, Iova, Platform, PlatformError};
 use doorbell::ArmEncoding;
 use parking_lot::Mutex;
 use pvrdma_abi::regs::{bar, REG_MACH};
@@ -407,67 +407,23 @@ impl SharedRam {
     }
 
     fn words(&self) -> &[AtomicU32] {
-        // SAFETY: `ptr` is page-aligned (so 4-byte aligned) and [ptr, ptr + len) is a live
-        // read/write mapping owned by `self` until drop, which outlives the borrow; `len` is a
-        // multiple of 4. `AtomicU32` has the size and alignment of `u32` and every bit pattern is
-        // valid. This process touches the memory only through these atomics; QEMU's writes come
-        // from another process sharing the pages, outside the Rust abstract machine.
+        // Invariants: `ptr` is page-aligned and [ptr, ptr + len) is a live read/write mapping
+        // owned by `self`; `len` is a multiple of 4; this process touches it only as atomics.
+        // SAFETY: AtomicU32 has u32's size and alignment, any bits are valid, and the borrow
+        // cannot outlive `self` (QEMU writes from another process, outside the abstract machine).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len / 4) }
     }
 
-    fn in_bounds(&self, off: u64, len: usize) -> Option<usize> {
-        let off = usize::try_from(off).ok()?;
-        (off.checked_add(len)? <= self.len).then_some(off)
-    }
-
     fn read(&self, off: u64, buf: &mut [u8]) -> bool {
-        let Some(off) = self.in_bounds(off, buf.len()) else {
-            return false;
-        };
-        let words = self.words();
-        let (mut at, mut i) = (off, 0);
-        while i < buf.len() {
-            let k = at % 4;
-            let n = (4 - k).min(buf.len() - i);
-            let w = words[at / 4].load(Ordering::Relaxed).to_ne_bytes();
-            buf[i..i + n].copy_from_slice(&w[k..k + n]);
-            (at, i) = (at + n, i + n);
-        }
-        true
+        usize::try_from(off).is_ok_and(|off| words::copy_out(self.words(), off, buf))
     }
 
-    /// Whole words are atomic stores; a partial word is merged with a compare-exchange so the
-    /// bytes around it, which QEMU may be writing, are kept.
     fn write(&self, off: u64, data: &[u8]) -> bool {
-        let Some(off) = self.in_bounds(off, data.len()) else {
-            return false;
-        };
-        let words = self.words();
-        let (mut at, mut i) = (off, 0);
-        while i < data.len() {
-            let k = at % 4;
-            let n = (4 - k).min(data.len() - i);
-            let word = &words[at / 4];
-            if n == 4 {
-                let mut b = [0u8; 4];
-                b.copy_from_slice(&data[i..i + 4]);
-                word.store(u32::from_ne_bytes(b), Ordering::Relaxed);
-            } else {
-                let part = &data[i..i + n];
-                let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                    let mut b = w.to_ne_bytes();
-                    b[k..k + n].copy_from_slice(part);
-                    Some(u32::from_ne_bytes(b))
-                });
-            }
-            (at, i) = (at + n, i + n);
-        }
-        true
+        usize::try_from(off).is_ok_and(|off| words::copy_in(self.words(), off, data))
     }
 
     fn word(&self, off: u64) -> Option<&AtomicU32> {
-        let off = self.in_bounds(off, 4)?;
-        (off % 4 == 0).then(|| &self.words()[off / 4])
+        words::word(self.words(), usize::try_from(off).ok()?)
     }
 }
 

@@ -60,7 +60,7 @@
 //!   BDF parsing, BAR decoding, the IOVA allocator, the IOVA table, the host-memory accessors and
 //!   the eventfd wait — are unit-tested below without hardware.
 
-use super::{Iova, Platform, PlatformError};
+use super::{words, Iova, Platform, PlatformError};
 use parking_lot::{Mutex, RwLock};
 use pci_driver::backends::vfio::{VfioContainer, VfioPciDevice};
 use pci_driver::device::PciDevice;
@@ -533,86 +533,32 @@ impl HostMemory {
     }
 
     fn words(&self) -> &[AtomicU32] {
-        // SAFETY: `ptr` is page-aligned (so 4-byte aligned) and [ptr, ptr + len) is a live
-        // read/write mapping owned by `self` until drop, which outlives the returned borrow;
-        // `len` is a multiple of the page size, so of 4. `AtomicU32` has the size and alignment of
-        // `u32` and every bit pattern is valid. Nothing in this process accesses the memory other
-        // than through these atomics; the device's DMA writes are outside the Rust abstract
-        // machine, like another process sharing the pages.
+        // Invariants: `ptr` is page-aligned and [ptr, ptr + len) is a live read/write mapping
+        // owned by `self`; `len` is a page multiple; this process touches it only as atomics.
+        // SAFETY: AtomicU32 has u32's size and alignment, any bits are valid, and the borrow
+        // cannot outlive `self` (device DMA is outside the abstract machine, like another process).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len / 4) }
-    }
-
-    fn in_bounds(&self, off: usize, len: usize) -> bool {
-        off.checked_add(len).is_some_and(|end| end <= self.len)
     }
 
     /// Copies bytes at `off` into `buf` in memory order; `false` if out of bounds.
     fn read(&self, off: usize, buf: &mut [u8]) -> bool {
-        if !self.in_bounds(off, buf.len()) {
-            return false;
-        }
-        let words = self.words();
-        let (mut at, mut i) = (off, 0);
-        while i < buf.len() {
-            let k = at % 4;
-            let n = (4 - k).min(buf.len() - i);
-            let w = words[at / 4].load(Ordering::Relaxed).to_ne_bytes();
-            buf[i..i + n].copy_from_slice(&w[k..k + n]);
-            (at, i) = (at + n, i + n);
-        }
-        true
+        words::copy_out(self.words(), off, buf)
     }
 
-    /// Copies `data` to `off` in memory order; `false` if out of bounds. Whole words are plain
-    /// atomic stores; a partial word is merged with a compare-exchange so the bytes around it,
-    /// which the device may be writing, are kept.
+    /// Copies `data` to `off` in memory order; `false` if out of bounds.
     fn write(&self, off: usize, data: &[u8]) -> bool {
-        if !self.in_bounds(off, data.len()) {
-            return false;
-        }
-        let words = self.words();
-        let (mut at, mut i) = (off, 0);
-        while i < data.len() {
-            let k = at % 4;
-            let n = (4 - k).min(data.len() - i);
-            let word = &words[at / 4];
-            if n == 4 {
-                let mut b = [0u8; 4];
-                b.copy_from_slice(&data[i..i + 4]);
-                word.store(u32::from_ne_bytes(b), Ordering::Relaxed);
-            } else {
-                let part = &data[i..i + n];
-                let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                    let mut b = w.to_ne_bytes();
-                    b[k..k + n].copy_from_slice(part);
-                    Some(u32::from_ne_bytes(b))
-                });
-            }
-            (at, i) = (at + n, i + n);
-        }
-        true
+        words::copy_in(self.words(), off, data)
     }
 
     /// Loads the little-endian word at `off` (4-byte aligned) with acquire ordering.
     fn load_u32(&self, off: usize) -> Option<u32> {
-        if off & 3 != 0 {
-            return None;
-        }
-        self.words().get(off / 4).map(|w| u32::from_le(w.load(Ordering::Acquire)))
+        words::word(self.words(), off).map(|w| u32::from_le(w.load(Ordering::Acquire)))
     }
 
     /// Stores the little-endian word at `off` (4-byte aligned) with release ordering.
     fn store_u32(&self, off: usize, value: u32) -> bool {
-        if off & 3 != 0 {
-            return false;
-        }
-        match self.words().get(off / 4) {
-            Some(w) => {
-                w.store(value.to_le(), Ordering::Release);
-                true
-            }
-            None => false,
-        }
+        let w = words::word(self.words(), off);
+        w.inspect(|w| w.store(value.to_le(), Ordering::Release)).is_some()
     }
 }
 
@@ -658,10 +604,9 @@ impl DmaMapping {
     fn new(container: Arc<VfioContainer>, iova: u64, len: usize) -> io::Result<Self> {
         let align = container.iommu().alignment();
         let mem = HostMemory::new(len, align)?;
-        // SAFETY: `mem` is `len` bytes of live read/write memory aligned to the IOMMU's unit. It
-        // is moved into the returned DmaMapping, whose Drop removes this IOMMU mapping before the
-        // memory is released (and leaks the memory if the removal fails), so the device can never
-        // reach memory that has gone back to the kernel. If map fails, `mem` was never mapped.
+        // Invariant: `mem` (len bytes, live, aligned to the IOMMU unit) moves into the DmaMapping,
+        // whose Drop unmaps before freeing (and leaks if unmapping fails).
+        // SAFETY: so the device never reaches memory that went back to the kernel.
         unsafe { container.iommu().map(iova, len, mem.as_ptr(), Permissions::ReadWrite)? };
         Ok(Self { mem, container, iova })
     }
