@@ -100,6 +100,10 @@ BUILD_LOG="$WORK/out/build.log"
   >"$BUILD_LOG.json" 2>"$BUILD_LOG" || { tail -30 "$BUILD_LOG" >&2; fail "building the real-device tests failed"; }
 TESTBIN=$(grep -o '"executable":"[^"]*qemu_real[^"]*"' "$BUILD_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/')
 [ -x "$TESTBIN" ] || fail "cannot find the qemu_real test binary"
+# L1 sees this machine's / read-only, but with a tmpfs over /tmp: a target folder under /tmp (a CI
+# clone's, or CARGO_TARGET_DIR) is invisible there, so the binary travels in the work folder.
+mkdir -p "$WORK/bin" && cp "$TESTBIN" "$WORK/bin/qemu_real" || fail "cannot copy the test binary"
+TESTBIN="$WORK/bin/qemu_real"
 echo "   $TESTBIN"
 
 # --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
