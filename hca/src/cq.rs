@@ -1,209 +1,58 @@
 //! Completion queues (Linux `pvrdma_cq.c`, mthca `mthca_cq.c`): the CQ ring, polling with
-//! validation of everything the device wrote, and the driver-owned arm state.
+//! validation of everything the device wrote, and the consumer-facing arming verbs.
 //!
-//! Arm state (design decisions 3 and 9): each CQ has an arm state the driver owns. Every CQ
-//! doorbell the driver writes passes through [`crate::uar::UarTap`], which updates this state
-//! *before* the MMIO write: an arm for the next completion dominates an arm for a solicited one
-//! (the union of what the clients need); QEMU 7.2's "ARM alone" disarms. A CQ-notification entry
-//! fires an armed CQ exactly once; entries for an unarmed CQ are counted, never delivered, so at
-//! most one event per arm holds whatever the device writes. When the notification ring is found
-//! full (entries may have been dropped), `eq.rs`'s recovery pass fires every armed CQ that holds
-//! unpolled CQEs, through the same one-shot arm.
+//! Arm state (design decisions 3 and 9): each CQ has one arm state machine
+//! ([`crate::arm::ArmMachine`], held in [`CqState`]) with three clients — the completion channel
+//! (armed by [`Cq::req_notify`] and by any CQ doorbell: every one the driver or a consumer rings
+//! passes through [`crate::uar::UarTap`], which updates the machine *before* the MMIO write),
+//! notify requests ([`Cq::notify`]) and the upcall dispatcher ([`Cq::set_upcall`]). A
+//! CQ-notification entry fires an armed CQ exactly once; entries for an unarmed CQ are counted,
+//! never delivered, so at most one event per arm holds whatever the device writes. When the
+//! notification ring is found full (entries may have been dropped), `eq.rs`'s recovery pass fires
+//! every armed CQ that holds unpolled CQEs, through the same one-shot arm.
+//!
+//! Teardown ([`Cq::destroy`], or dropping the [`Cq`]) waits until every event a consumer took from
+//! the channel for this CQ is acknowledged, completes its notify requests with
+//! [`NotifyStatus::Cancelled`], stops its dispatcher, removes its
+//! untaken channel events, and takes it out of the handle table only once no interrupt or
+//! async-event handler is using it; then DESTROY_CQ and the ring is freed.
+
+pub use crate::arm::{decode_arm, ArmKind, ArmOp};
+pub use crate::cq_state::{CqState, DevCqHw};
 
 use crate::channel::CompChannel;
+use crate::cq_state::RingProbe;
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
-use crate::platform::{Iova, Platform};
+use crate::notify::{NotifyKind, NotifyRequest, NotifyStatus};
 use crate::ring::DevRing;
+use crate::upcall::Dispatcher;
 use crate::uctx::UctxInner;
 use crate::verbs::NotifyFlags;
 use crate::wc::{translate, Wc};
 use doorbell::{ArmEncoding, CqArmDoorbell};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
-use pvrdma_abi::ring::{ring_count, RX_CONS_HEAD, RX_PROD_TAIL};
-use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
 use pvrdma_abi::wqe::Cqe;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use zerocopy::FromBytes;
 
 /// Bytes of one CQE.
 pub const CQE_SIZE: u64 = 64;
 
-/// What an arm waits for. `Next` dominates `Solicited`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ArmKind {
-    /// The next solicited (or error) completion.
-    Solicited = 1,
-    /// The next completion of any kind.
-    Next = 2,
-}
-
-/// A change of arm state decoded from a CQ doorbell value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArmOp {
-    /// Arm (joined with any arm already set).
-    Arm(ArmKind),
-    /// Clear the arm (QEMU 7.2: `ARM` without `ARM_SOL`).
-    Disarm,
-}
-
-/// Decodes the arm bits of a CQ doorbell value as the device with `encoding` reads them;
-/// `None` for a doorbell that does not touch the arm (POLL only).
-pub fn decode_arm(value: u32, encoding: ArmEncoding) -> Option<ArmOp> {
-    let (arm, sol) = (value & UAR_CQ_ARM != 0, value & UAR_CQ_ARM_SOL != 0);
-    match (encoding, arm, sol) {
-        (ArmEncoding::Ibta, true, _) => Some(ArmOp::Arm(ArmKind::Next)),
-        (ArmEncoding::Ibta, false, true) => Some(ArmOp::Arm(ArmKind::Solicited)),
-        (ArmEncoding::Qemu72, true, true) => Some(ArmOp::Arm(ArmKind::Next)),
-        (ArmEncoding::Qemu72, true, false) => Some(ArmOp::Disarm),
-        _ => None,
-    }
-}
-
-/// The driver's one-shot arm of one CQ: 0 unarmed, else an [`ArmKind`].
-#[derive(Default, Debug)]
-pub struct ArmState(AtomicU8);
-
-impl ArmState {
-    /// Joins `kind` into the arm (NEXT dominates SOLICITED).
-    pub fn arm(&self, kind: ArmKind) {
-        self.0.fetch_max(kind as u8, Ordering::AcqRel);
-    }
-
-    /// Clears the arm without firing.
-    pub fn disarm(&self) {
-        self.0.store(0, Ordering::Release);
-    }
-
-    /// Spends the arm: `true` (exactly once per arm) if it was set.
-    pub fn fire(&self) -> bool {
-        self.0.swap(0, Ordering::AcqRel) != 0
-    }
-
-    /// The current arm.
-    pub fn get(&self) -> Option<ArmKind> {
-        match self.0.load(Ordering::Acquire) {
-            1 => Some(ArmKind::Solicited),
-            2 => Some(ArmKind::Next),
-            _ => None,
-        }
-    }
-}
-
-/// Where a CQ's ring state is, so the event paths can tell whether it holds unpolled CQEs without
-/// taking the CQ's ring lock ([`crate::eq::EventHub`]'s recovery after a full notification ring).
-struct RingProbe {
-    platform: Arc<dyn Platform>,
-    /// Device address of the ring-state page (the driver's `cons_head` is kept current there).
-    state: Iova,
-    elems: u32,
-}
-
-/// What the event paths know about a CQ (shared with [`crate::eq::EventHub`]'s handle table).
-pub struct CqState {
-    handle: u32,
-    ctx: Option<u32>,
-    probe: Option<RingProbe>,
-    arm: ArmState,
-    channel: Option<CompChannel>,
-    overrun: AtomicBool,
-    qps: RwLock<HashSet<u32>>,
-    events: AtomicU64,
-    unacked: AtomicU64,
-}
-
-impl CqState {
-    fn new(
-        handle: u32,
-        ctx: Option<u32>,
-        channel: Option<CompChannel>,
-        probe: Option<RingProbe>,
-    ) -> Self {
-        Self {
-            handle,
-            ctx,
-            probe,
-            arm: ArmState::default(),
-            channel,
-            overrun: AtomicBool::new(false),
-            qps: RwLock::new(HashSet::new()),
-            events: AtomicU64::new(0),
-            unacked: AtomicU64::new(0),
-        }
-    }
-
-    /// The device's CQ handle.
-    pub fn handle(&self) -> u32 {
-        self.handle
-    }
-
-    /// The owning user context's handle, `None` for a kernel CQ.
-    pub fn ctx(&self) -> Option<u32> {
-        self.ctx
-    }
-
-    /// Applies a decoded doorbell to the arm.
-    pub fn apply(&self, op: ArmOp) {
-        match op {
-            ArmOp::Arm(kind) => self.arm.arm(kind),
-            ArmOp::Disarm => self.arm.disarm(),
-        }
-    }
-
-    /// Spends the arm; `true` if the CQ was armed.
-    pub fn fire(&self) -> bool {
-        self.arm.fire()
-    }
-
-    /// Whether the driver has armed the CQ (and the arm is not yet spent).
-    pub fn armed(&self) -> bool {
-        self.arm.get().is_some()
-    }
-
-    /// Whether the CQ's ring holds CQEs the consumer has not polled, read from its ring state
-    /// (the device's `prod_tail`, the driver's `cons_head`). An index out of range counts as
-    /// "yes": the consumer's next poll reports the fault. Unreachable ring memory counts as "no".
-    pub fn has_unpolled(&self) -> bool {
-        let Some(p) = &self.probe else { return false };
-        let load = |off: u64| p.platform.dma_load_u32(p.state + off);
-        match (load(RX_PROD_TAIL), load(RX_CONS_HEAD)) {
-            (Ok(prod), Ok(cons)) => !matches!(ring_count(prod, cons, p.elems), Some(0)),
-            _ => false,
-        }
-    }
-
-    /// Delivers one completion event to the CQ's channel (if it has one) and counts it.
-    pub fn deliver(&self) {
-        self.events.fetch_add(1, Ordering::Relaxed);
-        self.unacked.fetch_add(1, Ordering::Relaxed);
-        if let Some(ch) = &self.channel {
-            ch.push(self.handle);
-        }
-    }
-
-    /// Marks the CQ overrun (CQ_ERR).
-    pub fn set_overrun(&self) {
-        self.overrun.store(true, Ordering::Release);
-    }
-
-    /// Records that QP `qp` completes into this CQ.
-    pub fn attach_qp(&self, qp: u32) {
-        self.qps.write().insert(qp);
-    }
-
-    /// Forgets QP `qp`.
-    pub fn detach_qp(&self, qp: u32) {
-        self.qps.write().remove(&qp);
-    }
-}
-
-/// A completion queue. Dropping it sends DESTROY_CQ and frees its ring.
+/// A completion queue. Dropping it destroys it ([`Cq::destroy`] with a wait of
+/// [`DROP_ACK_WAIT`], then logged); a CQ still used by QPs is destroyed on the device when the
+/// last of them is gone.
 pub struct Cq {
     pub(crate) inner: Arc<CqInner>,
+    /// `false` for the view an upcall gets: dropping it destroys nothing.
+    pub(crate) owner: bool,
 }
+
+/// How long dropping a [`Cq`] waits for its obtained events to be acknowledged before it destroys
+/// the CQ anyway (logged). [`Cq::destroy`] lets the caller choose.
+pub const DROP_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The CQ object; QPs hold it through an `Arc` so a CQ outlives its QPs.
 pub struct CqInner {
@@ -214,11 +63,12 @@ pub struct CqInner {
     broken: AtomicBool,
     kernel_arm: CqArmDoorbell,
     own_arm: CqArmDoorbell,
+    pub(crate) dispatcher: Mutex<Option<Dispatcher>>,
 }
 
 impl Cq {
     /// Creates a CQ of at least `cqe` entries (rounded up to a power of two) for the kernel
-    /// (`uctx` None) or a user context (Linux `pvrdma_create_cq`).
+    /// (`uctx` None) or a user context (Linux `pvrdma_create_cq`). The new CQ is disarmed.
     ///
     /// Errors: [`Error::InvalidArgument`] for 0 or more than the device's `max_cqe` after
     /// rounding; command and DMA failures.
@@ -250,7 +100,9 @@ impl Cq {
             state: ring.buf().data().iova(),
             elems: ring.elems(),
         };
-        let state = Arc::new(CqState::new(handle, ctx, channel.cloned(), Some(probe)));
+        let direct_arm = CqArmDoorbell::new(dev.kernel_db_direct.clone(), handle, dev.encoding);
+        let hw = DevCqHw::new(Some(probe), Some(direct_arm));
+        let state = Arc::new(CqState::new(handle, ctx, channel.cloned(), hw));
         let kernel_arm = CqArmDoorbell::new(dev.kernel_db.clone(), handle, dev.encoding);
         let own_arm = match uctx {
             Some(u) => CqArmDoorbell::new(u.db.clone(), handle, dev.encoding),
@@ -264,6 +116,7 @@ impl Cq {
             broken: AtomicBool::new(false),
             kernel_arm,
             own_arm,
+            dispatcher: Mutex::new(None),
         };
         if let Err(e) = dev.hub.register_cq(state) {
             // The CQ is destroyed by CqInner's drop, which must not unregister the live handle.
@@ -271,12 +124,12 @@ impl Cq {
             return Err(e);
         }
         tracing::debug!(handle, entries, user = ctx.is_some(), "CQ created");
-        Ok(Cq { inner: Arc::new(inner) })
+        Ok(Cq { inner: Arc::new(inner), owner: true })
     }
 
     /// The device's CQ handle.
     pub fn handle(&self) -> u32 {
-        self.inner.state.handle
+        self.inner.state.handle()
     }
 
     /// Capacity in CQEs (the requested size rounded up to a power of two).
@@ -286,22 +139,25 @@ impl Cq {
 
     /// Whether this CQ belongs to a user context.
     pub fn is_user(&self) -> bool {
-        self.inner.state.ctx.is_some()
+        self.inner.state.ctx().is_some()
     }
 
     /// Polls up to `wc.len()` completions into `wc` and returns how many (IBTA 11.4.2.1).
     ///
     /// Every CQE is validated ([`crate::wc::translate`]). Errors: [`Error::CqOverrun`] once the
     /// CQEs queued before an overflow are consumed; [`Error::DeviceFatal`] if the device is
-    /// fatal or wrote a bad ring index (the CQ then stays unusable).
+    /// fatal or wrote a bad ring index (the CQ then stays unusable, and its notify requests
+    /// complete with [`NotifyStatus::Failure`]).
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         self.inner.poll(wc)
     }
 
-    /// Requests a completion event (IBTA 11.4.2.5, `ib_req_notify_cq`): arms the CQ for its next
-    /// completion (`NEXT_COMPLETION`) or next solicited completion (`SOLICITED`); one-shot.
-    /// With `REPORT_MISSED_EVENTS`, returns `true` if CQEs are already queued (the caller must
-    /// poll again: those raise no event). A user CQ rings its own context's UAR page.
+    /// Requests a completion event on the CQ's channel (IBTA 11.4.2.5, `ib_req_notify_cq`): arms
+    /// the CQ for its next completion (`NEXT_COMPLETION`) or next solicited completion
+    /// (`SOLICITED`); one-shot; NEXT after SOLICITED upgrades, SOLICITED after NEXT keeps NEXT.
+    /// With `REPORT_MISSED_EVENTS`, returns `true` if CQEs are already queued (Linux's
+    /// `IB_CQ_REPORT_MISSED_EVENTS`: the caller must poll again, those raise no event). A user
+    /// CQ rings its own context's UAR page.
     ///
     /// Errors: [`Error::InvalidArgument`] without NEXT_COMPLETION or SOLICITED;
     /// [`Error::Unsupported`] for SOLICITED on QEMU 7.2's encoding; [`Error::DeviceFatal`].
@@ -323,33 +179,82 @@ impl Cq {
         Ok(false)
     }
 
+    /// Makes a notify request (winverbs `CQ::Notify`; see [`crate::notify`]): completes with
+    /// [`NotifyStatus::Success`] on the CQ's next completion event of `kind` (every outstanding
+    /// request of the CQ completes on the same event), with [`NotifyStatus::Overrun`] if the CQ
+    /// overflows, [`NotifyStatus::Failure`] on a catastrophic error, [`NotifyStatus::Cancelled`]
+    /// when withdrawn or when the CQ is destroyed. [`NotifyKind::ErrorOnly`] does not arm the CQ.
+    ///
+    /// With `report_missed` the request completes at once (Success) if CQEs are already queued
+    /// after it armed — those raise no event (IBTA): poll them. The arm goes through the CQ's
+    /// doorbell on the kernel's UAR page, so a user context's CQ is served too.
+    ///
+    /// Errors: [`Error::Unsupported`] for [`NotifyKind::Solicited`] on QEMU 7.2's encoding;
+    /// [`Error::DeviceFatal`] once the device is fatal.
+    pub fn notify(&self, kind: NotifyKind, report_missed: bool) -> Result<NotifyRequest> {
+        self.inner.live()?;
+        if kind == NotifyKind::Solicited && self.inner.dev.encoding == ArmEncoding::Qemu72 {
+            return Err(Error::Unsupported("solicited-only arming on this device"));
+        }
+        // As for a doorbell arm: entries written before this arm must not fire it.
+        self.inner.dev.hub.drain_notifications();
+        Ok(self.inner.state.machine().request(kind, report_missed))
+    }
+
     /// The CQ's arm doorbell on the kernel's UAR page; exists for user CQs too, so the kernel side
     /// can arm a user CQ (the gap mthca left). Rings through the driver, so its arms count as the
-    /// driver's arm state like [`Cq::req_notify`]'s.
+    /// completion channel's, like [`Cq::req_notify`]'s.
     pub fn kernel_arm_doorbell(&self) -> &CqArmDoorbell {
         &self.inner.kernel_arm
     }
 
-    /// Acknowledges `n` completion events taken from the channel (`ibv_ack_cq_events`).
+    /// Acknowledges `n` completion events taken from the channel for this CQ
+    /// (`ibv_ack_cq_events`); more than were taken and not yet acknowledged counts as that many.
+    /// Acknowledging on another CQ does not count for this one.
     pub fn ack_events(&self, n: u32) {
-        let _ = self.inner.state.unacked.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-            Some(u.saturating_sub(u64::from(n)))
-        });
+        self.inner.state.ack(n);
     }
 
-    /// Completion events delivered for this CQ so far.
+    /// A handle that acknowledges this CQ's events from another thread — e.g. while
+    /// [`Cq::destroy`] waits for them — without borrowing the CQ.
+    pub fn acker(&self) -> CqAcker {
+        CqAcker(self.inner.state.clone())
+    }
+
+    /// Completion events delivered to this CQ's channel so far.
     pub fn events(&self) -> u64 {
-        self.inner.state.events.load(Ordering::Relaxed)
+        self.inner.state.events()
     }
 
-    /// Delivered events not yet acknowledged.
+    /// Events taken from the channel for this CQ and not yet acknowledged.
     pub fn unacked_events(&self) -> u64 {
-        self.inner.state.unacked.load(Ordering::Relaxed)
+        self.inner.state.unacked()
     }
 
     /// The driver's current arm of this CQ (for diagnostics and tests).
     pub fn armed(&self) -> Option<ArmKind> {
-        self.inner.state.arm.get()
+        self.inner.state.machine().armed()
+    }
+
+    /// Notify requests of this CQ not yet completed.
+    pub fn outstanding_notifies(&self) -> usize {
+        self.inner.state.machine().outstanding()
+    }
+}
+
+/// Acknowledges one CQ's completion events ([`Cq::acker`]); cheap to clone.
+#[derive(Clone)]
+pub struct CqAcker(Arc<CqState>);
+
+impl CqAcker {
+    /// As [`Cq::ack_events`].
+    pub fn ack_events(&self, n: u32) {
+        self.0.ack(n);
+    }
+
+    /// The CQ's handle.
+    pub fn handle(&self) -> u32 {
+        self.0.handle()
     }
 }
 
@@ -360,7 +265,7 @@ impl std::fmt::Debug for Cq {
 }
 
 impl CqInner {
-    fn live(&self) -> Result<()> {
+    pub(crate) fn live(&self) -> Result<()> {
         if self.dev.hub.is_fatal() || self.broken.load(Ordering::Acquire) {
             Err(Error::DeviceFatal)
         } else {
@@ -370,8 +275,10 @@ impl CqInner {
 
     fn pending(&self, ring: &DevRing) -> Result<u32> {
         ring.pending().inspect_err(|_| {
-            tracing::error!(cq = self.state.handle, "CQ ring index out of range: CQ unusable");
+            tracing::error!(cq = self.state.handle(), "CQ ring index out of range: CQ unusable");
             self.broken.store(true, Ordering::Release);
+            let fired = self.state.machine().fail(NotifyStatus::Failure);
+            self.state.deliver(fired);
         })
     }
 
@@ -389,7 +296,7 @@ impl CqInner {
             avail = self.pending(&ring)?;
         }
         let n = avail.min(wc.len().try_into().unwrap_or(u32::MAX));
-        let qps = self.state.qps.read();
+        let qps = self.state.qps();
         for (k, slot) in (0..n).zip(wc.iter_mut()) {
             let mut b = [0u8; CQE_SIZE as usize];
             ring.read(k, &mut b)?;
@@ -398,7 +305,7 @@ impl CqInner {
         }
         drop(qps);
         ring.advance(n)?;
-        if avail == 0 && self.state.overrun.load(Ordering::Acquire) {
+        if avail == 0 && self.state.overrun() {
             return Err(Error::CqOverrun);
         }
         Ok(n as usize)
@@ -431,75 +338,20 @@ impl CqInner {
             }
         }
         if ring.advance(removed).is_ok() {
-            tracing::debug!(cq = self.state.handle, qp, removed, "flushed CQEs of a destroyed QP");
+            tracing::debug!(cq = self.state.handle(), qp, removed, "flushed CQEs of a destroyed QP");
         }
     }
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let handle = self.state.handle;
+        let handle = self.state.handle();
+        // Out of the table first, then wait for any handler still using the CQ: after this no
+        // event path reads the ring that is freed below.
         self.dev.hub.unregister_cq(handle);
-        let unacked = self.state.unacked.load(Ordering::Relaxed);
-        if unacked > 0 {
-            tracing::warn!(handle, unacked, "CQ destroyed with unacknowledged events");
-        }
+        self.state.retire();
         if let Err(e) = self.dev.cmd.post(DestroyCq { cq_handle: handle.into(), ..Default::default() }) {
             tracing::warn!(handle, error = %e, "DESTROY_CQ failed");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn next_dominates_solicited_and_fires_once() {
-        let a = ArmState::default();
-        assert!(!a.fire());
-        a.arm(ArmKind::Solicited);
-        assert_eq!(a.get(), Some(ArmKind::Solicited));
-        a.arm(ArmKind::Next);
-        a.arm(ArmKind::Solicited);
-        assert_eq!(a.get(), Some(ArmKind::Next));
-        assert!(a.fire());
-        assert!(!a.fire());
-        a.arm(ArmKind::Next);
-        a.disarm();
-        assert!(!a.fire());
-    }
-
-    #[test]
-    fn doorbell_arm_bits_decode_per_encoding() {
-        use ArmEncoding::*;
-        let poll = pvrdma_abi::uar::UAR_CQ_POLL;
-        assert_eq!(decode_arm(UAR_CQ_ARM | 5, Ibta), Some(ArmOp::Arm(ArmKind::Next)));
-        assert_eq!(decode_arm(UAR_CQ_ARM_SOL | 5, Ibta), Some(ArmOp::Arm(ArmKind::Solicited)));
-        assert_eq!(decode_arm(poll | 5, Ibta), None);
-        assert_eq!(decode_arm(UAR_CQ_ARM | UAR_CQ_ARM_SOL, Qemu72), Some(ArmOp::Arm(ArmKind::Next)));
-        assert_eq!(decode_arm(UAR_CQ_ARM, Qemu72), Some(ArmOp::Disarm));
-        assert_eq!(decode_arm(UAR_CQ_ARM_SOL, Qemu72), None);
-    }
-
-    #[test]
-    fn notifications_fire_one_event_per_arm() {
-        let ch = CompChannel::new();
-        let s = CqState::new(3, None, Some(ch.clone()), None);
-        for _ in 0..5 {
-            if s.fire() {
-                s.deliver();
-            }
-        }
-        assert_eq!(ch.try_get_cq_event(), None);
-        s.apply(ArmOp::Arm(ArmKind::Next));
-        s.apply(ArmOp::Arm(ArmKind::Solicited));
-        for _ in 0..5 {
-            if s.fire() {
-                s.deliver();
-            }
-        }
-        assert_eq!((ch.try_get_cq_event(), ch.try_get_cq_event()), (Some(3), None));
-        assert_eq!(s.events.load(Ordering::Relaxed), 1);
     }
 }

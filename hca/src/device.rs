@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::pd::Pd;
 use crate::platform::sim::SimPlatform;
 use crate::platform::Platform;
-use crate::uar::UarTap;
+use crate::uar::{UarDirect, UarTap};
 use crate::uctx::UserContext;
 use crate::verbs::{AsyncEvent, DeviceAttr, DriverStats, PortAttr};
 use doorbell::{ArmEncoding, Doorbells, UarTable};
@@ -60,6 +60,8 @@ pub struct DeviceInner {
     pub(crate) cmd: Commands,
     pub(crate) uar: UarTable,
     pub(crate) kernel_db: Doorbells,
+    /// The kernel page's doorbells without the tap (the arm state machine's own arms).
+    pub(crate) kernel_db_direct: Doorbells,
     pub(crate) encoding: ArmEncoding,
     pub(crate) attr: DeviceAttr,
     gid: [u8; 16],
@@ -240,6 +242,7 @@ impl DeviceInner {
         let uar = UarTable::new(platform.uar_base_pfn(), platform.uar_pages());
         let tap = UarTap::new(platform.clone(), hub.clone(), encoding, None);
         let kernel_db = Doorbells::new(Arc::new(tap), uar.kernel_page());
+        let kernel_db_direct = Doorbells::new(Arc::new(UarDirect(platform.clone())), uar.kernel_page());
         let gid = opts.gid.unwrap_or_else(|| default_gid(read_mac(&*platform)));
         Self {
             cmd: Commands::new(transport, opts.cmd_wait, opts.cmd_timeout),
@@ -247,6 +250,7 @@ impl DeviceInner {
             hub,
             uar,
             kernel_db,
+            kernel_db_direct,
             encoding,
             attr: DeviceAttr::from(caps),
             gid,

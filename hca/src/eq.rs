@@ -9,8 +9,11 @@
 //! device filled without raising (QEMU drops the interrupt when its ring is full) never stalls.
 //! No thread ever posts a command (design decision 2).
 
+use crate::arm::{ArmOp, Fired};
 use crate::channel::{ChannelInner, CompChannel};
-use crate::cq::{ArmOp, CqState};
+use crate::cq_state::CqState;
+use crate::notify::NotifyStatus;
+use crate::upcall::CallbackScope;
 use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::ring::DevRing;
@@ -119,8 +122,9 @@ impl EventHub {
     }
 
     /// Puts the device in the catastrophic state (once): every verb fails with
-    /// [`Error::DeviceFatal`] afterwards, channel waiters wake with it, and the async handler gets
-    /// [`AsyncEvent::DeviceFatal`].
+    /// [`Error::DeviceFatal`] afterwards, channel waiters wake with it, every CQ's notify requests
+    /// complete with [`NotifyStatus::Failure`] and its dispatcher gets the failure, and the async
+    /// handler gets [`AsyncEvent::DeviceFatal`].
     pub fn set_fatal(&self, reason: &str) {
         if self.fatal.swap(true, Ordering::AcqRel) {
             return;
@@ -129,6 +133,12 @@ impl EventHub {
         let channels: Vec<_> = self.channels.lock().iter().filter_map(Weak::upgrade).collect();
         for ch in channels {
             ch.set_fatal();
+        }
+        let cqs: Vec<_> = self.cqs.read().values().cloned().collect();
+        for cq in cqs {
+            // Channel waiters already wake with DeviceFatal: no event for them.
+            let fired = cq.machine().fail(NotifyStatus::Failure);
+            cq.deliver(Fired { channel: false, ..fired });
         }
         self.dispatch(AsyncEvent::DeviceFatal);
     }
@@ -187,16 +197,18 @@ impl EventHub {
     }
 
     /// Applies a CQ doorbell the driver is about to write through a UAR page owned by `owner`
-    /// (`None`: the kernel page, which may arm any CQ) to the driver's arm state: first drains
-    /// the notification ring, so entries written before this arm fire nothing new, then arms
-    /// or disarms. A doorbell the device would refuse (a CQ of another context) changes nothing.
-    pub fn apply_cq_doorbell(&self, handle: u32, op: ArmOp, owner: Option<u32>) {
-        let Some(cq) = self.cq(handle) else { return };
+    /// (`None`: the kernel page, which may arm any CQ) to the CQ's arm state machine (the
+    /// completion channel's arm): first drains the notification ring, so entries written before
+    /// this arm fire nothing new, then arms or disarms. A doorbell the device would refuse (a CQ
+    /// of another context) changes nothing. Returns the CQ if its machine must re-arm once the
+    /// doorbell is written (QEMU 7.2's disarm while other clients wait).
+    pub fn apply_cq_doorbell(&self, handle: u32, op: ArmOp, owner: Option<u32>) -> Option<Arc<CqState>> {
+        let cq = self.cq(handle)?;
         if owner.is_some() && cq.ctx() != owner {
-            return;
+            return None;
         }
         self.drain_notifications();
-        cq.apply(op);
+        cq.apply_doorbell(op).then_some(cq)
     }
 
     /// Consumes every CQ-notification entry: an entry for a CQ the driver armed fires it (one
@@ -204,7 +216,7 @@ impl EventHub {
     /// under the ring's lock, so an arm that drained the ring first is never fired by an entry
     /// consumed before it.
     ///
-    /// A drain that finds the ring full runs [`EventHub::recover_dropped`] (still under the ring's
+    /// A drain that finds the ring full runs `EventHub::recover_dropped` (still under the ring's
     /// lock). This covers every drain: the vector-2 interrupt, the periodic
     /// [`SERVICE_INTERVAL`] tick, and the drain each arm doorbell does first.
     pub fn drain_notifications(&self) {
@@ -252,34 +264,37 @@ impl EventHub {
     /// CQ's ring state, so a CQ being destroyed (it unregisters before its ring is freed) is
     /// either skipped or still has its ring.
     fn recover_dropped(&self) {
-        let fired: Vec<Arc<CqState>> = {
-            let cqs = self.cqs.read();
-            let owed = |cq: &&Arc<CqState>| cq.armed() && cq.has_unpolled() && cq.fire();
-            cqs.values().filter(owed).cloned().collect()
-        };
-        if !fired.is_empty() {
-            tracing::warn!(
-                fired = fired.len(),
-                "CQ-notification ring was full: fired armed CQs holding unpolled CQEs"
-            );
-        }
-        for cq in fired {
-            self.delivered(&cq);
-        }
-    }
-
-    fn notify_cq(&self, handle: u32) {
-        match self.cq(handle) {
-            Some(cq) if cq.fire() => self.delivered(&cq),
-            _ => {
-                self.counters.spurious.fetch_add(1, Ordering::Relaxed);
+        let mut fired = 0;
+        for cq in self.cqs.read().values() {
+            let Some(_busy) = cq.enter() else { continue };
+            if let Some(f) = cq.machine().fire_if_unpolled() {
+                self.delivered(cq, f);
+                fired += 1;
             }
         }
+        if fired > 0 {
+            tracing::warn!(fired, "CQ-notification ring was full: fired armed CQs holding unpolled CQEs");
+        }
     }
 
-    fn delivered(&self, cq: &CqState) {
+    /// One CQ-notification entry: fires the CQ's arm unless the CQ is unknown, being destroyed
+    /// (the guard, held until the event is delivered, keeps its destruction waiting), or not
+    /// armed by the driver.
+    fn notify_cq(&self, handle: u32) {
+        let delivered = self.cq(handle).is_some_and(|cq| {
+            let Some(_busy) = cq.enter() else { return false };
+            let Some(f) = cq.machine().fire() else { return false };
+            self.delivered(&cq, f);
+            true
+        });
+        if !delivered {
+            self.counters.spurious.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn delivered(&self, cq: &Arc<CqState>, fired: Fired) {
         self.counters.cq_events.fetch_add(1, Ordering::Relaxed);
-        cq.deliver();
+        cq.deliver(fired);
     }
 
     /// Consumes every async-event entry, applies it (CQ overrun, device fatal) and hands it to
@@ -315,16 +330,22 @@ impl EventHub {
     fn apply_async(&self, ev: AsyncEvent) {
         tracing::debug!(?ev, "async event");
         match ev {
-            AsyncEvent::CqErr { cq } => match self.cq(cq) {
-                Some(state) => {
-                    state.set_overrun();
-                    // Wake a consumer blocked on the channel so it polls and sees the overrun.
-                    if state.fire() {
-                        self.delivered(&state);
-                    }
-                }
-                None => tracing::warn!(cq, "CQ_ERR for an unknown CQ"),
-            },
+            AsyncEvent::CqErr { cq } => {
+                let Some(state) = self.cq(cq) else {
+                    tracing::warn!(cq, "CQ_ERR for an unknown CQ");
+                    return self.dispatch(ev);
+                };
+                // The CQ cannot be torn down while its CQ_ERR is handled, the consumer's handler
+                // included (destroying it from inside that handler is refused, not deadlocked).
+                let Some(_busy) = state.enter() else { return self.dispatch(ev) };
+                state.set_overrun();
+                // Notify requests complete Overrun; a consumer asleep on the channel wakes,
+                // polls and sees the overrun; the dispatcher gets it.
+                let fired = state.machine().fail(NotifyStatus::Overrun);
+                state.deliver(fired);
+                let _scope = CallbackScope::enter(state.uid());
+                return self.dispatch(ev);
+            }
             AsyncEvent::DeviceFatal => {
                 // set_fatal dispatches DeviceFatal itself.
                 self.set_fatal("DEVICE_FATAL async event");

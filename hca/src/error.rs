@@ -47,6 +47,14 @@ pub enum Error {
     /// The CQ overflowed (pvrdma CQ_ERR, IBTA "Overrun"): the queued CQEs were returned first.
     #[error("completion queue overrun")]
     CqOverrun,
+    /// A CQ cannot be destroyed yet: this many events taken from its completion channel have not
+    /// been acknowledged on it (`ibv_destroy_cq` waits for `ibv_ack_cq_events`).
+    #[error("{0} completion events taken for the CQ are not acknowledged")]
+    EventsNotAcked(u64),
+    /// The call would wait for itself (e.g. destroying a CQ from inside its own upcall or
+    /// async-event handler); nothing was done.
+    #[error("would deadlock: {0}")]
+    WouldDeadlock(&'static str),
     /// A bounded wait ended without the awaited event.
     #[error("timed out")]
     Timeout,

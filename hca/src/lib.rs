@@ -11,34 +11,42 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod arm;
 pub mod channel;
 pub mod cmd;
 pub mod cq;
+pub mod cq_state;
+mod destroy;
 pub mod device;
 pub mod dma;
 pub mod eq;
 pub mod error;
 pub mod mr;
+pub mod notify;
 pub mod pd;
 pub mod pdir;
 pub mod platform;
 pub mod qp;
 pub mod ring;
+mod sync;
 pub mod uar;
 pub mod uctx;
+pub mod upcall;
 pub mod verbs;
 pub mod wc;
 
 pub use channel::CompChannel;
-pub use cq::{ArmKind, Cq};
+pub use cq::{ArmKind, Cq, CqAcker};
 pub use device::{Device, ProbeOptions};
 pub use error::{Error, Result};
 pub use firmware_cmd::WaitMode;
 pub use mr::Mr;
+pub use notify::{NotifyKind, NotifyRequest, NotifyStatus};
 pub use pd::Pd;
 pub use platform::{Platform, PlatformError};
 pub use qp::Qp;
 pub use uctx::UserContext;
+pub use upcall::UpcallPolicy;
 pub use verbs::{
     AsyncEvent, DeviceAttr, DriverStats, NotifyFlags, PortAttr, PortState, QpCap, QpInitAttr,
     QpState, QpType, RecvWr, SendWr, Sge, WrOpcode,

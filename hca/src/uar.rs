@@ -4,7 +4,7 @@
 //! rings through a [`doorbell::Doorbells`] of this driver — `Cq::req_notify`,
 //! `Cq::kernel_arm_doorbell`, `UserContext::doorbells` — goes through a tap.
 
-use crate::cq::decode_arm;
+use crate::arm::decode_arm;
 use crate::eq::EventHub;
 use crate::platform::Platform;
 use doorbell::{ArmEncoding, UarMmio};
@@ -34,11 +34,27 @@ impl UarTap {
 
 impl UarMmio for UarTap {
     fn uar_write32(&self, offset: u64, value: u32) {
+        let mut rearm = None;
         if offset % UAR_PAGE_SIZE == u64::from(UAR_CQ_OFFSET) {
             if let Some(op) = decode_arm(value, self.encoding) {
-                self.hub.apply_cq_doorbell(value & UAR_HANDLE_MASK, op, self.owner);
+                rearm = self.hub.apply_cq_doorbell(value & UAR_HANDLE_MASK, op, self.owner);
             }
         }
         self.platform.uar_write(offset, value);
+        if let Some(cq) = rearm {
+            // The doorbell cleared the device's arm (QEMU 7.2) while other clients still wait.
+            cq.machine().rearm();
+        }
+    }
+}
+
+/// BAR2 writes straight to the platform, for the arms the CQ's arm state machine makes itself
+/// (it has already updated its own state; going through a [`UarTap`] would count them as the
+/// completion channel's).
+pub struct UarDirect(pub Arc<dyn Platform>);
+
+impl UarMmio for UarDirect {
+    fn uar_write32(&self, offset: u64, value: u32) {
+        self.0.uar_write(offset, value);
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod abi_sizes;
 pub mod cprobe;
+pub mod events;
 pub mod fixture;
 pub mod differential;
 pub mod qemu;

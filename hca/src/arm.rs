@@ -1,0 +1,521 @@
+//! One arm state machine per CQ (`../shared/design.md`, decisions 3 and 9).
+//!
+//! IBTA 11.4.2.5 (Request Completion Notification): an arm is one-shot; CQEs queued before an arm
+//! raise no event; NEXT_COMPLETION after SOLICITED upgrades the arm, SOLICITED after
+//! NEXT_COMPLETION keeps NEXT. The device keeps an arm of its own; the driver keeps this one, so
+//! that at most one event is raised per arm whatever the device writes to its CQ-notification
+//! ring, and so that several clients can share one hardware arm:
+//!
+//! - the **completion channel** client: arms through a CQ doorbell (`Cq::req_notify`, the kernel
+//!   arm doorbell, or a user context's own UAR page); one event into the channel per fired arm;
+//! - **notify requests** ([`crate::notify`]): every outstanding NEXT or SOLICITED request joins
+//!   its kind into the arm; the event completes all of them; ERROR_ONLY requests never arm;
+//! - the **upcall dispatcher** ([`crate::upcall`]): SINGLE_INSTANCE or MANY_INSTANCE arms for the
+//!   next completion; after the event the driver re-arms for MANY_INSTANCE before the upcall runs.
+//!
+//! The hardware arm is the union (NEXT dominates SOLICITED) of what the waiting clients need;
+//! after an event the driver re-arms if a client still waits. The device cannot say which CQE
+//! fired an arm (a pvrdma CQE has no solicited bit), so while the union is NEXT a SOLICITED client
+//! is completed by whatever fires it: early, never late. When only SOLICITED clients wait, the
+//! hardware arm is SOLICITED and the IBTA rule holds exactly.
+//!
+//! The machine is written against [`CqHw`] (the CQ ring's fill state and its arm doorbell) and
+//! the sync primitives of `hca/src/sync.rs`, so the same code runs in the driver and in the loom
+//! model check (`hca/tests/loom_arm.rs`). The **re-poll after arming** lives here:
+//! [`ArmMachine::request`] with `report_missed` arms, then looks at the ring once more and
+//! completes the request at once if CQEs are queued — a CQE published between the consumer's last
+//! empty poll and its arm raises no event (it came before the arm), so only that second look finds
+//! it. The model check shows that without it a consumer can sleep forever beside a queued CQE.
+
+use crate::notify::{NotifyKind, NotifyRequest, NotifyStatus, RequestSlot};
+use crate::sync::{lock, Arc, Mutex};
+use crate::upcall::UpcallPolicy;
+use doorbell::ArmEncoding;
+use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
+
+/// What an arm waits for. `Next` dominates `Solicited` (the derived order is the join).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ArmKind {
+    /// The next solicited completion (a solicited receive CQE, or any error CQE).
+    Solicited = 1,
+    /// The next completion of any kind.
+    Next = 2,
+}
+
+/// A change of arm state decoded from a CQ doorbell value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmOp {
+    /// Arm (joined with any arm already set).
+    Arm(ArmKind),
+    /// Clear the arm (QEMU 7.2: `ARM` without `ARM_SOL`).
+    Disarm,
+}
+
+/// Decodes the arm bits of a CQ doorbell value as the device with `encoding` reads them;
+/// `None` for a doorbell that does not touch the arm (POLL only, or `ARM_SOL` alone on QEMU 7.2).
+pub fn decode_arm(value: u32, encoding: ArmEncoding) -> Option<ArmOp> {
+    let (arm, sol) = (value & UAR_CQ_ARM != 0, value & UAR_CQ_ARM_SOL != 0);
+    match (encoding, arm, sol) {
+        (ArmEncoding::Ibta, true, _) => Some(ArmOp::Arm(ArmKind::Next)),
+        (ArmEncoding::Ibta, false, true) => Some(ArmOp::Arm(ArmKind::Solicited)),
+        (ArmEncoding::Qemu72, true, true) => Some(ArmOp::Arm(ArmKind::Next)),
+        (ArmEncoding::Qemu72, true, false) => Some(ArmOp::Disarm),
+        _ => None,
+    }
+}
+
+/// What the arm state machine needs from a CQ's hardware: the CQ ring view and the arm doorbell.
+pub trait CqHw: Send + Sync {
+    /// Whether the CQ ring holds CQEs the consumer has not polled (the device's producer index
+    /// against the driver's consumer index). Must err towards `true` when unsure.
+    fn has_unpolled(&self) -> bool;
+    /// Rings the CQ's arm doorbell for `kind` (the driver's own arms go through the kernel's UAR
+    /// page, which may arm any CQ: also a user context's — the arm mthca could not make).
+    fn ring_arm(&self, kind: ArmKind);
+}
+
+/// Which clients an event reached, for the caller to act on outside the machine's lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fired {
+    /// The completion-channel client had armed: queue one event into the CQ's channel.
+    pub channel: bool,
+    /// Notify requests completed by this event.
+    pub requests: usize,
+    /// An upcall is now pending: wake the CQ's dispatcher.
+    pub upcall: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// The driver's one-shot arm: what the device was last told and has not yet fired.
+    hw: Option<ArmKind>,
+    /// The completion channel's one-shot arm.
+    channel: Option<ArmKind>,
+    /// Outstanding NEXT / SOLICITED / ERROR_ONLY requests (completed ones are pruned lazily).
+    requests: Vec<Arc<RequestSlot>>,
+    /// The dispatcher's policy; `None` when the CQ has no dispatcher.
+    policy: Option<UpcallPolicy>,
+    /// SINGLE_INSTANCE has made its one upcall since it was last enabled.
+    single_spent: bool,
+    /// An event for the dispatcher that it has not taken yet (coalesced).
+    upcall_event: bool,
+    /// An error for the dispatcher that it has not taken yet.
+    upcall_error: Option<NotifyStatus>,
+    /// The CQ's error, once it had one (Failure overrides Overrun).
+    error: Option<NotifyStatus>,
+    /// The CQ is being destroyed: new requests complete Cancelled, nothing arms.
+    closed: bool,
+}
+
+impl State {
+    /// What the waiting clients need armed.
+    fn wanted(&mut self) -> Option<ArmKind> {
+        self.requests.retain(|r| r.status().is_none());
+        let requests = self.requests.iter().filter_map(|r| match r.kind() {
+            NotifyKind::Next => Some(ArmKind::Next),
+            NotifyKind::Solicited => Some(ArmKind::Solicited),
+            NotifyKind::ErrorOnly => None,
+        });
+        let upcall = match self.policy {
+            Some(UpcallPolicy::ManyInstance) => Some(ArmKind::Next),
+            Some(UpcallPolicy::SingleInstance) if !self.single_spent => Some(ArmKind::Next),
+            _ => None,
+        };
+        requests.chain(self.channel).chain(upcall).max()
+    }
+
+    fn upcall_enabled(&self) -> bool {
+        match self.policy {
+            Some(UpcallPolicy::ManyInstance) => true,
+            Some(UpcallPolicy::SingleInstance) => !self.single_spent,
+            _ => false,
+        }
+    }
+
+    /// Completes every outstanding request whose kind `satisfied` accepts; returns how many.
+    fn complete(&mut self, status: NotifyStatus, satisfied: impl Fn(NotifyKind) -> bool) -> usize {
+        let mut n = 0;
+        self.requests.retain(|r| {
+            if !satisfied(r.kind()) {
+                return r.status().is_none();
+            }
+            n += usize::from(r.complete(status));
+            false
+        });
+        n
+    }
+}
+
+/// The arm state machine of one CQ over its hardware `H`.
+pub struct ArmMachine<H> {
+    hw: H,
+    st: Mutex<State>,
+}
+
+impl<H: CqHw> ArmMachine<H> {
+    /// A machine for a new CQ: disarmed, no clients.
+    pub fn new(hw: H) -> Self {
+        Self { hw, st: Mutex::new(State::default()) }
+    }
+
+    /// The hardware the machine drives.
+    pub fn hw(&self) -> &H {
+        &self.hw
+    }
+
+    /// The driver's current arm (what the device was told and has not fired yet).
+    pub fn armed(&self) -> Option<ArmKind> {
+        lock(&self.st).hw
+    }
+
+    /// The CQ's error, once it had one.
+    pub fn error(&self) -> Option<NotifyStatus> {
+        lock(&self.st).error
+    }
+
+    /// Joins `want` into the hardware arm, ringing the doorbell only if the arm grows (repeated
+    /// arms with no event in between are harmless and ring nothing new). Called with the lock
+    /// held, so arm state and doorbell stay in one order.
+    fn ensure(&self, st: &mut State, want: Option<ArmKind>) {
+        let Some(want) = want else { return };
+        if st.hw.is_some_and(|hw| hw >= want) {
+            return;
+        }
+        st.hw = Some(want);
+        self.hw.ring_arm(want);
+    }
+
+    /// The completion-channel client armed through a CQ doorbell the caller is about to write
+    /// (so nothing is rung here): joins `kind` into the channel's want and the hardware arm.
+    pub fn doorbell_armed(&self, kind: ArmKind) {
+        let mut st = lock(&self.st);
+        if st.closed || st.error.is_some() {
+            return;
+        }
+        st.channel = st.channel.max(Some(kind));
+        st.hw = st.hw.max(Some(kind));
+    }
+
+    /// A CQ doorbell the caller is about to write clears the device's arm (QEMU 7.2's `ARM`
+    /// alone). The channel's want goes with it. Returns whether other clients still wait: then
+    /// call [`ArmMachine::rearm`] once the doorbell has been written.
+    pub fn doorbell_disarmed(&self) -> bool {
+        let mut st = lock(&self.st);
+        st.hw = None;
+        st.channel = None;
+        st.wanted().is_some()
+    }
+
+    /// Re-arms the hardware for what the waiting clients need, if anything.
+    pub fn rearm(&self) {
+        let mut st = lock(&self.st);
+        if st.closed || st.error.is_some() {
+            return;
+        }
+        let want = st.wanted();
+        self.ensure(&mut st, want);
+    }
+
+    /// A notify request of `kind` (see [`crate::notify`]). NEXT and SOLICITED join the hardware
+    /// arm; ERROR_ONLY does not arm. A CQ already in error completes the request at once with
+    /// its error; a closed CQ with [`NotifyStatus::Cancelled`].
+    ///
+    /// With `report_missed`, after arming the ring is looked at once more: if CQEs are queued
+    /// (they raise no event: they came before the arm) the request completes at once with
+    /// [`NotifyStatus::Success`], and the caller polls them.
+    pub fn request(&self, kind: NotifyKind, report_missed: bool) -> NotifyRequest {
+        let slot = RequestSlot::new(kind);
+        {
+            let mut st = lock(&self.st);
+            if st.closed {
+                slot.complete(NotifyStatus::Cancelled);
+                return NotifyRequest::new(slot);
+            }
+            if let Some(e) = st.error {
+                slot.complete(e);
+                return NotifyRequest::new(slot);
+            }
+            st.requests.push(slot.clone());
+            let want = match kind {
+                NotifyKind::Next => Some(ArmKind::Next),
+                NotifyKind::Solicited => Some(ArmKind::Solicited),
+                NotifyKind::ErrorOnly => None,
+            };
+            self.ensure(&mut st, want);
+        }
+        // The re-poll after arming: outside the lock (it reads device memory).
+        if report_missed && kind != NotifyKind::ErrorOnly && self.hw.has_unpolled() {
+            slot.complete(NotifyStatus::Success);
+        }
+        NotifyRequest::new(slot)
+    }
+
+    /// The interrupt path: the device fired this CQ's arm (a CQ-notification entry for it).
+    /// Spends the driver's arm and returns the clients it reached; `None` if the driver had not
+    /// armed the CQ (the entry is spurious: QEMU 7.2 writes one per CQE).
+    pub fn fire(&self) -> Option<Fired> {
+        let mut st = lock(&self.st);
+        st.hw.take()?;
+        let mut fired = Fired { channel: st.channel.take().is_some(), ..Fired::default() };
+        fired.requests = st.complete(NotifyStatus::Success, |k| k != NotifyKind::ErrorOnly);
+        if st.upcall_enabled() {
+            st.upcall_event = true;
+            fired.upcall = true;
+            if st.policy == Some(UpcallPolicy::SingleInstance) {
+                st.single_spent = true;
+            }
+        }
+        Some(fired)
+    }
+
+    /// The recovery after a full CQ-notification ring (`eq.rs`): fires the arm if the CQ is armed
+    /// and its ring holds unpolled CQEs (its entry may have been dropped). An early event is
+    /// harmless; a lost one is not.
+    pub fn fire_if_unpolled(&self) -> Option<Fired> {
+        if lock(&self.st).hw.is_none() || !self.hw.has_unpolled() {
+            return None;
+        }
+        self.fire()
+    }
+
+    /// The CQ erred: `Overrun` (CQ_ERR: the CQ overflowed) or `Failure` (catastrophic device or
+    /// CQ error). Every outstanding request completes with it (ERROR_ONLY ones included), the
+    /// arm is spent (an erred CQ raises no completion event), later requests complete with it at
+    /// once, and the dispatcher gets it. The channel client, if armed, gets its event so a
+    /// consumer asleep on the channel wakes and polls (and finds the error).
+    pub fn fail(&self, status: NotifyStatus) -> Fired {
+        let mut st = lock(&self.st);
+        if st.closed {
+            return Fired::default();
+        }
+        if st.error != Some(NotifyStatus::Failure) {
+            st.error = Some(status);
+        }
+        st.hw = None;
+        let mut fired = Fired { channel: st.channel.take().is_some(), ..Fired::default() };
+        fired.requests = st.complete(status, |_| true);
+        if st.policy.is_some_and(|p| p != UpcallPolicy::Disable) {
+            st.upcall_error = Some(status);
+            fired.upcall = true;
+        }
+        fired
+    }
+
+    /// The CQ is being destroyed: every outstanding request completes
+    /// [`NotifyStatus::Cancelled`], the dispatcher is dropped, and later fires reach no client.
+    pub fn close(&self) {
+        let mut st = lock(&self.st);
+        st.closed = true;
+        st.complete(NotifyStatus::Cancelled, |_| true);
+        st.channel = None;
+        st.hw = None;
+        st.policy = None;
+        st.upcall_event = false;
+        st.upcall_error = None;
+    }
+
+    /// Outstanding (not yet completed) requests.
+    pub fn outstanding(&self) -> usize {
+        let mut st = lock(&self.st);
+        st.requests.retain(|r| r.status().is_none());
+        st.requests.len()
+    }
+
+    /// Sets the dispatcher's policy (`None`: the CQ has no dispatcher). Enabling
+    /// (SINGLE_INSTANCE, MANY_INSTANCE) arms the CQ for its next completion and re-enables a
+    /// spent SINGLE_INSTANCE; DISABLE drops an upcall that is pending and not started. CQEs
+    /// already queued raise no upcall (IBTA): the consumer polls once more after enabling.
+    /// Returns `false` (changing nothing) once the CQ is closed.
+    pub fn set_policy(&self, policy: Option<UpcallPolicy>) -> bool {
+        let mut st = lock(&self.st);
+        if st.closed {
+            return false;
+        }
+        st.policy = policy;
+        st.single_spent = false;
+        if !st.upcall_enabled() {
+            st.upcall_event = false;
+        }
+        if st.upcall_enabled() && st.error.is_none() {
+            self.ensure(&mut st, Some(ArmKind::Next));
+        }
+        true
+    }
+
+    /// The dispatcher's policy, `None` without a dispatcher. A spent SINGLE_INSTANCE reads as
+    /// [`UpcallPolicy::Disable`] ("disabled until re-enabled").
+    pub fn policy(&self) -> Option<UpcallPolicy> {
+        let st = lock(&self.st);
+        match st.policy {
+            Some(UpcallPolicy::SingleInstance) if st.single_spent => Some(UpcallPolicy::Disable),
+            p => p,
+        }
+    }
+
+    /// The dispatcher takes its next upcall: an error first, else a pending event. For a
+    /// completion event under MANY_INSTANCE the CQ is re-armed *before* the upcall runs, so a CQE
+    /// the upcall's polls miss raises the next event.
+    pub fn take_upcall(&self) -> Option<NotifyStatus> {
+        let mut st = lock(&self.st);
+        if let Some(e) = st.upcall_error.take() {
+            st.upcall_event = false;
+            return Some(e);
+        }
+        if !std::mem::take(&mut st.upcall_event) {
+            return None;
+        }
+        match st.policy {
+            Some(UpcallPolicy::ManyInstance) if st.error.is_none() => {
+                self.ensure(&mut st, Some(ArmKind::Next));
+            }
+            Some(UpcallPolicy::SingleInstance) => st.single_spent = true,
+            _ => {}
+        }
+        Some(NotifyStatus::Success)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[derive(Default)]
+    struct Hw {
+        queued: AtomicBool,
+        rung: std::sync::Mutex<Vec<ArmKind>>,
+    }
+
+    impl CqHw for Hw {
+        fn has_unpolled(&self) -> bool {
+            self.queued.load(Ordering::SeqCst)
+        }
+        fn ring_arm(&self, kind: ArmKind) {
+            self.rung.lock().unwrap().push(kind);
+        }
+    }
+
+    fn rung(m: &ArmMachine<Hw>) -> Vec<ArmKind> {
+        std::mem::take(&mut *m.hw().rung.lock().unwrap())
+    }
+
+    #[test]
+    fn a_new_cq_starts_disarmed_and_spurious_fires_reach_nobody() {
+        let m = ArmMachine::new(Hw::default());
+        assert_eq!(m.armed(), None);
+        assert_eq!(m.fire(), None);
+    }
+
+    #[test]
+    fn channel_arms_join_and_fire_once() {
+        let m = ArmMachine::new(Hw::default());
+        m.doorbell_armed(ArmKind::Solicited);
+        m.doorbell_armed(ArmKind::Next);
+        m.doorbell_armed(ArmKind::Solicited);
+        assert_eq!(m.armed(), Some(ArmKind::Next));
+        assert_eq!(m.fire(), Some(Fired { channel: true, ..Default::default() }));
+        assert_eq!(m.fire(), None);
+        assert!(rung(&m).is_empty(), "doorbell arms are rung by the caller");
+    }
+
+    #[test]
+    fn requests_union_their_kinds_and_all_complete_on_one_event() {
+        let m = ArmMachine::new(Hw::default());
+        let s = m.request(NotifyKind::Solicited, false);
+        let s2 = m.request(NotifyKind::Solicited, false);
+        let e = m.request(NotifyKind::ErrorOnly, false);
+        assert_eq!(rung(&m), vec![ArmKind::Solicited], "a repeated arm rings nothing new");
+        let n = m.request(NotifyKind::Next, false);
+        assert_eq!(rung(&m), vec![ArmKind::Next], "NEXT upgrades");
+        assert_eq!(m.outstanding(), 4);
+        let f = m.fire().unwrap();
+        assert_eq!((f.channel, f.requests, f.upcall), (false, 3, false));
+        for r in [&s, &s2, &n] {
+            assert_eq!(r.status(), Some(NotifyStatus::Success));
+        }
+        assert_eq!(e.status(), None, "ERROR_ONLY waits for an error");
+        assert_eq!(m.armed(), None, "ERROR_ONLY does not re-arm");
+        m.fail(NotifyStatus::Overrun);
+        assert_eq!(e.status(), Some(NotifyStatus::Overrun));
+        let late = m.request(NotifyKind::Next, true);
+        assert_eq!(late.status(), Some(NotifyStatus::Overrun));
+        m.fail(NotifyStatus::Failure);
+        assert_eq!(m.error(), Some(NotifyStatus::Failure));
+        assert_eq!(m.request(NotifyKind::ErrorOnly, false).status(), Some(NotifyStatus::Failure));
+    }
+
+    #[test]
+    fn report_missed_completes_at_once_when_cqes_are_queued() {
+        let m = ArmMachine::new(Hw::default());
+        assert_eq!(m.request(NotifyKind::Next, true).status(), None);
+        m.hw().queued.store(true, Ordering::SeqCst);
+        assert_eq!(m.request(NotifyKind::Next, true).status(), Some(NotifyStatus::Success));
+        assert_eq!(m.request(NotifyKind::Next, false).status(), None);
+        assert_eq!(m.request(NotifyKind::ErrorOnly, true).status(), None);
+    }
+
+    #[test]
+    fn cancelled_requests_leave_the_union_and_close_cancels_the_rest() {
+        let m = ArmMachine::new(Hw::default());
+        let a = m.request(NotifyKind::Next, false);
+        let b = m.request(NotifyKind::ErrorOnly, false);
+        assert_eq!(a.cancel(), NotifyStatus::Cancelled);
+        assert_eq!(m.outstanding(), 1);
+        m.close();
+        assert_eq!(b.status(), Some(NotifyStatus::Cancelled));
+        assert_eq!(m.request(NotifyKind::Next, false).status(), Some(NotifyStatus::Cancelled));
+        assert!(!m.set_policy(Some(UpcallPolicy::ManyInstance)));
+    }
+
+    #[test]
+    fn upcall_policies() {
+        let m = ArmMachine::new(Hw::default());
+        assert!(m.set_policy(Some(UpcallPolicy::SingleInstance)));
+        assert_eq!(rung(&m), vec![ArmKind::Next]);
+        assert!(m.fire().unwrap().upcall);
+        assert_eq!(m.policy(), Some(UpcallPolicy::Disable), "SINGLE_INSTANCE is spent");
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
+        assert_eq!(m.take_upcall(), None);
+        assert!(rung(&m).is_empty(), "a spent SINGLE_INSTANCE is not re-armed");
+        m.doorbell_armed(ArmKind::Next);
+        assert!(!m.fire().unwrap().upcall);
+        m.set_policy(Some(UpcallPolicy::ManyInstance));
+        assert_eq!(rung(&m), vec![ArmKind::Next]);
+        assert!(m.fire().unwrap().upcall);
+        assert!(m.fire().is_none());
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
+        assert_eq!(rung(&m), vec![ArmKind::Next], "MANY_INSTANCE re-arms before the upcall");
+        assert!(m.fire().unwrap().upcall);
+        m.set_policy(Some(UpcallPolicy::Disable));
+        assert_eq!(m.take_upcall(), None, "DISABLE drops a pending upcall");
+        m.set_policy(Some(UpcallPolicy::ManyInstance));
+        assert!(m.fail(NotifyStatus::Overrun).upcall);
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Overrun));
+    }
+
+    #[test]
+    fn qemu_disarm_asks_for_a_rearm_only_if_clients_wait() {
+        let m = ArmMachine::new(Hw::default());
+        m.doorbell_armed(ArmKind::Next);
+        assert!(!m.doorbell_disarmed());
+        let r = m.request(NotifyKind::Next, false);
+        rung(&m);
+        assert!(m.doorbell_disarmed());
+        m.rearm();
+        assert_eq!(rung(&m), vec![ArmKind::Next]);
+        assert_eq!(m.fire().map(|f| f.requests), Some(1));
+        assert_eq!(r.status(), Some(NotifyStatus::Success));
+    }
+
+    #[test]
+    fn doorbell_arm_bits_decode_per_encoding() {
+        use ArmEncoding::*;
+        let poll = pvrdma_abi::uar::UAR_CQ_POLL;
+        assert_eq!(decode_arm(UAR_CQ_ARM | 5, Ibta), Some(ArmOp::Arm(ArmKind::Next)));
+        assert_eq!(decode_arm(UAR_CQ_ARM_SOL | 5, Ibta), Some(ArmOp::Arm(ArmKind::Solicited)));
+        assert_eq!(decode_arm(poll | 5, Ibta), None);
+        assert_eq!(decode_arm(UAR_CQ_ARM | UAR_CQ_ARM_SOL, Qemu72), Some(ArmOp::Arm(ArmKind::Next)));
+        assert_eq!(decode_arm(UAR_CQ_ARM, Qemu72), Some(ArmOp::Disarm));
+        assert_eq!(decode_arm(UAR_CQ_ARM_SOL, Qemu72), None);
+    }
+}
