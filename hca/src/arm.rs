@@ -19,6 +19,12 @@
 //! is completed by whatever fires it: early, never late. When only SOLICITED clients wait, the
 //! hardware arm is SOLICITED and the IBTA rule holds exactly.
 //!
+//! Every path that may set the driver's arm (a CQ doorbell, a notify request, an upcall policy,
+//! the MANY_INSTANCE re-arm, a re-arm after QEMU 7.2's disarm) first drains the CQ-notification
+//! ring and holds it while it arms ([`CqHw::fenced`], wrapped once in `ArmMachine::arming`), so an
+//! entry the device wrote before the arm — QEMU 7.2 writes one per CQE, armed or not — is spent
+//! on the state before the arm and never fires it.
+//!
 //! The machine is written against [`CqHw`] (the CQ ring's fill state and its arm doorbell) and
 //! the sync primitives of `hca/src/sync.rs`, so the same code runs in the driver and in the loom
 //! model check (`hca/tests/loom_arm.rs`). The **re-poll after arming** lives here:
@@ -72,6 +78,17 @@ pub trait CqHw: Send + Sync {
     /// Rings the CQ's arm doorbell for `kind` (the driver's own arms go through the kernel's UAR
     /// page, which may arm any CQ: also a user context's — the arm mthca could not make).
     fn ring_arm(&self, kind: ArmKind);
+    /// Runs `change` — a change that may set the driver's arm — only once every CQ-notification
+    /// entry the device has written so far has been consumed, and with no entry consumed while
+    /// it runs: an entry written before an arm then never fires that arm (QEMU 7.2 writes an
+    /// entry for every CQE, armed or not). The machine wraps every path that may set its arm in
+    /// this, in one place ([`ArmMachine`]'s `arming`); nothing else drains for it. Never called
+    /// from the consumption of entries itself ([`ArmMachine::fire`],
+    /// [`ArmMachine::recover_dropped`]). The default, for hardware without a notification ring
+    /// (the loom model's fake), just runs it.
+    fn fenced<R>(&self, change: impl FnOnce() -> R) -> R {
+        change()
+    }
 }
 
 /// Which clients an event reached, for the caller to act on outside the machine's lock.
@@ -173,9 +190,17 @@ impl<H: CqHw> ArmMachine<H> {
         lock(&self.st).error
     }
 
+    /// Runs `change` on the state under the machine's lock, inside [`CqHw::fenced`]: the one
+    /// place every path that may set the driver's arm goes through (`set_policy`, `request`,
+    /// `rearm`, the MANY_INSTANCE re-arm in `take_upcall`, a CQ doorbell), so a notification
+    /// entry written before the arm is consumed (spent on the old state) before the arm exists.
+    fn arming<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
+        self.hw.fenced(|| change(&mut lock(&self.st)))
+    }
+
     /// Joins `want` into the hardware arm, ringing the doorbell only if the arm grows (repeated
     /// arms with no event in between are harmless and ring nothing new). Called with the lock
-    /// held, so arm state and doorbell stay in one order.
+    /// held (from inside [`ArmMachine::arming`]), so arm state and doorbell stay in one order.
     fn ensure(&self, st: &mut State, want: Option<ArmKind>) {
         let Some(want) = want else { return };
         if st.hw.is_some_and(|hw| hw >= want) {
@@ -185,35 +210,57 @@ impl<H: CqHw> ArmMachine<H> {
         self.hw.ring_arm(want);
     }
 
-    /// The completion-channel client armed through a CQ doorbell the caller is about to write
-    /// (so nothing is rung here): joins `kind` into the channel's want and the hardware arm.
-    pub fn doorbell_armed(&self, kind: ArmKind) {
-        let mut st = lock(&self.st);
-        if st.closed || st.error.is_some() {
-            return;
-        }
-        st.channel = st.channel.max(Some(kind));
-        st.hw = st.hw.max(Some(kind));
+    /// A CQ doorbell carrying `op` (the completion channel's client: `Cq::req_notify`, the kernel
+    /// arm doorbell, a user context's own page), written to the device by `write`. The driver's
+    /// state changes and the MMIO write happen in one step under the machine's lock (and the
+    /// fence), so no other arm, fire or re-arm can slip between them:
+    /// - `Arm(kind)` joins `kind` into the channel's want and the hardware arm (nothing more is
+    ///   rung: `write` is the arm);
+    /// - `Disarm` (QEMU 7.2's `ARM` alone) clears the device's arm and the channel's want; if other
+    ///   clients still wait the CQ is re-armed for them right after `write`, still under the lock.
+    ///   (Were the disarm written outside the lock, an arm rung between the state change and the
+    ///   write would be cleared by it while the driver believed the CQ armed: every later
+    ///   `ensure` would ring nothing and the clients would wait — on QEMU 7.2 until a periodic
+    ///   drain found the entry of a later CQE, on a device without such entries for ever.)
+    pub fn doorbell(&self, op: ArmOp, write: impl FnOnce()) {
+        self.arming(|st| {
+            let live = !st.closed && st.error.is_none();
+            match op {
+                ArmOp::Arm(kind) => {
+                    if live {
+                        st.channel = st.channel.max(Some(kind));
+                        st.hw = st.hw.max(Some(kind));
+                    }
+                    write();
+                }
+                ArmOp::Disarm => {
+                    st.hw = None;
+                    st.channel = None;
+                    write();
+                    if live {
+                        let want = st.wanted();
+                        self.ensure(st, want);
+                    }
+                }
+            }
+        })
     }
 
-    /// A CQ doorbell the caller is about to write clears the device's arm (QEMU 7.2's `ARM`
-    /// alone). The channel's want goes with it. Returns whether other clients still wait: then
-    /// call [`ArmMachine::rearm`] once the doorbell has been written.
-    pub fn doorbell_disarmed(&self) -> bool {
-        let mut st = lock(&self.st);
-        st.hw = None;
-        st.channel = None;
-        st.wanted().is_some()
+    /// The completion-channel client armed through a CQ doorbell written elsewhere:
+    /// [`ArmMachine::doorbell`] with nothing to write.
+    pub fn doorbell_armed(&self, kind: ArmKind) {
+        self.doorbell(ArmOp::Arm(kind), || {});
     }
 
     /// Re-arms the hardware for what the waiting clients need, if anything.
     pub fn rearm(&self) {
-        let mut st = lock(&self.st);
-        if st.closed || st.error.is_some() {
-            return;
-        }
-        let want = st.wanted();
-        self.ensure(&mut st, want);
+        self.arming(|st| {
+            if st.closed || st.error.is_some() {
+                return;
+            }
+            let want = st.wanted();
+            self.ensure(st, want);
+        })
     }
 
     /// A notify request of `kind` (see [`crate::notify`]). NEXT and SOLICITED join the hardware
@@ -225,15 +272,12 @@ impl<H: CqHw> ArmMachine<H> {
     /// [`NotifyStatus::Success`], and the caller polls them.
     pub fn request(&self, kind: NotifyKind, report_missed: bool) -> NotifyRequest {
         let slot = RequestSlot::new(kind);
-        {
-            let mut st = lock(&self.st);
+        let done = self.arming(|st| {
             if st.closed {
-                slot.complete(NotifyStatus::Cancelled);
-                return NotifyRequest::new(slot);
+                return Some(NotifyStatus::Cancelled);
             }
             if let Some(e) = st.error {
-                slot.complete(e);
-                return NotifyRequest::new(slot);
+                return Some(e);
             }
             st.requests.push(slot.clone());
             let want = match kind {
@@ -241,7 +285,12 @@ impl<H: CqHw> ArmMachine<H> {
                 NotifyKind::Solicited => Some(ArmKind::Solicited),
                 NotifyKind::ErrorOnly => None,
             };
-            self.ensure(&mut st, want);
+            self.ensure(st, want);
+            None
+        });
+        if let Some(status) = done {
+            slot.complete(status);
+            return NotifyRequest::new(slot);
         }
         // The re-poll after arming: outside the lock (it reads device memory).
         if report_missed && kind != NotifyKind::ErrorOnly && self.hw.has_unpolled() {
@@ -254,7 +303,10 @@ impl<H: CqHw> ArmMachine<H> {
     /// Spends the driver's arm and returns the clients it reached; `None` if the driver had not
     /// armed the CQ (the entry is spurious: QEMU 7.2 writes one per CQE).
     pub fn fire(&self) -> Option<Fired> {
-        let mut st = lock(&self.st);
+        Self::fire_locked(&mut lock(&self.st))
+    }
+
+    fn fire_locked(st: &mut State) -> Option<Fired> {
         st.hw.take()?;
         let mut fired = Fired { channel: st.channel.take().is_some(), ..Fired::default() };
         fired.requests = st.complete(NotifyStatus::Success, |k| k != NotifyKind::ErrorOnly);
@@ -268,14 +320,24 @@ impl<H: CqHw> ArmMachine<H> {
         Some(fired)
     }
 
-    /// The recovery after a full CQ-notification ring (`eq.rs`): fires the arm if the CQ is armed
-    /// and its ring holds unpolled CQEs (its entry may have been dropped). An early event is
-    /// harmless; a lost one is not.
-    pub fn fire_if_unpolled(&self) -> Option<Fired> {
-        if lock(&self.st).hw.is_none() || !self.hw.has_unpolled() {
+    /// The recovery after a full CQ-notification ring (`eq.rs`), for a CQ the driver believes
+    /// armed (else nothing). Its entry may have been dropped, and with it the device's arm may be
+    /// spent (the IBTA model disarms before it writes the entry) while the driver's is not: every
+    /// later `ensure` would then ring nothing and every later request or upcall would wait for
+    /// ever. So the arm doorbell is rung again for the driver's arm (re-arming an armed CQ is
+    /// harmless: IBTA's repeated arms), and *then* the ring is looked at: if it holds unpolled
+    /// CQEs the arm fires now (they may be the dropped entry's; an early event is harmless, a lost
+    /// one is not). A CQE published after the re-arm fires the device; one before it is seen by
+    /// the look — the same arm-then-look-once-more as [`ArmMachine::request`]. Runs inside the
+    /// consumption of entries (not fenced).
+    pub fn recover_dropped(&self) -> Option<Fired> {
+        let mut st = lock(&self.st);
+        let kind = st.hw?;
+        self.hw.ring_arm(kind);
+        if !self.hw.has_unpolled() {
             return None;
         }
-        self.fire()
+        Self::fire_locked(&mut st)
     }
 
     /// The CQ erred: `Overrun` (CQ_ERR: the CQ overflowed) or `Failure` (catastrophic device or
@@ -327,19 +389,26 @@ impl<H: CqHw> ArmMachine<H> {
     /// already queued raise no upcall (IBTA): the consumer polls once more after enabling.
     /// Returns `false` (changing nothing) once the CQ is closed.
     pub fn set_policy(&self, policy: Option<UpcallPolicy>) -> bool {
-        let mut st = lock(&self.st);
-        if st.closed {
-            return false;
-        }
-        st.policy = policy;
-        st.single_spent = false;
-        if !st.upcall_enabled() {
-            st.upcall_event = false;
-        }
-        if st.upcall_enabled() && st.error.is_none() {
-            self.ensure(&mut st, Some(ArmKind::Next));
-        }
-        true
+        self.arming(|st| {
+            if st.closed {
+                return false;
+            }
+            st.policy = policy;
+            st.single_spent = false;
+            if !st.upcall_enabled() {
+                st.upcall_event = false;
+            }
+            if st.upcall_enabled() && st.error.is_none() {
+                self.ensure(st, Some(ArmKind::Next));
+            }
+            true
+        })
+    }
+
+    /// Whether an upcall (an error or an event) waits for the dispatcher to take it.
+    pub fn upcall_pending(&self) -> bool {
+        let st = lock(&self.st);
+        st.upcall_error.is_some() || st.upcall_event
     }
 
     /// The dispatcher's policy, `None` without a dispatcher. A spent SINGLE_INSTANCE reads as
@@ -354,36 +423,51 @@ impl<H: CqHw> ArmMachine<H> {
 
     /// The dispatcher takes its next upcall: an error first, else a pending event. For a
     /// completion event under MANY_INSTANCE the CQ is re-armed *before* the upcall runs, so a CQE
-    /// the upcall's polls miss raises the next event.
+    /// the upcall's polls miss raises the next event. A SINGLE_INSTANCE upcall was spent when its
+    /// event fired ([`ArmMachine::fire`]); taking it spends nothing more, so a re-enable made
+    /// while it was pending stays for the next completion (one enable, one upcall).
     pub fn take_upcall(&self) -> Option<NotifyStatus> {
-        let mut st = lock(&self.st);
-        if let Some(e) = st.upcall_error.take() {
-            st.upcall_event = false;
-            return Some(e);
-        }
-        if !std::mem::take(&mut st.upcall_event) {
-            return None;
-        }
-        match st.policy {
-            Some(UpcallPolicy::ManyInstance) if st.error.is_none() => {
-                self.ensure(&mut st, Some(ArmKind::Next));
+        self.take_upcall_if(|| true)
+    }
+
+    /// [`ArmMachine::take_upcall`] for a dispatcher that may have been stopped: `live` is asked
+    /// under the machine's lock, and a stopped dispatcher takes nothing (what is pending stays
+    /// for the dispatcher that replaced it).
+    pub fn take_upcall_if(&self, live: impl FnOnce() -> bool) -> Option<NotifyStatus> {
+        self.arming(|st| {
+            if !live() {
+                return None;
             }
-            Some(UpcallPolicy::SingleInstance) => st.single_spent = true,
-            _ => {}
-        }
-        Some(NotifyStatus::Success)
+            if let Some(e) = st.upcall_error.take() {
+                st.upcall_event = false;
+                return Some(e);
+            }
+            if !std::mem::take(&mut st.upcall_event) {
+                return None;
+            }
+            if st.policy == Some(UpcallPolicy::ManyInstance) && st.error.is_none() {
+                self.ensure(st, Some(ArmKind::Next));
+            }
+            Some(NotifyStatus::Success)
+        })
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     #[derive(Default)]
     struct Hw {
         queued: AtomicBool,
         rung: std::sync::Mutex<Vec<ArmKind>>,
+        /// Inside `fenced` right now.
+        fenced: AtomicBool,
+        /// `fenced` calls so far.
+        fences: AtomicUsize,
+        /// Doorbells rung outside `fenced`.
+        unfenced: AtomicUsize,
     }
 
     impl CqHw for Hw {
@@ -391,7 +475,17 @@ mod tests {
             self.queued.load(Ordering::SeqCst)
         }
         fn ring_arm(&self, kind: ArmKind) {
+            if !self.fenced.load(Ordering::SeqCst) {
+                self.unfenced.fetch_add(1, Ordering::SeqCst);
+            }
             self.rung.lock().unwrap().push(kind);
+        }
+        fn fenced<R>(&self, change: impl FnOnce() -> R) -> R {
+            self.fences.fetch_add(1, Ordering::SeqCst);
+            assert!(!self.fenced.swap(true, Ordering::SeqCst), "fenced re-entered");
+            let r = change();
+            self.fenced.store(false, Ordering::SeqCst);
+            r
         }
     }
 
@@ -494,17 +588,92 @@ mod tests {
     }
 
     #[test]
-    fn qemu_disarm_asks_for_a_rearm_only_if_clients_wait() {
+    fn qemu_disarm_rearms_for_waiting_clients_under_the_lock() {
         let m = ArmMachine::new(Hw::default());
         m.doorbell_armed(ArmKind::Next);
-        assert!(!m.doorbell_disarmed());
+        m.doorbell(ArmOp::Disarm, || {});
+        assert_eq!((m.armed(), rung(&m)), (None, vec![]), "nobody else waits: stays disarmed");
         let r = m.request(NotifyKind::Next, false);
-        rung(&m);
-        assert!(m.doorbell_disarmed());
-        m.rearm();
         assert_eq!(rung(&m), vec![ArmKind::Next]);
+        // The disarm is written inside the step, and the re-arm for the request comes after it.
+        let order = std::sync::Mutex::new(Vec::new());
+        m.doorbell(ArmOp::Disarm, || {
+            order.lock().unwrap().push("disarm written");
+            assert!(m.st.try_lock().is_err(), "the disarm is written under the machine's lock");
+        });
+        order.lock().unwrap().extend(rung(&m).iter().map(|_| "re-armed"));
+        assert_eq!(*order.lock().unwrap(), ["disarm written", "re-armed"]);
+        assert_eq!(m.armed(), Some(ArmKind::Next));
         assert_eq!(m.fire().map(|f| f.requests), Some(1));
         assert_eq!(r.status(), Some(NotifyStatus::Success));
+    }
+
+    /// Bug 1: `take_upcall` marked SINGLE_INSTANCE spent a second time, undoing a re-enable made
+    /// while the upcall of an earlier event was pending.
+    #[test]
+    fn single_instance_reenabled_while_its_upcall_is_pending_stays_enabled() {
+        let m = ArmMachine::new(Hw::default());
+        m.set_policy(Some(UpcallPolicy::SingleInstance));
+        assert!(m.fire().unwrap().upcall, "event 1: the upcall is pending, SINGLE is spent");
+        m.set_policy(Some(UpcallPolicy::SingleInstance));
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Success), "event 1's upcall");
+        assert_eq!(m.policy(), Some(UpcallPolicy::SingleInstance), "the re-enable stands");
+        assert!(m.fire().unwrap().upcall, "event 2 after the re-enable raises its upcall");
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
+        assert_eq!(m.policy(), Some(UpcallPolicy::Disable));
+        assert!(m.fire().is_none(), "spent: not re-armed");
+    }
+
+    /// Bug 2: every path that may set the driver's arm runs inside `CqHw::fenced` (the drain of
+    /// the notification ring) and rings the doorbell only there.
+    #[test]
+    fn every_arming_path_is_fenced() {
+        let m = ArmMachine::new(Hw::default());
+        let fences = |m: &ArmMachine<Hw>| m.hw().fences.swap(0, Ordering::SeqCst);
+        m.set_policy(Some(UpcallPolicy::ManyInstance));
+        assert_eq!(fences(&m), 1, "set_policy");
+        m.fire();
+        m.take_upcall();
+        assert_eq!(fences(&m), 1, "the MANY_INSTANCE re-arm in take_upcall");
+        m.fire();
+        m.rearm();
+        assert_eq!(fences(&m), 1, "rearm");
+        m.fire();
+        let _r = m.request(NotifyKind::Next, false);
+        assert_eq!(fences(&m), 1, "request");
+        m.doorbell(ArmOp::Arm(ArmKind::Next), || {});
+        m.doorbell(ArmOp::Disarm, || {});
+        assert_eq!(fences(&m), 2, "doorbells");
+        assert_eq!(rung(&m).len(), 5);
+        assert_eq!(m.hw().unfenced.load(Ordering::SeqCst), 0, "a doorbell rung outside the fence");
+    }
+
+    /// Item 4: after a full notification ring, a CQ the driver believes armed is armed again on
+    /// the device (its entry, and with it the device's arm, may be gone), then fired only if it
+    /// holds unpolled CQEs.
+    #[test]
+    fn recovery_rings_the_arm_again_and_fires_only_with_cqes_queued() {
+        let m = ArmMachine::new(Hw::default());
+        assert_eq!(m.recover_dropped(), None);
+        assert!(rung(&m).is_empty(), "a disarmed CQ is left alone");
+        let r = m.request(NotifyKind::Solicited, false);
+        rung(&m);
+        assert_eq!(m.recover_dropped(), None, "nothing queued: no event");
+        assert_eq!(rung(&m), vec![ArmKind::Solicited], "but the device is armed again");
+        assert_eq!(m.armed(), Some(ArmKind::Solicited));
+        m.hw().queued.store(true, Ordering::SeqCst);
+        assert_eq!(m.recover_dropped().map(|f| f.requests), Some(1));
+        assert_eq!(rung(&m), vec![ArmKind::Solicited], "armed again before the look");
+        assert_eq!((m.armed(), r.status()), (None, Some(NotifyStatus::Success)));
+    }
+
+    #[test]
+    fn a_stopped_dispatcher_takes_nothing() {
+        let m = ArmMachine::new(Hw::default());
+        m.set_policy(Some(UpcallPolicy::ManyInstance));
+        m.fire();
+        assert_eq!(m.take_upcall_if(|| false), None);
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Success), "left for the live dispatcher");
     }
 
     #[test]

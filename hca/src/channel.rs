@@ -50,6 +50,11 @@ impl CompChannel {
         Arc::downgrade(&self.inner)
     }
 
+    /// Makes every present and future waiter return [`Error::DeviceFatal`].
+    pub(crate) fn set_fatal(&self) {
+        self.inner.set_fatal();
+    }
+
     /// Queues one event for `cq` and wakes a waiter.
     pub(crate) fn push(&self, cq: &Arc<CqState>) {
         self.inner.state.lock().events.push_back(cq.clone());
@@ -126,7 +131,7 @@ mod tests {
     use crate::cq_state::DevCqHw;
 
     fn cq(handle: u32) -> Arc<CqState> {
-        Arc::new(CqState::new(handle, None, None, DevCqHw::new(None, None)))
+        Arc::new(CqState::new(handle, None, None, DevCqHw::new(None, None, None)))
     }
 
     #[test]

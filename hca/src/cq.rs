@@ -4,12 +4,14 @@
 //! Arm state (design decisions 3 and 9): each CQ has one arm state machine
 //! ([`crate::arm::ArmMachine`], held in [`CqState`]) with three clients — the completion channel
 //! (armed by [`Cq::req_notify`] and by any CQ doorbell: every one the driver or a consumer rings
-//! passes through [`crate::uar::UarTap`], which updates the machine *before* the MMIO write),
-//! notify requests ([`Cq::notify`]) and the upcall dispatcher ([`Cq::set_upcall`]). A
+//! passes through [`crate::uar::UarTap`], which updates the machine in the same step as the MMIO
+//! write), notify requests ([`Cq::notify`]) and the upcall dispatcher ([`Cq::set_upcall`]). Every
+//! arm drains the CQ-notification ring first, so an entry written before it never fires it. A
 //! CQ-notification entry fires an armed CQ exactly once; entries for an unarmed CQ are counted,
 //! never delivered, so at most one event per arm holds whatever the device writes. When the
-//! notification ring is found full (entries may have been dropped), `eq.rs`'s recovery pass fires
-//! every armed CQ that holds unpolled CQEs, through the same one-shot arm.
+//! notification ring is found full (entries may have been dropped), `eq.rs`'s recovery pass rings
+//! the arm doorbell again for every CQ the driver believes armed and fires those that hold
+//! unpolled CQEs, through the same one-shot arm.
 //!
 //! Teardown ([`Cq::destroy`], or dropping the [`Cq`]) waits until every event a consumer took from
 //! the channel for this CQ is acknowledged, completes its notify requests with
@@ -101,7 +103,7 @@ impl Cq {
             elems: ring.elems(),
         };
         let direct_arm = CqArmDoorbell::new(dev.kernel_db_direct.clone(), handle, dev.encoding);
-        let hw = DevCqHw::new(Some(probe), Some(direct_arm));
+        let hw = DevCqHw::new(Some(probe), Some(direct_arm), Some(Arc::downgrade(&dev.hub)));
         let state = Arc::new(CqState::new(handle, ctx, channel.cloned(), hw));
         let kernel_arm = CqArmDoorbell::new(dev.kernel_db.clone(), handle, dev.encoding);
         let own_arm = match uctx {
@@ -196,8 +198,8 @@ impl Cq {
         if kind == NotifyKind::Solicited && self.inner.dev.encoding == ArmEncoding::Qemu72 {
             return Err(Error::Unsupported("solicited-only arming on this device"));
         }
-        // As for a doorbell arm: entries written before this arm must not fire it.
-        self.inner.dev.hub.drain_notifications();
+        // The machine drains the notification ring before it arms (entries written before this
+        // arm must not fire it), as for every arm.
         Ok(self.inner.state.machine().request(kind, report_missed))
     }
 

@@ -7,6 +7,7 @@
 
 use crate::arm::{ArmKind, ArmMachine, ArmOp, CqHw, Fired};
 use crate::channel::CompChannel;
+use crate::eq::EventHub;
 use crate::platform::{Iova, Platform};
 use crate::upcall::{in_callback, Wake};
 use doorbell::CqArmDoorbell;
@@ -14,7 +15,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use pvrdma_abi::ring::{ring_count, RX_CONS_HEAD, RX_PROD_TAIL};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// How long tearing a CQ down waits for an interrupt or async-event handler that is using it
@@ -36,11 +37,18 @@ pub struct DevCqHw {
     /// The CQ's arm doorbell on the kernel's UAR page, written straight to BAR2 (not through
     /// [`crate::uar::UarTap`]: the machine updates its own state).
     arm: Option<CqArmDoorbell>,
+    /// The device's event hub, whose CQ-notification ring every arm drains first
+    /// ([`CqHw::fenced`]). Weak: the hub's CQ table holds this CQ.
+    hub: Option<Weak<EventHub>>,
 }
 
 impl DevCqHw {
-    pub(crate) fn new(probe: Option<RingProbe>, arm: Option<CqArmDoorbell>) -> Self {
-        Self { probe, arm }
+    pub(crate) fn new(
+        probe: Option<RingProbe>,
+        arm: Option<CqArmDoorbell>,
+        hub: Option<Weak<EventHub>>,
+    ) -> Self {
+        Self { probe, arm, hub }
     }
 }
 
@@ -68,6 +76,15 @@ impl CqHw for DevCqHw {
                     db.arm_next();
                 }
             }
+        }
+    }
+
+    /// Drains the device's CQ-notification ring and runs `change` under the ring's lock
+    /// ([`EventHub::fenced`]).
+    fn fenced<R>(&self, change: impl FnOnce() -> R) -> R {
+        match self.hub.as_ref().and_then(Weak::upgrade) {
+            Some(hub) => hub.fenced(change),
+            None => change(),
         }
     }
 }
@@ -169,17 +186,10 @@ impl CqState {
         self.channel.as_ref()
     }
 
-    /// Applies a CQ doorbell the driver is about to write (the channel client's arm). Returns
-    /// whether the machine must re-arm once the doorbell is written (QEMU 7.2's disarm while
-    /// other clients wait).
-    pub fn apply_doorbell(&self, op: ArmOp) -> bool {
-        match op {
-            ArmOp::Arm(kind) => {
-                self.machine.doorbell_armed(kind);
-                false
-            }
-            ArmOp::Disarm => self.machine.doorbell_disarmed(),
-        }
+    /// Applies a CQ doorbell (the channel client's arm or QEMU 7.2's disarm) that `write` writes
+    /// to the device, as one step of the arm state machine ([`ArmMachine::doorbell`]).
+    pub fn apply_doorbell(&self, op: ArmOp, write: impl FnOnce()) {
+        self.machine.doorbell(op, write);
     }
 
     /// Starts handling an interrupt or async event for this CQ; `None` once the CQ is retired
@@ -228,9 +238,23 @@ impl CqState {
             }
         }
         if fired.upcall {
-            if let Some(w) = self.upcall.lock().as_ref() {
-                w.wake();
-            }
+            self.wake_upcall();
+        }
+    }
+
+    /// Wakes the dispatcher if an upcall waits for it. Idle dispatchers sleep until woken (no
+    /// periodic wake), so after a policy change or a new dispatcher, an upcall still pending (a
+    /// CQ error the old dispatcher never took, kept across a DISABLE) needs this wake.
+    pub(crate) fn wake_if_upcall_pending(&self) {
+        if self.machine.upcall_pending() {
+            self.wake_upcall();
+        }
+    }
+
+    /// Wakes the dispatcher, if the CQ has one.
+    pub(crate) fn wake_upcall(&self) {
+        if let Some(w) = self.upcall.lock().as_ref() {
+            w.wake();
         }
     }
 
@@ -309,16 +333,16 @@ mod tests {
     #[test]
     fn one_event_per_arm_and_acks_are_per_cq() {
         let ch = CompChannel::new();
-        let s = Arc::new(CqState::new(3, None, Some(ch.clone()), DevCqHw::new(None, None)));
-        let other = Arc::new(CqState::new(4, None, Some(ch.clone()), DevCqHw::new(None, None)));
+        let s = Arc::new(CqState::new(3, None, Some(ch.clone()), DevCqHw::new(None, None, None)));
+        let other = Arc::new(CqState::new(4, None, Some(ch.clone()), DevCqHw::new(None, None, None)));
         for _ in 0..5 {
             if let Some(f) = s.machine().fire() {
                 s.deliver(f);
             }
         }
         assert_eq!(ch.try_get_cq_event(), None);
-        s.apply_doorbell(ArmOp::Arm(ArmKind::Next));
-        s.apply_doorbell(ArmOp::Arm(ArmKind::Solicited));
+        s.apply_doorbell(ArmOp::Arm(ArmKind::Next), || {});
+        s.apply_doorbell(ArmOp::Arm(ArmKind::Solicited), || {});
         for _ in 0..5 {
             if let Some(f) = s.machine().fire() {
                 s.deliver(f);
@@ -334,7 +358,7 @@ mod tests {
 
     #[test]
     fn retire_waits_for_a_handler_and_refuses_new_ones() {
-        let s = Arc::new(CqState::new(3, None, None, DevCqHw::new(None, None)));
+        let s = Arc::new(CqState::new(3, None, None, DevCqHw::new(None, None, None)));
         let g = s.enter().unwrap();
         let t = std::thread::spawn({
             let s = s.clone();

@@ -7,7 +7,11 @@
 //!    acknowledged *on this CQ* — or fail at once, changing nothing, if asked not to wait;
 //! 3. close the arm state machine: outstanding notify requests complete
 //!    [`NotifyStatus::Cancelled`](crate::NotifyStatus::Cancelled), nothing arms any more;
-//! 4. stop the upcall dispatcher and wait for a running upcall to return;
+//! 4. stop the upcall dispatcher and wait for a running upcall to return — except from inside an
+//!    upcall (of any CQ): a dispatcher never waits for another one (A's upcall destroying B while
+//!    B's upcall destroys A would wait for each other for ever). The stopped dispatcher then ends
+//!    by itself when its running upcall returns; that upcall's view keeps the CQ object (ring,
+//!    handle) alive until then, and it is destroyed on the device when the view goes (step 6);
 //! 5. wait for an interrupt or async-event handler that is delivering for the CQ, then remove the
 //!    CQ's untaken events from its channel;
 //! 6. drop the CQ object: out of the handle table, wait for any interrupt or async-event handler
@@ -29,6 +33,10 @@ impl Cq {
     ///   count;
     /// - [`Error::WouldDeadlock`] when called from inside this CQ's own upcall or async-event
     ///   handler.
+    ///
+    /// From inside another CQ's upcall it does not wait for this CQ's running upcall (it may be
+    /// destroying the caller's CQ in turn): that upcall finishes on its own thread, the CQ staying
+    /// alive on the device until it returns.
     ///
     /// On a fatal device nothing is waited for: no event will come, and the consumer may never ack.
     pub fn destroy(self, wait: Option<Duration>) -> Result<(), (Cq, Error)> {

@@ -143,9 +143,17 @@ impl EventHub {
         self.dispatch(AsyncEvent::DeviceFatal);
     }
 
-    /// Registers a channel to wake when the device goes fatal.
+    /// Registers a channel to wake when the device goes fatal. A channel registered once the
+    /// device is fatal is marked fatal at once. The flag is read under the list's lock, which
+    /// [`EventHub::set_fatal`] takes after setting it: either `set_fatal` finds the channel in the
+    /// list, or this finds the flag set — no channel is missed.
     pub fn register_channel(&self, ch: &CompChannel) {
         let mut list = self.channels.lock();
+        if self.is_fatal() {
+            drop(list);
+            ch.set_fatal();
+            return;
+        }
         list.retain(|w| w.strong_count() > 0);
         list.push(ch.downgrade());
     }
@@ -196,43 +204,65 @@ impl EventHub {
         self.cqs.read().get(&handle).cloned()
     }
 
-    /// Applies a CQ doorbell the driver is about to write through a UAR page owned by `owner`
-    /// (`None`: the kernel page, which may arm any CQ) to the CQ's arm state machine (the
-    /// completion channel's arm): first drains the notification ring, so entries written before
-    /// this arm fire nothing new, then arms or disarms. A doorbell the device would refuse (a CQ
-    /// of another context) changes nothing. Returns the CQ if its machine must re-arm once the
-    /// doorbell is written (QEMU 7.2's disarm while other clients wait).
-    pub fn apply_cq_doorbell(&self, handle: u32, op: ArmOp, owner: Option<u32>) -> Option<Arc<CqState>> {
-        let cq = self.cq(handle)?;
-        if owner.is_some() && cq.ctx() != owner {
-            return None;
+    /// A CQ doorbell written (by `write`) through a UAR page owned by `owner` (`None`: the
+    /// kernel page, which may arm any CQ): applied to the CQ's arm state machine (the completion
+    /// channel's arm, or QEMU 7.2's disarm) in the same step as the write
+    /// ([`crate::arm::ArmMachine::doorbell`], which drains the notification ring first, so
+    /// entries written before this arm fire nothing new). A doorbell the device would refuse (a
+    /// CQ of another context) or for an unknown CQ is only written.
+    pub fn cq_doorbell(&self, handle: u32, op: ArmOp, owner: Option<u32>, write: impl FnOnce()) {
+        match self.cq(handle) {
+            Some(cq) if owner.is_none() || cq.ctx() == owner => cq.apply_doorbell(op, write),
+            _ => write(),
         }
-        self.drain_notifications();
-        cq.apply_doorbell(op).then_some(cq)
     }
 
     /// Consumes every CQ-notification entry: an entry for a CQ the driver armed fires it (one
     /// event, and the arm is spent); any other entry is counted as spurious. Entries are fired
-    /// under the ring's lock, so an arm that drained the ring first is never fired by an entry
-    /// consumed before it.
+    /// under the ring's lock, so an arm made under that lock after a drain ([`EventHub::fenced`])
+    /// is never fired by an entry written before it.
     ///
     /// A drain that finds the ring full runs `EventHub::recover_dropped` (still under the ring's
     /// lock). This covers every drain: the vector-2 interrupt, the periodic
-    /// [`SERVICE_INTERVAL`] tick, and the drain each arm doorbell does first.
+    /// [`SERVICE_INTERVAL`] tick, and the drain every arm does first.
     pub fn drain_notifications(&self) {
         if self.is_fatal() {
             return;
         }
+        let result = self.drain_notifications_locked(&mut self.notify_ring.lock());
         // The lock is released before going fatal: the fatal path runs the async handler.
-        if let Err(reason) = self.drain_notifications_locked() {
+        if let Err(reason) = result {
             self.set_fatal(reason);
         }
     }
 
-    fn drain_notifications_locked(&self) -> std::result::Result<(), &'static str> {
+    /// Runs `change` (a change of some CQ's arm state, and the doorbell it rings) after draining
+    /// the CQ-notification ring, with the ring's lock still held: no entry is consumed while it
+    /// runs, so every entry the device wrote before the arm is spent on the state before it, and
+    /// none written before it fires it (design decision 3; QEMU 7.2 writes an entry per CQE).
+    /// Lock order: the ring, then the CQ's arm state machine (as the interrupt path). `change`
+    /// must not drain.
+    pub(crate) fn fenced<R>(&self, change: impl FnOnce() -> R) -> R {
+        if self.is_fatal() {
+            return change();
+        }
+        let mut ring = self.notify_ring.lock();
+        match self.drain_notifications_locked(&mut ring) {
+            Ok(()) => change(),
+            Err(reason) => {
+                drop(ring);
+                self.set_fatal(reason);
+                change()
+            }
+        }
+    }
+
+    fn drain_notifications_locked(
+        &self,
+        ring: &mut DevRing,
+    ) -> std::result::Result<(), &'static str> {
         const BAD_INDEX: &str = "CQ-notification ring index out of range";
         const UNREACHABLE: &str = "CQ-notification ring unreachable";
-        let mut ring = self.notify_ring.lock();
         let n = ring.pending().map_err(|_| BAD_INDEX)?;
         for k in 0..n {
             let mut b = [0u8; 4];
@@ -251,13 +281,20 @@ impl EventHub {
     ///
     /// A device writes entries only while the ring has room: QEMU 7.2 drops the entry *and* its
     /// interrupt when the ring is full and leaves the CQ armed on its side; the IBTA model drops
-    /// the entry of an arm it already fired. A full ring is the only sign of that the driver can
-    /// observe (pvrdma has no drop counter), and entries may have been lost since it filled. So
-    /// every CQ the driver has armed whose CQ ring holds unpolled CQEs fires now: one event, the
-    /// arm spent, as if its entry had arrived. The event may be early (a SOLICITED arm, or CQEs
-    /// queued before the arm): a consumer polls and finds what it finds, which is harmless; a
-    /// lost event leaves it asleep with a CQE queued, which is not. Outside a full ring the normal
-    /// IBTA rule holds: CQEs queued before an arm raise no event.
+    /// the entry of an arm it already fired (its arm is spent, the driver's is not). A full ring
+    /// is the only sign of that the driver can observe (pvrdma has no drop counter), and entries
+    /// may have been lost since it filled. So for every CQ the driver believes armed
+    /// ([`crate::arm::ArmMachine::recover_dropped`]):
+    /// - the arm doorbell is rung again for the driver's arm (re-arming an armed CQ is harmless,
+    ///   IBTA's repeated arms): else a CQ whose dropped entry's CQE the consumer already polled
+    ///   would stay armed in the driver only, every later `ensure` would ring nothing, and every
+    ///   later request or upcall on it would hang;
+    /// - then, if its CQ ring holds unpolled CQEs, it fires now: one event, the arm spent, as if
+    ///   its entry had arrived. The event may be early (a SOLICITED arm, or CQEs queued before the
+    ///   arm): a consumer polls and finds what it finds, which is harmless; a lost event leaves it
+    ///   asleep with a CQE queued, which is not.
+    ///
+    /// Outside a full ring the normal IBTA rule holds: CQEs queued before an arm raise no event.
     ///
     /// Runs under the notification ring's lock (so an arm whose doorbell drains first is never
     /// fired for what came before it) and holds the CQ table's read lock while reading each
@@ -265,15 +302,24 @@ impl EventHub {
     /// either skipped or still has its ring.
     fn recover_dropped(&self) {
         let mut fired = 0;
+        let mut rearmed = 0;
         for cq in self.cqs.read().values() {
             let Some(_busy) = cq.enter() else { continue };
-            if let Some(f) = cq.machine().fire_if_unpolled() {
+            if cq.machine().armed().is_none() {
+                continue;
+            }
+            rearmed += 1;
+            if let Some(f) = cq.machine().recover_dropped() {
                 self.delivered(cq, f);
                 fired += 1;
             }
         }
-        if fired > 0 {
-            tracing::warn!(fired, "CQ-notification ring was full: fired armed CQs holding unpolled CQEs");
+        if rearmed > 0 {
+            tracing::warn!(
+                rearmed,
+                fired,
+                "CQ-notification ring was full: re-armed the armed CQs, fired those with CQEs queued"
+            );
         }
     }
 

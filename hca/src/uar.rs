@@ -1,7 +1,7 @@
 //! The driver's path to BAR2: [`UarTap`] implements [`doorbell::UarMmio`] over the platform for
-//! one UAR page's owner, and applies every CQ arm it carries to the driver's arm state before the
-//! write reaches the device (design decisions 3 and 9). Every doorbell the driver or a consumer
-//! rings through a [`doorbell::Doorbells`] of this driver — `Cq::req_notify`,
+//! one UAR page's owner, and applies every CQ arm it carries to the driver's arm state in the same
+//! step as the write, under the CQ's arm lock (design decisions 3 and 9). Every doorbell the
+//! driver or a consumer rings through a [`doorbell::Doorbells`] of this driver — `Cq::req_notify`,
 //! `Cq::kernel_arm_doorbell`, `UserContext::doorbells` — goes through a tap.
 
 use crate::arm::decode_arm;
@@ -34,17 +34,15 @@ impl UarTap {
 
 impl UarMmio for UarTap {
     fn uar_write32(&self, offset: u64, value: u32) {
-        let mut rearm = None;
+        let write = || self.platform.uar_write(offset, value);
         if offset % UAR_PAGE_SIZE == u64::from(UAR_CQ_OFFSET) {
             if let Some(op) = decode_arm(value, self.encoding) {
-                rearm = self.hub.apply_cq_doorbell(value & UAR_HANDLE_MASK, op, self.owner);
+                // The driver's arm state and the write change in one step (a QEMU 7.2 disarm
+                // re-arms for clients still waiting inside that step too).
+                return self.hub.cq_doorbell(value & UAR_HANDLE_MASK, op, self.owner, write);
             }
         }
-        self.platform.uar_write(offset, value);
-        if let Some(cq) = rearm {
-            // The doorbell cleared the device's arm (QEMU 7.2) while other clients still wait.
-            cq.machine().rearm();
-        }
+        write();
     }
 }
 

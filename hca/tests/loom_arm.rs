@@ -283,3 +283,26 @@ fn enable_upcall_then_poll_once_more_never_loses_a_completion() {
 fn without_the_poll_after_enabling_loom_finds_the_lost_completion() {
     enable_while_completions_arrive(false);
 }
+
+/// SINGLE_INSTANCE re-enabled while the upcall of an earlier event is pending: whichever comes
+/// first — the dispatcher taking that upcall or the consumer's re-enable — the next completion
+/// raises an upcall (one enable, one upcall for an event after it; taking the old upcall must not
+/// spend the new enable).
+#[test]
+fn single_instance_reenable_racing_the_pending_upcall_keeps_the_next_upcall() {
+    model(|| {
+        let m = Arc::new(ArmMachine::new(FakeCq::new()));
+        m.set_policy(Some(UpcallPolicy::SingleInstance));
+        assert!(m.hw().publish(false));
+        assert!(m.fire().is_some_and(|f| f.upcall), "event 1: an upcall is pending");
+        let dispatcher = {
+            let m = m.clone();
+            loom::thread::spawn(move || assert_eq!(m.take_upcall(), Some(NotifyStatus::Success)))
+        };
+        m.set_policy(Some(UpcallPolicy::SingleInstance));
+        dispatcher.join().unwrap();
+        assert!(m.hw().publish(false), "the re-enable armed the device");
+        assert!(m.fire().is_some_and(|f| f.upcall), "the completion after the re-enable: no upcall");
+        assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
+    });
+}
