@@ -1,9 +1,9 @@
 //! The first slice's conformance checks, each through every layer (verbs -> driver -> platform ->
-//! model): interrupts only for armed CQs, the kernel's arm of a user CQ and the refusal of a foreign
-//! context's doorbell, and a command with a DMA address outside guest memory.
+//! model): interrupts only for armed CQs, and the kernel's arm of a user CQ with the refusal of a
+//! foreign context's doorbell. (A command with a DMA address outside guest memory, then a good one:
+//! `tests::differential::bad_dma_address`, run against the model and against QEMU 7.2.)
 
-use hca::{Device, Error, NotifyFlags, WrOpcode};
-use pvrdma_abi::cmd::{CreateCq, CreateMr};
+use hca::{Device, NotifyFlags, WrOpcode};
 use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
 use pvrdma_sim::SimConfig;
 use tests::fixture::*;
@@ -70,32 +70,4 @@ fn the_kernel_arms_a_user_cq_and_another_context_cannot() {
     poll_n(&cq, 2);
     cq.ack_events(1);
     assert_eq!(sim.device().stats().refused_doorbells, refused + 2);
-}
-
-#[test]
-fn a_dma_address_outside_guest_memory_fails_the_command_and_the_next_succeeds() {
-    let (dev, _sim) = Device::open_sim(SimConfig::default()).unwrap();
-    let bad = 0xdead_b000u64;
-    let cq = CreateCq { pdir_dma: bad.into(), cqe: 16.into(), nchunks: 2.into(), ..Default::default() };
-    let err = dev.post_command(cq).unwrap_err();
-    assert!(matches!(err, Error::Command(firmware_cmd::CmdError::Device { .. })), "{err:?}");
-
-    let pd = dev.alloc_pd().unwrap();
-    let mr = CreateMr {
-        start: bad.into(),
-        length: 4096u64.into(),
-        pdir_dma: (bad + 0x1000).into(),
-        pd_handle: pd.handle().into(),
-        nchunks: 1.into(),
-        ..Default::default()
-    };
-    assert!(matches!(dev.post_command(mr), Err(Error::Command(_))));
-
-    // The device keeps working: the next valid commands succeed and data still flows.
-    assert!(!dev.is_fatal());
-    let cq = dev.create_cq(8, None).unwrap();
-    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
-    p.recv_b(1, 0, 64);
-    p.send_a(1, 0, b"still alive", WrOpcode::Send, false);
-    poll_n(&cq, 2);
 }
