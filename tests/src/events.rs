@@ -2,6 +2,7 @@
 //! `SimDevice::post_cqe`, and bounded waits.
 
 use pvrdma_abi::wqe::{wc_opcode, wc_status, Cqe};
+use hca::{Cq, Wc};
 use std::time::{Duration, Instant};
 
 /// A successful receive CQE carrying `wr_id` (the QP is not on the CQ: it polls as `GeneralErr`
@@ -27,4 +28,14 @@ pub fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Polls `cq` until it is empty (or a poll fails); returns the wr_ids it found.
+pub fn drain(cq: &Cq) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut wc = [Wc::default(); 16];
+    while let Ok(n @ 1..) = cq.poll(&mut wc) {
+        out.extend(wc[..n].iter().map(|w| w.wr_id));
+    }
+    out
 }

@@ -6,24 +6,14 @@
 
 use hca::platform::sim::SimPlatform;
 use hca::platform::{Iova, Platform, PlatformError};
-use hca::{ArmKind, Cq, Device, Error, NotifyKind, NotifyStatus, UpcallPolicy, Wc};
+use hca::{ArmKind, Cq, Device, Error, NotifyKind, NotifyStatus, UpcallPolicy};
 use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_OFFSET};
 use pvrdma_sim::{ArmState, Profile, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tests::events::{cqe, wait_for};
+use tests::events::{cqe, drain, wait_for};
 use tests::fixture::*;
-
-/// Polls `cq` until empty; returns the wr_ids.
-fn drain(cq: &Cq) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut wc = [Wc::default(); 16];
-    while let Ok(n @ 1..) = cq.poll(&mut wc) {
-        out.extend(wc[..n].iter().map(|w| w.wr_id));
-    }
-    out
-}
 
 /// Runs `f` on a thread and waits at most `limit` for it (a watchdog for anything that could
 /// hang); panics with `what` on a hang.

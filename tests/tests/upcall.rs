@@ -2,24 +2,14 @@
 //! poll once more", destroying a CQ from inside its own upcall, and policy changes racing with
 //! completions.
 
-use hca::{Cq, Device, Error, NotifyStatus, UpcallPolicy, Wc};
+use hca::{Cq, Device, Error, NotifyStatus, UpcallPolicy};
 use pvrdma_sim::{ArmState, SimConfig, SimDevice};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tests::events::{cqe, wait_for};
+use tests::events::{cqe, drain, wait_for};
 use tests::fixture::*;
-
-/// Polls `cq` until empty; returns the wr_ids.
-fn drain(cq: &Cq) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut wc = [Wc::default(); 16];
-    while let Ok(n @ 1..) = cq.poll(&mut wc) {
-        out.extend(wc[..n].iter().map(|w| w.wr_id));
-    }
-    out
-}
 
 /// What an upcall saw: its status and the wr_ids it polled.
 type Report = (NotifyStatus, Vec<u64>);
