@@ -3,10 +3,11 @@
 //! and [`Commands`], the one entry point every object uses to post a typed command.
 
 use crate::dma::DmaBuf;
-use crate::eq::EventHub;
-use crate::error::{Error, Result};
+use crate::error::from_cmd;
+use crate::health::Health;
 use crate::platform::Platform;
 use firmware_cmd::{CmdChannel, CmdTransport, WaitMode};
+use ib_core::{Error, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::CmdRequest;
 use pvrdma_abi::regs::{IntrVector, REG_REQUEST};
@@ -22,18 +23,18 @@ pub struct PlatformTransport {
     cmd_slot: DmaBuf,
     resp_slot: DmaBuf,
     pending: Mutex<u32>,
-    hub: Arc<EventHub>,
+    health: Arc<Health>,
 }
 
 impl PlatformTransport {
     /// Allocates both slots.
-    pub fn new(platform: &Arc<dyn Platform>, hub: Arc<EventHub>) -> Result<Self> {
+    pub fn new(platform: &Arc<dyn Platform>, health: Arc<Health>) -> Result<Self> {
         Ok(Self {
             platform: platform.clone(),
             cmd_slot: DmaBuf::pages(platform, 1)?,
             resp_slot: DmaBuf::pages(platform, 1)?,
             pending: Mutex::new(0),
-            hub,
+            health,
         })
     }
 
@@ -71,7 +72,7 @@ impl CmdTransport for PlatformTransport {
     }
 
     fn wait_response_irq(&self, timeout: Duration) -> bool {
-        let deadline = firmware_cmd::deadline_after(timeout);
+        let deadline = ib_core::time::deadline_after(timeout);
         let mut pending = self.pending.lock();
         loop {
             if *pending > 0 {
@@ -83,7 +84,7 @@ impl CmdTransport for PlatformTransport {
                 return false;
             }
             let n = self.platform.wait_vector(IntrVector::Response as u16, left);
-            self.hub.count_interrupts(IntrVector::Response, n);
+            self.health.count_interrupts(IntrVector::Response as u16, n);
             *pending = pending.saturating_add(n);
         }
     }
@@ -93,14 +94,14 @@ impl CmdTransport for PlatformTransport {
 /// fatal, and makes the device fatal on a transport fault (timeout, wrong ack or cookie).
 pub struct Commands {
     chan: CmdChannel<PlatformTransport>,
-    hub: Arc<EventHub>,
+    health: Arc<Health>,
 }
 
 impl Commands {
     /// A channel over `transport` waiting in `mode`, with commands timing out after `timeout`.
     pub fn new(transport: PlatformTransport, mode: WaitMode, timeout: Duration) -> Self {
-        let hub = transport.hub.clone();
-        Self { chan: CmdChannel::with_timeout(transport, mode, timeout), hub }
+        let health = transport.health.clone();
+        Self { chan: CmdChannel::with_timeout(transport, mode, timeout), health }
     }
 
     /// The transport (for the slot addresses).
@@ -110,18 +111,19 @@ impl Commands {
 
     /// Posts `req` and returns the device's response.
     ///
-    /// Errors: [`Error::DeviceFatal`] if the device is already fatal; [`Error::Command`] if the
-    /// device refused the command or the transport faulted (a fault also makes the device fatal).
+    /// Errors: [`Error::DeviceFatal`] if the device is already fatal; [`Error::Device`] holding
+    /// the [`firmware_cmd::CmdError`] if the device refused the command or the transport faulted
+    /// (a fault also makes the device fatal).
     pub fn post<C: CmdRequest>(&self, req: C) -> Result<C::Response> {
-        if self.hub.is_fatal() {
+        if self.health.is_fatal() {
             return Err(Error::DeviceFatal);
         }
         self.chan.post(req).map_err(|e| {
             if e.is_fatal() {
-                self.hub.set_fatal("command transport fault");
+                self.health.set_fatal("command transport fault");
             }
             tracing::debug!(opcode = C::OPCODE, error = %e, "command failed");
-            Error::Command(e)
+            from_cmd(e)
         })
     }
 }

@@ -2,7 +2,8 @@
 //! through the platform's copy and atomic-word accessors (`../shared/design.md`, decision 4).
 //! Every access is bounds-checked against the buffer before it reaches the platform.
 
-use crate::error::{Error, Result};
+use crate::error::from_platform;
+use ib_core::{Error, Result};
 use crate::platform::{Iova, Platform};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
@@ -17,10 +18,10 @@ pub struct DmaBuf {
 impl DmaBuf {
     /// Allocates `len` bytes (rounded up to whole 4 KiB pages, at least one page).
     ///
-    /// Errors: [`Error::Platform`] when the platform is out of DMA memory.
+    /// Errors: [`Error::Device`] when the platform is out of DMA memory.
     pub fn new(platform: &Arc<dyn Platform>, len: u64) -> Result<Self> {
         let len = len.max(1).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
-        let iova = platform.dma_alloc(len)?;
+        let iova = platform.dma_alloc(len).map_err(from_platform)?;
         Ok(Self { platform: platform.clone(), iova, len })
     }
 
@@ -56,36 +57,36 @@ impl DmaBuf {
 
     /// Copies `buf.len()` bytes at byte `offset` into `buf`.
     ///
-    /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Platform`] on a fault.
+    /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Device`] on a fault.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let at = self.at(offset, buf.len() as u64)?;
-        Ok(self.platform.dma_read(at, buf)?)
+        self.platform.dma_read(at, buf).map_err(from_platform)
     }
 
     /// Copies `data` to byte `offset`.
     ///
-    /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Platform`] on a fault.
+    /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Device`] on a fault.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let at = self.at(offset, data.len() as u64)?;
-        Ok(self.platform.dma_write(at, data)?)
+        self.platform.dma_write(at, data).map_err(from_platform)
     }
 
     /// Loads the little-endian u32 at byte `offset` with acquire ordering.
     pub fn load_u32(&self, offset: u64) -> Result<u32> {
         let at = self.at(offset, 4)?;
-        Ok(self.platform.dma_load_u32(at)?)
+        self.platform.dma_load_u32(at).map_err(from_platform)
     }
 
     /// Stores the little-endian u32 at byte `offset` with release ordering.
     pub fn store_u32(&self, offset: u64, value: u32) -> Result<()> {
         let at = self.at(offset, 4)?;
-        Ok(self.platform.dma_store_u32(at, value)?)
+        self.platform.dma_store_u32(at, value).map_err(from_platform)
     }
 
     /// Zeroes `len` bytes at `offset`, a page at a time (never a buffer of `len` bytes).
     ///
     /// Errors: [`Error::InvalidArgument`] outside the buffer (checked before anything is
-    /// written); [`Error::Platform`] on a fault.
+    /// written); [`Error::Device`] on a fault.
     pub fn zero(&self, offset: u64, len: u64) -> Result<()> {
         self.at(offset, len)?;
         const ZEROS: [u8; PAGE_SIZE] = [0; PAGE_SIZE];

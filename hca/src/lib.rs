@@ -1,54 +1,45 @@
-//! pvrdma HCA driver and verbs provider for the paravirtual RDMA function (PCI 15ad:0820), built
-//! like Linux's `vmw_pvrdma` and `mthca`: one module per hardware object over a platform
-//! interface (BAR1 registers, BAR2 UAR pages, DMA memory by device address, MSI-X vectors).
+//! The pvrdma provider (PCI 15ad:0820) under the verbs core (`ib-core`), built like Linux's
+//! `vmw_pvrdma` and `mthca`: one module per hardware object over a platform interface (BAR1
+//! registers, BAR2 UAR pages, DMA memory by device address, MSI-X vectors).
 //!
-//! - [`Device`] probes the device (DSR, rings, interrupt threads, activation, GID) and creates
-//!   [`UserContext`]s, [`Pd`]s, [`Cq`]s and [`CompChannel`]s.
-//! - [`Pd`] registers [`Mr`]s and creates [`Qp`]s; QPs post work requests, CQs are polled and armed.
-//! - Objects hold `Arc`s to what they depend on, so any drop order is safe; dropping an object
-//!   sends its DESTROY command.
+//! - [`register`] loads the provider under the core; [`probe`] (or [`open_sim`] for the built-in
+//!   model) adds a device, named `vmw_pvrdma<N>`, and returns the core's [`ib_core::Device`].
+//! - Probe (`probe.rs`) loads the DSR, starts the vector threads, activates the device, binds the
+//!   GID and finds out by a self-test how the device arms CQs (`selftest.rs`).
+//! - The objects (`uctx`, `pd`, `mr`, `cq`, `qp`) own their rings and doorbells; `eq` services the
+//!   interrupt vectors and reports events up to the core by object; `ops` is the provider's side
+//!   of the core's interface. The arm state, channels, notify requests and upcalls are the core's.
 //! - Nothing the device writes is trusted: ring indices, handles and CQEs are validated.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod arm;
-pub mod channel;
 pub mod cmd;
 pub mod cq;
-pub mod cq_state;
-mod destroy;
 pub mod device;
 pub mod dma;
+mod driver;
 pub mod eq;
-pub mod error;
+mod error;
+pub mod health;
 pub mod mr;
-pub mod notify;
+mod ops;
 pub mod pd;
 pub mod pdir;
 pub mod platform;
+pub mod probe;
 pub mod qp;
 pub mod ring;
-mod sync;
+mod selftest;
 pub mod uar;
 pub mod uctx;
-pub mod upcall;
-pub mod verbs;
 pub mod wc;
 
-pub use channel::CompChannel;
-pub use cq::{ArmKind, Cq, CqAcker};
-pub use device::{Device, ProbeOptions};
-pub use error::{Error, Result};
+pub use device::{fw_ver_string, Pvrdma};
+pub use driver::{function, open_sim, open_sim_with, probe, pvrdma, register, PvrdmaDriver, Target};
+pub use error::device_status;
 pub use firmware_cmd::WaitMode;
-pub use mr::Mr;
-pub use notify::{NotifyKind, NotifyRequest, NotifyStatus};
-pub use pd::Pd;
+pub use health::DriverStats;
 pub use platform::{Platform, PlatformError};
-pub use qp::Qp;
-pub use uctx::UserContext;
-pub use upcall::UpcallPolicy;
-pub use verbs::{
-    AsyncEvent, DeviceAttr, DriverStats, NotifyFlags, PortAttr, PortState, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendWr, Sge, WrOpcode,
-};
-pub use wc::{Wc, WcOpcode, WcStatus};
+pub use probe::{ProbeError, ProbeOptions};
+pub use selftest::{WINDOW_FLOOR, WINDOW_MAX};
+pub use uctx::Ucontext;

@@ -1,125 +1,168 @@
-//! Memory regions over driver-allocated pages described by a page directory (Linux
-//! `pvrdma_mr.c`, design decision 6). The MR's address space starts at the IOVA of its first
-//! page: an SGE names `mr.addr() + offset`.
+//! Memory regions described by page directories with real keys (Linux `pvrdma_mr.c`, design
+//! decision 6), over pages the driver allocates or over the consumer's own memory:
+//!
+//! - **driver-allocated**: the MR's address space starts at the IOVA of its first page;
+//! - **the consumer's memory** (`ibv_reg_mr`): its pages are mapped for the device
+//!   ([`Platform::map_user`]) and the MR's address space is the consumer's own addresses
+//!   (`start` = the buffer's address, which need not be page-aligned: page 0 is the page that
+//!   holds it, as Linux's `ib_umem`), so a peer's RDMA names the buffer's address.
 
-use crate::error::{Error, Result};
-use crate::pd::PdInner;
-use crate::pdir::PagedBuf;
+use crate::device::DeviceInner;
+use crate::error::from_platform;
+use crate::pd::Pd;
+use crate::pdir::{PageDir, PagedBuf};
+use crate::platform::{Iova, Platform};
+use ib_core::provider::{MrOps, UserMemory};
+use ib_core::{Error, Result};
 use pvrdma_abi::cmd::{CreateMr, DestroyMr};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
-use pvrdma_abi::verbs::access;
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 
-/// Every access bit this driver knows.
-const KNOWN_ACCESS: u32 = access::LOCAL_WRITE
-    | access::REMOTE_WRITE
-    | access::REMOTE_READ
-    | access::REMOTE_ATOMIC
-    | access::MW_BIND
-    | access::ZERO_BASED;
+const PAGE: usize = PAGE_SIZE;
 
-/// A registered memory region. Dropping it sends DESTROY_MR and frees its pages.
+/// The memory behind an MR.
+enum Backing {
+    Owned(PagedBuf),
+    /// The consumer's pages, mapped at `iova`; the MR's byte 0 is at `iova + offset`.
+    User { iova: Iova, offset: u64, _dir: PageDir },
+}
+
+/// A registered memory region. Dropping it sends DESTROY_MR, then unmaps or frees its memory.
 pub struct Mr {
-    pd: Arc<PdInner>,
+    dev: Arc<DeviceInner>,
     handle: u32,
     lkey: u32,
     rkey: u32,
+    addr: u64,
     len: usize,
-    buf: PagedBuf,
-}
-
-/// Checks `access` as IBTA 10.6.3.1 requires: known bits only, and remote write or atomic access
-/// only together with local write.
-pub fn check_access(access: u32) -> Result<()> {
-    if access & !KNOWN_ACCESS != 0 {
-        return Err(Error::InvalidArgument("unknown access bits"));
-    }
-    let needs_local = access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0;
-    if needs_local && access & access::LOCAL_WRITE == 0 {
-        return Err(Error::InvalidArgument("remote write or atomic needs local write"));
-    }
-    Ok(())
+    backing: Backing,
 }
 
 impl Mr {
     /// Allocates `len` bytes of DMA pages, lists them in a page directory and registers them
     /// with CREATE_MR (start = the IOVA of the first page).
     ///
-    /// Errors: [`Error::InvalidArgument`] for 0 bytes, more than `max_mr_size`, more pages than
-    /// a directory holds, or bad access bits; DMA and command errors.
-    pub(crate) fn create(pd: &Arc<PdInner>, len: usize, access: u32) -> Result<Mr> {
-        check_access(access)?;
-        let npages = len.div_ceil(PAGE_SIZE);
-        if len == 0 || len as u64 > pd.dev.attr.max_mr_size || npages > PAGE_DIR_MAX_PAGES {
-            return Err(Error::InvalidArgument("MR length out of range"));
-        }
+    /// Errors: [`Error::InvalidArgument`] for more pages than a directory holds; DMA and command
+    /// errors.
+    pub(crate) fn alloc(pd: &Pd, len: usize, access: u32) -> Result<Mr> {
+        let npages = pages(len)?;
         let buf = PagedBuf::new(&pd.dev.platform, npages)?;
-        let resp = pd.dev.cmd.post(CreateMr {
-            start: buf.data().iova().into(),
-            length: (len as u64).into(),
-            pdir_dma: buf.dir().dma().into(),
-            pd_handle: pd.handle.into(),
-            access_flags: access.into(),
-            flags: 0.into(),
-            nchunks: (npages as u32).into(),
-            ..Default::default()
-        })?;
-        let (handle, lkey, rkey) = (resp.mr_handle.get(), resp.lkey.get(), resp.rkey.get());
-        tracing::debug!(handle, lkey, len, "MR registered");
-        Ok(Mr { pd: pd.clone(), handle, lkey, rkey, len, buf })
+        let (start, dir) = (buf.data().iova(), buf.dir().dma());
+        let (handle, lkey, rkey) = register(pd, start, len, dir, npages, access)?;
+        Ok(Mr { dev: pd.dev.clone(), handle, lkey, rkey, addr: start, len, backing: Backing::Owned(buf) })
     }
 
-    /// The device's MR handle.
-    pub fn handle(&self) -> u32 {
+    /// Maps the consumer's pages that hold `mem` for the device and registers them with
+    /// CREATE_MR at the consumer's address.
+    ///
+    /// Errors: [`Error::Unsupported`] where the platform cannot map host memory (qtest);
+    /// [`Error::InvalidArgument`] for a range that wraps or needs more pages than a directory
+    /// holds; DMA and command errors.
+    pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {
+        let first = mem.addr() & !(PAGE - 1);
+        let end = mem.addr().checked_add(mem.len()).ok_or(Error::InvalidArgument("MR wraps"))?;
+        let span = end.checked_next_multiple_of(PAGE).ok_or(Error::InvalidArgument("MR wraps"))? - first;
+        let npages = pages(span)?;
+        let platform = &pd.dev.platform;
+        // SAFETY: `UserMemory`'s contract: the consumer keeps the buffer, and so the whole pages
+        // holding it, live until the MR is deregistered; Drop unmaps before that.
+        let iova = unsafe { platform.map_user(first, span) }.map_err(from_platform)?;
+        let user = UserPages { platform: platform.clone(), iova };
+        let list: Vec<Iova> = (0..npages).map(|i| iova + (i * PAGE) as u64).collect();
+        let dir = PageDir::new(platform, &list)?;
+        let (handle, lkey, rkey) = register(pd, mem.addr() as u64, mem.len(), dir.dma(), npages, access)?;
+        let offset = (mem.addr() - first) as u64;
+        let backing = Backing::User { iova: user.take(), offset, _dir: dir };
+        Ok(Mr { dev: pd.dev.clone(), handle, lkey, rkey, addr: mem.addr() as u64, len: mem.len(), backing })
+    }
+
+    fn at(&self, offset: usize) -> (Iova, Option<&PagedBuf>) {
+        match &self.backing {
+            Backing::Owned(buf) => (offset as u64, Some(buf)),
+            Backing::User { iova, offset: o, .. } => (iova + o + offset as u64, None),
+        }
+    }
+}
+
+/// Pages of `len` bytes, at most what one page directory lists.
+fn pages(len: usize) -> Result<usize> {
+    let n = len.div_ceil(PAGE);
+    if n == 0 || n > PAGE_DIR_MAX_PAGES {
+        return Err(Error::InvalidArgument("MR length out of range"));
+    }
+    Ok(n)
+}
+
+/// CREATE_MR; returns (handle, lkey, rkey).
+fn register(pd: &Pd, start: u64, len: usize, dir: Iova, npages: usize, access: u32) -> Result<(u32, u32, u32)> {
+    let resp = pd.dev.cmd.post(CreateMr {
+        start: start.into(),
+        length: (len as u64).into(),
+        pdir_dma: dir.into(),
+        pd_handle: pd.handle.into(),
+        access_flags: access.into(),
+        flags: 0.into(),
+        nchunks: (npages as u32).into(),
+        ..Default::default()
+    })?;
+    let (handle, lkey, rkey) = (resp.mr_handle.get(), resp.lkey.get(), resp.rkey.get());
+    tracing::debug!(handle, lkey, len, "MR registered");
+    Ok((handle, lkey, rkey))
+}
+
+/// A user mapping undone on drop unless [`UserPages::take`]n by an MR that owns it.
+struct UserPages {
+    platform: Arc<dyn Platform>,
+    iova: Iova,
+}
+
+impl UserPages {
+    fn take(self) -> Iova {
+        let iova = self.iova;
+        std::mem::forget(self);
+        iova
+    }
+}
+
+impl Drop for UserPages {
+    fn drop(&mut self) {
+        self.platform.unmap_user(self.iova);
+    }
+}
+
+impl MrOps for Mr {
+    fn handle(&self) -> u32 {
         self.handle
     }
 
-    /// Local key, for SGEs.
-    pub fn lkey(&self) -> u32 {
+    fn lkey(&self) -> u32 {
         self.lkey
     }
 
-    /// Remote key.
-    pub fn rkey(&self) -> u32 {
+    fn rkey(&self) -> u32 {
         self.rkey
     }
 
-    /// Start of the MR's address space (the IOVA of its first page).
-    pub fn addr(&self) -> u64 {
-        self.buf.data().iova()
+    fn addr(&self) -> u64 {
+        self.addr
     }
 
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether the MR has no bytes (never: registration refuses 0).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        match self.at(offset) {
+            (off, Some(owned)) => owned.data().read(off, buf),
+            (iova, None) => self.dev.platform.dma_read(iova, buf).map_err(from_platform),
+        }
     }
 
-    /// Copies `data` into the MR at `offset`.
-    ///
-    /// Errors: [`Error::InvalidArgument`] if `offset + data.len()` exceeds the MR.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
-        self.buf.data().write(offset as u64, data)
-    }
-
-    /// Copies `buf.len()` bytes at `offset` of the MR into `buf`.
-    ///
-    /// Errors: [`Error::InvalidArgument`] if `offset + buf.len()` exceeds the MR.
-    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        self.check(offset, buf.len())?;
-        self.buf.data().read(offset as u64, buf)
-    }
-
-    fn check(&self, offset: usize, len: usize) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::InvalidArgument("access outside the MR")),
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        match self.at(offset) {
+            (off, Some(owned)) => owned.data().write(off, data),
+            (iova, None) => self.dev.platform.dma_write(iova, data).map_err(from_platform),
         }
     }
 }
@@ -127,28 +170,11 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         let cmd = DestroyMr { mr_handle: self.handle.into(), ..Default::default() };
-        if let Err(e) = self.pd.dev.cmd.post(cmd) {
+        if let Err(e) = self.dev.cmd.post(cmd) {
             tracing::warn!(handle = self.handle, error = %e, "DESTROY_MR failed");
         }
-    }
-}
-
-impl std::fmt::Debug for Mr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Mr(handle {}, lkey {:#x}, {} bytes)", self.handle, self.lkey, self.len)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn access_rules() {
-        assert!(check_access(0).is_ok());
-        assert!(check_access(access::LOCAL_WRITE | access::REMOTE_WRITE).is_ok());
-        assert!(check_access(access::REMOTE_WRITE).is_err());
-        assert!(check_access(access::REMOTE_ATOMIC).is_err());
-        assert!(check_access(1 << 20).is_err());
+        if let Backing::User { iova, .. } = self.backing {
+            self.dev.platform.unmap_user(iova);
+        }
     }
 }

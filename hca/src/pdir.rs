@@ -4,7 +4,7 @@
 //! `i & 0x1ff` of table `i >> 9` ([`pvrdma_abi::pdir`]).
 
 use crate::dma::DmaBuf;
-use crate::error::{Error, Result};
+use ib_core::{Error, Result};
 use crate::platform::{Iova, Platform};
 use pvrdma_abi::pdir::{dir_index, table_index, PAGE_DIR_MAX_PAGES, PDIR_ENTRIES};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! before any entry is read; a bad index is [`Error::DeviceFatal`] (design decision 7). The
 //! consumer index is the driver's own copy; the device sees it through a release store.
 
-use crate::error::{Error, Result};
+use ib_core::{Error, Result};
 use crate::pdir::PagedBuf;
 use crate::platform::Platform;
 use pvrdma_abi::ring::{idx_slot, ring_count, RX_CONS_HEAD, RX_PROD_TAIL};

@@ -1,62 +1,54 @@
-//! User contexts (Linux `pvrdma_alloc_ucontext`, mthca `mthca_alloc_ucontext`): a UAR page of
-//! the context's own, registered with CREATE_UC, through which the context's objects ring their
-//! doorbells (as user space would through its mmapped UAR). The device honours a doorbell on that
-//! page only for the context's own objects (design decision 5).
+//! User contexts (Linux `pvrdma_alloc_ucontext`, mthca `mthca_alloc_ucontext`): a UAR page of the
+//! context's own, registered with CREATE_UC, through which the context's QPs ring their doorbells
+//! and its CQs their POLL doorbell (as user space would through its mmapped UAR). The device
+//! honours a doorbell on that page only for the context's own objects (design decision 5). CQ arms
+//! go through the kernel's page for every CQ (the arm mthca could not give user CQs).
 
-use crate::channel::CompChannel;
-use crate::cq::Cq;
 use crate::device::DeviceInner;
-use crate::error::{Error, Result};
-use crate::pd::Pd;
-use crate::uar::UarTap;
+use crate::error::from_uar;
+use crate::uar::UarDirect;
 use doorbell::{Doorbells, UarPage};
+use ib_core::provider::UcontextOps;
+use ib_core::{Error, Result};
 use pvrdma_abi::cmd::{CreateUc, DestroyUc};
+use std::any::Any;
 use std::sync::Arc;
 
-/// A user context. Dropping it (after all its objects) sends DESTROY_UC and releases its page.
-pub struct UserContext {
+/// A user context of the device. Dropping it sends DESTROY_UC and releases its page.
+pub struct Ucontext {
     pub(crate) inner: Arc<UctxInner>,
 }
 
-/// The context state its objects hold on to.
-pub struct UctxInner {
+pub(crate) struct UctxInner {
     pub(crate) dev: Arc<DeviceInner>,
     pub(crate) handle: u32,
     page: UarPage,
     pub(crate) db: Doorbells,
 }
 
-impl UserContext {
+impl Ucontext {
     /// Allocates a UAR page and registers it with CREATE_UC.
     ///
-    /// Errors: [`Error::Uar`] when BAR2 has no free page; [`Error::InvalidArgument`] if the pfn
-    /// does not fit the command's 32 bits; command errors.
+    /// Errors: [`Error::Device`] when BAR2 has no free page or the device refuses;
+    /// [`Error::InvalidArgument`] if the pfn does not fit the command's 32 bits.
     pub(crate) fn create(dev: &Arc<DeviceInner>) -> Result<Self> {
         dev.live()?;
-        let page = dev.uar.alloc()?;
+        let page = dev.uar.alloc().map_err(from_uar)?;
         let created = u32::try_from(page.pfn())
             .map_err(|_| Error::InvalidArgument("UAR pfn beyond 32 bits"))
             .and_then(|pfn| dev.cmd.post(CreateUc { pfn: pfn.into(), ..Default::default() }));
-        let resp = match created {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = dev.uar.release(page);
-                return Err(e);
-            }
-        };
+        let resp = created.inspect_err(|_| {
+            let _ = dev.uar.release(page);
+        })?;
         let handle = resp.ctx_handle.get();
-        let tap = UarTap::new(dev.platform.clone(), dev.hub.clone(), dev.encoding, Some(handle));
-        let db = Doorbells::new(Arc::new(tap), page);
+        let db = Doorbells::new(Arc::new(UarDirect(dev.platform.clone())), page);
         tracing::debug!(handle, page = page.index(), "user context created");
         Ok(Self { inner: Arc::new(UctxInner { dev: dev.clone(), handle, page, db }) })
     }
 
-    /// The device's context handle.
-    pub fn handle(&self) -> u32 {
-        self.inner.handle
-    }
-
-    /// The doorbells of this context's own UAR page.
+    /// Raw doorbells of this context's own UAR page. MMIO writes only: an arm rung here is the
+    /// device's, not the driver's (it raises no completion event); the device refuses one for
+    /// another context's object.
     pub fn doorbells(&self) -> &Doorbells {
         &self.inner.db
     }
@@ -65,16 +57,15 @@ impl UserContext {
     pub fn uar_page(&self) -> UarPage {
         self.inner.page
     }
+}
 
-    /// Allocates a protection domain of this context.
-    pub fn alloc_pd(&self) -> Result<Pd> {
-        Pd::create(&self.inner.dev, Some(&self.inner))
+impl UcontextOps for Ucontext {
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
-    /// Creates a CQ of this context; its `req_notify` and poll doorbells ring this context's
-    /// page, and it also gets a kernel-page arm doorbell ([`Cq::kernel_arm_doorbell`]).
-    pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
-        Cq::create(&self.inner.dev, Some(&self.inner), cqe, channel)
+    fn handle(&self) -> u32 {
+        self.inner.handle
     }
 }
 
@@ -87,5 +78,17 @@ impl Drop for UctxInner {
         if let Err(e) = self.dev.uar.release(self.page) {
             tracing::warn!(error = %e, "UAR page release failed");
         }
+    }
+}
+
+/// The provider's context behind a core context's `uctx` (`None`: the kernel's).
+pub(crate) fn of(uctx: Option<&dyn UcontextOps>) -> Result<Option<Arc<UctxInner>>> {
+    match uctx {
+        None => Ok(None),
+        Some(u) => u
+            .as_any()
+            .downcast_ref::<Ucontext>()
+            .map(|c| Some(c.inner.clone()))
+            .ok_or(Error::InvalidArgument("a user context of another provider")),
     }
 }

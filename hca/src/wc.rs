@@ -1,117 +1,41 @@
-//! Work completions (IBTA 11.4.2.1 Poll for Completion) and the translation of a device CQE into
-//! one. A CQE is device-written and never trusted: a CQE naming a QP that is not on its CQ, or
-//! carrying an unknown opcode, becomes a completion with an error status instead of a panic or a
-//! silently trusted value.
+//! The translation of a device CQE into a work completion (IBTA 11.4.2.1 Poll for Completion). A
+//! CQE is device-written and never trusted: a CQE naming a QP that is not on its CQ, or carrying
+//! an unknown opcode, becomes a completion with an error status instead of a panic or a silently
+//! trusted value.
 
+use ib_core::{Wc, WcOpcode, WcStatus};
 use pvrdma_abi::wqe::{wc_flags, wc_opcode, wc_status, Cqe};
 
-/// Completion status (`enum ib_wc_status`); codes without a variant of their own are `Other`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WcStatus {
-    /// The work request completed.
-    #[default]
-    Success,
-    /// Local length error (e.g. a message longer than the receive buffer).
-    LocLenErr,
-    /// Local QP operation error.
-    LocQpOpErr,
-    /// Local protection error (a bad lkey or address).
-    LocProtErr,
-    /// Flushed: the QP was in the error state.
-    WrFlushErr,
-    /// Local access error.
-    LocAccessErr,
-    /// Remote access error.
-    RemAccessErr,
-    /// Remote operation error.
-    RemOpErr,
-    /// Transport retries exhausted.
-    RetryExcErr,
-    /// Receiver-not-ready retries exhausted.
-    RnrRetryExcErr,
-    /// Fatal error.
-    FatalErr,
-    /// Also what the driver reports for a CQE it cannot trust.
-    GeneralErr,
-    /// Any other `pvrdma_wc_status` code.
-    Other(u32),
-}
-
-impl WcStatus {
-    /// Decodes `enum pvrdma_wc_status`.
-    pub fn from_raw(v: u32) -> Self {
-        match v {
-            wc_status::SUCCESS => Self::Success,
-            wc_status::LOC_LEN_ERR => Self::LocLenErr,
-            wc_status::LOC_QP_OP_ERR => Self::LocQpOpErr,
-            wc_status::LOC_PROT_ERR => Self::LocProtErr,
-            wc_status::WR_FLUSH_ERR => Self::WrFlushErr,
-            wc_status::LOC_ACCESS_ERR => Self::LocAccessErr,
-            wc_status::REM_ACCESS_ERR => Self::RemAccessErr,
-            wc_status::REM_OP_ERR => Self::RemOpErr,
-            wc_status::RETRY_EXC_ERR => Self::RetryExcErr,
-            wc_status::RNR_RETRY_EXC_ERR => Self::RnrRetryExcErr,
-            wc_status::FATAL_ERR => Self::FatalErr,
-            wc_status::GENERAL_ERR => Self::GeneralErr,
-            other => Self::Other(other),
-        }
+/// The core's status for `enum pvrdma_wc_status` (same meanings as `ib_wc_status`); codes
+/// without a variant of their own keep their value.
+fn status(v: u32) -> WcStatus {
+    match v {
+        wc_status::SUCCESS => WcStatus::Success,
+        wc_status::LOC_LEN_ERR => WcStatus::LocLenErr,
+        wc_status::LOC_QP_OP_ERR => WcStatus::LocQpOpErr,
+        wc_status::LOC_PROT_ERR => WcStatus::LocProtErr,
+        wc_status::WR_FLUSH_ERR => WcStatus::WrFlushErr,
+        wc_status::LOC_ACCESS_ERR => WcStatus::LocAccessErr,
+        wc_status::REM_ACCESS_ERR => WcStatus::RemAccessErr,
+        wc_status::REM_OP_ERR => WcStatus::RemOpErr,
+        wc_status::RETRY_EXC_ERR => WcStatus::RetryExcErr,
+        wc_status::RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+        wc_status::FATAL_ERR => WcStatus::FatalErr,
+        wc_status::GENERAL_ERR => WcStatus::GeneralErr,
+        other => WcStatus::Other(other),
     }
 }
 
-/// Completion opcode (`enum ib_wc_opcode`); unknown codes are `Other`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WcOpcode {
-    /// A send.
-    #[default]
-    Send,
-    /// An RDMA WRITE.
-    RdmaWrite,
-    /// An RDMA READ.
-    RdmaRead,
-    /// A receive.
-    Recv,
-    /// An RDMA WRITE with immediate, on the receive side.
-    RecvRdmaWithImm,
-    /// Any other `pvrdma_wc_opcode` code.
-    Other(u32),
-}
-
-impl WcOpcode {
-    /// Decodes `enum pvrdma_wc_opcode`.
-    pub fn from_raw(v: u32) -> Self {
-        match v {
-            wc_opcode::SEND => Self::Send,
-            wc_opcode::RDMA_WRITE => Self::RdmaWrite,
-            wc_opcode::RDMA_READ => Self::RdmaRead,
-            wc_opcode::RECV => Self::Recv,
-            wc_opcode::RECV_RDMA_WITH_IMM => Self::RecvRdmaWithImm,
-            other => Self::Other(other),
-        }
+/// The core's opcode for `enum pvrdma_wc_opcode`.
+fn opcode(v: u32) -> WcOpcode {
+    match v {
+        wc_opcode::SEND => WcOpcode::Send,
+        wc_opcode::RDMA_WRITE => WcOpcode::RdmaWrite,
+        wc_opcode::RDMA_READ => WcOpcode::RdmaRead,
+        wc_opcode::RECV => WcOpcode::Recv,
+        wc_opcode::RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+        other => WcOpcode::Other(other),
     }
-
-    /// Whether this is a receive-side completion.
-    pub fn is_recv(self) -> bool {
-        matches!(self, Self::Recv | Self::RecvRdmaWithImm)
-    }
-}
-
-/// One work completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Wc {
-    /// The work request's ID, as posted.
-    pub wr_id: u64,
-    /// Completion status.
-    pub status: WcStatus,
-    /// What completed.
-    pub opcode: WcOpcode,
-    /// Bytes received (receive completions).
-    pub byte_len: u32,
-    /// The local QP (its handle, which is the QPN on pvrdma).
-    pub qp_num: u32,
-    /// The remote QP of a receive completion.
-    pub src_qp: u32,
-    /// Immediate data of a receive completion that carried it (host order).
-    pub imm_data: Option<u32>,
 }
 
 /// Translates a CQE into a [`Wc`]; `qp_on_cq(h)` says whether QP handle `h` completes into this
@@ -122,8 +46,8 @@ pub struct Wc {
 pub fn translate(cqe: &Cqe, qp_on_cq: impl Fn(u32) -> bool) -> Wc {
     let raw_qp = cqe.qp.get();
     let qp = u32::try_from(raw_qp).ok().filter(|&h| qp_on_cq(h));
-    let opcode = WcOpcode::from_raw(cqe.opcode.get());
-    let mut status = WcStatus::from_raw(cqe.status.get());
+    let opcode = opcode(cqe.opcode.get());
+    let mut status = status(cqe.status.get());
     if qp.is_none() {
         tracing::warn!(qp = raw_qp, "CQE names a QP not on this CQ");
         status = WcStatus::GeneralErr;

@@ -5,6 +5,14 @@
 //! error, never a panic. Nobody holds a Rust reference over memory the other side writes: data is
 //! copied in and out, and ring indices and ownership words are 32-bit atomics with acquire/release
 //! ordering (`../shared/design.md`, decision 4).
+//!
+//! A region is either memory the map owns ([`GuestMemory::alloc`]) or pages of the consumer's own
+//! memory mapped in ([`GuestMemory::map_external`]: what an IOMMU does for a user-space MR, so an
+//! MR can be registered over a buffer at its own address). The unsafe code of the model is here:
+//! an external region is reached through a raw pointer, valid by the mapper's promise until it is
+//! unmapped; every access holds the map's read lock, so unmapping (the write lock) waits for
+//! accesses in flight, and none starts afterwards.
+#![allow(unsafe_code)]
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -30,8 +38,37 @@ pub enum MemError {
 }
 
 struct Region {
-    words: Box<[AtomicU32]>,
+    words: Words,
     len: u64,
+}
+
+/// The words of a region.
+enum Words {
+    Owned(Box<[AtomicU32]>),
+    /// `count` words at `ptr`, the consumer's (see [`GuestMemory::map_external`]).
+    External { ptr: std::ptr::NonNull<AtomicU32>, count: usize },
+}
+
+// SAFETY: an external region's memory is only reached as `AtomicU32` words, which may be shared
+// and sent between threads; the pointer stays valid while the region is in the map (the
+// mapper's promise), and the map's lock keeps accesses and the unmap apart.
+unsafe impl Send for Words {}
+// SAFETY: as above.
+unsafe impl Sync for Words {}
+
+impl Region {
+    fn words(&self) -> &[AtomicU32] {
+        match &self.words {
+            Words::Owned(w) => w,
+            // SAFETY: `ptr` is 4-byte aligned (page-aligned at map time) and `count` words from
+            // it are live, writable memory for as long as the region is in the map, which the
+            // caller's borrow of the map's read lock guarantees (`map_external`'s contract).
+            // AtomicU32 has u32's layout and any bits are valid.
+            Words::External { ptr, count } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), *count)
+            },
+        }
+    }
 }
 
 /// The guest-memory map of one device.
@@ -72,8 +109,32 @@ impl GuestMemory {
         // One guard page between regions keeps an overrun from landing in a neighbour.
         let stride = size.checked_add(PAGE).ok_or(exhausted)?;
         let iova = self.next.fetch_add(stride, Ordering::Relaxed);
-        let words = (0..size / 4).map(|_| AtomicU32::new(0)).collect();
+        let words = Words::Owned((0..size / 4).map(|_| AtomicU32::new(0)).collect());
         self.regions.write().insert(iova, Region { words, len: size });
+        Ok(iova)
+    }
+
+    /// Maps `len` bytes of the consumer's memory at `addr` (both page-aligned) into the device's
+    /// address space and returns their device address; [`GuestMemory::free`] unmaps them. They
+    /// count against no limit: the consumer owns them.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must be live, writable memory that stays allocated until the region
+    /// is unmapped; the device reads and writes it (as 32-bit words) meanwhile.
+    ///
+    /// Errors: [`MemError::Misaligned`] for an address or length that is not page-aligned or a
+    /// length of 0.
+    pub unsafe fn map_external(&self, addr: usize, len: usize) -> Result<u64, MemError> {
+        let ptr = std::ptr::NonNull::new(addr as *mut AtomicU32);
+        let aligned = addr % PAGE as usize == 0 && len % PAGE as usize == 0 && len > 0;
+        let Some(ptr) = ptr.filter(|_| aligned) else {
+            return Err(MemError::Misaligned(addr as u64));
+        };
+        let len = len as u64;
+        let stride = len.checked_add(PAGE).ok_or(MemError::Exhausted { requested: len })?;
+        let iova = self.next.fetch_add(stride, Ordering::Relaxed);
+        let words = Words::External { ptr, count: len as usize / 4 };
+        self.regions.write().insert(iova, Region { words, len });
         Ok(iova)
     }
 
@@ -81,7 +142,9 @@ impl GuestMemory {
     pub fn free(&self, iova: u64) -> bool {
         match self.regions.write().remove(&iova) {
             Some(r) => {
-                self.used.fetch_sub(r.len, Ordering::Relaxed);
+                if matches!(r.words, Words::Owned(_)) {
+                    self.used.fetch_sub(r.len, Ordering::Relaxed);
+                }
                 true
             }
             None => false,
@@ -103,7 +166,7 @@ impl GuestMemory {
         self.with_region(iova, buf.len() as u64, |r, off| {
             for (i, b) in buf.iter_mut().enumerate() {
                 let at = off + i;
-                let w = r.words[at / 4].load(Ordering::Relaxed);
+                let w = r.words()[at / 4].load(Ordering::Relaxed);
                 *b = w.to_le_bytes()[at % 4];
             }
         })
@@ -115,7 +178,7 @@ impl GuestMemory {
             let mut i = 0;
             while i < data.len() {
                 let at = off + i;
-                let word = &r.words[at / 4];
+                let word = &r.words()[at / 4];
                 if at % 4 == 0 && data.len() - i >= 4 {
                     let v = u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
                     word.store(v, Ordering::Relaxed);
@@ -141,7 +204,7 @@ impl GuestMemory {
             let (start, end) = (off, off + len as usize);
             let mut at = start;
             while at < end {
-                let word = &r.words[at / 4];
+                let word = &r.words()[at / 4];
                 if at % 4 == 0 && end - at >= 4 {
                     word.store(0, Ordering::Relaxed);
                     at += 4;
@@ -175,7 +238,7 @@ impl GuestMemory {
         if iova & 3 != 0 {
             return Err(MemError::Misaligned(iova));
         }
-        self.with_region(iova, 4, |r, off| f(&r.words[off / 4]))
+        self.with_region(iova, 4, |r, off| f(&r.words()[off / 4]))
     }
 
     fn with_region<T>(
@@ -244,5 +307,28 @@ mod tests {
         for (at, len) in [(a, u64::MAX), (a + 1, u64::MAX), (a, 1 << 40), (u64::MAX, 1)] {
             assert!(m.zero(at, len).is_err());
         }
+    }
+
+    #[test]
+    fn external_pages_are_the_consumers_memory_until_unmapped() {
+        let m = GuestMemory::new(1 << 20);
+        let layout = std::alloc::Layout::from_size_align(2 * PAGE as usize, PAGE as usize).unwrap();
+        // SAFETY: a fresh allocation of the layout's size, freed below after the unmap.
+        let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!buf.is_null());
+        // SAFETY: `buf` is two live, writable, page-aligned pages until `dealloc` below.
+        let iova = unsafe { m.map_external(buf as usize, 2 * PAGE as usize) }.unwrap();
+        m.write(iova + 4090, b"across").unwrap();
+        // SAFETY: reading bytes of the live allocation; nothing writes it concurrently here.
+        let seen = unsafe { std::slice::from_raw_parts(buf.add(4090), 6) }.to_vec();
+        assert_eq!(seen, b"across");
+        assert_eq!(m.used(), 0, "the consumer's pages are not the model's to count");
+        assert!(m.read(iova + 2 * PAGE, &mut [0u8; 1]).is_err());
+        assert!(m.free(iova));
+        assert!(m.read(iova, &mut [0u8; 1]).is_err());
+        // SAFETY: unmapped above: nothing reaches `buf` any more.
+        unsafe { std::alloc::dealloc(buf, layout) };
+        // SAFETY: never dereferenced: the arguments are refused first.
+        assert!(unsafe { m.map_external(4097, 4096) }.is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! `SimDevice::post_cqe`, and bounded waits.
 
 use pvrdma_abi::wqe::{wc_opcode, wc_status, Cqe};
-use hca::{Cq, Wc};
+use ib_core::{Cq, Wc};
 use std::time::{Duration, Instant};
 
 /// A successful receive CQE carrying `wr_id` (the QP is not on the CQ: it polls as `GeneralErr`

@@ -1,12 +1,12 @@
 //! Shared set-up for the end-to-end tests against the in-process model: open a device, connect
-//! two RC QPs, post and poll with bounded waits.
+//! two RC QPs, post and poll with bounded waits, and reach the pvrdma provider behind a device.
 
-
-use hca::{
-    CompChannel, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc,
-    WrOpcode,
+use doorbell::Doorbells;
+use hca::{DriverStats, Pvrdma, Ucontext};
+use ib_core::{
+    access, AsyncEvent, AsyncEventType, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
+    SendWr, Sge, Wc, WrOpcode,
 };
-use pvrdma_abi::verbs::access;
 use std::time::{Duration, Instant};
 
 /// Bound on anything the model should do at once.
@@ -22,8 +22,36 @@ pub fn open() -> Device {
 
 /// Opens a model configured by `cfg`.
 pub fn open_with(cfg: pvrdma_sim::SimConfig) -> Device {
-    let (dev, _sim) = Device::open_sim(cfg).expect("probe of the model");
+    let (dev, _sim) = hca::open_sim(cfg).expect("probe of the model");
     dev
+}
+
+/// The pvrdma provider's device behind `dev`.
+pub fn pv(dev: &Device) -> &Pvrdma {
+    hca::pvrdma(dev).expect("a pvrdma device")
+}
+
+/// The driver's counters of `dev`.
+pub fn stats(dev: &Device) -> DriverStats {
+    pv(dev).stats()
+}
+
+/// The raw doorbells of a user context's own UAR page.
+pub fn doorbells(ctx: &Context) -> &Doorbells {
+    ctx.provider_context::<Ucontext>().expect("a pvrdma user context").doorbells()
+}
+
+/// What an async event says, as a value to compare: its type and the CQ or QP handle, or the
+/// port, it names (`None` for a device event).
+pub fn ev(e: &AsyncEvent) -> (AsyncEventType, Option<u32>) {
+    let cq = e.cq().map(|c| c.handle());
+    let what = cq.or_else(|| e.qp().map(|q| q.qp_num())).or_else(|| e.port().map(u32::from));
+    (e.event_type, what)
+}
+
+/// The GID bound at index 0 of port 1.
+pub fn gid(dev: &Device) -> [u8; 16] {
+    dev.query_gid(1, 0).expect("GID 0")
 }
 
 /// Polls `cq` until `n` completions arrived or [`WAIT`] passed.
@@ -52,13 +80,19 @@ pub struct Pair {
 
 /// QP sizes used by the tests.
 pub fn cap() -> QpCap {
-    QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2 }
+    QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 }
 }
 
 /// Creates an RC QP on `pd` over the given CQs.
 pub fn rc_qp(pd: &Pd, scq: &Cq, rcq: &Cq) -> Qp {
-    let attr =
-        QpInitAttr { send_cq: scq, recv_cq: rcq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false };
+    let attr = QpInitAttr {
+        send_cq: scq,
+        recv_cq: rcq,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+    };
     pd.create_qp(&attr).expect("create_qp")
 }
 
@@ -73,11 +107,11 @@ pub fn connect(q: &Qp, remote: u32, gid: [u8; 16]) {
 pub fn pair(dev: &Device, pd: &Pd, a_cqs: (&Cq, &Cq), b_cqs: (&Cq, &Cq)) -> Pair {
     let a = rc_qp(pd, a_cqs.0, a_cqs.1);
     let b = rc_qp(pd, b_cqs.0, b_cqs.1);
-    let gid = dev.gid();
+    let gid = gid(dev);
     connect(&a, b.qpn(), gid);
     connect(&b, a.qpn(), gid);
-    let mr_a = pd.reg_mr(8192, access::LOCAL_WRITE).expect("reg_mr");
-    let mr_b = pd.reg_mr(8192, access::LOCAL_WRITE).expect("reg_mr");
+    let mr_a = pd.alloc_mr(8192, access::LOCAL_WRITE).expect("alloc_mr");
+    let mr_b = pd.alloc_mr(8192, access::LOCAL_WRITE).expect("alloc_mr");
     Pair { a, b, mr_a, mr_b }
 }
 

@@ -14,7 +14,8 @@
 //! `PVRDMA_QEMU_OUT` (where QEMU logs go; default the peer's folder, removed afterwards).
 
 use hca::platform::qtest::{QtestOptions, QtestPlatform};
-use hca::{Device, ProbeOptions};
+use hca::ProbeOptions;
+use ib_core::Device;
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -197,7 +198,7 @@ impl QemuPeer {
     }
 
     /// Probes the device with the driver: the backend's IPv4-mapped GID, interrupt-driven
-    /// commands.
+    /// commands, and the arm encoding found by the driver's own self-test (nothing declared).
     ///
     /// Errors: the driver's, with QEMU's output.
     pub fn probe(&self) -> Result<Device, String> {
@@ -206,7 +207,7 @@ impl QemuPeer {
             ..Default::default()
         };
         let p: Arc<dyn hca::Platform> = self.platform.clone();
-        Device::probe_with(p, opts).map_err(|e| format!("probe: {e}\n{}", self.qemu_output()))
+        hca::probe(p, opts).map_err(|e| format!("probe: {e}\n{}", self.qemu_output()))
     }
 }
 

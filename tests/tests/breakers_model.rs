@@ -2,10 +2,10 @@
 //!
 //! Each test fails while the bug it names is present and passes once it is fixed.
 
-use hca::{Device, SendWr, Sge, WrOpcode};
+use ib_core::{Device, SendWr, Sge, WrOpcode};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL};
-use pvrdma_abi::verbs::access;
+use ib_core::access;
 use pvrdma_sim::mem::GuestMemory;
 use pvrdma_sim::SimConfig;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ fn real_send_works(dev: &Device) {
     p.recv_b(1, 0, 64);
     p.send_a(2, 0, b"still alive", WrOpcode::Send, false);
     let wcs = poll_n(&cq, 2);
-    assert!(wcs.iter().all(|w| w.status == hca::WcStatus::Success), "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == ib_core::WcStatus::Success), "{wcs:?}");
     let mut got = [0u8; 11];
     p.mr_b.read(0, &mut got).unwrap();
     assert_eq!(&got, b"still alive");
@@ -50,7 +50,7 @@ fn real_send_works(dev: &Device) {
 /// "so a hostile driver cannot make the model buffer unbounded memory").
 #[test]
 fn zero_length_sends_to_a_receiver_without_wqes_are_bounded() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq_a = dev.create_cq(16, None).unwrap();
     let cq_b = dev.create_cq(16, None).unwrap();
@@ -68,7 +68,7 @@ fn zero_length_sends_to_a_receiver_without_wqes_are_bounded() {
         if let Err(e) = p.a.post_send(&wr) {
             // A device that stops consuming the SQ makes the driver's ring full: that is the
             // bound we want.
-            assert_eq!(e, hca::Error::QueueFull, "post {i}");
+            assert_eq!(e, ib_core::Error::QueueFull, "post {i}");
             break;
         }
     }
@@ -86,7 +86,7 @@ fn zero_length_sends_to_a_receiver_without_wqes_are_bounded() {
 /// error (never a panic, hang or broken device), and the device must still carry traffic.
 #[test]
 fn hostile_commands_are_refused_and_the_device_keeps_working() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let d = sim.device();
     let mem = d.mem();
     let pd = dev.alloc_pd().unwrap();
@@ -102,7 +102,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
     let bad_dirs = [0u64, 1, u64::MAX, u64::MAX - PAGE + 1, good + 8, dsr, selfdir, data + 4 * PAGE];
     for (i, dir) in bad_dirs.iter().enumerate() {
         for (cqe, nchunks) in [(0, 2), (u32::MAX, 2), (1 << 31, u32::MAX), (16, 0), (16, u32::MAX)] {
-            let r = dev.post_command(CreateCq {
+            let r = pv(&dev).post_command(CreateCq {
                 pdir_dma: (*dir).into(),
                 cqe: cqe.into(),
                 nchunks: nchunks.into(),
@@ -113,7 +113,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
     }
     // A CQ over the self-referential directory: ring state, entries and directory all one page.
     // Accepting it is fine (QEMU would too); what matters is what happens next.
-    let selfcq = dev.post_command(CreateCq {
+    let selfcq = pv(&dev).post_command(CreateCq {
         pdir_dma: selfdir.into(),
         cqe: 16.into(),
         nchunks: 2.into(),
@@ -129,7 +129,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
         (0, 1 << 40, u32::MAX, 0),
     ];
     for (start, length, nchunks, acc) in mrs {
-        let r = dev.post_command(CreateMr {
+        let r = pv(&dev).post_command(CreateMr {
             start: start.into(),
             length: length.into(),
             pdir_dma: good.into(),
@@ -141,7 +141,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
         if start == u64::MAX && acc == access::ZERO_BASED {
             // Zero-based: the start is only a label; accepted or not, no panic.
             if let Ok(m) = r {
-                dev.post_command(DestroyMr { mr_handle: m.mr_handle, ..Default::default() })
+                pv(&dev).post_command(DestroyMr { mr_handle: m.mr_handle, ..Default::default() })
                     .unwrap();
             }
             continue;
@@ -159,7 +159,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
         (16, 16, 1, 1, 2, 5),
         (1 << 31, 1 << 31, 4, 4, u16::MAX, 1),
     ] {
-        let r = dev.post_command(CreateQp {
+        let r = pv(&dev).post_command(CreateQp {
             pdir_dma: good.into(),
             pd_handle: pd.handle().into(),
             send_cq_handle: cq.handle().into(),
@@ -177,14 +177,14 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
     }
     // Handles 0 / 0xffffff / u32::MAX / destroyed.
     for h in [0u32, 0x0080_0000, 0x00ff_ffff, u32::MAX] {
-        assert!(dev.post_command(DestroyCq { cq_handle: h.into(), ..Default::default() }).is_err());
-        assert!(dev.post_command(DestroyQp { qp_handle: h.into(), ..Default::default() }).is_err());
-        assert!(dev.post_command(DestroyMr { mr_handle: h.into(), ..Default::default() }).is_err());
-        assert!(dev.post_command(DestroyUc { ctx_handle: h.into(), ..Default::default() }).is_err());
+        assert!(pv(&dev).post_command(DestroyCq { cq_handle: h.into(), ..Default::default() }).is_err());
+        assert!(pv(&dev).post_command(DestroyQp { qp_handle: h.into(), ..Default::default() }).is_err());
+        assert!(pv(&dev).post_command(DestroyMr { mr_handle: h.into(), ..Default::default() }).is_err());
+        assert!(pv(&dev).post_command(DestroyUc { ctx_handle: h.into(), ..Default::default() }).is_err());
         let mut m = ModifyQp { qp_handle: h.into(), ..Default::default() };
         m.attr_mask.set(u32::MAX);
-        assert!(dev.post_command(m).is_err());
-        assert!(dev.post_command(QueryQp { qp_handle: h.into(), ..Default::default() }).is_err());
+        assert!(pv(&dev).post_command(m).is_err());
+        assert!(pv(&dev).post_command(QueryQp { qp_handle: h.into(), ..Default::default() }).is_err());
         for page in 0..4u64 {
             for off in [0u64, 4, 8, 12, 4095] {
                 for bits in [0u32, 0xc000_0000, 0x6000_0000, 0x8000_0000] {
@@ -199,7 +199,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
         for _ in 0..40 {
             d.post_cqe(c.cq_handle.get(), &Default::default(), false);
         }
-        let _ = dev.post_command(DestroyCq { cq_handle: c.cq_handle, ..Default::default() });
+        let _ = pv(&dev).post_command(DestroyCq { cq_handle: c.cq_handle, ..Default::default() });
     }
     assert_eq!(d.state(), pvrdma_sim::DeviceState::Active);
     assert!(!dev.is_fatal(), "a refused command made the driver fatal");
@@ -225,11 +225,11 @@ impl<const OP: u32> CmdRequest for Unknown<OP> {
 
 #[test]
 fn unknown_opcodes_are_refused_not_fatal() {
-    let (dev, _sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
     let junk = [0xa5u8; 32];
-    assert!(dev.post_command(Unknown::<{ opcode::MAX + 1 }> { hdr: CmdHdr::default(), junk }).is_err());
-    assert!(dev.post_command(Unknown::<0x7fff_ffff> { hdr: CmdHdr::default(), junk }).is_err());
-    assert!(dev.post_command(Unknown::<{ opcode::RESIZE_CQ }> { hdr: CmdHdr::default(), junk }).is_err());
+    assert!(pv(&dev).post_command(Unknown::<{ opcode::MAX + 1 }> { hdr: CmdHdr::default(), junk }).is_err());
+    assert!(pv(&dev).post_command(Unknown::<0x7fff_ffff> { hdr: CmdHdr::default(), junk }).is_err());
+    assert!(pv(&dev).post_command(Unknown::<{ opcode::RESIZE_CQ }> { hdr: CmdHdr::default(), junk }).is_err());
     assert!(!dev.is_fatal());
     real_send_works(&dev);
 }
@@ -238,7 +238,7 @@ fn unknown_opcodes_are_refused_not_fatal() {
 /// not panic (its port thread must survive), and a new driver on the same function must work.
 #[test]
 fn reset_while_traffic_flows_keeps_the_port_alive() {
-    let (dev, sim) = Device::open_sim_with(
+    let (dev, sim) = hca::open_sim_with(
         SimConfig::default(),
         hca::ProbeOptions { cmd_timeout: Duration::from_millis(200), ..Default::default() },
     )
@@ -253,11 +253,11 @@ fn reset_while_traffic_flows_keeps_the_port_alive() {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let sge = [Sge { addr: p.mr_b.addr(), length: 64, lkey: p.mr_b.lkey() }];
-                    let _ = p.b.post_recv(&hca::RecvWr { wr_id: i, sg_list: &sge });
+                    let _ = p.b.post_recv(&ib_core::RecvWr { wr_id: i, sg_list: &sge });
                     let sge = [Sge { addr: p.mr_a.addr(), length: 64, lkey: p.mr_a.lkey() }];
                     let wr = SendWr { wr_id: i, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
                     let _ = p.a.post_send(&wr);
-                    let mut wc = [hca::Wc::default(); 16];
+                    let mut wc = [ib_core::Wc::default(); 16];
                     let _ = cq.poll(&mut wc);
                     i += 1;
                 }
@@ -269,7 +269,7 @@ fn reset_while_traffic_flows_keeps_the_port_alive() {
         });
     }
     drop(dev);
-    let dev2 = Device::probe(std::sync::Arc::new(sim.clone())).expect("re-probe after RESET");
+    let dev2 = hca::probe(std::sync::Arc::new(sim.clone()), Default::default()).expect("re-probe after RESET");
     real_send_works(&dev2);
 }
 
@@ -277,7 +277,7 @@ fn reset_while_traffic_flows_keeps_the_port_alive() {
 /// and DSR reloads of the same DSR: the device serializes, never panics.
 #[test]
 fn concurrent_raw_requests_and_dsr_reloads_do_not_break_the_model() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let d = sim.device().clone();
     let deadline = Instant::now() + Duration::from_millis(300);
     std::thread::scope(|s| {
@@ -295,7 +295,7 @@ fn concurrent_raw_requests_and_dsr_reloads_do_not_break_the_model() {
     assert_eq!(d.state(), pvrdma_sim::DeviceState::Active);
     // The driver may have seen garbage responses meanwhile; a fresh driver must work.
     drop(dev);
-    let dev2 = Device::probe(std::sync::Arc::new(sim.clone())).expect("re-probe");
+    let dev2 = hca::probe(std::sync::Arc::new(sim.clone()), Default::default()).expect("re-probe");
     real_send_works(&dev2);
 }
 
@@ -306,7 +306,7 @@ fn concurrent_raw_requests_and_dsr_reloads_do_not_break_the_model() {
 /// of 2^64 bytes must be refused (`Exhausted`).
 #[test]
 fn guest_memory_refuses_absurd_allocations() {
-    let (_dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (_dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let mem = sim.device().mem();
     for len in [u64::MAX, u64::MAX - 4094, 1 << 63] {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mem.alloc(len)));

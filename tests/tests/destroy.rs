@@ -2,7 +2,7 @@
 //! asked not to wait), another CQ's acknowledgements do not count, untaken events vanish with it,
 //! and its destruction never overlaps the handling of its interrupt or async event.
 
-use hca::{AsyncEvent, Device, Error, NotifyFlags, NotifyKind, NotifyStatus};
+use ib_core::{AsyncEventType, Error, NotifyFlags, NotifyKind, NotifyStatus};
 use pvrdma_abi::event::EqeType;
 use pvrdma_sim::SimConfig;
 use std::sync::{mpsc, Arc, Barrier, Mutex};
@@ -12,16 +12,16 @@ use tests::fixture::*;
 
 #[test]
 fn destroy_waits_for_its_own_acks_only() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let d = sim.device();
-    let ch = dev.create_comp_channel();
+    let ch = dev.create_comp_channel().unwrap();
     let a = dev.create_cq(16, Some(&ch)).unwrap();
     let b = dev.create_cq(16, Some(&ch)).unwrap();
     for (cq, id) in [(&a, 1), (&b, 2)] {
         cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
         assert!(d.post_cqe(cq.handle(), &cqe(id), false));
     }
-    let mut got = [ch.get_cq_event(WAIT).unwrap(), ch.get_cq_event(WAIT).unwrap()];
+    let mut got = [ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap(), ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap()];
     got.sort_unstable();
     assert_eq!(got, [a.handle().min(b.handle()), a.handle().max(b.handle())]);
     assert_eq!((a.unacked_events(), b.unacked_events()), (1, 1));
@@ -50,9 +50,9 @@ fn destroy_waits_for_its_own_acks_only() {
 
 #[test]
 fn destroy_cancels_requests_and_removes_untaken_events() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let d = sim.device();
-    let ch = dev.create_comp_channel();
+    let ch = dev.create_comp_channel().unwrap();
     let a = dev.create_cq(16, Some(&ch)).unwrap();
     let b = dev.create_cq(16, Some(&ch)).unwrap();
     let pending = a.notify(NotifyKind::ErrorOnly, false).unwrap();
@@ -63,14 +63,14 @@ fn destroy_cancels_requests_and_removes_untaken_events() {
     wait_for(WAIT, "both events queued", || ch.pending() == 2);
     a.destroy(None).unwrap(); // its event was never taken: nothing to wait for
     assert_eq!(pending.status(), Some(NotifyStatus::Cancelled));
-    assert_eq!(ch.try_get_cq_event(), Some(b.handle()), "A's event left with A");
-    assert_eq!(ch.try_get_cq_event(), None);
+    assert_eq!(ch.try_get_cq_event().map(|c| c.handle()), Some(b.handle()), "A's event left with A");
+    assert_eq!(ch.try_get_cq_event().map(|c| c.handle()), None);
     b.ack_events(1);
 }
 
 #[test]
 fn destroy_waits_while_its_async_event_is_handled() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let d = sim.device();
     let cq = dev.create_cq(16, None).unwrap();
     let h = cq.handle();
@@ -79,7 +79,7 @@ fn destroy_waits_while_its_async_event_is_handled() {
     {
         let (entered, release, done) = (entered.clone(), release.clone(), done.clone());
         dev.set_async_event_handler(move |e| {
-            if e == (AsyncEvent::CqErr { cq: h }) {
+            if ev(e) == (AsyncEventType::CqErr, Some(h)) {
                 entered.wait();
                 release.wait();
                 done.lock().unwrap().push("handler returned");
@@ -105,7 +105,7 @@ fn destroy_waits_while_its_async_event_is_handled() {
 
 #[test]
 fn destroying_a_cq_from_inside_its_async_handler_is_an_error() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let d = sim.device();
     let cq = dev.create_cq(16, None).unwrap();
     let h = cq.handle();
@@ -114,7 +114,7 @@ fn destroying_a_cq_from_inside_its_async_handler_is_an_error() {
     {
         let slot = slot.clone();
         dev.set_async_event_handler(move |e| {
-            if e == (AsyncEvent::CqErr { cq: h }) {
+            if ev(e) == (AsyncEventType::CqErr, Some(h)) {
                 let cq = slot.lock().unwrap().take().unwrap();
                 match cq.destroy(None) {
                     Ok(()) => drop(tx.send(None)),
@@ -138,21 +138,21 @@ fn destroying_a_cq_from_inside_its_async_handler_is_an_error() {
 /// it is gone, every request ends.
 #[test]
 fn destroy_while_events_are_delivered() {
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(1);
     std::thread::scope(|s| {
         for t in 0..2 {
             let (dev, sim) = (&dev, &sim);
             s.spawn(move || {
-                let ch = dev.create_comp_channel();
+                let ch = dev.create_comp_channel().unwrap();
                 let mut n = 0u64;
                 while Instant::now() < deadline {
                     let cq = dev.create_cq(4, Some(&ch)).unwrap();
                     cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
                     let r = cq.notify(NotifyKind::Next, false).unwrap();
                     if (n + t) & 1 == 0 {
-                        cq.set_upcall(hca::UpcallPolicy::ManyInstance, |cq, _| {
-                            let _ = cq.poll(&mut [hca::Wc::default(); 4]);
+                        cq.set_upcall(ib_core::UpcallPolicy::ManyInstance, |cq, _| {
+                            let _ = cq.poll(&mut [ib_core::Wc::default(); 4]);
                         })
                         .unwrap();
                     }
@@ -160,7 +160,7 @@ fn destroy_while_events_are_delivered() {
                     let h = cq.handle();
                     drop(cq);
                     assert!(r.wait(WAIT).is_ok(), "a request never ended");
-                    while let Some(got) = ch.try_get_cq_event() {
+                    while let Some(got) = ch.try_get_cq_event().map(|c| c.handle()) {
                         assert_ne!(got, h, "an event for a destroyed CQ");
                     }
                     n += 1;

@@ -3,7 +3,8 @@
 
 
 use tests::fixture::*;
-use hca::{AsyncEvent, Device, Error, NotifyFlags, ProbeOptions, Wc, WcStatus};
+use ib_core::{AsyncEventType, Error, NotifyFlags, Wc, WcStatus};
+use hca::{ProbeOptions};
 use pvrdma_abi::wqe::{wc_opcode, Cqe};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,11 +15,11 @@ fn short_timeouts() -> ProbeOptions {
 
 #[test]
 fn device_fatal_wakes_waiters_and_fails_every_verb() {
-    let (dev, sim) = Device::open_sim_with(Default::default(), short_timeouts()).unwrap();
+    let (dev, sim) = hca::open_sim_with(Default::default(), short_timeouts()).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
-    dev.set_async_event_handler(move |e| sink.lock().map(|mut v| v.push(e)).unwrap_or(()));
-    let ch = dev.create_comp_channel();
+    dev.set_async_event_handler(move |e| sink.lock().map(|mut v| v.push(ev(e))).unwrap_or(()));
+    let ch = dev.create_comp_channel().unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8, Some(&ch)).unwrap();
     cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
@@ -26,7 +27,7 @@ fn device_fatal_wakes_waiters_and_fails_every_verb() {
         let ch = ch.clone();
         std::thread::spawn(move || {
             let t = Instant::now();
-            (ch.get_cq_event(Duration::from_secs(20)), t.elapsed())
+            (ch.get_cq_event(Duration::from_secs(20)).map(|c| c.handle()), t.elapsed())
         })
     };
     std::thread::sleep(Duration::from_millis(50));
@@ -40,12 +41,12 @@ fn device_fatal_wakes_waiters_and_fails_every_verb() {
     while seen.lock().map(|v| v.is_empty()).unwrap_or(false) && told.elapsed() < WAIT {
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert_eq!(seen.lock().map(|v| v.clone()).unwrap_or_default(), vec![AsyncEvent::DeviceFatal]);
+    assert_eq!(seen.lock().map(|v| v.clone()).unwrap_or_default(), vec![(AsyncEventType::DeviceFatal, None)]);
     let mut wc = [Wc::default(); 2];
     assert_eq!(cq.poll(&mut wc), Err(Error::DeviceFatal));
     assert_eq!(cq.req_notify(NotifyFlags::NEXT_COMPLETION), Err(Error::DeviceFatal));
     assert!(matches!(dev.alloc_pd(), Err(Error::DeviceFatal)));
-    assert!(matches!(pd.reg_mr(4096, 0), Err(Error::DeviceFatal)));
+    assert!(matches!(pd.alloc_mr(4096, 0), Err(Error::DeviceFatal)));
     // Teardown of objects on a fatal device logs, never hangs.
     let t = Instant::now();
     drop((cq, pd, dev));
@@ -54,10 +55,10 @@ fn device_fatal_wakes_waiters_and_fails_every_verb() {
 
 #[test]
 fn surprise_removal_is_found_by_the_health_check() {
-    let (dev, sim) = Device::open_sim_with(Default::default(), short_timeouts()).unwrap();
-    let ch = dev.create_comp_channel();
+    let (dev, sim) = hca::open_sim_with(Default::default(), short_timeouts()).unwrap();
+    let ch = dev.create_comp_channel().unwrap();
     sim.device().set_dead(true);
-    assert_eq!(ch.get_cq_event(WAIT), Err(Error::DeviceFatal));
+    assert_eq!(ch.get_cq_event(WAIT).map(|c| c.handle()), Err(Error::DeviceFatal));
     assert!(dev.is_fatal());
     assert!(matches!(dev.query_port(1), Err(Error::DeviceFatal)));
 }
@@ -66,12 +67,12 @@ fn surprise_removal_is_found_by_the_health_check() {
 fn probe_of_a_dead_device_fails() {
     let sim = hca::platform::sim::SimPlatform::new(Default::default());
     sim.device().set_dead(true);
-    assert!(matches!(Device::probe(Arc::new(sim)), Err(Error::DeviceFatal)));
+    assert!(matches!(hca::probe(Arc::new(sim), Default::default()), Err(Error::DeviceFatal)));
 }
 
 #[test]
 fn hostile_cqes_become_error_completions() {
-    let (dev, sim) = Device::open_sim(Default::default()).unwrap();
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8, None).unwrap();
     let qp = rc_qp(&pd, &cq, &cq);
@@ -93,7 +94,7 @@ fn hostile_cqes_become_error_completions() {
 
 #[test]
 fn destroying_a_qp_removes_its_queued_cqes() {
-    let (dev, sim) = Device::open_sim(Default::default()).unwrap();
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8, None).unwrap();
     let (q1, q2) = (rc_qp(&pd, &cq, &cq), rc_qp(&pd, &cq, &cq));

@@ -14,7 +14,7 @@
 //! happens. (With the re-poll after arming removed from `ArmMachine::request`, this test fails
 //! with "lost wake-up (notify request)".)
 
-use hca::{CompChannel, Cq, Device, Error, NotifyFlags, NotifyKind, NotifyStatus, UpcallPolicy, Wc};
+use ib_core::{CompChannel, Cq, Device, Error, NotifyFlags, NotifyKind, NotifyStatus, UpcallPolicy, Wc};
 use pvrdma_sim::SimConfig;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
@@ -206,7 +206,7 @@ fn consumer(sh: &Arc<Shared>, dev: &Device, slot: usize, mut cq: Cq, ch: CompCha
                     if cq.req_notify(flags).unwrap() {
                         continue; // CQEs queued before the arm: poll again
                     }
-                    match ch.get_cq_event(WAIT) {
+                    match ch.get_cq_event(WAIT).map(|c| c.handle()) {
                         Ok(h) => {
                             assert_eq!(h, cq.handle());
                             cq.ack_events(1);
@@ -314,7 +314,7 @@ fn a_million_completions_each_consumed_once_and_every_wait_ends() {
             std::process::abort();
         });
     }
-    let (dev, sim) = Device::open_sim(SimConfig::default()).unwrap();
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
     let sh = Arc::new(Shared {
         slots: (0..CQS)
             .map(|_| Slot {
@@ -334,7 +334,7 @@ fn a_million_completions_each_consumed_once_and_every_wait_ends() {
         recreated: AtomicU64::new(0),
         policy_changes: AtomicU64::new(0),
     });
-    let chans: Vec<_> = (0..CQS).map(|_| dev.create_comp_channel()).collect();
+    let chans: Vec<_> = (0..CQS).map(|_| dev.create_comp_channel().unwrap()).collect();
     let cqs: Vec<_> = (0..CQS).map(|i| new_cq(&sh, &dev, i, &chans[i])).collect();
     let t = Instant::now();
     std::thread::scope(|s| {
@@ -350,7 +350,7 @@ fn a_million_completions_each_consumed_once_and_every_wait_ends() {
     finished.store(true, SeqCst);
     assert_eq!(sh.consumed.load(SeqCst), TOTAL);
     assert!(sh.seen.iter().all(|s| s.load(SeqCst) == 1), "a CQE was never consumed");
-    let stats = dev.stats();
+    let stats = tests::fixture::stats(&dev);
     eprintln!(
         "notify_stress: {TOTAL} completions in {took:.2?} ({:.0}/s); channel events {}, notify \
          requests {}, upcall policy changes {}, CQs recreated {}, CQ interrupts {}, driver events {}",

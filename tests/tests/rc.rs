@@ -3,7 +3,7 @@
 
 
 use tests::fixture::*;
-use hca::{WcOpcode, WcStatus, WrOpcode};
+use ib_core::{WcOpcode, WcStatus, WrOpcode};
 
 #[test]
 fn send_recv_delivers_the_payload() {
@@ -49,7 +49,7 @@ fn send_with_immediate_and_many_messages() {
 
 #[test]
 fn user_context_qps_ring_their_own_page() {
-    let (dev, sim) = hca::Device::open_sim(Default::default()).unwrap();
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
     let ctx = dev.alloc_ucontext().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, None).unwrap();

@@ -13,7 +13,6 @@ mod words;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 
-use doorbell::ArmEncoding;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -40,12 +39,18 @@ pub enum PlatformError {
     /// The backend failed (I/O on a VFIO device, a dead qtest connection).
     #[error("platform I/O error: {0}")]
     Io(String),
+    /// The backend cannot do this (e.g. qtest cannot map host memory for the device).
+    #[error("not supported by this platform: {0}")]
+    Unsupported(&'static str),
 }
 
 /// What a device-specific backend must provide. All methods are callable from any thread.
 pub trait Platform: Send + Sync + 'static {
     /// A short name for reports (`"sim"`, `"vfio:0000:00:05.0"`).
     fn name(&self) -> String;
+    /// The function's PCI vendor and device ID, as its config space says (the verbs core picks
+    /// the provider by it).
+    fn pci_id(&self) -> (u16, u16);
     /// Reads the 32-bit BAR1 register at byte `offset` (all-ones means the device is gone).
     fn reg_read(&self, offset: u32) -> u32;
     /// Writes the 32-bit BAR1 register at byte `offset`.
@@ -71,8 +76,17 @@ pub trait Platform: Send + Sync + 'static {
     /// Waits up to `timeout` for MSI-X `vector` and returns how many interrupts arrived since the
     /// last call (eventfd semantics); 0 on timeout.
     fn wait_vector(&self, vector: u16, timeout: Duration) -> u32;
-    /// How this device wants CQ arms encoded (QEMU 7.2 has its own encoding).
-    fn arm_encoding(&self) -> ArmEncoding {
-        ArmEncoding::Ibta
-    }
+    /// Maps `len` bytes of this process's memory at `addr` (both page-aligned) for the device
+    /// (an IOMMU mapping under VFIO, the model's address space in process) and returns their
+    /// device address; [`Platform::unmap_user`] takes the mapping away.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must be live memory that stays allocated until unmapped; the device
+    /// reads and writes it meanwhile.
+    ///
+    /// Errors: [`PlatformError::Unsupported`] where the device cannot reach this process's
+    /// memory (qtest); [`PlatformError::NoMemory`] when out of IOVA space.
+    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError>;
+    /// Removes a mapping made by [`Platform::map_user`].
+    fn unmap_user(&self, iova: Iova);
 }

@@ -41,11 +41,12 @@
 //! their timeout has passed. An answer of `FAIL`/`ERR` to one command is an error for that command
 //! only. The client never sends an empty line (QEMU 7.2 aborts on one).
 //!
-//! **Quirk**: QEMU 7.2 arms a CQ only for `ARM|ARM_SOL` and clears the arm on `ARM` alone, so
-//! [`Platform::arm_encoding`] is [`ArmEncoding::Qemu72`].
+//! The backend knows nothing of how the device behaves (QEMU 7.2 arms a CQ only for
+//! `ARM|ARM_SOL`): the driver finds that out at probe, from the device itself. Host memory of
+//! this process cannot be mapped for the device ([`Platform::map_user`] is unsupported): the
+//! device reaches guest RAM only.
 
 use super::{words, Iova, Platform, PlatformError};
-use doorbell::ArmEncoding;
 use parking_lot::Mutex;
 use pvrdma_abi::regs::{bar, REG_MACH};
 use pvrdma_abi::{PCI_DEVICE_ID_VMWARE_PVRDMA, PCI_VENDOR_ID_VMWARE};
@@ -827,6 +828,11 @@ impl Platform for QtestPlatform {
         self.name.clone()
     }
 
+    fn pci_id(&self) -> (u16, u16) {
+        // `open` found the function by exactly this ID.
+        (PCI_VENDOR_ID_VMWARE, PCI_DEVICE_ID_VMWARE_PVRDMA)
+    }
+
     fn reg_read(&self, offset: u32) -> u32 {
         if u64::from(offset) + 4 > self.regs_len {
             return u32::MAX;
@@ -981,9 +987,11 @@ impl Platform for QtestPlatform {
         }
     }
 
-    fn arm_encoding(&self) -> ArmEncoding {
-        ArmEncoding::Qemu72
+    unsafe fn map_user(&self, _addr: usize, _len: usize) -> Result<Iova, PlatformError> {
+        Err(PlatformError::Unsupported("qtest reaches guest RAM only, not this process's memory"))
     }
+
+    fn unmap_user(&self, _iova: Iova) {}
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::{Iova, Platform, PlatformError};
 use pvrdma_sim::mem::MemError;
-use pvrdma_sim::{Profile, SimConfig, SimDevice, UAR_BASE_PFN};
+use pvrdma_sim::{SimConfig, SimDevice, UAR_BASE_PFN};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,14 +11,12 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct SimPlatform {
     dev: Arc<SimDevice>,
-    profile: Profile,
 }
 
 impl SimPlatform {
     /// A new model device configured by `cfg`.
     pub fn new(cfg: SimConfig) -> Self {
-        let profile = cfg.profile;
-        Self { dev: SimDevice::new(cfg), profile }
+        Self { dev: SimDevice::new(cfg) }
     }
 
     /// The model itself, for tests that inspect its counters or inject events.
@@ -38,6 +36,9 @@ fn map(e: MemError) -> PlatformError {
 impl Platform for SimPlatform {
     fn name(&self) -> String {
         "sim".into()
+    }
+    fn pci_id(&self) -> (u16, u16) {
+        (pvrdma_abi::PCI_VENDOR_ID_VMWARE, pvrdma_abi::PCI_DEVICE_ID_VMWARE_PVRDMA)
     }
     fn reg_read(&self, offset: u32) -> u32 {
         self.dev.reg_read(offset)
@@ -75,10 +76,11 @@ impl Platform for SimPlatform {
     fn wait_vector(&self, vector: u16, timeout: Duration) -> u32 {
         self.dev.vectors().wait(vector, timeout)
     }
-    fn arm_encoding(&self) -> doorbell::ArmEncoding {
-        match self.profile {
-            Profile::Ibta => doorbell::ArmEncoding::Ibta,
-            Profile::Qemu72 => doorbell::ArmEncoding::Qemu72,
-        }
+    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
+        // SAFETY: the caller's promise (live until `unmap_user`) is `map_external`'s contract.
+        unsafe { self.dev.mem().map_external(addr, len) }.map_err(map)
+    }
+    fn unmap_user(&self, iova: Iova) {
+        self.dev.mem().free(iova);
     }
 }

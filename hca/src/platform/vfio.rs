@@ -612,6 +612,26 @@ impl DmaMapping {
     }
 }
 
+impl DmaMapping {
+    /// Maps `len` bytes of this process's memory at `addr` (aligned to the IOMMU's unit) at
+    /// `iova`. The memory stays the consumer's: it is never unmapped from the process here.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay live until this value is dropped (the IOMMU mapping goes
+    /// first then).
+    unsafe fn user(container: Arc<VfioContainer>, iova: u64, addr: usize, len: usize) -> io::Result<Self> {
+        let align = container.iommu().alignment().max(page_size());
+        let ptr = NonNull::new(addr as *mut AtomicU32)
+            .filter(|_| addr % align == 0 && len % align == 0 && len > 0)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "user memory not aligned to the IOMMU unit"))?;
+        let mem = HostMemory { ptr, len, leak: true };
+        // SAFETY: the caller keeps [addr, addr + len) live until this mapping is dropped, and
+        // Drop unmaps the IOVA range before the consumer may free the memory.
+        unsafe { container.iommu().map(iova, len, mem.as_ptr(), Permissions::ReadWrite)? };
+        Ok(Self { mem, container, iova })
+    }
+}
+
 impl Drop for DmaMapping {
     fn drop(&mut self) {
         if let Err(e) = self.container.iommu().unmap(self.iova, self.mem.len()) {
@@ -811,6 +831,7 @@ impl EventFd {
 /// A pvrdma function bound to `vfio-pci`, as a [`Platform`].
 pub struct VfioPlatform {
     name: String,
+    pci_id: (u16, u16),
     regs: MmioRegion<ReadWrite>,
     uar: MmioRegion<WriteOnly>,
     uar_bus_addr: u64,
@@ -899,6 +920,7 @@ impl VfioPlatform {
             uar_mapped = uar.is_mapped(), "pvrdma opened through VFIO");
         Ok(Self {
             name: format!("vfio:{bdf}"),
+            pci_id: (vendor, device),
             regs,
             uar,
             uar_bus_addr,
@@ -932,6 +954,10 @@ impl Drop for VfioPlatform {
 impl Platform for VfioPlatform {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn pci_id(&self) -> (u16, u16) {
+        self.pci_id
     }
 
     fn reg_read(&self, offset: u32) -> u32 {
@@ -970,6 +996,18 @@ impl Platform for VfioPlatform {
         if !self.dma.free(iova) {
             tracing::warn!(iova, "dma_free of an address that starts no allocation");
         }
+    }
+
+    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
+        let container = self.dev.container();
+        self.dma.alloc(len as u64, |iova, _size| {
+            // SAFETY: the caller keeps the memory live until `unmap_user` drops the mapping.
+            unsafe { DmaMapping::user(Arc::clone(container), iova, addr, len) }
+        })
+    }
+
+    fn unmap_user(&self, iova: Iova) {
+        self.dma_free(iova);
     }
 
     fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {

@@ -1,33 +1,66 @@
-//! `hca devinfo`: the device and its ports, shaped like `ibv_devinfo`.
+//! `hca devinfo`: devices and their ports, shaped like `ibv_devinfo` (same options, same lines).
 
-use hca::Device;
+use clap::Args;
+use ib_core::Device;
 use std::fmt::Write;
 
-/// Prints the device's attributes and every port's.
-pub fn run(dev: &Device) -> Result<(), String> {
-    print!("{}", render(dev).map_err(|e| e.to_string())?);
+/// Options, named as `ibv_devinfo` names them.
+#[derive(Args)]
+pub struct Opts {
+    /// Use this IB device (default: every device found).
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Print only this port (default: every port); as ibv_devinfo, a port the device lacks prints
+    /// nothing.
+    #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
+    ib_port: Option<u8>,
+    /// Print only the IB devices' names.
+    #[arg(short = 'l', long = "list")]
+    list: bool,
+}
+
+/// Prints what `o` asks for. Errors as `ibv_devinfo` words them.
+pub fn run(o: &Opts) -> Result<(), String> {
+    let list = ib_core::device_list();
+    if o.list {
+        let s = if list.len() == 1 { "" } else { "s" };
+        println!("{} HCA{s} found:", list.len());
+        list.iter().for_each(|d| println!("\t{}", d.name));
+        println!();
+        return Ok(());
+    }
+    let names: Vec<String> = match &o.ib_dev {
+        Some(n) if list.iter().any(|d| &d.name == n) => vec![n.clone()],
+        Some(n) => return Err(format!("IB device '{n}' wasn't found")),
+        None if list.is_empty() => return Err("No IB devices found".into()),
+        None => list.into_iter().map(|d| d.name).collect(),
+    };
+    for name in names {
+        let dev = ib_core::open_device(&name).map_err(|e| e.to_string())?;
+        print!("{}", render(&dev, o.ib_port)?);
+    }
     Ok(())
 }
 
-fn render(dev: &Device) -> hca::Result<String> {
+fn render(dev: &Device, only: Option<u8>) -> Result<String, String> {
     let a = dev.query_device();
     let mut s = String::new();
     let _ = writeln!(s, "hca_id:\t{}", dev.name());
     let _ = writeln!(s, "\ttransport:\t\t\tInfiniBand (0)");
-    let _ = writeln!(s, "\tfw_ver:\t\t\t\t{}", fw_ver(a.fw_ver));
+    let _ = writeln!(s, "\tfw_ver:\t\t\t\t{}", dev.fw_ver());
     let _ = writeln!(s, "\tnode_guid:\t\t\t{}", guid(a.node_guid));
     let _ = writeln!(s, "\tsys_image_guid:\t\t\t{}", guid(a.sys_image_guid));
     let _ = writeln!(s, "\tvendor_id:\t\t\t{:#06x}", a.vendor_id);
     let _ = writeln!(s, "\tvendor_part_id:\t\t\t{}", a.vendor_part_id);
     let _ = writeln!(s, "\thw_ver:\t\t\t\t{:#x}", a.hw_ver);
     let _ = writeln!(s, "\tphys_port_cnt:\t\t\t{}", a.phys_port_cnt);
-    for port in 1..=a.phys_port_cnt {
-        render_port(dev, port, &mut s)?;
+    for port in (1..=a.phys_port_cnt).filter(|p| only.map_or(true, |o| o == *p)) {
+        render_port(dev, port, &mut s).map_err(|_| format!("Failed to query port {port} props"))?;
     }
     Ok(s)
 }
 
-fn render_port(dev: &Device, port: u8, s: &mut String) -> hca::Result<()> {
+fn render_port(dev: &Device, port: u8, s: &mut String) -> ib_core::Result<()> {
     let p = dev.query_port(port)?;
     let gid = dev.query_gid(port, 0)?;
     let _ = writeln!(s, "\t\tport:\t{port}");
@@ -39,12 +72,8 @@ fn render_port(dev: &Device, port: u8, s: &mut String) -> hca::Result<()> {
     let _ = writeln!(s, "\t\t\tport_lmc:\t\t0x00");
     let _ = writeln!(s, "\t\t\tlink_layer:\t\tEthernet");
     let _ = writeln!(s, "\t\t\tGID[  0]:\t\t{}, RoCE v1", gid_str(&gid));
+    let _ = writeln!(s);
     Ok(())
-}
-
-/// `ibv_devinfo` prints pvrdma's fw_ver as three dotted 16-bit fields.
-fn fw_ver(v: u64) -> String {
-    format!("{}.{}.{}", (v >> 32) & 0xffff, (v >> 16) & 0xffff, v & 0xffff)
 }
 
 /// A GUID as `ibv_devinfo` prints it: four groups of four hex digits.
@@ -57,13 +86,12 @@ fn guid(g: u64) -> String {
 }
 
 fn mtu_code(bytes: u32) -> u32 {
-    (bytes.max(256) / 256).trailing_zeros() + 1
+    ib_core::Mtu::from_bytes(bytes).map_or(0, |m| m.0)
 }
 
 /// A GID as eight colon-separated groups, as `ibv_devinfo -v` prints it.
 fn gid_str(g: &[u8; 16]) -> String {
-    let groups: Vec<String> =
-        g.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
+    let groups: Vec<String> = g.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
     groups.join(":")
 }
 
@@ -76,7 +104,8 @@ mod tests {
         assert_eq!(guid(0x5054_00ff_fe12_3456), "5054:00ff:fe12:3456");
         assert_eq!(mtu_code(1024), 3);
         assert_eq!(mtu_code(4096), 5);
-        assert_eq!(fw_ver(0x0003_0000_0000), "3.0.0");
+        assert_eq!(hca::fw_ver_string(0x0001_0000_000e), "1.0.014");
+        assert_eq!(hca::fw_ver_string(0x0003_0002_0001), "3.2.001");
         let mut g = [0u8; 16];
         g[0] = 0xfe;
         g[1] = 0x80;

@@ -1,32 +1,33 @@
-//! `hca`: the project's verbs tools on a pvrdma device — by default the built-in device model, so
-//! no hardware, root or set-up is needed.
+//! `hca`: the project's verbs tools on pvrdma devices — by default one built-in device model
+//! (`vmw_pvrdma0`), so no hardware, root or set-up is needed.
 //!
-//! - `hca devinfo` prints the device and its ports the way `ibv_devinfo` does.
-//! - `hca pingpong` runs an RC SEND/RECV ping-pong between two QPs of the device, the way
-//!   `ibv_rc_pingpong` does between two hosts, checking every payload.
+//! - `hca devinfo` prints devices and ports the way `ibv_devinfo` does (`-d`, `-i`, `-l`).
+//! - `hca pingpong` runs an RC SEND/RECV ping-pong between two QPs of a device, the way
+//!   `ibv_rc_pingpong` does between two hosts (`-d`, `-i`, `-g`, `-s`, `-n`, `-r`, `-m`, `-e`),
+//!   checking every payload.
 
 mod devinfo;
 mod pingpong;
 mod usage;
 
 use clap::{Args, Parser, Subcommand};
-use hca::Device;
+use ib_core::Device;
 use pvrdma_sim::{Profile, SimConfig};
 use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "hca", version, about = "Verbs tools on a pvrdma HCA (default: the built-in model)")]
+#[command(name = "hca", version, about = "Verbs tools on pvrdma HCAs (default: the built-in model)")]
 struct Cli {
     #[command(flatten)]
-    device: DeviceOpts,
+    model: ModelOpts,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
-/// Which device to open.
+/// The built-in model the tools open (as `vmw_pvrdma0`).
 #[derive(Args)]
-struct DeviceOpts {
+struct ModelOpts {
     /// Behaviour of the built-in model: `ibta` (IBTA semantics) or `qemu72` (QEMU 7.2's quirks).
     #[arg(long, global = true, default_value = "ibta", value_parser = parse_profile)]
     profile: Profile,
@@ -38,8 +39,8 @@ struct DeviceOpts {
 #[derive(Subcommand)]
 enum Cmd {
     /// Print device and port attributes (like ibv_devinfo).
-    Devinfo,
-    /// RC ping-pong between two QPs of the device (like ibv_rc_pingpong).
+    Devinfo(devinfo::Opts),
+    /// RC ping-pong between two QPs of a device (like ibv_rc_pingpong).
     Pingpong(pingpong::Opts),
 }
 
@@ -51,27 +52,28 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
     }
 }
 
-fn open(opts: &DeviceOpts) -> hca::Result<Device> {
+/// Adds the built-in model to the verbs core's device list; the returned handle keeps it there.
+fn add_model(opts: &ModelOpts) -> ib_core::Result<Device> {
     let cfg = SimConfig {
         profile: opts.profile,
         link_latency: Duration::from_micros(opts.link_latency_us),
         ..SimConfig::default()
     };
-    Device::open_sim(cfg).map(|(dev, _)| dev)
+    hca::open_sim(cfg).map(|(dev, _)| dev)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let dev = match open(&cli.device) {
+    let _model = match add_model(&cli.model) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("hca: cannot open the device: {e}");
+            eprintln!("hca: cannot open the built-in device: {e}");
             return ExitCode::FAILURE;
         }
     };
     let result = match &cli.cmd {
-        Cmd::Devinfo => devinfo::run(&dev),
-        Cmd::Pingpong(o) => pingpong::run(&dev, o),
+        Cmd::Devinfo(o) => devinfo::run(o),
+        Cmd::Pingpong(o) => pingpong::run(o),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,15 +1,17 @@
 //! `hca pingpong`: RC SEND/RECV ping-pong between two QPs of one device, shaped like
 //! `ibv_rc_pingpong` (same options, same result lines), with both ends in this process: the
 //! client end sends first, each end sends its next message only when its previous send has
-//! completed and the peer's message has arrived, and every received payload is checked.
+//! completed and the peer's message has arrived, and every received payload is checked. As
+//! `ibv_rc_pingpong`, each end registers a buffer of its own memory (`ibv_reg_mr`) and connects
+//! through the GID at `-g` of port `-i`.
 
 use crate::usage::process_cpu_time;
 use clap::Args;
-use hca::{
-    ArmKind, CompChannel, Cq, Device, Mr, NotifyFlags, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
-    SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
+use ib_core::{
+    access, AhAttr, ArmKind, CompChannel, Cq, Device, GlobalRoute, Mr, Mtu, NotifyFlags, Pd, Qp,
+    QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UserBuffer,
+    Wc, WcOpcode, WcStatus, WrOpcode,
 };
-use pvrdma_abi::verbs::access;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -18,6 +20,15 @@ use std::time::{Duration, Instant};
 /// Options, named as `ibv_rc_pingpong` names them.
 #[derive(Args, Clone)]
 pub struct Opts {
+    /// Use this IB device (default: the first device found).
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Use this port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    ib_port: u8,
+    /// Local port GID index (ibv_rc_pingpong needs it on RoCE; 0 here when not given).
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    gid_idx: u32,
     /// Size of each message, in bytes (at most the port's max_msg_sz).
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: usize,
@@ -44,11 +55,13 @@ const SEND_WRID: u64 = 2;
 /// How long one wait lasts before the abort flag is checked again.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
-/// One end: its verbs objects and the message buffers (send half, then receive half of one MR).
+/// One end: its verbs objects and the message buffer (send half, then receive half), its own
+/// memory registered as an MR.
 struct End {
     qp: Qp,
     cq: Cq,
     mr: Mr,
+    buf: UserBuffer,
     channel: Option<CompChannel>,
     psn: u32,
     /// Set by whichever end fails first, so the other stops waiting for a peer that is gone.
@@ -76,10 +89,22 @@ impl From<String> for Failure {
     }
 }
 
+/// Opens the device `-d` names (or the first one) and runs the ping-pong on it.
+pub fn run(o: &Opts) -> Result<(), String> {
+    let dev = match &o.ib_dev {
+        Some(name) => ib_core::open_device(name).map_err(|_| format!("IB device {name} not found"))?,
+        None => {
+            let first = ib_core::device_list().into_iter().next().ok_or("No IB devices found")?;
+            ib_core::open_device(&first.name).map_err(|e| e.to_string())?
+        }
+    };
+    pingpong(&dev, o)
+}
+
 /// Runs the ping-pong on `dev` and prints the result; `Err` (non-zero exit) on any failure.
-pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
+fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
     validate(dev, o)?;
-    let gid = dev.query_gid(1, 0).map_err(|e| e.to_string())?;
+    let gid = dev.query_gid(o.ib_port, o.gid_idx).map_err(|_| format!("can't read sgid of index {}", o.gid_idx))?;
     let abort = Arc::new(AtomicBool::new(false));
     let server = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("server setup: {e}"))?);
     let client = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("client setup: {e}"))?);
@@ -117,19 +142,23 @@ fn first_failure(server: Option<Failure>, client: Option<Failure>) -> String {
 
 /// Checks the options against the device's limits.
 fn validate(dev: &Device, o: &Opts) -> Result<(), String> {
-    if o.size == 0 || o.iters == 0 || o.rx_depth < 2 {
-        return Err("size and iters must be positive and rx-depth at least 2".into());
+    if o.size == 0 || o.iters == 0 || o.rx_depth == 0 {
+        return Err("size, iters and rx-depth must be positive".into());
     }
-    if ![256, 512, 1024, 2048, 4096].contains(&o.mtu) {
+    if Mtu::from_bytes(o.mtu).is_none() {
         return Err(format!("invalid MTU {} (256, 512, 1024, 2048, 4096)", o.mtu));
     }
     let attr = dev.query_device();
-    let port = dev.query_port(1).map_err(|e| e.to_string())?;
+    let port = dev.query_port(o.ib_port).map_err(|_| "Couldn't get port info".to_string())?;
+    let p = o.ib_port;
     if o.mtu > port.active_mtu {
-        return Err(format!("path MTU {} exceeds port 1's active_mtu {}", o.mtu, port.active_mtu));
+        return Err(format!("path MTU {} exceeds port {p}'s active_mtu {}", o.mtu, port.active_mtu));
     }
     if o.size as u64 > u64::from(port.max_msg_sz) {
-        return Err(format!("message size {} exceeds port 1's max_msg_sz {}", o.size, port.max_msg_sz));
+        return Err(format!("message size {} exceeds port {p}'s max_msg_sz {}", o.size, port.max_msg_sz));
+    }
+    if o.gid_idx >= port.gid_tbl_len.min(attr.gid_tbl_len) {
+        return Err(format!("can't read sgid of index {}", o.gid_idx));
     }
     if (o.size as u64).saturating_mul(2) > attr.max_mr_size {
         return Err(format!("two messages of {} bytes exceed max_mr_size {}", o.size, attr.max_mr_size));
@@ -161,12 +190,35 @@ fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndR
     }
 }
 
-fn connect(a: &End, b: &End, gid: [u8; 16], o: &Opts) -> hca::Result<()> {
-    let acc = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
+/// Each end to RTS towards the other, with the attributes `ibv_rc_pingpong` sets: port `-i`,
+/// GID index `-g`, hop limit 1, min RNR timer 12, timeout 14, 7 retries, 7 RNR retries.
+fn connect(a: &End, b: &End, gid: [u8; 16], o: &Opts) -> ib_core::Result<()> {
+    let mtu = Mtu::from_bytes(o.mtu).ok_or(ib_core::Error::InvalidArgument("path MTU"))?;
     for (me, peer) in [(a, b), (b, a)] {
-        me.qp.modify_to_init(1, acc)?;
-        me.qp.modify_to_rtr(peer.qp.qpn(), gid, peer.psn, o.mtu)?;
-        me.qp.modify_to_rts(me.psn)?;
+        me.qp.modify_to_init(o.ib_port, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ)?;
+        let grh = GlobalRoute { dgid: gid, sgid_index: o.gid_idx as u8, hop_limit: 1, ..Default::default() };
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: mtu,
+            dest_qp_num: peer.qp.qpn(),
+            rq_psn: peer.psn,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr { grh, is_global: true, port_num: o.ib_port, ..Default::default() },
+            ..Default::default()
+        };
+        let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        me.qp.modify_qp(&rtr, m)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: me.psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        me.qp.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)?;
     }
     Ok(())
 }
@@ -181,28 +233,30 @@ fn initial_psn(qpn: u32) -> u32 {
 }
 
 impl End {
-    fn new(dev: &Device, o: &Opts, abort: &Arc<AtomicBool>) -> hca::Result<Self> {
+    fn new(dev: &Device, o: &Opts, abort: &Arc<AtomicBool>) -> ib_core::Result<Self> {
         let pd = dev.alloc_pd()?;
-        let mr = pd.reg_mr(2 * o.size, access::LOCAL_WRITE)?;
-        let channel = o.events.then(|| dev.create_comp_channel());
+        let buf = UserBuffer::new(2 * o.size)?;
+        let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE)?;
+        let channel = o.events.then(|| dev.create_comp_channel()).transpose()?;
         let cq = dev.create_cq(o.rx_depth + 1, channel.as_ref())?;
-        let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1 };
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false };
+        let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let attr =
+            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
         let qp = pd.create_qp(&attr)?;
         let psn = initial_psn(qp.qpn());
-        Ok(Self { qp, cq, mr, channel, psn, abort: abort.clone(), _pd: pd })
+        Ok(Self { qp, cq, mr, buf, channel, psn, abort: abort.clone(), _pd: pd })
     }
 
     fn sge(&self, half: usize, size: usize) -> Sge {
         Sge { addr: self.mr.addr() + (half * size) as u64, length: size as u32, lkey: self.mr.lkey() }
     }
 
-    fn post_recv(&self, size: usize) -> hca::Result<()> {
+    fn post_recv(&self, size: usize) -> ib_core::Result<()> {
         self.qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &[self.sge(1, size)] })
     }
 
-    fn post_send(&self, seq: u32, client: bool, size: usize) -> hca::Result<()> {
-        self.mr.write(0, &pattern(seq, client, size))?;
+    fn post_send(&self, seq: u32, client: bool, size: usize) -> ib_core::Result<()> {
+        self.buf.write(0, &pattern(seq, client, size))?;
         let wr = SendWr {
             wr_id: SEND_WRID,
             sg_list: &[self.sge(0, size)],
@@ -224,7 +278,7 @@ impl End {
     }
 
     fn exchange(&self, o: &Opts, client: bool) -> Result<EndReport, Failure> {
-        let err = |e: hca::Error| Failure::from(e.to_string());
+        let err = |e: ib_core::Error| Failure::from(e.to_string());
         let mut rep = EndReport::default();
         let mut routs = o.rx_depth;
         for _ in 0..routs {
@@ -290,12 +344,12 @@ impl End {
                 continue;
             };
             match ch.get_cq_event(WAIT_SLICE) {
-                Ok(_) => {
+                Ok(cq) => {
                     rep.events += 1;
-                    self.cq.ack_events(1);
+                    cq.ack_events(1);
                     self.cq.req_notify(NotifyFlags::NEXT_COMPLETION).map_err(|e| e.to_string())?;
                 }
-                Err(hca::Error::Timeout) => {}
+                Err(ib_core::Error::Timeout) => {}
                 Err(e) => return Err(format!("waiting for a CQ event: {e}").into()),
             }
         }
@@ -324,7 +378,7 @@ impl End {
                     return Err(format!("message {rcnt}: {} bytes, expected {size}", w.byte_len).into());
                 }
                 let mut got = vec![0u8; size];
-                self.mr.read(size, &mut got).map_err(|e| e.to_string())?;
+                self.buf.read(size, &mut got).map_err(|e| e.to_string())?;
                 if got != pattern(rcnt, !client, size) {
                     return Err(format!("message {rcnt}: payload differs from what was sent").into());
                 }

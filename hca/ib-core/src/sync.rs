@@ -1,6 +1,6 @@
 //! The sync primitives of the per-CQ arm state machine ([`crate::arm`]) and of notify requests
 //! ([`crate::notify`]): `std`'s in a normal build, `loom`'s under `--cfg loom`, so the model check
-//! (`hca/tests/loom_arm.rs`) explores the very code the driver runs. Everything else in the crate
+//! (`hca/ib-core/tests/loom_arm.rs`) explores the very code the driver runs. Everything else in the crate
 //! uses `parking_lot` and `std` directly; only these two modules go through here.
 
 #[cfg(loom)]

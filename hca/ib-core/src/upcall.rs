@@ -4,7 +4,7 @@
 //! Upcalls run on a thread of their own per dispatcher, never on the driver's interrupt threads:
 //! a slow upcall delays only its own CQ's upcalls, never another CQ's events, the channels, the
 //! notify requests or the async events. The dispatcher is a client of the CQ's arm state machine
-//! ([`crate::arm`]); the policy lives there, under the same lock as the arm, so changing it while
+//! (`arm.rs`); the policy lives there, under the same lock as the arm, so changing it while
 //! completions arrive on another CPU cannot slip between an event and its check (what a local
 //! interrupt-disabling lock could not do in the kDAPL thread).
 //!
@@ -14,7 +14,6 @@
 //! upcall. Inside an upcall, poll until the CQ is empty.
 
 use crate::error::{Error, Result};
-use crate::notify::NotifyStatus;
 use parking_lot::{Condvar, Mutex};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,15 +36,15 @@ pub enum UpcallPolicy {
 /// The wake-up the interrupt path gives a dispatcher thread.
 ///
 /// An idle dispatcher sleeps on the condvar with no timeout: every reason to run is signalled
-/// explicitly — an event or a CQ error ([`CqState::deliver`](crate::cq_state::CqState::deliver):
-/// a fatal device fails every CQ's machine and delivers that too) or a stop — and each signal
+/// explicitly — an event or a CQ error (a fatal device fails every CQ's machine and delivers
+/// that too) or a stop — and each signal
 /// is set under the lock the sleeper checks it under, so none is missed. (A periodic wake would
 /// cost every idle CQ a thread wake-up per interval: 1024 CQs, ~20 000 wake-ups a second.)
 #[derive(Default)]
 pub(crate) struct Wake {
     /// An upcall may be pending.
     pending: Mutex<bool>,
-    /// Stopped (read without the lock by [`crate::arm::ArmMachine::take_upcall_if`]; set before
+    /// Stopped (read without the lock by the arm machine's `take_upcall_if`; set before
     /// the lock is taken to notify, so a sleeper that checked it under the lock cannot miss it).
     stop: AtomicBool,
     cv: Condvar,
@@ -143,7 +142,7 @@ impl Drop for Dispatcher {
 thread_local! {
     /// This thread is an upcall dispatcher's.
     static ON_DISPATCHER: Cell<bool> = const { Cell::new(false) };
-    /// CQs (by [`crate::cq::CqState`] uid) whose callback — upcall or async-event handler — runs
+    /// Objects (CQs and QPs, by uid) whose callback — upcall or async-event handler — runs
     /// on this thread right now.
     static IN_CALLBACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
@@ -189,95 +188,6 @@ pub(crate) fn contained(what: &'static str, f: impl FnOnce()) {
             .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
             .unwrap_or("(non-string panic payload)");
         tracing::error!(panic = msg, "{what} panicked");
-    }
-}
-
-impl crate::Cq {
-    /// Installs an upcall dispatcher on the CQ (DAT `dat_evd_modify_upcall` with a new upcall),
-    /// replacing any previous one, with `policy`. The upcall runs on a thread of its own with a
-    /// view of the CQ (poll it until empty) and a status: [`NotifyStatus::Success`] for a
-    /// completion event, [`NotifyStatus::Overrun`] / [`NotifyStatus::Failure`] for a CQ error
-    /// (reported unless the policy is DISABLE). A panic in the upcall is caught and logged.
-    ///
-    /// **Consumer pattern**: enable, then poll once more. CQEs already queued when the upcall is
-    /// enabled raise no upcall (IBTA: they came before the arm); the poll after enabling finds
-    /// them, and every later CQE raises an upcall.
-    ///
-    /// ```no_run
-    /// # fn f(cq: &hca::Cq, handle: impl Fn(&[hca::Wc])) -> hca::Result<()> {
-    /// use hca::{UpcallPolicy, Wc};
-    /// cq.set_upcall(UpcallPolicy::ManyInstance, |cq, _status| {
-    ///     let mut wc = [Wc::default(); 16];
-    ///     while let Ok(n @ 1..) = cq.poll(&mut wc) { /* handle(&wc[..n]) */ let _ = n; }
-    /// })?;
-    /// let mut wc = [Wc::default(); 16];
-    /// while let n @ 1.. = cq.poll(&mut wc)? { handle(&wc[..n]); } // once more, after enabling
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// Errors: [`Error::WouldDeadlock`] from inside this CQ's own upcall (the old dispatcher
-    /// cannot be stopped from its own thread); [`Error::DeviceFatal`]; thread creation failure.
-    pub fn set_upcall(
-        &self,
-        policy: UpcallPolicy,
-        upcall: impl FnMut(&crate::Cq, NotifyStatus) + Send + 'static,
-    ) -> Result<()> {
-        self.inner.live()?;
-        let state = self.inner.state.clone();
-        if in_callback(state.uid()) {
-            return Err(Error::WouldDeadlock("replacing a CQ's upcall from inside it"));
-        }
-        let mut slot = self.inner.dispatcher.lock();
-        if let Some(old) = slot.take() {
-            state.machine().set_policy(None);
-            state.set_upcall_wake(None);
-            old.stop();
-        }
-        let weak = std::sync::Arc::downgrade(&self.inner);
-        let mut upcall = upcall;
-        let name = format!("cq{}-upcall", state.handle());
-        let d = Dispatcher::spawn(name, move |wake| {
-            let inner = weak.upgrade()?;
-            let uid = inner.state.uid();
-            // A stopped dispatcher takes nothing more (asked under the machine's lock): what is
-            // pending stays for the dispatcher that replaced it.
-            while let Some(status) = inner.state.machine().take_upcall_if(|| !wake.stopped()) {
-                let view = crate::Cq { inner: inner.clone(), owner: false };
-                let _scope = CallbackScope::enter(uid);
-                contained("CQ upcall", || upcall(&view, status));
-            }
-            Some(())
-        })?;
-        state.set_upcall_wake(Some(d.wake()));
-        *slot = Some(d);
-        drop(slot);
-        state.machine().set_policy(Some(policy));
-        state.wake_if_upcall_pending();
-        Ok(())
-    }
-
-    /// Changes the dispatcher's policy (DAT `dat_evd_modify_upcall`), also from inside the upcall
-    /// (re-enabling SINGLE_INSTANCE there is the usual pattern). Enabling arms the CQ; CQEs
-    /// already queued raise no upcall — **enable, then poll once more** (see
-    /// [`Cq::set_upcall`](crate::Cq::set_upcall)). DISABLE drops an upcall not yet started.
-    /// A change never loses a completion: the policy and the arm change under the arm state
-    /// machine's lock, which the interrupt path takes too.
-    ///
-    /// Errors: [`Error::InvalidState`] if the CQ has no dispatcher; [`Error::DeviceFatal`].
-    pub fn modify_upcall(&self, policy: UpcallPolicy) -> Result<()> {
-        self.inner.live()?;
-        if self.inner.state.machine().policy().is_none() {
-            return Err(Error::InvalidState);
-        }
-        self.inner.state.machine().set_policy(Some(policy));
-        self.inner.state.wake_if_upcall_pending();
-        Ok(())
-    }
-
-    /// The dispatcher's policy; `None` without a dispatcher. A SINGLE_INSTANCE that has made its
-    /// upcall reads DISABLE until enabled again.
-    pub fn upcall_policy(&self) -> Option<UpcallPolicy> {
-        self.inner.state.machine().policy()
     }
 }
 

@@ -2,7 +2,7 @@
 //! completes, with a status, when the CQ's next (or next solicited) completion event fires, when
 //! the CQ errs, or when the request is withdrawn.
 //!
-//! A request is one client of its CQ's arm state machine ([`crate::arm::ArmMachine`]): making one
+//! A request is one client of its CQ's arm state machine (`arm.rs`): making one
 //! joins its kind into the CQ's hardware arm; the event that fires the arm completes every
 //! outstanding NEXT and SOLICITED request of the CQ at once (Sean Hefty's "all should get
 //! completed"). An ERROR_ONLY request does not arm the CQ at all: it completes only on a CQ error
@@ -110,7 +110,7 @@ impl NotifyRequest {
     ///
     /// Errors: [`Error::Timeout`] if it has not completed by then (it stays outstanding).
     pub fn wait(&self, timeout: Duration) -> Result<NotifyStatus> {
-        let deadline = firmware_cmd::deadline_after(timeout);
+        let deadline = crate::time::deadline_after(timeout);
         let mut s = lock(&self.slot.status);
         loop {
             if let Some(st) = *s {

@@ -1,8 +1,8 @@
-//! The loom model check of the per-CQ arm state machine (`hca::arm`, `hca::notify`), compiled with
-//! loom's sync primitives in place of std's (`hca/src/sync.rs`):
+//! The loom model check of the per-CQ arm state machine (`ib_core::arm`, `ib_core::notify`),
+//! compiled with loom's sync primitives in place of std's (`hca/ib-core/src/sync.rs`):
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" cargo test --release -p hca --test loom_arm --target-dir target/loom
+//! RUSTFLAGS="--cfg loom" cargo test --release -p ib-core --test loom_arm --target-dir target/loom
 //! ```
 //!
 //! The driver code under test is the real one: `ArmMachine::{request, fire, set_policy,
@@ -18,8 +18,8 @@
 //! arming (or the poll after enabling an upcall) and expect loom to find exactly that.
 #![cfg(loom)]
 
-use hca::arm::{ArmKind, ArmMachine, CqHw};
-use hca::{NotifyKind, NotifyStatus, UpcallPolicy};
+use ib_core::arm::{ArmKind, ArmMachine, CqHw};
+use ib_core::{NotifyKind, NotifyStatus, UpcallPolicy};
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;

@@ -6,8 +6,8 @@
 //! that at most one event is raised per arm whatever the device writes to its CQ-notification
 //! ring, and so that several clients can share one hardware arm:
 //!
-//! - the **completion channel** client: arms through a CQ doorbell (`Cq::req_notify`, the kernel
-//!   arm doorbell, or a user context's own UAR page); one event into the channel per fired arm;
+//! - the **completion channel** client: arms with `Cq::req_notify` ([`ArmMachine::arm_channel`]);
+//!   one event into the channel per fired arm;
 //! - **notify requests** ([`crate::notify`]): every outstanding NEXT or SOLICITED request joins
 //!   its kind into the arm; the event completes all of them; ERROR_ONLY requests never arm;
 //! - the **upcall dispatcher** ([`crate::upcall`]): SINGLE_INSTANCE or MANY_INSTANCE arms for the
@@ -19,11 +19,13 @@
 //! is completed by whatever fires it: early, never late. When only SOLICITED clients wait, the
 //! hardware arm is SOLICITED and the IBTA rule holds exactly.
 //!
-//! Every path that may set the driver's arm (a CQ doorbell, a notify request, an upcall policy,
-//! the MANY_INSTANCE re-arm, a re-arm after QEMU 7.2's disarm) first drains the CQ-notification
-//! ring and holds it while it arms ([`CqHw::fenced`], wrapped once in `ArmMachine::arming`), so an
-//! entry the device wrote before the arm — QEMU 7.2 writes one per CQE, armed or not — is spent
-//! on the state before the arm and never fires it.
+//! There is one route to the hardware: every client's arm joins the machine's state and the
+//! machine rings the provider's arm doorbell ([`CqHw::ring_arm`]) only when the arm grows. Every
+//! path that may set the driver's arm (the channel's arm, a notify request, an upcall policy, the
+//! MANY_INSTANCE re-arm) first lets the provider consume what the device reported before it and
+//! holds that off while it arms ([`CqHw::fenced`], wrapped once in `ArmMachine::arming`), so a
+//! report the device wrote before the arm — QEMU 7.2 writes a CQ-notification entry per CQE,
+//! armed or not — is spent on the state before the arm and never fires it.
 //!
 //! The machine is written against [`CqHw`] (the CQ ring's fill state and its arm doorbell) and
 //! the sync primitives of `hca/src/sync.rs`, so the same code runs in the driver and in the loom
@@ -36,8 +38,6 @@
 use crate::notify::{NotifyKind, NotifyRequest, NotifyStatus, RequestSlot};
 use crate::sync::{lock, Arc, Mutex};
 use crate::upcall::UpcallPolicy;
-use doorbell::ArmEncoding;
-use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
 
 /// What an arm waits for. `Next` dominates `Solicited` (the derived order is the join).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -46,28 +46,6 @@ pub enum ArmKind {
     Solicited = 1,
     /// The next completion of any kind.
     Next = 2,
-}
-
-/// A change of arm state decoded from a CQ doorbell value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArmOp {
-    /// Arm (joined with any arm already set).
-    Arm(ArmKind),
-    /// Clear the arm (QEMU 7.2: `ARM` without `ARM_SOL`).
-    Disarm,
-}
-
-/// Decodes the arm bits of a CQ doorbell value as the device with `encoding` reads them;
-/// `None` for a doorbell that does not touch the arm (POLL only, or `ARM_SOL` alone on QEMU 7.2).
-pub fn decode_arm(value: u32, encoding: ArmEncoding) -> Option<ArmOp> {
-    let (arm, sol) = (value & UAR_CQ_ARM != 0, value & UAR_CQ_ARM_SOL != 0);
-    match (encoding, arm, sol) {
-        (ArmEncoding::Ibta, true, _) => Some(ArmOp::Arm(ArmKind::Next)),
-        (ArmEncoding::Ibta, false, true) => Some(ArmOp::Arm(ArmKind::Solicited)),
-        (ArmEncoding::Qemu72, true, true) => Some(ArmOp::Arm(ArmKind::Next)),
-        (ArmEncoding::Qemu72, true, false) => Some(ArmOp::Disarm),
-        _ => None,
-    }
 }
 
 /// What the arm state machine needs from a CQ's hardware: the CQ ring view and the arm doorbell.
@@ -210,46 +188,19 @@ impl<H: CqHw> ArmMachine<H> {
         self.hw.ring_arm(want);
     }
 
-    /// A CQ doorbell carrying `op` (the completion channel's client: `Cq::req_notify`, the kernel
-    /// arm doorbell, a user context's own page), written to the device by `write`. The driver's
-    /// state changes and the MMIO write happen in one step under the machine's lock (and the
-    /// fence), so no other arm, fire or re-arm can slip between them:
-    /// - `Arm(kind)` joins `kind` into the channel's want and the hardware arm (nothing more is
-    ///   rung: `write` is the arm);
-    /// - `Disarm` (QEMU 7.2's `ARM` alone) clears the device's arm and the channel's want; if other
-    ///   clients still wait the CQ is re-armed for them right after `write`, still under the lock.
-    ///   (Were the disarm written outside the lock, an arm rung between the state change and the
-    ///   write would be cleared by it while the driver believed the CQ armed: every later
-    ///   `ensure` would ring nothing and the clients would wait — on QEMU 7.2 until a periodic
-    ///   drain found the entry of a later CQE, on a device without such entries for ever.)
-    pub fn doorbell(&self, op: ArmOp, write: impl FnOnce()) {
+    /// The completion-channel client arms for `kind` (`Cq::req_notify`, IBTA 11.4.2.5): joins it
+    /// into the channel's want and the hardware arm, ringing the doorbell only if the arm grows
+    /// (NEXT after SOLICITED upgrades; a repeated arm rings nothing). Nothing is armed once the CQ
+    /// is closed or in error.
+    pub fn arm_channel(&self, kind: ArmKind) {
         self.arming(|st| {
-            let live = !st.closed && st.error.is_none();
-            match op {
-                ArmOp::Arm(kind) => {
-                    if live {
-                        st.channel = st.channel.max(Some(kind));
-                        st.hw = st.hw.max(Some(kind));
-                    }
-                    write();
-                }
-                ArmOp::Disarm => {
-                    st.hw = None;
-                    st.channel = None;
-                    write();
-                    if live {
-                        let want = st.wanted();
-                        self.ensure(st, want);
-                    }
-                }
+            if st.closed || st.error.is_some() {
+                return;
             }
+            st.channel = st.channel.max(Some(kind));
+            let want = st.wanted();
+            self.ensure(st, want);
         })
-    }
-
-    /// The completion-channel client armed through a CQ doorbell written elsewhere:
-    /// [`ArmMachine::doorbell`] with nothing to write.
-    pub fn doorbell_armed(&self, kind: ArmKind) {
-        self.doorbell(ArmOp::Arm(kind), || {});
     }
 
     /// Re-arms the hardware for what the waiting clients need, if anything.
@@ -356,9 +307,10 @@ impl<H: CqHw> ArmMachine<H> {
         st.hw = None;
         let mut fired = Fired { channel: st.channel.take().is_some(), ..Fired::default() };
         fired.requests = st.complete(status, |_| true);
-        if st.policy.is_some_and(|p| p != UpcallPolicy::Disable) {
+        // A disabled or spent dispatcher gets nothing now; the error waits for its re-enable.
+        if st.policy.is_some() {
             st.upcall_error = Some(status);
-            fired.upcall = true;
+            fired.upcall = st.upcall_enabled();
         }
         fired
     }
@@ -408,7 +360,7 @@ impl<H: CqHw> ArmMachine<H> {
     /// Whether an upcall (an error or an event) waits for the dispatcher to take it.
     pub fn upcall_pending(&self) -> bool {
         let st = lock(&self.st);
-        st.upcall_error.is_some() || st.upcall_event
+        (st.upcall_error.is_some() && st.upcall_enabled()) || st.upcall_event
     }
 
     /// The dispatcher's policy, `None` without a dispatcher. A spent SINGLE_INSTANCE reads as
@@ -438,9 +390,12 @@ impl<H: CqHw> ArmMachine<H> {
             if !live() {
                 return None;
             }
-            if let Some(e) = st.upcall_error.take() {
+            if st.upcall_error.is_some() && st.upcall_enabled() {
                 st.upcall_event = false;
-                return Some(e);
+                if st.policy == Some(UpcallPolicy::SingleInstance) {
+                    st.single_spent = true;
+                }
+                return st.upcall_error.take();
             }
             if !std::mem::take(&mut st.upcall_event) {
                 return None;
@@ -503,13 +458,15 @@ mod tests {
     #[test]
     fn channel_arms_join_and_fire_once() {
         let m = ArmMachine::new(Hw::default());
-        m.doorbell_armed(ArmKind::Solicited);
-        m.doorbell_armed(ArmKind::Next);
-        m.doorbell_armed(ArmKind::Solicited);
+        m.arm_channel(ArmKind::Solicited);
+        m.arm_channel(ArmKind::Next);
+        m.arm_channel(ArmKind::Solicited);
         assert_eq!(m.armed(), Some(ArmKind::Next));
+        assert_eq!(rung(&m), vec![ArmKind::Solicited, ArmKind::Next], "rung only when it grows");
         assert_eq!(m.fire(), Some(Fired { channel: true, ..Default::default() }));
         assert_eq!(m.fire(), None);
-        assert!(rung(&m).is_empty(), "doorbell arms are rung by the caller");
+        m.arm_channel(ArmKind::Next);
+        assert_eq!(rung(&m), vec![ArmKind::Next], "a fired arm is rung again");
     }
 
     #[test]
@@ -571,7 +528,8 @@ mod tests {
         assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
         assert_eq!(m.take_upcall(), None);
         assert!(rung(&m).is_empty(), "a spent SINGLE_INSTANCE is not re-armed");
-        m.doorbell_armed(ArmKind::Next);
+        m.arm_channel(ArmKind::Next);
+        rung(&m);
         assert!(!m.fire().unwrap().upcall);
         m.set_policy(Some(UpcallPolicy::ManyInstance));
         assert_eq!(rung(&m), vec![ArmKind::Next]);
@@ -587,25 +545,29 @@ mod tests {
         assert_eq!(m.take_upcall(), Some(NotifyStatus::Overrun));
     }
 
+    /// Issue 7, kind 3: a spent SINGLE_INSTANCE (it reads DISABLE) or a DISABLE dispatcher gets
+    /// no error upcall; the error waits for the re-enable, which it spends.
     #[test]
-    fn qemu_disarm_rearms_for_waiting_clients_under_the_lock() {
-        let m = ArmMachine::new(Hw::default());
-        m.doorbell_armed(ArmKind::Next);
-        m.doorbell(ArmOp::Disarm, || {});
-        assert_eq!((m.armed(), rung(&m)), (None, vec![]), "nobody else waits: stays disarmed");
-        let r = m.request(NotifyKind::Next, false);
-        assert_eq!(rung(&m), vec![ArmKind::Next]);
-        // The disarm is written inside the step, and the re-arm for the request comes after it.
-        let order = std::sync::Mutex::new(Vec::new());
-        m.doorbell(ArmOp::Disarm, || {
-            order.lock().unwrap().push("disarm written");
-            assert!(m.st.try_lock().is_err(), "the disarm is written under the machine's lock");
-        });
-        order.lock().unwrap().extend(rung(&m).iter().map(|_| "re-armed"));
-        assert_eq!(*order.lock().unwrap(), ["disarm written", "re-armed"]);
-        assert_eq!(m.armed(), Some(ArmKind::Next));
-        assert_eq!(m.fire().map(|f| f.requests), Some(1));
-        assert_eq!(r.status(), Some(NotifyStatus::Success));
+    fn a_disabled_or_spent_dispatcher_gets_no_error_until_enabled_again() {
+        for spend in [true, false] {
+            let m = ArmMachine::new(Hw::default());
+            if spend {
+                m.set_policy(Some(UpcallPolicy::SingleInstance));
+                assert!(m.fire().unwrap().upcall);
+                assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
+            } else {
+                m.set_policy(Some(UpcallPolicy::Disable));
+            }
+            assert_eq!(m.policy(), Some(UpcallPolicy::Disable));
+            assert!(!m.fail(NotifyStatus::Overrun).upcall, "spend {spend}");
+            assert!(!m.upcall_pending());
+            assert_eq!(m.take_upcall(), None, "spend {spend}: delivered while disabled");
+            m.set_policy(Some(UpcallPolicy::SingleInstance));
+            assert!(m.upcall_pending());
+            assert_eq!(m.take_upcall(), Some(NotifyStatus::Overrun));
+            assert_eq!(m.policy(), Some(UpcallPolicy::Disable), "the error spent it");
+            assert_eq!(m.take_upcall(), None);
+        }
     }
 
     /// Bug 1: `take_upcall` marked SINGLE_INSTANCE spent a second time, undoing a re-enable made
@@ -641,9 +603,9 @@ mod tests {
         m.fire();
         let _r = m.request(NotifyKind::Next, false);
         assert_eq!(fences(&m), 1, "request");
-        m.doorbell(ArmOp::Arm(ArmKind::Next), || {});
-        m.doorbell(ArmOp::Disarm, || {});
-        assert_eq!(fences(&m), 2, "doorbells");
+        m.fire();
+        m.arm_channel(ArmKind::Next);
+        assert_eq!(fences(&m), 1, "the channel's arm");
         assert_eq!(rung(&m).len(), 5);
         assert_eq!(m.hw().unfenced.load(Ordering::SeqCst), 0, "a doorbell rung outside the fence");
     }
@@ -674,17 +636,5 @@ mod tests {
         m.fire();
         assert_eq!(m.take_upcall_if(|| false), None);
         assert_eq!(m.take_upcall(), Some(NotifyStatus::Success), "left for the live dispatcher");
-    }
-
-    #[test]
-    fn doorbell_arm_bits_decode_per_encoding() {
-        use ArmEncoding::*;
-        let poll = pvrdma_abi::uar::UAR_CQ_POLL;
-        assert_eq!(decode_arm(UAR_CQ_ARM | 5, Ibta), Some(ArmOp::Arm(ArmKind::Next)));
-        assert_eq!(decode_arm(UAR_CQ_ARM_SOL | 5, Ibta), Some(ArmOp::Arm(ArmKind::Solicited)));
-        assert_eq!(decode_arm(poll | 5, Ibta), None);
-        assert_eq!(decode_arm(UAR_CQ_ARM | UAR_CQ_ARM_SOL, Qemu72), Some(ArmOp::Arm(ArmKind::Next)));
-        assert_eq!(decode_arm(UAR_CQ_ARM, Qemu72), Some(ArmOp::Disarm));
-        assert_eq!(decode_arm(UAR_CQ_ARM_SOL, Qemu72), None);
     }
 }

@@ -1,0 +1,434 @@
+//! Attributes of devices, ports and QPs, in the shapes and numeric values of libibverbs's
+//! `<infiniband/verbs.h>` (IBTA chapter 11), so a C layer converts them field by field.
+
+use std::fmt;
+use std::ops::{BitOr, BitOrAssign};
+
+/// A GID (IBTA 4.1.1): 16 bytes in network order.
+pub type Gid = [u8; 16];
+
+/// Device attributes (IBTA 11.2.1.2 Query HCA; `ibv_device_attr`), as the provider read them
+/// from the device.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Firmware version, as the device reports it (how it prints is the provider's:
+    /// see `DeviceOps::fw_ver_string`).
+    pub fw_ver: u64,
+    /// Node GUID as a number (the wire value, converted).
+    pub node_guid: u64,
+    /// System image GUID (as a number).
+    pub sys_image_guid: u64,
+    /// PCI vendor ID.
+    pub vendor_id: u32,
+    /// PCI device ID.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Number of physical ports.
+    pub phys_port_cnt: u8,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Most work requests per queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most entries per CQ.
+    pub max_cqe: u32,
+    /// Most MRs.
+    pub max_mr: u32,
+    /// Most PDs.
+    pub max_pd: u32,
+    /// Largest MR in bytes.
+    pub max_mr_size: u64,
+    /// Bit n set: pages of 2^n bytes supported.
+    pub page_size_cap: u64,
+    /// Entries of each port's GID table.
+    pub gid_tbl_len: u32,
+    /// Entries of each port's P_Key table.
+    pub max_pkeys: u16,
+    /// UAR pages (the kernel's included); 0 for a device without.
+    pub max_uar: u32,
+}
+
+/// Port state (IBTA 14.2.5.6 PortInfo PortState; `enum ibv_port_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PortState {
+    /// No state change / unknown (also what an out-of-range device value decodes to).
+    #[default]
+    Nop,
+    /// Link down.
+    Down,
+    /// Link up, not yet armed.
+    Init,
+    /// Armed.
+    Armed,
+    /// Active: traffic flows.
+    Active,
+    /// Active, deferring (IBTA 1.2).
+    ActiveDefer,
+}
+
+impl PortState {
+    /// Decodes an `ibv_port_state` value; unknown values are [`PortState::Nop`].
+    pub fn from_raw(v: u32) -> Self {
+        match v {
+            1 => Self::Down,
+            2 => Self::Init,
+            3 => Self::Armed,
+            4 => Self::Active,
+            5 => Self::ActiveDefer,
+            _ => Self::Nop,
+        }
+    }
+
+    /// The `ibv_port_state` value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+}
+
+impl fmt::Display for PortState {
+    /// As `ibv_devinfo` prints it: `PORT_ACTIVE (4)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Self::Nop => "PORT_NOP",
+            Self::Down => "PORT_DOWN",
+            Self::Init => "PORT_INIT",
+            Self::Armed => "PORT_ARMED",
+            Self::Active => "PORT_ACTIVE",
+            Self::ActiveDefer => "PORT_ACTIVE_DEFER",
+        };
+        write!(f, "{name} ({})", self.raw())
+    }
+}
+
+/// Port attributes (IBTA 11.2.1.3 Query HCA port; `ibv_port_attr`). MTUs in bytes (0 if the
+/// device reported a code it should not).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Logical port state.
+    pub state: PortState,
+    /// Largest MTU the port supports, bytes.
+    pub max_mtu: u32,
+    /// Active MTU, bytes.
+    pub active_mtu: u32,
+    /// Entries of the port's GID table.
+    pub gid_tbl_len: u32,
+    /// Entries of the P_Key table.
+    pub pkey_tbl_len: u16,
+    /// Base LID (0 on RoCE).
+    pub lid: u16,
+    /// Largest message in bytes.
+    pub max_msg_sz: u32,
+    /// Active link width (IBTA encoding).
+    pub active_width: u8,
+    /// Active link speed (IBTA encoding).
+    pub active_speed: u8,
+    /// Physical port state (IBTA encoding; 5 = LinkUp).
+    pub phys_state: u8,
+}
+
+/// A path MTU (`enum ibv_mtu`: 1 = 256 bytes ... 5 = 4096 bytes). A newtype over the raw code,
+/// so a value a device reports is kept as it came, never forced into a variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
+pub struct Mtu(pub u32);
+
+impl Mtu {
+    /// 256 bytes.
+    pub const MTU_256: Mtu = Mtu(1);
+    /// 512 bytes.
+    pub const MTU_512: Mtu = Mtu(2);
+    /// 1024 bytes.
+    pub const MTU_1024: Mtu = Mtu(3);
+    /// 2048 bytes.
+    pub const MTU_2048: Mtu = Mtu(4);
+    /// 4096 bytes.
+    pub const MTU_4096: Mtu = Mtu(5);
+
+    /// The MTU of `bytes` (256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        (1..=5).map(Mtu).find(|m| m.bytes() == Some(bytes))
+    }
+
+    /// Bytes, or `None` for a code outside 1..=5.
+    pub fn bytes(self) -> Option<u32> {
+        (1..=5).contains(&self.0).then(|| 128 << self.0)
+    }
+}
+
+/// Memory and QP access flags (`enum ibv_access_flags`).
+pub mod access {
+    /// Local write access.
+    pub const LOCAL_WRITE: u32 = 1 << 0;
+    /// Remote write access.
+    pub const REMOTE_WRITE: u32 = 1 << 1;
+    /// Remote read access.
+    pub const REMOTE_READ: u32 = 1 << 2;
+    /// Remote atomic access.
+    pub const REMOTE_ATOMIC: u32 = 1 << 3;
+    /// Memory-window binding.
+    pub const MW_BIND: u32 = 1 << 4;
+    /// Zero-based addressing.
+    pub const ZERO_BASED: u32 = 1 << 5;
+    /// Every flag this core knows.
+    pub const KNOWN: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | MW_BIND | ZERO_BASED;
+
+    /// Checks `flags` as IBTA 10.6.3.1 and `ibv_reg_mr(3)` require: known bits only, and remote
+    /// write or atomic access only together with local write.
+    pub fn check(flags: u32) -> crate::Result<()> {
+        if flags & !KNOWN != 0 {
+            return Err(crate::Error::InvalidArgument("unknown access bits"));
+        }
+        if flags & (REMOTE_WRITE | REMOTE_ATOMIC) != 0 && flags & LOCAL_WRITE == 0 {
+            return Err(crate::Error::InvalidArgument("remote write or atomic needs local write"));
+        }
+        Ok(())
+    }
+}
+
+/// QP transport service type (`enum ibv_qp_type`). RC only so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`).
+    #[default]
+    Rc,
+}
+
+/// QP state (IBTA 10.3.1; `enum ibv_qp_state`, same numbering).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
+pub enum QpState {
+    /// RESET: just created.
+    #[default]
+    Reset = 0,
+    /// INIT.
+    Init = 1,
+    /// Ready to receive.
+    Rtr = 2,
+    /// Ready to send.
+    Rts = 3,
+    /// Send queue drained.
+    Sqd = 4,
+    /// Send queue error.
+    Sqe = 5,
+    /// Error: work requests are flushed.
+    Err = 6,
+}
+
+impl QpState {
+    /// Decodes an `ibv_qp_state` value.
+    pub fn from_raw(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Reset,
+            1 => Self::Init,
+            2 => Self::Rtr,
+            3 => Self::Rts,
+            4 => Self::Sqd,
+            5 => Self::Sqe,
+            6 => Self::Err,
+            _ => return None,
+        })
+    }
+
+    /// The `ibv_qp_state` value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+}
+
+/// QP queue sizes (IBTA 11.2.5.1; `ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct QpCap {
+    /// Send work requests outstanding at once.
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding at once.
+    pub max_recv_wr: u32,
+    /// SGEs per send work request.
+    pub max_send_sge: u32,
+    /// SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send (0: none).
+    pub max_inline_data: u32,
+}
+
+/// The global route of an address vector (`ibv_global_route`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GlobalRoute {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// Index of the source GID in the port's GID table.
+    pub sgid_index: u8,
+    /// Hop limit (RoCE: the IP TTL / hop limit).
+    pub hop_limit: u8,
+    /// Traffic class (RoCE: the IP DSCP/ECN byte).
+    pub traffic_class: u8,
+}
+
+/// An address vector (`ibv_ah_attr`). RoCE needs the global route (`is_global`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AhAttr {
+    /// The global route (used when `is_global`).
+    pub grh: GlobalRoute,
+    /// Destination LID (0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// The address has a global route header.
+    pub is_global: bool,
+    /// Local port.
+    pub port_num: u8,
+}
+
+/// QP attributes (`ibv_qp_attr`): what [`crate::Qp::modify_qp`] sets (the fields its
+/// [`QpAttrMask`] names) and [`crate::Qp::query_qp`] reads back from the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct QpAttr {
+    /// The state to move to (modify) or the current one (query).
+    pub qp_state: QpState,
+    /// The state the caller believes current (with [`QpAttrMask::CUR_STATE`]).
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Path migration state (`enum ibv_mig_state`).
+    pub path_mig_state: u32,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Receive PSN (24 bits).
+    pub rq_psn: u32,
+    /// Send PSN (24 bits).
+    pub sq_psn: u32,
+    /// Destination QP number (24 bits).
+    pub dest_qp_num: u32,
+    /// Remote access flags ([`access`]).
+    pub qp_access_flags: u32,
+    /// Queue sizes (query only).
+    pub cap: QpCap,
+    /// Primary path.
+    pub ah_attr: AhAttr,
+    /// Alternate path.
+    pub alt_ah_attr: AhAttr,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Alternate P_Key index.
+    pub alt_pkey_index: u16,
+    /// Raise SQ_DRAINED when the SQ drains.
+    pub en_sqd_async_notify: u8,
+    /// The SQ is draining (query only).
+    pub sq_draining: u8,
+    /// Outstanding RDMA READs/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA READs/atomics as responder.
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer (IBTA 9.7.5.2.8 encoding).
+    pub min_rnr_timer: u8,
+    /// Port number.
+    pub port_num: u8,
+    /// Local ACK timeout: 4.096 us * 2^timeout (0: infinite).
+    pub timeout: u8,
+    /// Transport retries (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retries (0..=7, 7 = infinite).
+    pub rnr_retry: u8,
+    /// Alternate port.
+    pub alt_port_num: u8,
+    /// Alternate path's ACK timeout.
+    pub alt_timeout: u8,
+}
+
+/// Which [`QpAttr`] fields a modify sets or a query asks for (`enum ibv_qp_attr_mask`, same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct QpAttrMask(pub u32);
+
+#[allow(missing_docs)]
+impl QpAttrMask {
+    pub const STATE: Self = Self(1 << 0);
+    pub const CUR_STATE: Self = Self(1 << 1);
+    pub const EN_SQD_ASYNC_NOTIFY: Self = Self(1 << 2);
+    pub const ACCESS_FLAGS: Self = Self(1 << 3);
+    pub const PKEY_INDEX: Self = Self(1 << 4);
+    pub const PORT: Self = Self(1 << 5);
+    pub const QKEY: Self = Self(1 << 6);
+    pub const AV: Self = Self(1 << 7);
+    pub const PATH_MTU: Self = Self(1 << 8);
+    pub const TIMEOUT: Self = Self(1 << 9);
+    pub const RETRY_CNT: Self = Self(1 << 10);
+    pub const RNR_RETRY: Self = Self(1 << 11);
+    pub const RQ_PSN: Self = Self(1 << 12);
+    pub const MAX_QP_RD_ATOMIC: Self = Self(1 << 13);
+    pub const ALT_PATH: Self = Self(1 << 14);
+    pub const MIN_RNR_TIMER: Self = Self(1 << 15);
+    pub const SQ_PSN: Self = Self(1 << 16);
+    pub const MAX_DEST_RD_ATOMIC: Self = Self(1 << 17);
+    pub const PATH_MIG_STATE: Self = Self(1 << 18);
+    pub const CAP: Self = Self(1 << 19);
+    pub const DEST_QPN: Self = Self(1 << 20);
+    /// Every attribute a query can ask for.
+    pub const ALL: Self = Self((1 << 21) - 1);
+}
+
+impl QpAttrMask {
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The bits of `self` not in `other`.
+    pub fn without(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
+
+    /// The raw bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl BitOr for QpAttrMask {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for QpAttrMask {
+    fn bitor_assign(&mut self, rhs: Self) {
+        self.0 |= rhs.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_state_prints_like_ibv_devinfo() {
+        assert_eq!(PortState::Active.to_string(), "PORT_ACTIVE (4)");
+        assert_eq!(PortState::from_raw(77), PortState::Nop);
+    }
+
+    #[test]
+    fn mtus_and_states() {
+        assert_eq!(Mtu::from_bytes(1024), Some(Mtu::MTU_1024));
+        assert_eq!(Mtu::MTU_4096.bytes(), Some(4096));
+        assert_eq!(Mtu(0).bytes(), None);
+        assert_eq!(Mtu::from_bytes(1000), None);
+        assert_eq!(QpState::from_raw(3), Some(QpState::Rts));
+        assert_eq!(QpState::from_raw(7), None);
+    }
+
+    #[test]
+    fn access_rules() {
+        assert!(access::check(0).is_ok());
+        assert!(access::check(access::LOCAL_WRITE | access::REMOTE_WRITE).is_ok());
+        assert!(access::check(access::REMOTE_WRITE).is_err());
+        assert!(access::check(access::REMOTE_ATOMIC).is_err());
+        assert!(access::check(1 << 20).is_err());
+    }
+}

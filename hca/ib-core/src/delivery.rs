@@ -1,0 +1,87 @@
+//! Keeping an object's event deliveries and its destruction apart: a provider thread delivering
+//! an event for a CQ or QP (into a channel, a notify request, a dispatcher, the consumer's async
+//! handler) holds a [`Delivering`] guard; destroying the object retires it (nothing new is
+//! delivered) and waits, with a bound, until the deliveries in flight are over — except from
+//! inside the object's own callback, which would wait for itself.
+
+use crate::upcall::in_callback;
+use parking_lot::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long destroying an object waits for a delivery in flight (a consumer's async handler can
+/// block; the wait is bounded and then logged).
+pub const RETIRE_WAIT: Duration = Duration::from_secs(5);
+
+/// The deliveries in flight for one object.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    state: Mutex<(u32, bool)>,
+    cv: Condvar,
+}
+
+/// One delivery in flight; dropping it ends it.
+pub(crate) struct Delivering<'a>(&'a Deliveries);
+
+impl Drop for Delivering<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.state.lock();
+        s.0 -= 1;
+        if s.0 == 0 {
+            self.0.cv.notify_all();
+        }
+    }
+}
+
+impl Deliveries {
+    /// Starts a delivery; `None` once the object is retired (the event is for an object being
+    /// destroyed: it reaches nobody).
+    pub(crate) fn enter(&self) -> Option<Delivering<'_>> {
+        let mut s = self.state.lock();
+        if s.1 {
+            return None;
+        }
+        s.0 += 1;
+        Some(Delivering(self))
+    }
+
+    /// Waits until no delivery is in flight (at most [`RETIRE_WAIT`]; not at all from inside the
+    /// callback of object `uid`); with `retire`, none may start afterwards.
+    pub(crate) fn quiesce(&self, retire: bool, uid: u64) {
+        let mut s = self.state.lock();
+        s.1 |= retire;
+        if in_callback(uid) {
+            return;
+        }
+        let deadline = Instant::now() + RETIRE_WAIT;
+        while s.0 > 0 {
+            if self.cv.wait_until(&mut s, deadline).timed_out() && s.0 > 0 {
+                tracing::warn!(uid, "object destroyed while an event delivery still runs");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn retire_waits_for_a_delivery_and_refuses_new_ones() {
+        let d = Arc::new(Deliveries::default());
+        let g = d.enter().unwrap();
+        let t = std::thread::spawn({
+            let d = d.clone();
+            move || {
+                let t0 = Instant::now();
+                d.quiesce(true, 0);
+                t0.elapsed()
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        drop(g);
+        assert!(t.join().unwrap() >= Duration::from_millis(40));
+        assert!(d.enter().is_none());
+    }
+}

@@ -1,0 +1,373 @@
+//! Queue pairs (`ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_send`,
+//! `ibv_post_recv`, `ibv_destroy_qp`): the transition and posting rules of IBTA, the full
+//! attribute interface, and the QP's async events.
+//!
+//! Posting follows IBTA 11.4.1 and rdma-core's pvrdma provider: a send is refused only before RTS
+//! (RESET, INIT, RTR), a receive only in RESET; in any other state (ERR included) the work
+//! request goes to the device, which completes it — with `WR_FLUSH_ERR` and its `wr_id` in ERR.
+//! The state these rules read is the one last set or queried; [`Qp::state`] asks the device,
+//! which may have moved the QP to ERR on its own (e.g. after its CQ overflowed).
+
+use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
+use crate::attr::{access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
+use crate::context::ContextInner;
+use crate::cq::{Cq, CqInner};
+use crate::delivery::Deliveries;
+use crate::error::{Error, Result};
+use crate::event_ref::QpRef;
+use crate::pd::{Pd, PdInner};
+use crate::provider::{QpCreate, QpEventHandler, QpOps};
+use crate::qp_state;
+use crate::time::deadline_after;
+use crate::upcall::in_callback;
+use crate::wr::{RecvWr, SendWr};
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest PSN and QPN (24 bits).
+const MASK_24: u32 = 0x00ff_ffff;
+
+/// QP creation attributes (`ibv_qp_init_attr`).
+pub struct QpInitAttr<'a> {
+    /// CQ for send completions (of the PD's context).
+    pub send_cq: &'a Cq,
+    /// CQ for receive completions (of the PD's context).
+    pub recv_cq: &'a Cq,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Transport service.
+    pub qp_type: QpType,
+    /// Every send WR produces a CQE, whatever its `signaled` flag.
+    pub sq_sig_all: bool,
+    /// The consumer's value, carried by the QP's async events.
+    pub qp_context: u64,
+}
+
+/// What the provider reports a QP's async events to.
+struct QpEvents {
+    qp: QpRef,
+    ctx: Arc<ContextInner>,
+    deliveries: Deliveries,
+}
+
+impl QpEventHandler for QpEvents {
+    fn event(&self, event: AsyncEventType) -> bool {
+        let Some(_d) = self.deliveries.enter() else { return false };
+        let element = AsyncElement::Qp(self.qp.clone());
+        self.ctx.async_events.dispatch(AsyncEvent { event_type: event, element });
+        true
+    }
+}
+
+/// A queue pair. Dropping it destroys it ([`Qp::destroy`] with a wait of 2 s for its async
+/// events to be acknowledged, then logged).
+pub struct Qp {
+    pd: Arc<PdInner>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    ops: Option<Box<dyn QpOps>>,
+    events: Arc<QpEvents>,
+    qp_type: QpType,
+    /// The state last set by a modify or read by a query.
+    state: Mutex<QpState>,
+}
+
+impl Pd {
+    /// Creates a QP in this PD (`ibv_create_qp`), in RESET.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for CQs of another context, 0 work requests or sizes
+    /// beyond the device's caps; [`Error::DeviceFatal`]; provider errors.
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        let pd = &self.inner;
+        pd.ctx.live()?;
+        for cq in [attr.send_cq, attr.recv_cq] {
+            if !Arc::ptr_eq(&cq.inner.ctx, &pd.ctx) {
+                return Err(Error::InvalidArgument("CQ of another device or context"));
+            }
+        }
+        check_cap(&attr.cap, &pd.ctx)?;
+        let create = QpCreate {
+            send_cq: &*attr.send_cq.inner.ops,
+            recv_cq: &*attr.recv_cq.inner.ops,
+            cap: attr.cap,
+            qp_type: attr.qp_type,
+            sq_sig_all: attr.sq_sig_all,
+        };
+        let late = Arc::new(LateQp(std::sync::OnceLock::new()));
+        let ops = pd.ctx.device.ops.create_qp(&*pd.ops, &create, late.clone())?;
+        let events = Arc::new(QpEvents {
+            qp: QpRef::new(ops.qp_num(), attr.qp_context),
+            ctx: pd.ctx.clone(),
+            deliveries: Deliveries::default(),
+        });
+        let _ = late.0.set(events.clone());
+        pd.hold();
+        for cq in [attr.send_cq, attr.recv_cq] {
+            cq.inner.users.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(Qp {
+            pd: pd.clone(),
+            send_cq: attr.send_cq.inner.clone(),
+            recv_cq: attr.recv_cq.inner.clone(),
+            ops: Some(ops),
+            events,
+            qp_type: attr.qp_type,
+            state: Mutex::new(QpState::Reset),
+        })
+    }
+}
+
+/// The handler the provider gets at create, forwarding once the QP's events exist.
+struct LateQp(std::sync::OnceLock<Arc<QpEvents>>);
+
+impl QpEventHandler for LateQp {
+    fn event(&self, event: AsyncEventType) -> bool {
+        self.0.get().is_some_and(|e| e.event(event))
+    }
+}
+
+fn check_cap(cap: &QpCap, ctx: &ContextInner) -> Result<()> {
+    let a = ctx.device.ops.query_device();
+    let wr_ok = |n: u32| (1..=a.max_qp_wr).contains(&n);
+    if !wr_ok(cap.max_send_wr) || !wr_ok(cap.max_recv_wr) {
+        return Err(Error::InvalidArgument("work request count out of range"));
+    }
+    if cap.max_send_sge > a.max_sge || cap.max_recv_sge > a.max_sge {
+        return Err(Error::InvalidArgument("SGE count out of range"));
+    }
+    Ok(())
+}
+
+impl Qp {
+    fn ops(&self) -> &dyn QpOps {
+        self.ops.as_deref().expect("a QP's provider object lives until its drop")
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.ops().qp_num()
+    }
+
+    /// What this QP's async events carry (its number and `qp_context`).
+    pub fn qp_ref(&self) -> &QpRef {
+        &self.events.qp
+    }
+
+    /// The send CQ's handle.
+    pub fn send_cq_handle(&self) -> u32 {
+        self.send_cq.ops.handle()
+    }
+
+    /// The receive CQ's handle.
+    pub fn recv_cq_handle(&self) -> u32 {
+        self.recv_cq.ops.handle()
+    }
+
+    /// Modifies the QP (`ibv_modify_qp`): the fields of `attr` that `mask` names. The transition
+    /// (from `attr.cur_qp_state` with `CUR_STATE`, else the state last set or queried) and the
+    /// mask are checked against IBTA's table, and the values against their ranges, before the
+    /// device sees anything.
+    ///
+    /// Errors: [`Error::InvalidState`] for an illegal transition; [`Error::InvalidArgument`] for
+    /// a mask the transition does not take or a value out of range (a port or GID index the
+    /// device lacks, a PSN or QPN beyond 24 bits, an unknown MTU, a timeout above 31, retry
+    /// counts above 7); [`Error::DeviceFatal`]; provider errors.
+    pub fn modify_qp(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.pd.ctx.live()?;
+        let mut cached = self.state.lock();
+        let cur = if mask.contains(QpAttrMask::CUR_STATE) { attr.cur_qp_state } else { *cached };
+        let next = if mask.contains(QpAttrMask::STATE) { attr.qp_state } else { cur };
+        qp_state::check(cur, next, self.qp_type, mask)?;
+        self.check_values(attr, mask)?;
+        self.ops().modify(attr, mask)?;
+        *cached = next;
+        tracing::debug!(qpn = self.qpn(), ?cur, ?next, "QP modified");
+        Ok(())
+    }
+
+    fn check_values(&self, a: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let dev = &self.pd.ctx.device.ops;
+        let attr = dev.query_device();
+        let has = |m| mask.contains(m);
+        let bad = |what| Err(Error::InvalidArgument(what));
+        let port_ok = |p: u8| p >= 1 && p <= attr.phys_port_cnt;
+        if has(QpAttrMask::PORT) && !port_ok(a.port_num) {
+            return bad("no such port");
+        }
+        if has(QpAttrMask::PKEY_INDEX) && u32::from(a.pkey_index) >= u32::from(attr.max_pkeys.max(1)) {
+            return bad("P_Key index beyond the table");
+        }
+        if has(QpAttrMask::AV) {
+            if !port_ok(a.ah_attr.port_num) && a.ah_attr.port_num != 0 {
+                return bad("no such port in the address vector");
+            }
+            if a.ah_attr.is_global && u32::from(a.ah_attr.grh.sgid_index) >= attr.gid_tbl_len {
+                return bad("sgid_index beyond the GID table");
+            }
+        }
+        let psn = |bit, v: u32| has(bit) && v > MASK_24;
+        if psn(QpAttrMask::RQ_PSN, a.rq_psn) || psn(QpAttrMask::SQ_PSN, a.sq_psn) || psn(QpAttrMask::DEST_QPN, a.dest_qp_num) {
+            return bad("PSN or QPN beyond 24 bits");
+        }
+        if has(QpAttrMask::PATH_MTU) && a.path_mtu.bytes().is_none() {
+            return bad("unknown path MTU");
+        }
+        if has(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags & !access::KNOWN != 0 {
+            return bad("unknown access bits");
+        }
+        if (has(QpAttrMask::TIMEOUT) && a.timeout > 31)
+            || (has(QpAttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31)
+            || (has(QpAttrMask::RETRY_CNT) && a.retry_cnt > 7)
+            || (has(QpAttrMask::RNR_RETRY) && a.rnr_retry > 7)
+        {
+            return bad("timer or retry count out of range");
+        }
+        Ok(())
+    }
+
+    /// Asks the device for the QP's attributes (`ibv_query_qp`): those `mask` names (the device
+    /// may fill in more). The state read becomes the one the posting rules use.
+    ///
+    /// Errors: [`Error::DeviceFatal`]; provider errors.
+    pub fn query_qp(&self, mask: QpAttrMask) -> Result<QpAttr> {
+        self.pd.ctx.live()?;
+        let a = self.ops().query(mask)?;
+        if mask.contains(QpAttrMask::STATE) {
+            *self.state.lock() = a.qp_state;
+        }
+        Ok(a)
+    }
+
+    /// The QP's state as the device has it now (a QUERY_QP).
+    pub fn state(&self) -> Result<QpState> {
+        Ok(self.query_qp(QpAttrMask::STATE)?.qp_state)
+    }
+
+    /// RESET -> INIT on `port` with remote `access` flags and P_Key index 0.
+    pub fn modify_to_init(&self, port: u8, access: u32) -> Result<()> {
+        let a = QpAttr { qp_state: QpState::Init, port_num: port, qp_access_flags: access, ..Default::default() };
+        let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+        self.modify_qp(&a, m)
+    }
+
+    /// INIT -> RTR towards QP `dest_qpn` at `dgid` through GID index 0 of the QP's port, expecting
+    /// PSN `rq_psn`, path MTU `path_mtu_bytes`; hop limit 64, min RNR timer 12 (0.64 ms), one
+    /// outstanding RDMA READ as responder (the values rdma-core's examples use). For other
+    /// values use [`Qp::modify_qp`].
+    pub fn modify_to_rtr(&self, dest_qpn: u32, dgid: Gid, rq_psn: u32, path_mtu_bytes: u32) -> Result<()> {
+        let mtu = Mtu::from_bytes(path_mtu_bytes).ok_or(Error::InvalidArgument("path MTU"))?;
+        let grh = GlobalRoute { dgid, sgid_index: 0, hop_limit: 64, ..Default::default() };
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: mtu,
+            dest_qp_num: dest_qpn,
+            rq_psn,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
+            ..Default::default()
+        };
+        self.modify_qp(&a, rtr_mask())
+    }
+
+    /// RTR -> RTS sending from PSN `sq_psn`, with timeout 14 (67 ms), 7 retries, 7 RNR retries
+    /// (infinite) and one outstanding RDMA READ. For other values use [`Qp::modify_qp`].
+    pub fn modify_to_rts(&self, sq_psn: u32) -> Result<()> {
+        let a = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        self.modify_qp(&a, rts_mask())
+    }
+
+    /// Any state -> ERR: outstanding work requests complete with `WR_FLUSH_ERR`.
+    pub fn modify_to_err(&self) -> Result<()> {
+        self.modify_qp(&QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE)
+    }
+
+    /// Posts one send work request (IBTA 11.4.1.1).
+    ///
+    /// Errors: [`Error::InvalidState`] before RTS (RESET, INIT, RTR); in ERR the request is
+    /// posted and completes with `WR_FLUSH_ERR`; [`Error::InvalidArgument`] for more SGEs than the
+    /// QP takes; [`Error::QueueFull`]; [`Error::DeviceFatal`].
+    pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
+        self.pd.ctx.live()?;
+        if *self.state.lock() < QpState::Rts {
+            return Err(Error::InvalidState);
+        }
+        self.ops().post_send(wr)
+    }
+
+    /// Posts one receive work request (IBTA 11.4.1.2).
+    ///
+    /// Errors: [`Error::InvalidState`] in RESET; in ERR the request is posted and completes with
+    /// `WR_FLUSH_ERR`; [`Error::InvalidArgument`]; [`Error::QueueFull`]; [`Error::DeviceFatal`].
+    pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
+        self.pd.ctx.live()?;
+        if *self.state.lock() == QpState::Reset {
+            return Err(Error::InvalidState);
+        }
+        self.ops().post_recv(wr)
+    }
+
+    /// Destroys the QP (`ibv_destroy_qp`), waiting up to `wait` for the async events taken for it
+    /// to be acknowledged.
+    ///
+    /// Errors: [`Error::EventsNotAcked`] (the QP is handed back); [`Error::WouldDeadlock`] from
+    /// inside the async handler running for this QP.
+    pub fn destroy(self, wait: Option<Duration>) -> std::result::Result<(), (Qp, Error)> {
+        if in_callback(self.events.qp.uid()) {
+            return Err((self, Error::WouldDeadlock("destroying a QP from inside its own async handler")));
+        }
+        let acks = &self.events.qp.0.async_;
+        let fatal = self.pd.ctx.live().is_err();
+        let left = if fatal { 0 } else { acks.wait_acked(deadline_after(wait.unwrap_or(Duration::ZERO))) };
+        if left > 0 {
+            return Err((self, Error::EventsNotAcked(left)));
+        }
+        Ok(())
+    }
+}
+
+/// The attributes [`Qp::modify_to_rtr`] sets.
+fn rtr_mask() -> QpAttrMask {
+    QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
+}
+
+/// The attributes [`Qp::modify_to_rts`] sets.
+fn rts_mask() -> QpAttrMask {
+    QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let uid = self.events.qp.uid();
+        let acks = &self.events.qp.0.async_;
+        let skip = in_callback(uid) || self.pd.ctx.live().is_err();
+        if !skip && acks.wait_acked(deadline_after(Duration::from_secs(2))) > 0 {
+            tracing::warn!(qpn = self.events.qp.qp_num(), "QP destroyed with unacknowledged async events");
+        }
+        self.events.deliveries.quiesce(true, uid);
+        drop(self.ops.take());
+        self.pd.ctx.async_events.purge(uid);
+        self.pd.release();
+        for cq in [&self.send_cq, &self.recv_cq] {
+            cq.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Qp({}, {:?})", self.qpn(), *self.state.lock())
+    }
+}

@@ -1,0 +1,165 @@
+//! Providers and the device list (libibverbs's `ibv_get_device_list` / `ibv_open_device`, Linux's
+//! `ib_register_device`): a provider registers its [`Driver`]; a discovered function is added with
+//! [`add_device`], which finds the provider by what the function is (its PCI ID), probes it and
+//! names it `<provider><N>`; [`open_device`] finds a live device by name.
+
+use crate::attr::{DeviceAttr, Gid, PortAttr};
+use crate::context::{Context, ContextInner};
+use crate::device::DeviceInner;
+use crate::error::{Error, Result};
+use crate::provider::{Driver, PciFunction};
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
+
+static DRIVERS: Mutex<Vec<Arc<dyn Driver>>> = Mutex::new(Vec::new());
+static DEVICES: Mutex<Vec<Weak<ContextInner>>> = Mutex::new(Vec::new());
+
+/// Registers a provider (once per name; registering the same name again does nothing).
+pub fn register_driver(driver: Arc<dyn Driver>) {
+    let mut d = DRIVERS.lock();
+    if !d.iter().any(|x| x.name() == driver.name()) {
+        d.push(driver);
+    }
+}
+
+/// Finds the provider for `func` by its PCI ID, probes it and adds the device to the list.
+///
+/// Errors: [`Error::NoDevice`] when no registered provider drives the function; the provider's
+/// probe errors.
+pub fn add_device(func: &PciFunction) -> Result<Device> {
+    let driver = DRIVERS
+        .lock()
+        .iter()
+        .find(|d| d.match_table().contains(&func.id))
+        .cloned()
+        .ok_or_else(|| Error::NoDevice(format!("no provider for {func:?}")))?;
+    let ops = driver.probe(func)?;
+    let kernel = Context::new(Arc::new(DeviceInner::new(ops, driver.name())), None)?;
+    let mut list = DEVICES.lock();
+    list.retain(|w| w.strong_count() > 0);
+    list.push(Arc::downgrade(&kernel.inner));
+    tracing::info!(name = %kernel.inner.device.name(), location = %func.location, "device added");
+    Ok(Device { kernel })
+}
+
+/// One entry of [`device_list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device's name (`vmw_pvrdma0`).
+    pub name: String,
+    /// Its node GUID.
+    pub node_guid: u64,
+    /// Where it is.
+    pub location: String,
+}
+
+/// The live devices, by name (`ibv_get_device_list`).
+pub fn device_list() -> Vec<DeviceInfo> {
+    let mut out: Vec<DeviceInfo> = live().iter().map(|d| d.info()).collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Opens the live device named `name` (`ibv_open_device` of the entry with that name).
+///
+/// Errors: [`Error::NoDevice`].
+pub fn open_device(name: &str) -> Result<Device> {
+    live()
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| Error::NoDevice(name.to_owned()))
+}
+
+fn live() -> Vec<Device> {
+    let list = DEVICES.lock();
+    list.iter().filter_map(Weak::upgrade).map(|inner| Device { kernel: Context { inner } }).collect()
+}
+
+/// A device. It is also its kernel context (as an `ib_device` is for kernel consumers):
+/// `dev.alloc_pd()`, `dev.create_cq(..)` make kernel objects. Cheap to clone; the device is torn
+/// down when the last handle and the last object of any of its contexts are gone.
+#[derive(Clone)]
+pub struct Device {
+    kernel: Context,
+}
+
+impl std::ops::Deref for Device {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.kernel
+    }
+}
+
+impl Device {
+    fn dev(&self) -> &DeviceInner {
+        &self.kernel.inner.device
+    }
+
+    /// The device's name (`vmw_pvrdma0`).
+    pub fn name(&self) -> String {
+        self.dev().name()
+    }
+
+    /// Where the device is (`"sim"`, `"vfio:…"`).
+    pub fn location(&self) -> String {
+        self.dev().ops.location()
+    }
+
+    /// This device's entry of [`device_list`].
+    pub fn info(&self) -> DeviceInfo {
+        let a = self.query_device();
+        DeviceInfo { name: self.name(), node_guid: a.node_guid, location: self.location() }
+    }
+
+    /// Device attributes (`ibv_query_device`).
+    pub fn query_device(&self) -> DeviceAttr {
+        self.dev().ops.query_device()
+    }
+
+    /// `fw_ver` as the device's provider formats it (rdma-core: `ibv_device_attr.fw_ver`).
+    pub fn fw_ver(&self) -> String {
+        self.dev().ops.fw_ver_string()
+    }
+
+    /// Port attributes (`ibv_query_port`). Errors: [`Error::InvalidArgument`] for a port outside
+    /// 1..=phys_port_cnt; provider errors.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.dev().live()?;
+        self.dev().ops.query_port(port)
+    }
+
+    /// The GID at `index` of `port`'s table (`ibv_query_gid`).
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        self.dev().ops.query_gid(port, index)
+    }
+
+    /// The P_Key at `index` of `port`'s table (`ibv_query_pkey`).
+    pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        self.dev().live()?;
+        self.dev().ops.query_pkey(port, index)
+    }
+
+    /// A user context of the device (`ibv_open_device` from user space: on pvrdma a UAR page of
+    /// its own and CREATE_UC).
+    pub fn alloc_ucontext(&self) -> Result<Context> {
+        self.dev().live()?;
+        let uctx = self.dev().ops.alloc_ucontext()?;
+        Context::new(self.kernel.inner.device.clone(), Some(uctx))
+    }
+
+    /// The provider's device, if it is a `T` (its own counters and diagnostics).
+    pub fn provider<T: 'static>(&self) -> Option<&T> {
+        self.dev().ops.as_any().downcast_ref()
+    }
+
+    /// The kernel context.
+    pub fn context(&self) -> &Context {
+        &self.kernel
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({} at {})", self.name(), self.location())
+    }
+}

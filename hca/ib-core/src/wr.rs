@@ -1,0 +1,218 @@
+//! Work requests, work completions and notification flags (IBTA 11.4; `ibv_send_wr`,
+//! `ibv_recv_wr`, `ibv_wc`, `ibv_req_notify_cq`), with libibverbs's numeric values.
+
+use std::ops::BitOr;
+
+/// A scatter/gather element: `length` bytes at `addr` of the MR with `lkey` (`addr` is in the
+/// MR's address space: [`crate::Mr::addr`] plus an offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// Address in the MR's address space.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// The MR's local key.
+    pub lkey: u32,
+}
+
+/// Send work request opcode (`enum ibv_wr_opcode`, the ones this stack carries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WrOpcode {
+    /// SEND.
+    Send,
+    /// SEND with 32-bit immediate data (host order here; big-endian on the wire).
+    SendWithImm(u32),
+}
+
+/// A send work request (IBTA 11.4.1.1).
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a> {
+    /// Returned in the work completion.
+    pub wr_id: u64,
+    /// The buffers to gather.
+    pub sg_list: &'a [Sge],
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Produce a CQE on success (always produced on error or with `sq_sig_all`).
+    pub signaled: bool,
+    /// Set the solicited-event bit: the responder's SOLICITED arm fires on its receive CQE.
+    pub solicited: bool,
+}
+
+/// A receive work request (IBTA 11.4.1.2).
+#[derive(Clone, Copy, Debug)]
+pub struct RecvWr<'a> {
+    /// Returned in the work completion.
+    pub wr_id: u64,
+    /// The buffers to scatter into.
+    pub sg_list: &'a [Sge],
+}
+
+/// Completion status (`enum ibv_wc_status`); codes without a variant of their own are `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WcStatus {
+    /// The work request completed.
+    #[default]
+    Success,
+    /// Local length error (e.g. a message longer than the receive buffer).
+    LocLenErr,
+    /// Local QP operation error.
+    LocQpOpErr,
+    /// Local protection error (a bad lkey or address).
+    LocProtErr,
+    /// Flushed: the QP was in the error state.
+    WrFlushErr,
+    /// Local access error.
+    LocAccessErr,
+    /// Remote access error.
+    RemAccessErr,
+    /// Remote operation error.
+    RemOpErr,
+    /// Transport retries exhausted.
+    RetryExcErr,
+    /// Receiver-not-ready retries exhausted.
+    RnrRetryExcErr,
+    /// Fatal error.
+    FatalErr,
+    /// General error; also what a provider reports for a CQE it cannot trust.
+    GeneralErr,
+    /// Any other `ibv_wc_status` code.
+    Other(u32),
+}
+
+impl WcStatus {
+    /// The `ibv_wc_status` value.
+    pub fn raw(self) -> u32 {
+        match self {
+            Self::Success => 0,
+            Self::LocLenErr => 1,
+            Self::LocQpOpErr => 2,
+            Self::LocProtErr => 4,
+            Self::WrFlushErr => 5,
+            Self::LocAccessErr => 8,
+            Self::RemAccessErr => 10,
+            Self::RemOpErr => 11,
+            Self::RetryExcErr => 12,
+            Self::RnrRetryExcErr => 13,
+            Self::FatalErr => 19,
+            Self::GeneralErr => 21,
+            Self::Other(v) => v,
+        }
+    }
+
+    /// Decodes an `ibv_wc_status` value.
+    pub fn from_raw(v: u32) -> Self {
+        [
+            Self::Success,
+            Self::LocLenErr,
+            Self::LocQpOpErr,
+            Self::LocProtErr,
+            Self::WrFlushErr,
+            Self::LocAccessErr,
+            Self::RemAccessErr,
+            Self::RemOpErr,
+            Self::RetryExcErr,
+            Self::RnrRetryExcErr,
+            Self::FatalErr,
+            Self::GeneralErr,
+        ]
+        .into_iter()
+        .find(|s| s.raw() == v)
+        .unwrap_or(Self::Other(v))
+    }
+}
+
+/// Completion opcode (`enum ibv_wc_opcode`); unknown codes are `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WcOpcode {
+    /// A send.
+    #[default]
+    Send,
+    /// An RDMA WRITE.
+    RdmaWrite,
+    /// An RDMA READ.
+    RdmaRead,
+    /// A receive.
+    Recv,
+    /// An RDMA WRITE with immediate, on the receive side.
+    RecvRdmaWithImm,
+    /// Any other code.
+    Other(u32),
+}
+
+impl WcOpcode {
+    /// Whether this is a receive-side completion.
+    pub fn is_recv(self) -> bool {
+        matches!(self, Self::Recv | Self::RecvRdmaWithImm)
+    }
+}
+
+/// One work completion (`ibv_wc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Wc {
+    /// The work request's ID, as posted.
+    pub wr_id: u64,
+    /// Completion status.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes received (receive completions).
+    pub byte_len: u32,
+    /// The local QP's number.
+    pub qp_num: u32,
+    /// The remote QP of a receive completion.
+    pub src_qp: u32,
+    /// Immediate data of a receive completion that carried it (host order).
+    pub imm_data: Option<u32>,
+}
+
+/// Flags of [`crate::Cq::req_notify`] (IBTA 11.4.2.5 Request Completion Notification; the bits
+/// of Linux's `ib_cq_notify_flags`). Combine with `|`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NotifyFlags(u32);
+
+impl NotifyFlags {
+    /// Fire on the next solicited completion (or error completion).
+    pub const SOLICITED: Self = Self(1 << 0);
+    /// Fire on the next completion of any kind.
+    pub const NEXT_COMPLETION: Self = Self(1 << 1);
+    /// Report (return `true`) if CQEs may already be queued, so the caller polls again.
+    pub const REPORT_MISSED_EVENTS: Self = Self(1 << 2);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl BitOr for NotifyFlags {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_ibv_values() {
+        for v in 0..40 {
+            assert_eq!(WcStatus::from_raw(v).raw(), v);
+        }
+        assert_eq!(WcStatus::from_raw(5), WcStatus::WrFlushErr);
+    }
+
+    #[test]
+    fn notify_flags_combine() {
+        let f = NotifyFlags::NEXT_COMPLETION | NotifyFlags::REPORT_MISSED_EVENTS;
+        assert!(f.contains(NotifyFlags::REPORT_MISSED_EVENTS));
+        assert!(!f.contains(NotifyFlags::SOLICITED));
+    }
+}

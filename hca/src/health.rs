@@ -1,0 +1,105 @@
+//! The device's health and counters: the catastrophic state (once set, every verb fails with
+//! `DeviceFatal` and the verbs core hears of it) and the counters the driver keeps itself
+//! (design decision 13: interrupts are counted in the driver, not read from sticky mailboxes).
+
+use ib_core::provider::DeviceEventHandler;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Counters of one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Interrupts taken per MSI-X vector: 0 command, 1 async event, 2 CQ notification.
+    pub interrupts: [u64; 3],
+    /// CQ-notification entries that fired an armed CQ (each one completion event).
+    pub cq_events: u64,
+    /// Async-event ring entries consumed.
+    pub async_events: u64,
+    /// CQ-notification entries that fired nothing: an unknown handle, a CQ being destroyed, or a
+    /// CQ the driver had not armed (QEMU 7.2 writes one per CQE).
+    pub spurious_cq_notifications: u64,
+    /// Async events dropped: for a handle that names no live object (never created, destroyed,
+    /// being destroyed), or of a type the driver does not know.
+    pub dropped_async_events: u64,
+}
+
+/// The health of one device.
+#[derive(Default)]
+pub struct Health {
+    fatal: AtomicBool,
+    interrupts: [AtomicU64; 3],
+    cq_events: AtomicU64,
+    async_events: AtomicU64,
+    spurious: AtomicU64,
+    dropped_async: AtomicU64,
+    core: OnceLock<Arc<dyn DeviceEventHandler>>,
+}
+
+/// A counter of [`Health`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Count {
+    CqEvent,
+    AsyncEvent,
+    Spurious,
+    DroppedAsync,
+}
+
+impl Health {
+    /// Whether the device is in its catastrophic state.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal.load(Ordering::Acquire)
+    }
+
+    /// Puts the device in its catastrophic state (once) and tells the verbs core, which fails
+    /// every CQ's clients, wakes every waiter and raises DEVICE_FATAL in every context.
+    pub fn set_fatal(&self, reason: &str) {
+        if self.fatal.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::error!(reason, "pvrdma device is fatal");
+        if let Some(h) = self.core.get() {
+            h.fatal();
+        }
+    }
+
+    /// The verbs core's sink for device events (set once, at registration).
+    pub(crate) fn set_core(&self, h: Arc<dyn DeviceEventHandler>) {
+        if self.core.set(h).is_ok() && self.is_fatal() {
+            if let Some(h) = self.core.get() {
+                h.fatal();
+            }
+        }
+    }
+
+    pub(crate) fn core(&self) -> Option<&Arc<dyn DeviceEventHandler>> {
+        self.core.get()
+    }
+
+    pub(crate) fn count_interrupts(&self, vector: u16, n: u32) {
+        if let Some(c) = self.interrupts.get(usize::from(vector)) {
+            c.fetch_add(u64::from(n), Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn count(&self, what: Count) {
+        let c = match what {
+            Count::CqEvent => &self.cq_events,
+            Count::AsyncEvent => &self.async_events,
+            Count::Spurious => &self.spurious,
+            Count::DroppedAsync => &self.dropped_async,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> DriverStats {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DriverStats {
+            interrupts: [l(&self.interrupts[0]), l(&self.interrupts[1]), l(&self.interrupts[2])],
+            cq_events: l(&self.cq_events),
+            async_events: l(&self.async_events),
+            spurious_cq_notifications: l(&self.spurious),
+            dropped_async_events: l(&self.dropped_async),
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The pvrdma provider's side of the verbs core's interface (`ib_device_ops` for `vmw_pvrdma`):
+//! queries and object creation, each handed to the module of its hardware object.
+
+use crate::cq::Cq;
+use crate::device::{fw_ver_string, Pvrdma};
+use crate::mr::Mr;
+use crate::pd::Pd;
+use crate::qp::Qp;
+use crate::uctx::{self, Ucontext};
+use ib_core::provider::{CqEventHandler, CqOps, DeviceEventHandler, DeviceOps, MrOps, PdOps};
+use ib_core::provider::{QpCreate, QpEventHandler, QpOps, UcontextOps, UserMemory};
+use ib_core::{DeviceAttr, Error, Gid, PortAttr, PortState, Result};
+use pvrdma_abi::cmd::{QueryPkey, QueryPort};
+use pvrdma_abi::verbs::mtu;
+use std::any::Any;
+use std::sync::Arc;
+
+impl DeviceOps for Pvrdma {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn set_event_handler(&self, handler: Arc<dyn DeviceEventHandler>) {
+        self.inner.health.set_core(handler);
+    }
+
+    fn location(&self) -> String {
+        self.inner.platform.name()
+    }
+
+    fn query_device(&self) -> DeviceAttr {
+        self.inner.attr.clone()
+    }
+
+    fn fw_ver_string(&self) -> String {
+        fw_ver_string(self.inner.attr.fw_ver)
+    }
+
+    /// QUERY_PORT.
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.inner.check_port(port)?;
+        let a = self.inner.cmd.post(QueryPort { port_num: port, ..Default::default() })?.attrs;
+        Ok(PortAttr {
+            state: PortState::from_raw(a.state.get()),
+            max_mtu: mtu::bytes(a.max_mtu.get()).unwrap_or(0),
+            active_mtu: mtu::bytes(a.active_mtu.get()).unwrap_or(0),
+            gid_tbl_len: a.gid_tbl_len.get(),
+            pkey_tbl_len: a.pkey_tbl_len.get(),
+            lid: a.lid.get(),
+            max_msg_sz: a.max_msg_sz.get(),
+            active_width: a.active_width,
+            active_speed: a.active_speed,
+            phys_state: a.phys_state,
+        })
+    }
+
+    /// The GID the driver bound at index 0 (pvrdma has no command to read GIDs back); zero for
+    /// the other entries of the table.
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        self.inner.check_port(port)?;
+        match index {
+            0 => Ok(self.inner.gid),
+            i if i < self.inner.attr.gid_tbl_len => Ok([0; 16]),
+            _ => Err(Error::InvalidArgument("GID index beyond the table")),
+        }
+    }
+
+    /// QUERY_PKEY (QEMU answers 0xffff).
+    fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        self.inner.check_port(port)?;
+        let index = u8::try_from(index).map_err(|_| Error::InvalidArgument("P_Key index"))?;
+        let resp = self.inner.cmd.post(QueryPkey { port_num: port, index, ..Default::default() })?;
+        Ok(resp.pkey.get())
+    }
+
+    fn is_fatal(&self) -> bool {
+        self.inner.health.is_fatal()
+    }
+
+    fn alloc_ucontext(&self) -> Result<Box<dyn UcontextOps>> {
+        Ok(Box::new(Ucontext::create(&self.inner)?))
+    }
+
+    fn alloc_pd(&self, uctx: Option<&dyn UcontextOps>) -> Result<Box<dyn PdOps>> {
+        Ok(Box::new(Pd::create(&self.inner, uctx::of(uctx)?)?))
+    }
+
+    fn create_cq(
+        &self,
+        uctx: Option<&dyn UcontextOps>,
+        cqe: u32,
+        events: Arc<dyn CqEventHandler>,
+    ) -> Result<Arc<dyn CqOps>> {
+        Ok(Arc::new(Cq::create(&self.inner, uctx::of(uctx)?, cqe, events)?))
+    }
+
+    fn create_qp(
+        &self,
+        pd: &dyn PdOps,
+        init: &QpCreate<'_>,
+        events: Arc<dyn QpEventHandler>,
+    ) -> Result<Box<dyn QpOps>> {
+        Ok(Box::new(Qp::create(Pd::of(pd)?, init, events)?))
+    }
+
+    fn alloc_mr(&self, pd: &dyn PdOps, len: usize, access: u32) -> Result<Box<dyn MrOps>> {
+        Ok(Box::new(Mr::alloc(Pd::of(pd)?, len, access)?))
+    }
+
+    fn reg_user_mr(&self, pd: &dyn PdOps, mem: UserMemory, access: u32) -> Result<Box<dyn MrOps>> {
+        Ok(Box::new(Mr::register_user(Pd::of(pd)?, mem, access)?))
+    }
+}
