@@ -13,7 +13,8 @@ use crate::fixture::{cap, doorbells, pair, pv, rc_qp, stats, Pair};
 use crate::qemu::{backend_gid, QemuPeer};
 use doorbell::ArmEncoding;
 use hca::{Platform, ProbeOptions};
-use ib_core::{access, AsyncEventType, CompChannel, Cq, Device, Error, NotifyFlags, PortState, Wc};
+use ib_core::{access, AhAttr, AsyncEventType, CompChannel, Cq, Device, Error, GlobalRoute, Mtu};
+use ib_core::{NotifyFlags, PortState, QpAttr, QpAttrMask as M, QpState, Wc};
 use ib_core::{WcOpcode, WcStatus, WrOpcode};
 use pvrdma_abi::regs::REG_VERSION;
 use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL, UAR_HANDLE_MASK};
@@ -48,6 +49,12 @@ pub enum Difference {
     /// immediate data, the solicited flag and "unsignaled" are lost (a SEND_WITH_IMM arrives as a
     /// RECV without immediate; an unsignaled send completes anyway). The model follows IBTA.
     SendWqeFlattened,
+    /// QEMU 7.2 answers QUERY_QP by casting its backend's `ibv_qp_attr` onto `pvrdma_qp_attr`:
+    /// the fields up to `qp_access_flags` (state, MTU, Q_Key, PSNs, destination QPN) are right,
+    /// the rest (timeout, retries, address vector) come from other offsets. It also keeps only
+    /// some MODIFY_QP attributes (its backend sets timeout and retries itself). The model stores
+    /// and returns every attribute.
+    QueryQpLayout,
 }
 
 /// Which device a body runs against.
@@ -73,7 +80,8 @@ impl Side {
             Difference::OwnershipChecks
             | Difference::PortStateFollowsFunction0
             | Difference::RcSourceQp
-            | Difference::SendWqeFlattened => self == Side::Qemu72,
+            | Difference::SendWqeFlattened
+            | Difference::QueryQpLayout => self == Side::Qemu72,
             _ => self.qemu_like(),
         }
     }
@@ -722,4 +730,61 @@ pub fn bad_dma_address(t: &Target) -> (firmware_cmd::DeviceStatus, firmware_cmd:
     let p = pair(dev, &pd, (&cq, &cq), (&cq, &cq));
     t.one_message(&p, &cq, 1, false);
     (cq_status, mr_status)
+}
+
+/// The full QP attribute interface through the device: every attribute a modify sets reaches it
+/// (nothing hard-coded by the driver), QUERY_QP reads the state and attributes back from it, and
+/// IBTA's posting rules: work requests posted to a QP in ERR are taken and complete with
+/// `WR_FLUSH_ERR` and their `wr_id`.
+pub fn qp_attributes(t: &Target) {
+    let dev = &t.dev;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(32, None).unwrap();
+    let (a, b) = (rc_qp(&pd, &cq, &cq), rc_qp(&pd, &cq, &cq));
+    let gid = dev.query_gid(1, 0).unwrap();
+    for (me, peer, (rq_psn, sq_psn)) in [(&a, &b, (0x111, 0x222)), (&b, &a, (0x222, 0x111))] {
+        me.modify_to_init(1, access::LOCAL_WRITE).unwrap();
+        let grh = GlobalRoute { dgid: gid, sgid_index: 0, hop_limit: 9, traffic_class: 0, flow_label: 0 };
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Mtu::MTU_512,
+            dest_qp_num: peer.qpn(),
+            rq_psn,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 14,
+            ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
+            ..Default::default()
+        };
+        let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        me.modify_qp(&rtr, m).unwrap();
+        let rts = QpAttr { qp_state: QpState::Rts, sq_psn, timeout: 17, retry_cnt: 5, rnr_retry: 6, max_rd_atomic: 1, ..Default::default() };
+        me.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).unwrap();
+    }
+    let q = a.query_qp(M::ALL).unwrap();
+    let side = t.side;
+    assert_eq!((q.qp_state, q.path_mtu, q.dest_qp_num), (QpState::Rts, Mtu::MTU_512, b.qpn()), "{side:?}");
+    assert_eq!((q.rq_psn, q.sq_psn), (0x111, 0x222), "{side:?}: PSNs read back");
+    if !side.differs(Difference::QueryQpLayout) {
+        assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry, q.min_rnr_timer), (17, 5, 6, 14), "{side:?}");
+        assert_eq!((q.ah_attr.grh.hop_limit, q.ah_attr.grh.dgid), (9, gid), "{side:?}");
+    }
+    // The data path works with these attributes.
+    let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
+    let sge = |off: u64| [ib_core::Sge { addr: mr.addr() + off, length: 8, lkey: mr.lkey() }];
+    b.post_recv(&ib_core::RecvWr { wr_id: 70, sg_list: &sge(0) }).unwrap();
+    let out = sge(64);
+    let send = |id| ib_core::SendWr { wr_id: id, sg_list: &out, opcode: WrOpcode::Send, signaled: true, solicited: false };
+    a.post_send(&send(71)).unwrap();
+    t.poll_n(&cq, 2);
+    // ERR: the device flushes what is posted, work requests included that come after.
+    b.post_recv(&ib_core::RecvWr { wr_id: 72, sg_list: &sge(0) }).unwrap();
+    b.modify_to_err().unwrap();
+    assert_eq!(b.state(), Ok(QpState::Err), "{side:?}: QUERY_QP");
+    b.post_recv(&ib_core::RecvWr { wr_id: 73, sg_list: &sge(0) }).unwrap();
+    b.post_send(&send(74)).unwrap();
+    let mut got: Vec<(u64, WcStatus)> = t.poll_n(&cq, 3).iter().map(|w| (w.wr_id, w.status)).collect();
+    got.sort_by_key(|g| g.0);
+    let flushed = WcStatus::WrFlushErr;
+    assert_eq!(got, [(72, flushed), (73, flushed), (74, flushed)], "{side:?}");
+    assert_eq!(a.state(), Ok(QpState::Rts), "{side:?}");
 }

@@ -53,3 +53,8 @@ fn model_bad_dma_address() {
         eprintln!("{profile:?}: {s:?}");
     }
 }
+
+#[test]
+fn model_qp_attributes() {
+    both(differential::qp_attributes);
+}

@@ -81,3 +81,9 @@ fn qemu_bad_dma_address() {
         statuses.0, statuses.1
     ));
 }
+
+#[test]
+#[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
+fn qemu_qp_attributes() {
+    differential::qp_attributes(&Target::qemu("qp_attributes"));
+}
