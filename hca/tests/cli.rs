@@ -88,3 +88,35 @@ fn bad_options_fail_with_a_message() {
     let (ok, _, err) = hca(&["--profile", "nope", "devinfo"]);
     assert!(!ok && err.contains("profile"), "{err}");
 }
+
+#[test]
+fn devinfo_takes_ibv_devinfos_options_and_formats_fw_ver_as_pvrdma_does() {
+    let (ok, out, err) = hca(&["devinfo", "-d", "vmw_pvrdma0", "-i", "1"]);
+    assert!(ok, "{err}");
+    // rdma-core's pvrdma provider: "%d.%d.%03d" of bits 32-47, 16-31, 0-15.
+    assert!(out.contains("fw_ver:\t\t\t\t1.0.014\n"), "{out}");
+    assert!(out.contains("port:\t1"), "{out}");
+    // As ibv_devinfo: a port the device lacks prints no port section; port 0 is refused.
+    let (ok, out, _) = hca(&["devinfo", "-i", "2"]);
+    assert!(ok && out.contains("hca_id:") && !out.contains("\t\tport:\t"), "{out}");
+    let (ok, _, _) = hca(&["devinfo", "-i", "0"]);
+    assert!(!ok);
+    let (ok, _, err) = hca(&["devinfo", "--ib-dev", "mlx5_9"]);
+    assert!(!ok && err.contains("IB device 'mlx5_9' wasn't found"), "{err}");
+    let (ok, out, _) = hca(&["devinfo", "-l"]);
+    assert!(ok && out == "1 HCA found:\n\tvmw_pvrdma0\n\n", "{out:?}");
+}
+
+#[test]
+fn pingpong_takes_ibv_rc_pingpongs_device_port_gid_and_rx_depth_options() {
+    let args = ["--link-latency-us", "0", "pingpong", "-d", "vmw_pvrdma0", "-i", "1", "-g", "0", "-r", "1", "-n", "20", "-s", "64"];
+    let (ok, out, err) = hca(&args);
+    assert!(ok, "{args:?}:\n{out}\n{err}");
+    assert!(out.contains("payload verified: 40 messages of 64 bytes"), "{out}");
+    let (ok, _, err) = hca(&["pingpong", "-d", "vmw_pvrdma7"]);
+    assert!(!ok && err.contains("IB device vmw_pvrdma7 not found"), "{err}");
+    let (ok, _, err) = hca(&["pingpong", "-i", "2"]);
+    assert!(!ok && err.contains("Couldn't get port info"), "{err}");
+    let (ok, _, err) = hca(&["pingpong", "-g", "4096"]);
+    assert!(!ok && err.contains("can't read sgid of index 4096"), "{err}");
+}

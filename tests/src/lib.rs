@@ -6,3 +6,4 @@ pub mod events;
 pub mod fixture;
 pub mod differential;
 pub mod qemu;
+pub mod rewrite;

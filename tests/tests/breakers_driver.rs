@@ -3,31 +3,22 @@
 //!
 //! Each test fails while the bug it names is present and passes once it is fixed.
 
+use hca::ProbeOptions;
 use ib_core::{Error, NotifyFlags, Wc, WrOpcode};
-use hca::{ProbeOptions};
-use pvrdma_abi::dsr::Dsr;
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::regs::{REG_DSRHIGH, REG_DSRLOW};
 use pvrdma_abi::ring::RX_PROD_TAIL;
 use pvrdma_abi::wqe::{wc_opcode, Cqe};
 use pvrdma_sim::{Profile, SimConfig, SimDevice};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tests::fixture::*;
-use zerocopy::FromBytes;
+use tests::rewrite::{dsr, Rewrite};
 
 fn short_timeouts() -> ProbeOptions {
     ProbeOptions { cmd_timeout: Duration::from_millis(300), ..Default::default() }
 }
 
 /// The DSR as the driver wrote it (found through DSRLOW/DSRHIGH, as a device would).
-fn dsr(d: &SimDevice) -> Dsr {
-    let at = u64::from(d.reg_read(REG_DSRHIGH)) << 32 | u64::from(d.reg_read(REG_DSRLOW));
-    let mut b = vec![0u8; core::mem::size_of::<Dsr>()];
-    d.mem().read(at, &mut b).unwrap();
-    Dsr::read_from_bytes(&b).unwrap()
-}
-
 /// Page `i` of the ring whose page directory is at `dir`.
 fn ring_page(d: &SimDevice, dir: u64, i: u64) -> u64 {
     let table = d.mem().read_u64(dir).unwrap();
@@ -230,80 +221,6 @@ fn a_context_cannot_ring_another_contexts_qp() {
     poll_n(&cq, 2);
 }
 
-/// A device that answers every CREATE_QP with the QPN of the first QP it created (a hostile or
-/// broken device): the sim underneath, with the response rewritten after each REQUEST.
-struct DupQpn {
-    inner: hca::platform::sim::SimPlatform,
-    first: std::sync::Mutex<Option<u32>>,
-}
-
-impl hca::Platform for DupQpn {
-    fn name(&self) -> String {
-        "dup-qpn".into()
-    }
-    fn reg_read(&self, o: u32) -> u32 {
-        self.inner.reg_read(o)
-    }
-    fn reg_write(&self, o: u32, v: u32) {
-        self.inner.reg_write(o, v);
-        if o != pvrdma_abi::regs::REG_REQUEST {
-            return;
-        }
-        let d = self.inner.device();
-        let resp = dsr(d).resp_slot_dma.get();
-        let ack = d.mem().load_u32(resp + 8).unwrap_or(0);
-        if ack != pvrdma_abi::cmd::ack_for(pvrdma_abi::cmd::opcode::CREATE_QP) {
-            return;
-        }
-        let qpn = d.mem().load_u32(resp + 16).unwrap();
-        let mut first = self.first.lock().unwrap();
-        match *first {
-            None => *first = Some(qpn),
-            Some(f) => d.mem().store_u32(resp + 16, f).unwrap(),
-        }
-    }
-    fn uar_write(&self, o: u64, v: u32) {
-        self.inner.uar_write(o, v)
-    }
-    fn uar_base_pfn(&self) -> u64 {
-        self.inner.uar_base_pfn()
-    }
-    fn uar_pages(&self) -> u32 {
-        self.inner.uar_pages()
-    }
-    fn dma_alloc(&self, len: u64) -> Result<u64, hca::PlatformError> {
-        self.inner.dma_alloc(len)
-    }
-    fn dma_free(&self, iova: u64) {
-        self.inner.dma_free(iova)
-    }
-    fn dma_read(&self, iova: u64, buf: &mut [u8]) -> Result<(), hca::PlatformError> {
-        self.inner.dma_read(iova, buf)
-    }
-    fn dma_write(&self, iova: u64, data: &[u8]) -> Result<(), hca::PlatformError> {
-        self.inner.dma_write(iova, data)
-    }
-    fn dma_load_u32(&self, iova: u64) -> Result<u32, hca::PlatformError> {
-        self.inner.dma_load_u32(iova)
-    }
-    fn dma_store_u32(&self, iova: u64, v: u32) -> Result<(), hca::PlatformError> {
-        self.inner.dma_store_u32(iova, v)
-    }
-    fn wait_vector(&self, v: u16, t: Duration) -> u32 {
-        self.inner.wait_vector(v, t)
-    }
-    fn pci_id(&self) -> (u16, u16) {
-        self.inner.pci_id()
-    }
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<u64, hca::PlatformError> {
-        // SAFETY: the caller's promise is passed on unchanged.
-        unsafe { self.inner.map_user(addr, len) }
-    }
-    fn unmap_user(&self, iova: u64) {
-        self.inner.unmap_user(iova)
-    }
-}
-
 /// BUG: the driver trusts the QP handle the device returns. `Cq::create` refuses a CQ handle
 /// that is already live (`EventHub::register_cq` -> DeviceFatal), but `Qp::create` only checks
 /// that the QPN fits 24 bits: a device answering two CREATE_QPs with the same QPN yields two
@@ -313,8 +230,9 @@ impl hca::Platform for DupQpn {
 /// ("Nothing the device writes is trusted: ring indices, handles and CQEs are validated").
 #[test]
 fn a_duplicate_qp_handle_from_the_device_is_refused() {
-    let inner = hca::platform::sim::SimPlatform::new(SimConfig::default());
-    let plat = Arc::new(DupQpn { inner, first: std::sync::Mutex::new(None) });
+    // A device that answers every CREATE_QP with the QPN of the first QP it created.
+    let mut first = None;
+    let plat = Arc::new(Rewrite::new(pvrdma_abi::cmd::opcode::CREATE_QP, 16, move |qpn| *first.get_or_insert(qpn)));
     // The encoding is declared: the probe's self-test creates QPs, which this device would break.
     let opts = hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() };
     let dev = hca::probe(plat, opts).unwrap();

@@ -105,3 +105,47 @@ fn state_rules() {
     qp.modify_to_err().unwrap();
     assert_eq!(qp.state(), Ok(ib_core::QpState::Err));
 }
+
+/// How the device arms CQs is the device's, found at probe by a self-test (both model profiles,
+/// undeclared); an explicit override wins without a test.
+#[test]
+fn the_arm_encoding_is_found_by_self_test_or_declared() {
+    use doorbell::ArmEncoding;
+    use pvrdma_sim::{Profile, SimConfig};
+    for (profile, found) in [(Profile::Ibta, ArmEncoding::Ibta), (Profile::Qemu72, ArmEncoding::Qemu72)] {
+        let dev = open_with(SimConfig { profile, ..Default::default() });
+        assert_eq!(pv(&dev).arm_encoding(), found, "{profile:?}");
+        let ch = dev.create_comp_channel().unwrap();
+        let cq = dev.create_cq(8, Some(&ch)).unwrap();
+        assert_eq!(cq.req_notify(ib_core::NotifyFlags::SOLICITED).is_ok(), found == ArmEncoding::Ibta);
+        assert_eq!(stats(&dev).spurious_cq_notifications, 0, "{profile:?}: the self-test left nothing behind");
+    }
+    let opts = hca::ProbeOptions { arm_encoding: Some(ArmEncoding::Qemu72), ..Default::default() };
+    let (dev, _) = hca::open_sim_with(SimConfig::default(), opts).unwrap();
+    assert_eq!(pv(&dev).arm_encoding(), ArmEncoding::Qemu72, "the override wins");
+    assert_eq!(stats(&dev).interrupts[2], 0, "and no self-test ran");
+}
+
+/// A device whose CQ interrupt never comes (vector 2 masked here): the self-test cannot tell, so
+/// the driver falls back to the IBTA encoding, and events still arrive through the periodic drain
+/// of the CQ-notification ring.
+#[test]
+fn without_cq_interrupts_the_probe_falls_back_and_events_still_come() {
+    use ib_core::NotifyFlags;
+    let sim = hca::platform::sim::SimPlatform::new(Default::default());
+    sim.device().vectors().set_masked(2, true);
+    let t = std::time::Instant::now();
+    let dev = hca::probe(std::sync::Arc::new(sim.clone()), Default::default()).unwrap();
+    assert!(t.elapsed() < std::time::Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(pv(&dev).arm_encoding(), doorbell::ArmEncoding::Ibta);
+    let ch = dev.create_comp_channel().unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    p.recv_b(1, 0, 8);
+    p.send_a(1, 0, b"x", ib_core::WrOpcode::Send, false);
+    assert_eq!(ch.get_cq_event(WAIT).map(|c| c.handle()), Ok(cq.handle()));
+    cq.ack_events(1);
+    assert_eq!(stats(&dev).interrupts[2], 0);
+}
