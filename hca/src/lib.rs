@@ -2,7 +2,7 @@
 //! `vmw_pvrdma` and `mthca`: one module per hardware object over a platform interface (BAR1
 //! registers, BAR2 UAR pages, DMA memory by device address, MSI-X vectors).
 //!
-//! - [`register`] loads the provider under the core; [`probe`] (or [`open_sim`] for the built-in
+//! - [`register`] loads the provider under the core; [`probe()`] (or [`open_sim`] for the built-in
 //!   model) adds a device, named `vmw_pvrdma<N>`, and returns the core's [`ib_core::Device`].
 //! - Probe (`probe.rs`) loads the DSR, starts the vector threads, activates the device, binds the
 //!   GID and finds out by a self-test how the device arms CQs (`selftest.rs`).

@@ -20,7 +20,7 @@ impl PageDir {
     /// Builds a directory listing `pages` (device addresses of 4 KiB pages, in order).
     ///
     /// Errors: [`Error::InvalidArgument`] for no pages or more than
-    /// [`PAGE_DIR_MAX_PAGES`]; [`Error::Platform`] if the directory cannot be allocated or written.
+    /// [`PAGE_DIR_MAX_PAGES`]; [`ib_core::Error::Device`] if the directory cannot be allocated or written.
     pub fn new(platform: &Arc<dyn Platform>, pages: &[Iova]) -> Result<Self> {
         if pages.is_empty() || pages.len() > PAGE_DIR_MAX_PAGES {
             return Err(Error::InvalidArgument("page directory size"));

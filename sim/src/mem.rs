@@ -126,7 +126,7 @@ impl GuestMemory {
     /// length of 0.
     pub unsafe fn map_external(&self, addr: usize, len: usize) -> Result<u64, MemError> {
         let ptr = std::ptr::NonNull::new(addr as *mut AtomicU32);
-        let aligned = addr % PAGE as usize == 0 && len % PAGE as usize == 0 && len > 0;
+        let aligned = (addr | len) & (PAGE as usize - 1) == 0 && len > 0;
         let Some(ptr) = ptr.filter(|_| aligned) else {
             return Err(MemError::Misaligned(addr as u64));
         };

@@ -185,6 +185,10 @@ pub trait MrOps: Send + Sync + 'static {
     fn addr(&self) -> u64;
     /// Bytes.
     fn len(&self) -> usize;
+    /// Whether the MR has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Copies the MR's bytes at `offset` into `buf` (bounds already checked by the core).
     fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()>;
     /// Copies `data` into the MR at `offset` (bounds already checked by the core).

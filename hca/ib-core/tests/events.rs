@@ -84,7 +84,9 @@ fn a_disabled_or_spent_dispatcher_gets_no_error_until_enabled_again() {
     let dev = open();
     let cq = dev.create_cq(8, None).unwrap();
     let (tx, rx) = mpsc::channel();
-    cq.set_upcall(UpcallPolicy::SingleInstance, move |_, st| drop(tx.send(st))).unwrap();
+    cq.set_upcall(UpcallPolicy::SingleInstance, move |_, st| {
+        let _ = tx.send(st);
+    }).unwrap();
     assert!(scq(&cq).publish(false));
     assert_eq!(rx.recv_timeout(WAIT), Ok(NotifyStatus::Success));
     assert_eq!(cq.upcall_policy(), Some(UpcallPolicy::Disable), "SINGLE_INSTANCE is spent");

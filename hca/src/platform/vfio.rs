@@ -622,7 +622,7 @@ impl DmaMapping {
     unsafe fn user(container: Arc<VfioContainer>, iova: u64, addr: usize, len: usize) -> io::Result<Self> {
         let align = container.iommu().alignment().max(page_size());
         let ptr = NonNull::new(addr as *mut AtomicU32)
-            .filter(|_| addr % align == 0 && len % align == 0 && len > 0)
+            .filter(|_| align.is_power_of_two() && (addr | len) & (align - 1) == 0 && len > 0)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "user memory not aligned to the IOMMU unit"))?;
         let mem = HostMemory { ptr, len, leak: true };
         // SAFETY: the caller keeps [addr, addr + len) live until this mapping is dropped, and

@@ -54,7 +54,11 @@ fn render(dev: &Device, only: Option<u8>) -> Result<String, String> {
     let _ = writeln!(s, "\tvendor_part_id:\t\t\t{}", a.vendor_part_id);
     let _ = writeln!(s, "\thw_ver:\t\t\t\t{:#x}", a.hw_ver);
     let _ = writeln!(s, "\tphys_port_cnt:\t\t\t{}", a.phys_port_cnt);
-    for port in (1..=a.phys_port_cnt).filter(|p| only.map_or(true, |o| o == *p)) {
+    let wanted = |p: &u8| match only {
+        Some(o) => o == *p,
+        None => true,
+    };
+    for port in (1..=a.phys_port_cnt).filter(wanted) {
         render_port(dev, port, &mut s).map_err(|_| format!("Failed to query port {port} props"))?;
     }
     Ok(s)
