@@ -130,6 +130,12 @@ impl EventRings {
         Err(Error::DeviceFatal)
     }
 
+    /// The core's handler of QP `handle`, if it is live (the table's lock is released before the
+    /// handler runs: it may run the consumer's code, which may destroy a QP).
+    fn qp_handler(&self, handle: u32) -> Option<Arc<dyn QpEventHandler>> {
+        self.qps.read().get(&handle).cloned()
+    }
+
     /// The core's handler of CQ `handle`, if it is live.
     pub(crate) fn cq_handler(&self, handle: u32) -> Option<Arc<dyn CqEventHandler>> {
         self.cqs.read().get(&handle).map(|e| e.handler.clone())
@@ -228,7 +234,7 @@ impl EventRings {
         tracing::debug!(?event, info, "async event");
         let delivered = match event.scope() {
             EventScope::Cq => self.cq_error(info),
-            EventScope::Qp => self.qps.read().get(&info).cloned().is_some_and(|h| h.event(event)),
+            EventScope::Qp => self.qp_handler(info).is_some_and(|h| h.event(event)),
             EventScope::Port => self.port_event(info, event),
             EventScope::Device => {
                 self.health.set_fatal("DEVICE_FATAL async event");

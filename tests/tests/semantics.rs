@@ -172,3 +172,31 @@ fn a_cq_or_qp_handle_wider_than_24_bits_is_refused() {
         assert_eq!(d.cq_status(live.handle()).unwrap().arm, pvrdma_sim::ArmState::Next);
     }
 }
+
+/// An async handler runs the consumer's code: destroying a QP from inside a QP event's handler
+/// must not wait for the driver's own table lock (it once held the QP table across the handler).
+#[test]
+fn a_qp_destroyed_from_inside_a_qp_events_handler_does_not_deadlock() {
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8, None).unwrap();
+    let (x, y) = (rc_qp(&pd, &cq, &cq), rc_qp(&pd, &cq, &cq));
+    let victim = Arc::new(Mutex::new(Some(y)));
+    let (tx, rx) = mpsc::channel();
+    let slot = victim.clone();
+    let xqpn = x.qpn();
+    dev.set_async_event_handler(move |e| {
+        if e.qp().map(|q| q.qp_num()) == Some(xqpn) {
+            drop(slot.lock().unwrap().take());
+            let _ = tx.send(());
+        }
+    });
+    sim.device().inject_async_event(EqeType::QpFatal, xqpn);
+    if rx.recv_timeout(WAIT).is_err() {
+        // A deadlocked driver thread would hang this test's teardown too: fail fast instead.
+        eprintln!("the async handler deadlocked destroying a QP; aborting");
+        std::process::abort();
+    }
+    assert!(victim.lock().unwrap().is_none());
+    drop(x);
+}
