@@ -4,6 +4,7 @@ pub mod abi_sizes;
 pub mod cprobe;
 pub mod events;
 pub mod fixture;
+pub mod intercept;
 pub mod differential;
 pub mod qemu;
 pub mod rewrite;

@@ -2,14 +2,14 @@
 //! response rewritten after the device wrote it (before the driver reads it), to try what the
 //! driver does with a value it should not trust.
 
+use crate::intercept::{Hooks, Intercept};
 use hca::platform::sim::SimPlatform;
-use hca::platform::{Iova, Platform, PlatformError};
+use hca::platform::Platform;
 use pvrdma_abi::cmd::ack_for;
 use pvrdma_abi::dsr::Dsr;
 use pvrdma_abi::regs::{REG_DSRHIGH, REG_DSRLOW, REG_REQUEST};
 use pvrdma_sim::SimDevice;
 use std::sync::Mutex;
-use std::time::Duration;
 use zerocopy::FromBytes;
 
 /// The DSR the driver loaded into `d`.
@@ -22,8 +22,6 @@ pub fn dsr(d: &SimDevice) -> Dsr {
 
 /// Rewrites the word at byte `offset` of every response to command `opcode` with `f`.
 pub struct Rewrite {
-    /// The model underneath.
-    pub sim: SimPlatform,
     opcode: u32,
     offset: u64,
     f: Mutex<Box<dyn FnMut(u32) -> u32 + Send>>,
@@ -31,13 +29,19 @@ pub struct Rewrite {
 
 impl Rewrite {
     /// A fresh model whose responses to `opcode` get the word at `offset` rewritten by `f`.
-    pub fn new(opcode: u32, offset: u64, f: impl FnMut(u32) -> u32 + Send + 'static) -> Self {
+    pub fn new(opcode: u32, offset: u64, f: impl FnMut(u32) -> u32 + Send + 'static) -> Intercept<Self> {
         let sim = SimPlatform::new(pvrdma_sim::SimConfig::default());
-        Self { sim, opcode, offset, f: Mutex::new(Box::new(f)) }
+        Intercept { sim, hooks: Self { opcode, offset, f: Mutex::new(Box::new(f)) } }
     }
+}
 
-    fn rewrite(&self) {
-        let d = self.sim.device();
+impl Hooks for Rewrite {
+    fn reg_write(&self, sim: &SimPlatform, offset: u32, value: u32) {
+        sim.reg_write(offset, value);
+        if offset != REG_REQUEST {
+            return;
+        }
+        let d = sim.device();
         let resp = dsr(d).resp_slot_dma.get();
         if d.mem().load_u32(resp + 8).unwrap_or(0) != ack_for(self.opcode) {
             return;
@@ -46,60 +50,5 @@ impl Rewrite {
         let old = d.mem().load_u32(at).unwrap();
         let new = (self.f.lock().unwrap())(old);
         d.mem().store_u32(at, new).unwrap();
-    }
-}
-
-impl Platform for Rewrite {
-    fn name(&self) -> String {
-        "sim-rewrite".into()
-    }
-    fn pci_id(&self) -> (u16, u16) {
-        self.sim.pci_id()
-    }
-    fn reg_read(&self, o: u32) -> u32 {
-        self.sim.reg_read(o)
-    }
-    fn reg_write(&self, o: u32, v: u32) {
-        self.sim.reg_write(o, v);
-        if o == REG_REQUEST {
-            self.rewrite();
-        }
-    }
-    fn uar_write(&self, o: u64, v: u32) {
-        self.sim.uar_write(o, v)
-    }
-    fn uar_base_pfn(&self) -> u64 {
-        self.sim.uar_base_pfn()
-    }
-    fn uar_pages(&self) -> u32 {
-        self.sim.uar_pages()
-    }
-    fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError> {
-        self.sim.dma_alloc(len)
-    }
-    fn dma_free(&self, iova: Iova) {
-        self.sim.dma_free(iova)
-    }
-    fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
-        self.sim.dma_read(iova, buf)
-    }
-    fn dma_write(&self, iova: Iova, data: &[u8]) -> Result<(), PlatformError> {
-        self.sim.dma_write(iova, data)
-    }
-    fn dma_load_u32(&self, iova: Iova) -> Result<u32, PlatformError> {
-        self.sim.dma_load_u32(iova)
-    }
-    fn dma_store_u32(&self, iova: Iova, v: u32) -> Result<(), PlatformError> {
-        self.sim.dma_store_u32(iova, v)
-    }
-    fn wait_vector(&self, v: u16, t: Duration) -> u32 {
-        self.sim.wait_vector(v, t)
-    }
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
-        // SAFETY: the caller's promise is passed on unchanged.
-        unsafe { self.sim.map_user(addr, len) }
-    }
-    fn unmap_user(&self, iova: Iova) {
-        self.sim.unmap_user(iova)
     }
 }

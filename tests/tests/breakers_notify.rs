@@ -5,7 +5,8 @@
 //! bounded; anything that could hang runs on a thread joined with a timeout.
 
 use hca::platform::sim::SimPlatform;
-use hca::platform::{Iova, Platform, PlatformError};
+use hca::platform::Platform;
+use tests::intercept::{Hooks, Intercept};
 use ib_core::{ArmKind, Cq, Error, NotifyKind, NotifyStatus, UpcallPolicy};
 use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_OFFSET};
 use pvrdma_sim::{ArmState, Profile, SimConfig};
@@ -176,7 +177,6 @@ const GATE_LIMIT: Duration = Duration::from_secs(20);
 /// - one chosen UAR write can be **held** in flight, after the driver updated its arm state and
 ///   before the device sees the write.
 struct Gated {
-    sim: SimPlatform,
     park: AtomicBool,
     parked: AtomicBool,
     hold_value: AtomicU32,
@@ -185,15 +185,15 @@ struct Gated {
 }
 
 impl Gated {
-    fn new(cfg: SimConfig) -> Arc<Self> {
-        Arc::new(Self {
-            sim: SimPlatform::new(cfg),
+    fn new(cfg: SimConfig) -> Arc<Intercept<Self>> {
+        let hooks = Self {
             park: AtomicBool::new(false),
             parked: AtomicBool::new(false),
             hold_value: AtomicU32::new(0),
             held: AtomicBool::new(false),
             release: AtomicBool::new(false),
-        })
+        };
+        Arc::new(Intercept { sim: SimPlatform::new(cfg), hooks })
     }
 
     /// Parks the vector-2 thread at its next wait, and waits until it is parked.
@@ -236,65 +236,22 @@ impl Drop for Gated {
     }
 }
 
-impl Platform for Gated {
-    fn name(&self) -> String {
-        "sim-gated".into()
-    }
-    fn reg_read(&self, offset: u32) -> u32 {
-        self.sim.reg_read(offset)
-    }
-    fn reg_write(&self, offset: u32, value: u32) {
-        self.sim.reg_write(offset, value)
-    }
-    fn uar_write(&self, offset: u64, value: u32) {
+impl Hooks for Gated {
+    fn uar_write(&self, sim: &SimPlatform, offset: u64, value: u32) {
         let hold = self.hold_value.compare_exchange(value, 0, Ordering::SeqCst, Ordering::SeqCst);
         if value != 0 && hold.is_ok() {
             self.held.store(true, Ordering::SeqCst);
             Self::gate(|| !self.release.load(Ordering::SeqCst));
         }
-        self.sim.uar_write(offset, value)
+        sim.uar_write(offset, value)
     }
-    fn uar_base_pfn(&self) -> u64 {
-        self.sim.uar_base_pfn()
-    }
-    fn uar_pages(&self) -> u32 {
-        self.sim.uar_pages()
-    }
-    fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError> {
-        self.sim.dma_alloc(len)
-    }
-    fn dma_free(&self, iova: Iova) {
-        self.sim.dma_free(iova)
-    }
-    fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
-        self.sim.dma_read(iova, buf)
-    }
-    fn dma_write(&self, iova: Iova, data: &[u8]) -> Result<(), PlatformError> {
-        self.sim.dma_write(iova, data)
-    }
-    fn dma_load_u32(&self, iova: Iova) -> Result<u32, PlatformError> {
-        self.sim.dma_load_u32(iova)
-    }
-    fn dma_store_u32(&self, iova: Iova, value: u32) -> Result<(), PlatformError> {
-        self.sim.dma_store_u32(iova, value)
-    }
-    fn wait_vector(&self, vector: u16, timeout: Duration) -> u32 {
+    fn wait_vector(&self, sim: &SimPlatform, vector: u16, timeout: Duration) -> u32 {
         if vector == pvrdma_abi::regs::IntrVector::Cq as u16 && self.park.load(Ordering::SeqCst) {
             self.parked.store(true, Ordering::SeqCst);
             Self::gate(|| self.park.load(Ordering::SeqCst));
             self.parked.store(false, Ordering::SeqCst);
         }
-        self.sim.wait_vector(vector, timeout)
-    }
-    fn pci_id(&self) -> (u16, u16) {
-        self.sim.pci_id()
-    }
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
-        // SAFETY: the caller's promise is passed on unchanged.
-        unsafe { self.sim.map_user(addr, len) }
-    }
-    fn unmap_user(&self, iova: Iova) {
-        self.sim.unmap_user(iova)
+        sim.wait_vector(vector, timeout)
     }
 }
 
