@@ -4,9 +4,15 @@
 use std::process::Command;
 
 fn hca(args: &[&str]) -> (bool, String, String) {
+    let (code, out, err) = hca_status(args);
+    (code == Some(0), out, err)
+}
+
+/// The exit status, stdout and stderr of one run.
+fn hca_status(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hca")).args(args).output().expect("run hca");
     let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    (out.status.success(), text(out.stdout), text(out.stderr))
+    (out.status.code(), text(out.stdout), text(out.stderr))
 }
 
 fn field<'a>(out: &'a str, after: &str) -> &'a str {
@@ -60,7 +66,7 @@ fn event_mode_sleeps_and_waits_for_about_one_event_per_completion() {
 
 #[test]
 fn devinfo_is_shaped_like_ibv_devinfo() {
-    let (ok, out, err) = hca(&["devinfo"]);
+    let (ok, out, err) = hca(&["devinfo", "-v"]);
     assert!(ok, "{err}");
     for want in [
         "hca_id:\tvmw_pvrdma0",
@@ -76,9 +82,12 @@ fn devinfo_is_shaped_like_ibv_devinfo() {
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
-    for f in ["fw_ver:", "node_guid:", "sys_image_guid:", "hw_ver:", "max_mtu:"] {
+    for f in ["fw_ver:", "node_guid:", "sys_image_guid:", "hw_ver:", "max_mtu:", "max_qp_wr:", "gid_tbl_len:"] {
         assert!(out.contains(f), "missing {f}");
     }
+    // Without -v, as ibv_devinfo: no GIDs, no limits.
+    let (_, out, _) = hca(&["devinfo"]);
+    assert!(!out.contains("GID[") && !out.contains("max_qp_wr:"), "{out}");
 }
 
 #[test]
@@ -96,20 +105,22 @@ fn devinfo_takes_ibv_devinfos_options_and_formats_fw_ver_as_pvrdma_does() {
     // rdma-core's pvrdma provider: "%d.%d.%03d" of bits 32-47, 16-31, 0-15.
     assert!(out.contains("fw_ver:\t\t\t\t1.0.014\n"), "{out}");
     assert!(out.contains("port:\t1"), "{out}");
-    // As ibv_devinfo: a port the device lacks prints no port section; port 0 is refused.
-    let (ok, out, _) = hca(&["devinfo", "-i", "2"]);
-    assert!(ok && out.contains("hca_id:") && !out.contains("\t\tport:\t"), "{out}");
-    let (ok, _, _) = hca(&["devinfo", "-i", "0"]);
-    assert!(!ok);
-    let (ok, _, err) = hca(&["devinfo", "--ib-dev", "mlx5_9"]);
-    assert!(!ok && err.contains("IB device 'mlx5_9' wasn't found"), "{err}");
+    // As ibv_devinfo, with its exit statuses: a port the device lacks is refused (4), port 0 is a
+    // usage error (1), an unknown device 255; numbers read as strtol reads them.
+    let (code, out, err) = hca_status(&["devinfo", "-i", "2"]);
+    assert_eq!(code, Some(4), "{out}{err}");
+    assert!(err.contains("Invalid port requested for device") && out.is_empty(), "{out}{err}");
+    assert_eq!(hca_status(&["devinfo", "-i", "0"]).0, Some(1));
+    assert!(hca(&["devinfo", "-i", "0x1"]).1.contains("\t\tport:\t1"));
+    let (code, _, err) = hca_status(&["devinfo", "--ib-dev", "mlx5_9"]);
+    assert!(code == Some(255) && err.contains("IB device 'mlx5_9' wasn't found"), "{err}");
     let (ok, out, _) = hca(&["devinfo", "-l"]);
     assert!(ok && out == "1 HCA found:\n\tvmw_pvrdma0\n\n", "{out:?}");
 }
 
 #[test]
 fn pingpong_takes_ibv_rc_pingpongs_device_port_gid_and_rx_depth_options() {
-    let args = ["--link-latency-us", "0", "pingpong", "-d", "vmw_pvrdma0", "-i", "1", "-g", "0", "-r", "1", "-n", "20", "-s", "64"];
+    let args = ["--link-latency-us", "0", "pingpong", "-d", "vmw_pvrdma0", "-i", "1", "-g", "0", "-l", "3", "-r", "1", "-n", "20", "-s", "0x40"];
     let (ok, out, err) = hca(&args);
     assert!(ok, "{args:?}:\n{out}\n{err}");
     assert!(out.contains("payload verified: 40 messages of 64 bytes"), "{out}");
@@ -119,4 +130,6 @@ fn pingpong_takes_ibv_rc_pingpongs_device_port_gid_and_rx_depth_options() {
     assert!(!ok && err.contains("Couldn't get port info"), "{err}");
     let (ok, _, err) = hca(&["pingpong", "-g", "4096"]);
     assert!(!ok && err.contains("can't read sgid of index 4096"), "{err}");
+    let (ok, _, err) = hca(&["pingpong", "-g", "1"]);
+    assert!(!ok && err.contains("GID index 1 of port 1 holds no GID"), "{err}");
 }

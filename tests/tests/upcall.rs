@@ -126,8 +126,9 @@ fn destroying_a_cq_from_inside_its_own_upcall_is_an_error() {
             match cq.destroy(Some(Duration::from_secs(1))) {
                 Ok(()) => drop(tx.send(Ok(()))),
                 Err((cq, e)) => {
-                    let _ = tx.send(Err(e));
+                    // Back in the slot before the test thread hears of it and takes it.
                     *s.lock().unwrap() = Some(cq);
+                    let _ = tx.send(Err(e));
                 }
             }
         }

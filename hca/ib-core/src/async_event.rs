@@ -21,26 +21,44 @@ use std::time::Duration;
 
 /// The kind of an async event (`enum ibv_event_type`, same numbering).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum AsyncEventType {
+    /// The CQ is in error (overflow: Overrun; a ring fault: Failure).
     CqErr = 0,
+    /// The QP hit a fatal error and is in ERR.
     QpFatal = 1,
+    /// The QP received an invalid request (IBTA: invalid request local work queue error).
     QpReqErr = 2,
+    /// A remote access violation on the QP.
     QpAccessErr = 3,
+    /// The first packet arrived on a QP in RTR (communication established).
     CommEst = 4,
+    /// The QP's send queue drained (SQD).
     SqDrained = 5,
+    /// The QP migrated to its alternate path.
     PathMig = 6,
+    /// Path migration failed.
     PathMigErr = 7,
+    /// The device is in its catastrophic state.
     DeviceFatal = 8,
+    /// The port became active.
     PortActive = 9,
+    /// The port went down.
     PortErr = 10,
+    /// The port's LID changed.
     LidChange = 11,
+    /// The port's P_Key table changed.
     PkeyChange = 12,
+    /// The port's subnet manager changed.
     SmChange = 13,
+    /// The SRQ is in error.
     SrqErr = 14,
+    /// The SRQ fell below its limit.
     SrqLimitReached = 15,
+    /// The last WQE of a QP on an SRQ was reached.
     QpLastWqeReached = 16,
+    /// The subnet manager asks clients to re-register.
     ClientReregister = 17,
+    /// The port's GID table changed.
     GidChange = 18,
 }
 

@@ -104,8 +104,9 @@ impl fmt::Display for PortState {
     }
 }
 
-/// Port attributes (IBTA 11.2.1.3 Query HCA port; `ibv_port_attr`). MTUs in bytes (0 if the
-/// device reported a code it should not).
+/// Port attributes (IBTA 11.2.1.3 Query HCA port; `ibv_port_attr`). Unlike `ibv_port_attr` (and
+/// [`QpAttr::path_mtu`]), the MTUs here are in bytes, not `ibv_mtu` codes (0 if the device
+/// reported a code it should not): convert with [`Mtu::from_bytes`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortAttr {
     /// Logical port state.
@@ -133,7 +134,10 @@ pub struct PortAttr {
 /// A path MTU (`enum ibv_mtu`: 1 = 256 bytes ... 5 = 4096 bytes). A newtype over the raw code,
 /// so a value a device reports is kept as it came, never forced into a variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
-pub struct Mtu(pub u32);
+pub struct Mtu(
+    /// The `ibv_mtu` code.
+    pub u32,
+);
 
 impl Mtu {
     /// 256 bytes.
@@ -344,30 +348,53 @@ pub struct QpAttr {
 
 /// Which [`QpAttr`] fields a modify sets or a query asks for (`enum ibv_qp_attr_mask`, same bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
-pub struct QpAttrMask(pub u32);
+pub struct QpAttrMask(
+    /// The `ibv_qp_attr_mask` bits.
+    pub u32,
+);
 
-#[allow(missing_docs)]
 impl QpAttrMask {
+    /// The state (`qp_state`).
     pub const STATE: Self = Self(1 << 0);
+    /// The state the caller believes current (`cur_qp_state`).
     pub const CUR_STATE: Self = Self(1 << 1);
+    /// `en_sqd_async_notify`.
     pub const EN_SQD_ASYNC_NOTIFY: Self = Self(1 << 2);
+    /// Remote access flags (`qp_access_flags`).
     pub const ACCESS_FLAGS: Self = Self(1 << 3);
+    /// `pkey_index`.
     pub const PKEY_INDEX: Self = Self(1 << 4);
+    /// `port_num`.
     pub const PORT: Self = Self(1 << 5);
+    /// `qkey` (UD).
     pub const QKEY: Self = Self(1 << 6);
+    /// The primary path (`ah_attr`).
     pub const AV: Self = Self(1 << 7);
+    /// `path_mtu`.
     pub const PATH_MTU: Self = Self(1 << 8);
+    /// The local ACK timeout (`timeout`).
     pub const TIMEOUT: Self = Self(1 << 9);
+    /// `retry_cnt`.
     pub const RETRY_CNT: Self = Self(1 << 10);
+    /// `rnr_retry`.
     pub const RNR_RETRY: Self = Self(1 << 11);
+    /// `rq_psn`.
     pub const RQ_PSN: Self = Self(1 << 12);
+    /// `max_rd_atomic`.
     pub const MAX_QP_RD_ATOMIC: Self = Self(1 << 13);
+    /// The alternate path (`alt_ah_attr`, `alt_pkey_index`, `alt_port_num`, `alt_timeout`).
     pub const ALT_PATH: Self = Self(1 << 14);
+    /// `min_rnr_timer`.
     pub const MIN_RNR_TIMER: Self = Self(1 << 15);
+    /// `sq_psn`.
     pub const SQ_PSN: Self = Self(1 << 16);
+    /// `max_dest_rd_atomic`.
     pub const MAX_DEST_RD_ATOMIC: Self = Self(1 << 17);
+    /// `path_mig_state`.
     pub const PATH_MIG_STATE: Self = Self(1 << 18);
+    /// Queue sizes (`cap`; not modifiable here).
     pub const CAP: Self = Self(1 << 19);
+    /// `dest_qp_num`.
     pub const DEST_QPN: Self = Self(1 << 20);
     /// Every attribute a query can ask for.
     pub const ALL: Self = Self((1 << 21) - 1);

@@ -70,8 +70,13 @@ pub struct Qp {
     ops: Option<Box<dyn QpOps>>,
     events: Arc<QpEvents>,
     qp_type: QpType,
-    /// The state last set by a modify or read by a query.
-    state: Mutex<QpState>,
+    /// The state last set by a modify or read by a query, and the port last set.
+    cached: Mutex<Cached>,
+}
+
+struct Cached {
+    state: QpState,
+    port: u8,
 }
 
 impl Pd {
@@ -114,7 +119,7 @@ impl Pd {
             ops: Some(ops),
             events,
             qp_type: attr.qp_type,
-            state: Mutex::new(QpState::Reset),
+            cached: Mutex::new(Cached { state: QpState::Reset, port: 1 }),
         })
     }
 }
@@ -176,13 +181,16 @@ impl Qp {
     /// counts above 7); [`Error::DeviceFatal`]; provider errors.
     pub fn modify_qp(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         self.pd.ctx.live()?;
-        let mut cached = self.state.lock();
-        let cur = if mask.contains(QpAttrMask::CUR_STATE) { attr.cur_qp_state } else { *cached };
+        let mut cached = self.cached.lock();
+        let cur = if mask.contains(QpAttrMask::CUR_STATE) { attr.cur_qp_state } else { cached.state };
         let next = if mask.contains(QpAttrMask::STATE) { attr.qp_state } else { cur };
         qp_state::check(cur, next, self.qp_type, mask)?;
         self.check_values(attr, mask)?;
         self.ops().modify(attr, mask)?;
-        *cached = next;
+        cached.state = next;
+        if mask.contains(QpAttrMask::PORT) {
+            cached.port = attr.port_num;
+        }
         tracing::debug!(qpn = self.qpn(), ?cur, ?next, "QP modified");
         Ok(())
     }
@@ -235,7 +243,7 @@ impl Qp {
         self.pd.ctx.live()?;
         let a = self.ops().query(mask)?;
         if mask.contains(QpAttrMask::STATE) {
-            *self.state.lock() = a.qp_state;
+            self.cached.lock().state = a.qp_state;
         }
         Ok(a)
     }
@@ -252,10 +260,10 @@ impl Qp {
         self.modify_qp(&a, m)
     }
 
-    /// INIT -> RTR towards QP `dest_qpn` at `dgid` through GID index 0 of the QP's port, expecting
-    /// PSN `rq_psn`, path MTU `path_mtu_bytes`; hop limit 64, min RNR timer 12 (0.64 ms), one
-    /// outstanding RDMA READ as responder (the values rdma-core's examples use). For other
-    /// values use [`Qp::modify_qp`].
+    /// INIT -> RTR towards QP `dest_qpn` at `dgid` through GID index 0 of the QP's port (the one
+    /// its INIT set), expecting PSN `rq_psn`, path MTU `path_mtu_bytes`; hop limit 64, min RNR
+    /// timer 12 (0.64 ms), one outstanding RDMA READ as responder (the values rdma-core's
+    /// examples use). For other values use [`Qp::modify_qp`].
     pub fn modify_to_rtr(&self, dest_qpn: u32, dgid: Gid, rq_psn: u32, path_mtu_bytes: u32) -> Result<()> {
         let mtu = Mtu::from_bytes(path_mtu_bytes).ok_or(Error::InvalidArgument("path MTU"))?;
         let grh = GlobalRoute { dgid, sgid_index: 0, hop_limit: 64, ..Default::default() };
@@ -266,7 +274,7 @@ impl Qp {
             rq_psn,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
-            ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
+            ah_attr: AhAttr { grh, is_global: true, port_num: self.cached.lock().port, ..Default::default() },
             ..Default::default()
         };
         self.modify_qp(&a, rtr_mask())
@@ -299,7 +307,7 @@ impl Qp {
     /// QP takes; [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
         self.pd.ctx.live()?;
-        if *self.state.lock() < QpState::Rts {
+        if self.cached.lock().state < QpState::Rts {
             return Err(Error::InvalidState);
         }
         self.ops().post_send(wr)
@@ -311,7 +319,7 @@ impl Qp {
     /// `WR_FLUSH_ERR`; [`Error::InvalidArgument`]; [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
         self.pd.ctx.live()?;
-        if *self.state.lock() == QpState::Reset {
+        if self.cached.lock().state == QpState::Reset {
             return Err(Error::InvalidState);
         }
         self.ops().post_recv(wr)
@@ -368,6 +376,6 @@ impl Drop for Qp {
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Qp({}, {:?})", self.qpn(), *self.state.lock())
+        write!(f, "Qp({}, {:?})", self.qpn(), self.cached.lock().state)
     }
 }

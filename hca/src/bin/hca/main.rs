@@ -1,11 +1,12 @@
 //! `hca`: the project's verbs tools on pvrdma devices — by default one built-in device model
 //! (`vmw_pvrdma0`), so no hardware, root or set-up is needed.
 //!
-//! - `hca devinfo` prints devices and ports the way `ibv_devinfo` does (`-d`, `-i`, `-l`).
+//! - `hca devinfo` prints devices and ports the way `ibv_devinfo` does (`-d`, `-i`, `-l`, `-v`).
 //! - `hca pingpong` runs an RC SEND/RECV ping-pong between two QPs of a device, the way
-//!   `ibv_rc_pingpong` does between two hosts (`-d`, `-i`, `-g`, `-s`, `-n`, `-r`, `-m`, `-e`),
+//!   `ibv_rc_pingpong` does between two hosts (`-d`, `-i`, `-g`, `-s`, `-n`, `-r`, `-m`, `-l`, `-e`),
 //!   checking every payload.
 
+mod args;
 mod devinfo;
 mod pingpong;
 mod usage;
@@ -77,9 +78,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hca: {e}");
-            ExitCode::FAILURE
+        Err(f) => {
+            eprintln!("{}", f.msg);
+            ExitCode::from(f.code)
         }
     }
 }

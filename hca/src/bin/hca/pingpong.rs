@@ -5,6 +5,7 @@
 //! `ibv_rc_pingpong`, each end registers a buffer of its own memory (`ibv_reg_mr`) and connects
 //! through the GID at `-g` of port `-i`.
 
+use crate::args::{number, Failure as ToolFailure};
 use crate::usage::process_cpu_time;
 use clap::Args;
 use ib_core::{
@@ -24,22 +25,25 @@ pub struct Opts {
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
     /// Use this port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = number::<u8>)]
     ib_port: u8,
     /// Local port GID index (ibv_rc_pingpong needs it on RoCE; 0 here when not given).
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, value_parser = number::<u32>)]
     gid_idx: u32,
+    /// Service level of the address vector.
+    #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = number::<u8>)]
+    sl: u8,
     /// Size of each message, in bytes (at most the port's max_msg_sz).
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    #[arg(short = 's', long = "size", default_value_t = 4096, value_parser = number::<usize>)]
     size: usize,
     /// Number of exchanges (each end sends and receives this many messages).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    #[arg(short = 'n', long = "iters", default_value_t = 1000, value_parser = number::<u32>)]
     iters: u32,
     /// Number of receives to keep posted (at most the device's max_qp_wr).
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500, value_parser = number::<u32>)]
     rx_depth: u32,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096, at most the port's active MTU.
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = number::<u32>)]
     mtu: u32,
     /// Sleep on CQ events instead of busy polling.
     #[arg(short = 'e', long = "events")]
@@ -90,7 +94,7 @@ impl From<String> for Failure {
 }
 
 /// Opens the device `-d` names (or the first one) and runs the ping-pong on it.
-pub fn run(o: &Opts) -> Result<(), String> {
+pub fn run(o: &Opts) -> Result<(), ToolFailure> {
     let dev = match &o.ib_dev {
         Some(name) => ib_core::open_device(name).map_err(|_| format!("IB device {name} not found"))?,
         None => {
@@ -98,13 +102,16 @@ pub fn run(o: &Opts) -> Result<(), String> {
             ib_core::open_device(&first.name).map_err(|e| e.to_string())?
         }
     };
-    pingpong(&dev, o)
+    pingpong(&dev, o).map_err(|e| format!("hca: {e}").into())
 }
 
 /// Runs the ping-pong on `dev` and prints the result; `Err` (non-zero exit) on any failure.
 fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
     validate(dev, o)?;
     let gid = dev.query_gid(o.ib_port, o.gid_idx).map_err(|_| format!("can't read sgid of index {}", o.gid_idx))?;
+    if gid == [0; 16] {
+        return Err(format!("GID index {} of port {} holds no GID (all zeros)", o.gid_idx, o.ib_port));
+    }
     let abort = Arc::new(AtomicBool::new(false));
     let server = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("server setup: {e}"))?);
     let client = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("client setup: {e}"))?);
@@ -204,7 +211,7 @@ fn connect(a: &End, b: &End, gid: [u8; 16], o: &Opts) -> ib_core::Result<()> {
             rq_psn: peer.psn,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
-            ah_attr: AhAttr { grh, is_global: true, port_num: o.ib_port, ..Default::default() },
+            ah_attr: AhAttr { grh, is_global: true, port_num: o.ib_port, sl: o.sl, ..Default::default() },
             ..Default::default()
         };
         let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
