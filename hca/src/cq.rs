@@ -6,6 +6,7 @@
 
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::eq::CqFlags;
+use crate::health::off_thread;
 use crate::platform::Iova;
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
@@ -70,6 +71,8 @@ impl Cq {
             return Err(Error::InvalidArgument("cqe out of range"));
         }
         let ring = DevRing::new(&dev.platform, entries, CQE_SIZE)?;
+        // Creation and registration in one step against destroys (see `EventRings::objects`).
+        let _objects = dev.eq.objects.lock();
         let resp = dev.cmd.post(CreateCq {
             pdir_dma: ring.buf().dir().dma().into(),
             ctx_handle: uctx.as_ref().map_or(0, |u| u.handle).into(),
@@ -137,10 +140,12 @@ impl CqInner {
             return Err(Error::DeviceFatal);
         }
         let out = self.poll_ring(wc);
-        // Told outside the ring's lock: the core runs the consumer's async handler, which may poll.
+        // Told on a thread of its own: the core runs the consumer's async handler, which may poll.
         if self.broken.load(Ordering::Acquire) && !self.broken_reported.swap(true, Ordering::AcqRel) {
             if let Some(h) = self.dev.eq.cq_handler(self.handle) {
-                h.error(CqError::Failure);
+                off_thread("pvrdma-cq-fault", move || {
+                    h.error(CqError::Failure);
+                });
             }
         }
         out
@@ -207,9 +212,10 @@ impl CqInner {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return;
         }
-        // Out of the table first: later entries and events for the handle find no CQ.
-        self.dev.eq.unregister_cq(self.handle);
-        destroy_cq(&self.dev, self.handle);
+        // What the device reported for the CQ up to its DESTROY reaches it (and is dropped); the
+        // handle leaves the table before the device can give it to a new CQ.
+        let (dev, h) = (&self.dev, self.handle);
+        dev.eq.destroy_object(|| destroy_cq(dev, h), || dev.eq.unregister_cq(h));
     }
 }
 
@@ -217,6 +223,11 @@ impl Cq {
     /// Records that QP `qp` completes into this CQ.
     pub(crate) fn attach_qp(&self, qp: u32) {
         self.0.qps.write().insert(qp);
+    }
+
+    /// Removes the CQEs of QP `qp` still queued (the QP was reset).
+    pub(crate) fn flush_qp(&self, qp: u32) {
+        self.0.flush_qp(qp);
     }
 
     /// Forgets a destroyed QP and removes its CQEs still queued.

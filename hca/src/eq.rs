@@ -47,6 +47,28 @@ struct CqEntry {
     handler: Arc<dyn CqEventHandler>,
 }
 
+/// An async-event entry resolved to what it names.
+enum AsyncEntry {
+    Cq(Arc<CqFlags>, Arc<dyn CqEventHandler>),
+    Qp(Arc<dyn QpEventHandler>, AsyncEventType),
+    Port(u8, AsyncEventType),
+    Fatal(&'static str),
+    /// No live object, or a type the driver does not know: (type, info).
+    Dropped(u32, u32),
+}
+
+impl std::fmt::Debug for AsyncEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cq(..) => write!(f, "CQ_ERR"),
+            Self::Qp(_, e) => write!(f, "{e:?}"),
+            Self::Port(p, e) => write!(f, "{e:?} on port {p}"),
+            Self::Fatal(r) => write!(f, "fatal: {r}"),
+            Self::Dropped(t, i) => write!(f, "type {t}, info {i:#x}"),
+        }
+    }
+}
+
 /// Event state shared by the vector threads and the objects of one device.
 pub struct EventRings {
     platform: Arc<dyn Platform>,
@@ -54,6 +76,9 @@ pub struct EventRings {
     stop: AtomicBool,
     cqs: RwLock<HashMap<u32, CqEntry>>,
     qps: RwLock<HashMap<u32, Arc<dyn QpEventHandler>>>,
+    /// Held while a CQ or QP is created and registered, or destroyed and unregistered, and while
+    /// async entries are resolved to objects (see [`EventRings::destroy_object`]).
+    pub(crate) objects: Mutex<()>,
     async_ring: Mutex<DevRing>,
     notify_ring: Mutex<DevRing>,
 }
@@ -67,6 +92,7 @@ impl EventRings {
             stop: AtomicBool::new(false),
             cqs: RwLock::new(HashMap::new()),
             qps: RwLock::new(HashMap::new()),
+            objects: Mutex::new(()),
             async_ring: Mutex::new(DevRing::new(platform, ASYNC_RING_ELEMS, 8)?),
             notify_ring: Mutex::new(DevRing::new(platform, NOTIFY_RING_ELEMS, 4)?),
         }))
@@ -128,12 +154,6 @@ impl EventRings {
         tracing::error!(handle, "device returned a {what} handle that is in use");
         self.health.set_fatal("device returned an object handle that is in use");
         Err(Error::DeviceFatal)
-    }
-
-    /// The core's handler of QP `handle`, if it is live (the table's lock is released before the
-    /// handler runs: it may run the consumer's code, which may destroy a QP).
-    fn qp_handler(&self, handle: u32) -> Option<Arc<dyn QpEventHandler>> {
-        self.qps.read().get(&handle).cloned()
     }
 
     /// The core's handler of CQ `handle`, if it is live.
@@ -208,13 +228,24 @@ impl EventRings {
         if self.health.is_fatal() {
             return;
         }
-        match self.take_async() {
-            Ok(events) => events.into_iter().for_each(|(t, info)| self.apply_async(t, info)),
-            Err(_) => self.health.set_fatal("async-event ring index out of range"),
+        let events = {
+            let _objects = self.objects.lock();
+            self.take_async()
+        };
+        self.deliver_async(events);
+    }
+
+    /// Takes every async-event entry and resolves each to the object it names now. Called with
+    /// the object lock held ([`EventRings::objects`]), so an entry is never resolved to an object
+    /// that took a destroyed one's handle after the entry was written.
+    fn take_async(&self) -> Vec<AsyncEntry> {
+        match self.read_async() {
+            Ok(raw) => raw.into_iter().map(|(t, info)| self.resolve(t, info)).collect(),
+            Err(_) => vec![AsyncEntry::Fatal("async-event ring index out of range")],
         }
     }
 
-    fn take_async(&self) -> Result<Vec<(u32, u32)>> {
+    fn read_async(&self) -> Result<Vec<(u32, u32)>> {
         let mut ring = self.async_ring.lock();
         let n = ring.pending()?;
         let mut out = Vec::with_capacity(n as usize);
@@ -228,44 +259,66 @@ impl EventRings {
         Ok(out)
     }
 
-    fn apply_async(&self, type_: u32, info: u32) {
+    fn resolve(&self, type_: u32, info: u32) -> AsyncEntry {
         self.health.count(Count::AsyncEvent);
-        let Some(event) = event_type(type_) else { return self.drop_async(type_, info) };
-        tracing::debug!(?event, info, "async event");
-        let delivered = match event.scope() {
-            EventScope::Cq => self.cq_error(info),
-            EventScope::Qp => self.qp_handler(info).is_some_and(|h| h.event(event)),
-            EventScope::Port => self.port_event(info, event),
-            EventScope::Device => {
-                self.health.set_fatal("DEVICE_FATAL async event");
-                true
+        let Some(event) = event_type(type_) else { return AsyncEntry::Dropped(type_, info) };
+        let found = match event.scope() {
+            EventScope::Cq => {
+                self.cqs.read().get(&info).map(|e| AsyncEntry::Cq(e.flags.clone(), e.handler.clone()))
             }
-            EventScope::Srq => false,
+            EventScope::Qp => self.qps.read().get(&info).map(|h| AsyncEntry::Qp(h.clone(), event)),
+            EventScope::Port => {
+                u8::try_from(info).ok().filter(|&p| p >= 1).map(|p| AsyncEntry::Port(p, event))
+            }
+            EventScope::Device => Some(AsyncEntry::Fatal("DEVICE_FATAL async event")),
+            EventScope::Srq => None,
         };
-        if !delivered {
-            self.drop_async(type_, info);
+        found.unwrap_or(AsyncEntry::Dropped(type_, info))
+    }
+
+    /// Hands resolved entries to the core with no lock held: the core runs the consumer's
+    /// handler, which may create or destroy objects.
+    fn deliver_async(&self, events: Vec<AsyncEntry>) {
+        for e in events {
+            let delivered = match &e {
+                AsyncEntry::Cq(flags, handler) => {
+                    // CQ_ERR: the CQ overflowed (the model's only reason for it, decision 7).
+                    flags.overrun.store(true, Ordering::Release);
+                    handler.error(CqError::Overrun)
+                }
+                AsyncEntry::Qp(handler, event) => handler.event(*event),
+                AsyncEntry::Port(port, event) => {
+                    self.health.core().map(|c| c.port_event(*port, *event)).is_some()
+                }
+                AsyncEntry::Fatal(reason) => {
+                    self.health.set_fatal(reason);
+                    true
+                }
+                AsyncEntry::Dropped(..) => false,
+            };
+            if !delivered {
+                tracing::warn!(entry = ?e, "async event for no live object (or of an unknown type): dropped");
+                self.health.count(Count::DroppedAsync);
+            }
         }
     }
 
-    /// CQ_ERR: the CQ overflowed (the model's only reason for it, design decision 7).
-    fn cq_error(&self, handle: u32) -> bool {
-        let entry = self.cqs.read().get(&handle).map(|e| (e.flags.clone(), e.handler.clone()));
-        let Some((flags, handler)) = entry else { return false };
-        flags.overrun.store(true, Ordering::Release);
-        handler.error(CqError::Overrun)
-    }
-
-    fn port_event(&self, info: u32, event: AsyncEventType) -> bool {
-        let (Ok(port @ 1..), Some(core)) = (u8::try_from(info), self.health.core()) else {
-            return false;
+    /// Runs `destroy` (the object's DESTROY command) and `forget` (its removal from the tables)
+    /// under the object lock, consuming in between every report the device wrote: CQ-notification
+    /// entries and async events reach the object being destroyed (whose core handler drops them)
+    /// and never an object that later takes its handle. Creation takes the same lock
+    /// ([`EventRings::objects`]), so a handle the device reuses is registered only once the old
+    /// owner is gone from the tables.
+    pub(crate) fn destroy_object(&self, destroy: impl FnOnce(), forget: impl FnOnce()) {
+        let events = {
+            let _objects = self.objects.lock();
+            destroy();
+            self.drain_notifications();
+            let events = if self.health.is_fatal() { Vec::new() } else { self.take_async() };
+            forget();
+            events
         };
-        core.port_event(port, event);
-        true
-    }
-
-    fn drop_async(&self, type_: u32, info: u32) {
-        tracing::warn!(type_, info, "async event for no live object (or of an unknown type): dropped");
-        self.health.count(Count::DroppedAsync);
+        self.deliver_async(events);
     }
 
     /// The bounded health check: a register reading all-ones means the device is gone.

@@ -58,7 +58,8 @@ impl Health {
         }
         tracing::error!(reason, "pvrdma device is fatal");
         if let Some(h) = self.core.get() {
-            h.fatal();
+            let h = h.clone();
+            off_thread("pvrdma-fatal", move || h.fatal());
         }
     }
 
@@ -100,6 +101,24 @@ impl Health {
             async_events: l(&self.async_events),
             spurious_cq_notifications: l(&self.spurious),
             dropped_async_events: l(&self.dropped_async),
+        }
+    }
+}
+
+/// Runs `f` — a report to the verbs core, which runs the consumer's handlers — on a thread of its
+/// own, so it never runs inside whatever the reporting thread holds (a verb's locks, a command).
+/// Inline only if no thread can be started.
+pub(crate) fn off_thread(name: &str, f: impl FnOnce() + Send + 'static) {
+    let f = std::sync::Arc::new(parking_lot::Mutex::new(Some(f)));
+    let g = f.clone();
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+        if let Some(f) = g.lock().take() {
+            f()
+        }
+    });
+    if spawned.is_err() {
+        if let Some(f) = f.lock().take() {
+            f()
         }
     }
 }

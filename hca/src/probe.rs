@@ -90,6 +90,8 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     start(&dev)?;
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);
+    // The self-test's commands may have found the device dead (a timeout makes it fatal).
+    dev.live()?;
     tracing::info!(platform = %dev.platform.name(), ?encoding, "pvrdma device up");
     Ok(dev)
 }

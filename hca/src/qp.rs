@@ -140,6 +140,8 @@ impl Qp {
         }
         let buf = PagedBuf::new(&dev.platform, total)?;
         let QpType::Rc = init.qp_type;
+        // Creation and registration in one step against destroys (see `EventRings::objects`).
+        let _objects = dev.eq.objects.lock();
         let resp = dev.cmd.post(CreateQp {
             pdir_dma: buf.dir().dma().into(),
             pd_handle: pd.handle.into(),
@@ -242,6 +244,9 @@ impl QpOps for Qp {
             attrs: to_device(attr),
             ..Default::default()
         })?;
+        if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+            self.reset_rings()?;
+        }
         Ok(())
     }
 
@@ -254,6 +259,24 @@ impl QpOps for Qp {
             ..Default::default()
         })?;
         from_device(&resp.attrs)
+    }
+}
+
+impl Qp {
+    /// After a move to RESET (as Linux's `pvrdma_reset_qp`): the QP's CQEs still queued leave its
+    /// CQs and both work queues start empty again (indices 0 on both sides), so nothing posted
+    /// before the reset comes back.
+    fn reset_rings(&self) -> Result<()> {
+        for cq in [&self.send_cq, &self.recv_cq] {
+            cq.flush_qp(self.handle);
+        }
+        for wq in [&self.sq, &self.rq] {
+            let mut q = wq.lock();
+            q.prod = 0;
+            self.buf.data().store_u32(q.cons_at, 0)?;
+            self.buf.data().store_u32(q.prod_at, 0)?;
+        }
+        Ok(())
     }
 }
 
@@ -386,11 +409,16 @@ fn wqe_bytes(hdr: &[u8], sg: &[Sge]) -> Vec<u8> {
 }
 
 impl Drop for Qp {
+    /// DESTROY_QP, then out of the tables and off its CQs (its queued CQEs removed) before the
+    /// device can give its QPN to a new QP.
     fn drop(&mut self) {
-        destroy_qp(&self.dev, self.handle);
-        self.dev.eq.unregister_qp(self.handle);
-        self.send_cq.detach_qp(self.handle);
-        self.recv_cq.detach_qp(self.handle);
+        let h = self.handle;
+        let forget = || {
+            self.dev.eq.unregister_qp(h);
+            self.send_cq.detach_qp(h);
+            self.recv_cq.detach_qp(h);
+        };
+        self.dev.eq.destroy_object(|| destroy_qp(&self.dev, h), forget);
     }
 }
 

@@ -21,7 +21,7 @@ use crate::delivery::{Deliveries, Delivering};
 use crate::upcall::{Dispatcher, Wake};
 use crate::wr::{NotifyFlags, Wc};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -166,6 +166,8 @@ pub(crate) struct CqInner {
     pub(crate) dispatcher: Mutex<Option<Dispatcher>>,
     /// QPs completing into the CQ.
     pub(crate) users: AtomicU32,
+    /// Being destroyed: no QP may start completing into it.
+    pub(crate) closing: AtomicBool,
     pub(crate) ctx: Arc<ContextInner>,
 }
 
@@ -230,6 +232,7 @@ impl Cq {
             events,
             dispatcher: Mutex::new(None),
             users: AtomicU32::new(0),
+            closing: AtomicBool::new(false),
             ctx: ctx.clone(),
         };
         Ok(Cq { inner: Arc::new(inner), owner: true })
@@ -278,7 +281,8 @@ impl Cq {
     ///
     /// Errors: [`Error::InvalidArgument`] without NEXT_COMPLETION or SOLICITED;
     /// [`Error::Unsupported`] for SOLICITED on a device that cannot arm for it (QEMU 7.2);
-    /// [`Error::DeviceFatal`] on a fatal device or an unusable CQ.
+    /// [`Error::CqOverrun`] once the CQ overflowed; [`Error::DeviceFatal`] on a fatal device or
+    /// an unusable CQ.
     pub fn req_notify(&self, flags: NotifyFlags) -> Result<bool> {
         self.live()?;
         let kind = if flags.contains(NotifyFlags::NEXT_COMPLETION) {
@@ -319,11 +323,14 @@ impl Cq {
         }
     }
 
+    /// Errors: [`Error::DeviceFatal`] on a fatal device or an unusable CQ; [`Error::CqOverrun`]
+    /// once the CQ overflowed (an erred CQ raises no more events: arming it would sleep for ever).
     fn live(&self) -> Result<()> {
         self.inner.ctx.live()?;
         match self.inner.events.machine.error() {
             Some(NotifyStatus::Failure) => Err(Error::DeviceFatal),
-            _ => Ok(()),
+            Some(_) => Err(Error::CqOverrun),
+            None => Ok(()),
         }
     }
 

@@ -15,12 +15,13 @@
 //!    B's upcall destroys A would wait for each other for ever). The stopped dispatcher then ends
 //!    by itself when its running upcall returns; that upcall's view keeps the CQ object (ring,
 //!    handle) alive until then, and it is destroyed on the device when the view goes (step 7);
-//! 6. wait for a provider thread that is delivering for the CQ, then remove the CQ's untaken
-//!    events from its channel;
-//! 7. drop the CQ object: no more deliveries, the provider destroys the CQ (after which reports
-//!    for its handle find nothing and are dropped), its queued async events are removed.
+//! 6. retire the CQ's deliveries (a provider thread delivering for it finishes first; none
+//!    starts after), remove its untaken events from its channel and its context's async queue,
+//!    and wait (bounded) for those taken in the race with step 3;
+//! 7. drop the CQ object: the provider destroys the CQ (after which reports for its handle find
+//!    nothing and are dropped).
 
-use crate::cq::{Cq, DROP_ACK_WAIT};
+use crate::cq::{Cq, CqInner, DROP_ACK_WAIT};
 use crate::event_ref::CqShared;
 use crate::error::Error;
 use crate::time::deadline_after;
@@ -53,13 +54,16 @@ impl Cq {
         if in_callback(uid) {
             return Err((self, Error::WouldDeadlock("destroying a CQ from inside its own upcall")));
         }
-        if self.inner.users.load(Ordering::Acquire) > 0 {
+        // Closing first, then the count: a QP created meanwhile sees one or the other (SeqCst).
+        self.inner.closing.store(true, Ordering::SeqCst);
+        if self.inner.users.load(Ordering::SeqCst) > 0 {
+            self.inner.closing.store(false, Ordering::SeqCst);
             return Err((self, Error::Busy("a QP still completes into the CQ")));
         }
-        let fatal = self.inner.ctx.live().is_err();
         let deadline = deadline_after(wait.unwrap_or(Duration::ZERO));
-        let unacked = if fatal { 0 } else { wait_acked(&self.inner.events.cq.0, deadline) };
+        let unacked = wait_acked(&self.inner, deadline);
         if unacked > 0 {
+            self.inner.closing.store(false, Ordering::SeqCst);
             return Err((self, Error::EventsNotAcked(unacked)));
         }
         self.teardown(deadline);
@@ -70,11 +74,13 @@ impl Cq {
     /// for until `deadline`, then logged.
     fn teardown(mut self, deadline: Instant) {
         self.owner = false;
+        self.inner.closing.store(true, Ordering::SeqCst);
         let events = self.inner.events.clone();
         events.machine.close();
-        // A provider thread delivering right now may still push into the channel: let it finish
-        // before the channel is purged.
-        events.quiesce(false);
+        // Nothing more is delivered (a delivery in flight finishes first), then what was queued
+        // and not taken leaves the channel and the async queue: no consumer gets an event for
+        // the CQ from here on.
+        events.quiesce(true);
         events.set_upcall_wake(None);
         let dispatcher = self.inner.dispatcher.lock().take();
         if let Some(d) = dispatcher {
@@ -83,8 +89,8 @@ impl Cq {
         if let Some(ch) = &events.channel {
             ch.purge(&events.cq);
         }
-        let skip = self.inner.ctx.live().is_err() || in_callback(events.cq.uid());
-        let left = if skip { 0 } else { wait_acked(&events.cq.0, deadline) };
+        self.inner.ctx.async_events.purge(events.cq.uid());
+        let left = if in_callback(events.cq.uid()) { 0 } else { wait_acked(&self.inner, deadline) };
         if left > 0 {
             tracing::warn!(cq = events.cq.handle(), unacked = left, "CQ destroyed with unacknowledged events");
         }
@@ -93,8 +99,11 @@ impl Cq {
 }
 
 /// Waits for both kinds of events taken for the CQ; returns how many are still unacknowledged.
-fn wait_acked(cq: &CqShared, deadline: Instant) -> u64 {
-    cq.comp.wait_acked(deadline) + cq.async_.wait_acked(deadline)
+/// A fatal device ends the wait (no event will come, and the consumer may never ack).
+fn wait_acked(cq: &CqInner, deadline: Instant) -> u64 {
+    let fatal = || cq.ctx.live().is_err();
+    let shared: &CqShared = &cq.events.cq.0;
+    shared.comp.wait_acked(deadline, fatal) + shared.async_.wait_acked(deadline, fatal)
 }
 
 impl Drop for Cq {

@@ -4,13 +4,10 @@
 //! delivered) and waits, with a bound, until the deliveries in flight are over — except from
 //! inside the object's own callback, which would wait for itself.
 
+use crate::time::RETIRE_WAIT;
 use crate::upcall::in_callback;
 use parking_lot::{Condvar, Mutex};
-use std::time::{Duration, Instant};
-
-/// How long destroying an object waits for a delivery in flight (a consumer's async handler can
-/// block; the wait is bounded and then logged).
-pub const RETIRE_WAIT: Duration = Duration::from_secs(5);
+use std::time::Instant;
 
 /// The deliveries in flight for one object.
 #[derive(Default)]
@@ -66,6 +63,7 @@ impl Deliveries {
 mod tests {
     use super::*;
     use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn retire_waits_for_a_delivery_and_refuses_new_ones() {

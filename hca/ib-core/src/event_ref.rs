@@ -16,6 +16,9 @@ pub(crate) fn next_uid() -> u64 {
     UIDS.fetch_add(1, Ordering::Relaxed)
 }
 
+/// How often a wait for acknowledgements asks whether to give up.
+const GIVE_UP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Events taken by a consumer for one object, and how many of them it acknowledged.
 #[derive(Default, Debug)]
 pub(crate) struct Acks {
@@ -44,11 +47,20 @@ impl Acks {
         c.0 - c.1
     }
 
-    /// Waits until every taken event is acknowledged or `deadline` passes; returns how many are
-    /// still unacknowledged.
-    pub(crate) fn wait_acked(&self, deadline: Instant) -> u64 {
+    /// Waits until every taken event is acknowledged, `deadline` passes or `give_up` says so
+    /// (asked every [`GIVE_UP_POLL`]: a fatal device, whose consumer may never ack); returns how
+    /// many are still unacknowledged (0 also when it gave up).
+    pub(crate) fn wait_acked(&self, deadline: Instant, give_up: impl Fn() -> bool) -> u64 {
         let mut c = self.counts.lock();
-        while c.0 > c.1 && !self.cv.wait_until(&mut c, deadline).timed_out() {}
+        while c.0 > c.1 {
+            if give_up() {
+                return 0;
+            }
+            let slice = deadline.min(Instant::now() + GIVE_UP_POLL);
+            if self.cv.wait_until(&mut c, slice).timed_out() && Instant::now() >= deadline {
+                break;
+            }
+        }
         c.0 - c.1
     }
 }
@@ -163,8 +175,11 @@ mod tests {
         a.0.comp.taken();
         b.ack_events(1);
         assert_eq!(a.0.comp.unacked(), 1, "another CQ's ack does not count");
-        assert_eq!(a.0.comp.wait_acked(Instant::now()), 1);
+        assert_eq!(a.0.comp.wait_acked(Instant::now(), || false), 1);
+        let t = Instant::now();
+        assert_eq!(a.0.comp.wait_acked(t + std::time::Duration::from_secs(5), || t.elapsed().as_millis() > 100), 0);
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "gave up on being told to");
         a.ack_events(5);
-        assert_eq!(a.0.comp.wait_acked(Instant::now()), 0);
+        assert_eq!(a.0.comp.wait_acked(Instant::now(), || false), 0);
     }
 }

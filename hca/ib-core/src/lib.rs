@@ -56,7 +56,7 @@ pub use attr::{QpAttr, QpAttrMask, QpCap, QpState, QpType};
 pub use channel::CompChannel;
 pub use context::Context;
 pub use cq::{Cq, DROP_ACK_WAIT};
-pub use delivery::RETIRE_WAIT;
+pub use time::RETIRE_WAIT;
 pub use error::{DeviceError, Error, Result};
 pub use event_ref::{CqRef, QpRef};
 pub use mr::Mr;

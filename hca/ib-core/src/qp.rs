@@ -83,7 +83,8 @@ impl Pd {
     /// Creates a QP in this PD (`ibv_create_qp`), in RESET.
     ///
     /// Errors: [`Error::InvalidArgument`] for CQs of another context, 0 work requests or sizes
-    /// beyond the device's caps; [`Error::DeviceFatal`]; provider errors.
+    /// beyond the device's caps; [`Error::InvalidState`] for a CQ being destroyed;
+    /// [`Error::DeviceFatal`]; provider errors.
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
         let pd = &self.inner;
         pd.ctx.live()?;
@@ -93,6 +94,21 @@ impl Pd {
             }
         }
         check_cap(&attr.cap, &pd.ctx)?;
+        let cqs = [attr.send_cq, attr.recv_cq];
+        // Counted first, then the CQs' closing flags: a CQ being destroyed sees the count or this
+        // sees its flag (SeqCst), never neither.
+        for cq in cqs {
+            cq.inner.users.fetch_add(1, Ordering::SeqCst);
+        }
+        let release = || {
+            for cq in cqs {
+                cq.inner.users.fetch_sub(1, Ordering::SeqCst);
+            }
+        };
+        if cqs.iter().any(|cq| cq.inner.closing.load(Ordering::SeqCst)) {
+            release();
+            return Err(Error::InvalidState);
+        }
         let create = QpCreate {
             send_cq: &*attr.send_cq.inner.ops,
             recv_cq: &*attr.recv_cq.inner.ops,
@@ -101,7 +117,7 @@ impl Pd {
             sq_sig_all: attr.sq_sig_all,
         };
         let late = Arc::new(LateQp(std::sync::OnceLock::new()));
-        let ops = pd.ctx.device.ops.create_qp(&*pd.ops, &create, late.clone())?;
+        let ops = pd.ctx.device.ops.create_qp(&*pd.ops, &create, late.clone()).inspect_err(|_| release())?;
         let events = Arc::new(QpEvents {
             qp: QpRef::new(ops.qp_num(), attr.qp_context),
             ctx: pd.ctx.clone(),
@@ -109,9 +125,6 @@ impl Pd {
         });
         let _ = late.0.set(events.clone());
         pd.hold();
-        for cq in [attr.send_cq, attr.recv_cq] {
-            cq.inner.users.fetch_add(1, Ordering::AcqRel);
-        }
         Ok(Qp {
             pd: pd.clone(),
             send_cq: attr.send_cq.inner.clone(),
@@ -334,9 +347,8 @@ impl Qp {
         if in_callback(self.events.qp.uid()) {
             return Err((self, Error::WouldDeadlock("destroying a QP from inside its own async handler")));
         }
-        let acks = &self.events.qp.0.async_;
-        let fatal = self.pd.ctx.live().is_err();
-        let left = if fatal { 0 } else { acks.wait_acked(deadline_after(wait.unwrap_or(Duration::ZERO))) };
+        let fatal = || self.pd.ctx.live().is_err();
+        let left = self.events.qp.0.async_.wait_acked(deadline_after(wait.unwrap_or(Duration::ZERO)), fatal);
         if left > 0 {
             return Err((self, Error::EventsNotAcked(left)));
         }
@@ -358,15 +370,17 @@ fn rts_mask() -> QpAttrMask {
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        // Nothing more is delivered, what is queued and not taken goes, then those taken in the
+        // race with `destroy`'s check are waited for (bounded; a fatal device ends the wait).
         let uid = self.events.qp.uid();
+        self.events.deliveries.quiesce(true, uid);
+        self.pd.ctx.async_events.purge(uid);
+        let fatal = || self.pd.ctx.live().is_err();
         let acks = &self.events.qp.0.async_;
-        let skip = in_callback(uid) || self.pd.ctx.live().is_err();
-        if !skip && acks.wait_acked(deadline_after(Duration::from_secs(2))) > 0 {
+        if !in_callback(uid) && acks.wait_acked(deadline_after(Duration::from_secs(2)), fatal) > 0 {
             tracing::warn!(qpn = self.events.qp.qp_num(), "QP destroyed with unacknowledged async events");
         }
-        self.events.deliveries.quiesce(true, uid);
         drop(self.ops.take());
-        self.pd.ctx.async_events.purge(uid);
         self.pd.release();
         for cq in [&self.send_cq, &self.recv_cq] {
             cq.users.fetch_sub(1, Ordering::AcqRel);

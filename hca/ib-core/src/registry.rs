@@ -12,7 +12,9 @@ use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 
 static DRIVERS: Mutex<Vec<Arc<dyn Driver>>> = Mutex::new(Vec::new());
-static DEVICES: Mutex<Vec<Weak<ContextInner>>> = Mutex::new(Vec::new());
+/// Each live device, and its kernel context while one exists. A device stays listed while any of
+/// its contexts lives (a user context keeps it); its kernel context is made again when needed.
+static DEVICES: Mutex<Vec<(Weak<DeviceInner>, Weak<ContextInner>)>> = Mutex::new(Vec::new());
 
 /// Registers a provider (once per name; registering the same name again does nothing).
 pub fn register_driver(driver: Arc<dyn Driver>) {
@@ -34,10 +36,11 @@ pub fn add_device(func: &PciFunction) -> Result<Device> {
         .cloned()
         .ok_or_else(|| Error::NoDevice(format!("no provider for {func:?}")))?;
     let ops = driver.probe(func)?;
-    let kernel = Context::new(Arc::new(DeviceInner::new(ops, driver.name())), None)?;
+    let device = Arc::new(DeviceInner::new(ops, driver.name()));
+    let kernel = Context::new(device.clone(), None)?;
     let mut list = DEVICES.lock();
-    list.retain(|w| w.strong_count() > 0);
-    list.push(Arc::downgrade(&kernel.inner));
+    list.retain(|(d, _)| d.strong_count() > 0);
+    list.push((Arc::downgrade(&device), Arc::downgrade(&kernel.inner)));
     tracing::info!(name = %kernel.inner.device.name(), location = %func.location, "device added");
     Ok(Device { kernel })
 }
@@ -55,24 +58,32 @@ pub struct DeviceInfo {
 
 /// The live devices, by name (`ibv_get_device_list`).
 pub fn device_list() -> Vec<DeviceInfo> {
-    let mut out: Vec<DeviceInfo> = live().iter().map(|d| d.info()).collect();
+    let devices: Vec<Arc<DeviceInner>> = DEVICES.lock().iter().filter_map(|(d, _)| d.upgrade()).collect();
+    let mut out: Vec<DeviceInfo> = devices.iter().map(|d| info(d)).collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+fn info(d: &DeviceInner) -> DeviceInfo {
+    DeviceInfo { name: d.name(), node_guid: d.ops.query_device().node_guid, location: d.ops.location() }
 }
 
 /// Opens the live device named `name` (`ibv_open_device` of the entry with that name).
 ///
 /// Errors: [`Error::NoDevice`].
 pub fn open_device(name: &str) -> Result<Device> {
-    live()
-        .into_iter()
-        .find(|d| d.name() == name)
-        .ok_or_else(|| Error::NoDevice(name.to_owned()))
-}
-
-fn live() -> Vec<Device> {
-    let list = DEVICES.lock();
-    list.iter().filter_map(Weak::upgrade).map(|inner| Device { kernel: Context { inner } }).collect()
+    let mut list = DEVICES.lock();
+    for (device, kernel) in list.iter_mut() {
+        let Some(device) = device.upgrade().filter(|d| d.name() == name) else { continue };
+        if let Some(inner) = kernel.upgrade() {
+            return Ok(Device { kernel: Context { inner } });
+        }
+        // Only user contexts keep the device: it gets a kernel context of its own again.
+        let ctx = Context::new(device, None)?;
+        *kernel = Arc::downgrade(&ctx.inner);
+        return Ok(Device { kernel: ctx });
+    }
+    Err(Error::NoDevice(name.to_owned()))
 }
 
 /// A device. It is also its kernel context (as an `ib_device` is for kernel consumers):
@@ -107,8 +118,7 @@ impl Device {
 
     /// This device's entry of [`device_list`].
     pub fn info(&self) -> DeviceInfo {
-        let a = self.query_device();
-        DeviceInfo { name: self.name(), node_guid: a.node_guid, location: self.location() }
+        info(self.dev())
     }
 
     /// Device attributes (`ibv_query_device`).

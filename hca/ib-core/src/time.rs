@@ -3,6 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+/// How long destroying an object waits for an event delivery or an upcall still running for it
+/// (a consumer's handler can block; the wait is bounded and then logged).
+pub const RETIRE_WAIT: Duration = Duration::from_secs(5);
+
 /// What [`deadline_after`] saturates to: about a century.
 pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 

@@ -83,6 +83,8 @@ impl Wake {
 pub(crate) struct Dispatcher {
     wake: Arc<Wake>,
     thread: Option<JoinHandle<()>>,
+    /// Set by the thread as it ends.
+    ended: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Dispatcher {
@@ -94,7 +96,8 @@ impl Dispatcher {
         mut step: impl FnMut(&Wake) -> Option<()> + Send + 'static,
     ) -> Result<Self> {
         let wake = Arc::new(Wake::default());
-        let w = wake.clone();
+        let ended = Arc::new((Mutex::new(false), Condvar::new()));
+        let (w, e) = (wake.clone(), ended.clone());
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -104,9 +107,11 @@ impl Dispatcher {
                         break;
                     }
                 }
+                *e.0.lock() = true;
+                e.1.notify_all();
             })
-            .map_err(|_| Error::Unsupported("cannot start an upcall thread"))?;
-        Ok(Self { wake, thread: Some(thread) })
+            .map_err(|_| Error::NoResources("cannot start an upcall thread"))?;
+        Ok(Self { wake, thread: Some(thread), ended })
     }
 
     /// The wake-up the interrupt path signals.
@@ -121,13 +126,25 @@ impl Dispatcher {
     /// is then detached: it ends by itself when its running upcall (if any) returns, holding
     /// only what it owns (its upcall, its wake-up, a weak reference to the CQ object, upgraded
     /// — keeping the CQ alive — only while an upcall runs); it takes no upcall after the stop.
+    ///
+    /// The wait is bounded by [`crate::time::RETIRE_WAIT`]: an upcall stuck longer is left to finish on
+    /// its own (logged), as from a dispatcher.
     pub(crate) fn stop(mut self) {
         self.wake.stop();
-        if let Some(t) = self.thread.take() {
-            if !on_dispatcher_thread() {
-                let _ = t.join();
+        let Some(t) = self.thread.take() else { return };
+        if on_dispatcher_thread() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + crate::time::RETIRE_WAIT;
+        let mut ended = self.ended.0.lock();
+        while !*ended {
+            if self.ended.1.wait_until(&mut ended, deadline).timed_out() {
+                tracing::warn!("an upcall still runs after the CQ's destroy waited for it: detached");
+                return;
             }
         }
+        drop(ended);
+        let _ = t.join();
     }
 }
 
