@@ -41,5 +41,5 @@ pub use firmware_cmd::WaitMode;
 pub use health::DriverStats;
 pub use platform::{Platform, PlatformError};
 pub use probe::{ProbeError, ProbeOptions};
-pub use selftest::{WINDOW_FLOOR, WINDOW_MAX};
+pub use selftest::ENTRY_WAIT;
 pub use uctx::Ucontext;

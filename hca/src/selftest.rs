@@ -2,24 +2,24 @@
 //! IBTA devices arm for the next completion on `ARM`; QEMU 7.2 arms only on `ARM|ARM_SOL` and
 //! takes `ARM` alone as "clear the arm". Names and capabilities do not tell them apart (QEMU
 //! reports the real device's IDs), and the same device can be reached through the model, qtest or
-//! VFIO, so the driver tests it on private objects: a CQ and a loopback QP pair.
+//! VFIO, so the driver tests it on private objects: two CQs, each with a loopback QP pair.
 //!
-//! 1. Ring `ARM|ARM_SOL` (an arm on every pvrdma), complete one message, and time the interrupt:
-//!    this measures how long an interrupt takes on this platform (microseconds in process,
-//!    milliseconds over qtest).
-//! 2. Ring `ARM` alone, complete one message, and wait for the interrupt for a window of sixteen
-//!    times that (at least [`WINDOW_FLOOR`], at most [`WINDOW_MAX`]), counted from the moment the
-//!    CQEs are in the ring: an interrupt means IBTA, none means QEMU 7.2.
+//! The test reads the CQ-notification ring, not interrupts, so a masked vector or a late
+//! interrupt cannot mislead it, and it never waits for something not to happen:
+//! 1. A message completes on the *unarmed* CQ. QEMU 7.2 writes a notification entry for every
+//!    CQE, armed or not; an IBTA device writes none.
+//! 2. Then the *armed* CQ is armed with `ARM` alone and a message completes on it. An IBTA device
+//!    fires the arm and writes an entry; QEMU 7.2 writes its per-CQE entries.
 //!
-//! What the test leaves in the CQ-notification ring is consumed before its CQ goes, so nothing of
-//! it reaches anyone. If the test cannot run (no completion, no interrupt for either encoding)
-//! the driver falls back to the IBTA encoding with a warning: events then still come from the
-//! periodic drain of the CQ-notification ring, which finds QEMU's per-CQE entries (solicited
-//! arms are then early on QEMU 7.2, never late).
+//! The ring is written in order, and message 2 is posted only after message 1's CQEs are polled,
+//! so the first entry naming either CQ decides: the unarmed CQ means QEMU 7.2, the armed one
+//! means IBTA. The test then waits (bounded) for the entries the device still owes, so none
+//! outlives its CQ, and consumes them; nothing of it reaches anyone.
 //!
-//! Limits, by design: an IBTA device whose second interrupt comes later than the window is taken
-//! for QEMU 7.2 — the safe side: `ARM|ARM_SOL` arms it for next, and only solicited-only arming is
-//! lost (reported unsupported); override with `ProbeOptions::arm_encoding`.
+//! If no entry comes within [`ENTRY_WAIT`] (or a message does not complete), the driver falls
+//! back to the QEMU 7.2 encoding with a warning: `ARM|ARM_SOL` arms for the next completion on
+//! every pvrdma we know, while `ARM` alone would disarm QEMU 7.2; only solicited-only arming is
+//! lost (reported unsupported). Override with `ProbeOptions::arm_encoding`.
 
 use crate::cq::Cq;
 use crate::device::DeviceInner;
@@ -28,19 +28,25 @@ use crate::pd::Pd;
 use crate::qp::Qp;
 use doorbell::{ArmEncoding, CqArmDoorbell};
 use ib_core::provider::{CqError, CqEventHandler, CqOps, MrOps, QpCreate, QpEventHandler, QpOps};
+use ib_core::time::poll_until;
 use ib_core::{access, AhAttr, AsyncEventType, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
 use ib_core::{QpCap, QpState, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The shortest wait for an interrupt after the CQEs are in the ring.
-pub const WINDOW_FLOOR: Duration = Duration::from_millis(50);
-/// The longest wait for an interrupt after the CQEs are in the ring.
-pub const WINDOW_MAX: Duration = Duration::from_secs(2);
+/// The longest wait for the CQ-notification entry that decides the test.
+pub const ENTRY_WAIT: Duration = Duration::from_secs(2);
+/// The longest wait, once decided, for the entries the device still owes.
+const OWED_WAIT: Duration = Duration::from_millis(200);
 /// Bound on a message's completion.
 const COMPLETION_WAIT: Duration = Duration::from_secs(5);
 
-/// The device's arm encoding, by test; IBTA (with a warning) if the test cannot tell.
+const NONE: u8 = 0;
+const UNARMED: u8 = 1;
+const ARMED: u8 = 2;
+
+/// The device's arm encoding, by test; QEMU 7.2's (with a warning) if the test cannot tell.
 pub(crate) fn arm_encoding(dev: &Arc<DeviceInner>) -> ArmEncoding {
     match detect(dev) {
         Ok(e) => {
@@ -48,30 +54,61 @@ pub(crate) fn arm_encoding(dev: &Arc<DeviceInner>) -> ArmEncoding {
             e
         }
         Err(why) => {
-            tracing::warn!(why, "cannot tell how the device arms CQs: IBTA encoding, events from the periodic ring drain");
-            ArmEncoding::Ibta
+            tracing::warn!(why, "cannot tell how the device arms CQs: ARM|ARM_SOL for next, no solicited-only arming");
+            ArmEncoding::Qemu72
         }
     }
 }
 
 fn detect(dev: &Arc<DeviceInner>) -> Result<ArmEncoding, String> {
-    let lb = Loopback::new(dev).map_err(|e| format!("self-test objects: {e}"))?;
-    let both = lb.interrupt_after(ArmEncoding::Qemu72, WINDOW_MAX)?;
-    let window = both.map_or(WINDOW_MAX, |l| (l * 16).clamp(WINDOW_FLOOR, WINDOW_MAX));
-    let arm_alone = lb.interrupt_after(ArmEncoding::Ibta, window)?;
-    dev.eq.drain_notifications();
-    match (both, arm_alone) {
-        (_, Some(_)) => Ok(ArmEncoding::Ibta),
-        (Some(_), None) => Ok(ArmEncoding::Qemu72),
-        (None, None) => Err("no CQ interrupt for either arm encoding".into()),
+    let first = Arc::new(AtomicU8::new(NONE));
+    let objects = |tag| Loopback::new(dev, Witness::new(tag, &first)).map_err(|e| format!("self-test objects: {e}"));
+    let (unarmed, armed) = (objects(UNARMED)?, objects(ARMED)?);
+    let message = |lb: &Loopback| lb.message().map_err(|e| format!("self-test message: {e}"));
+    message(&unarmed)?;
+    CqArmDoorbell::new(dev.kernel_db.clone(), armed.cq.handle(), ArmEncoding::Ibta).arm_next();
+    message(&armed)?;
+    let drained = |done: &dyn Fn() -> bool| {
+        poll_until(ENTRY_WAIT, || {
+            dev.eq.drain_notifications();
+            done()
+        })
+    };
+    drained(&|| first.load(Ordering::Acquire) != NONE);
+    let (encoding, owed) = match first.load(Ordering::Acquire) {
+        UNARMED => (ArmEncoding::Qemu72, (2, 2)),
+        ARMED => (ArmEncoding::Ibta, (0, 1)),
+        _ => return Err("the device wrote no CQ-notification entry".into()),
+    };
+    poll_until(OWED_WAIT, || {
+        dev.eq.drain_notifications();
+        unarmed.witness.entries() >= owed.0 && armed.witness.entries() >= owed.1
+    });
+    Ok(encoding)
+}
+
+/// A test CQ's handler: counts the CQ-notification entries naming the CQ, and records in
+/// `first` the tag of the first test CQ the ring named (the ring is drained in order).
+struct Witness {
+    tag: u8,
+    first: Arc<AtomicU8>,
+    entries: AtomicU32,
+}
+
+impl Witness {
+    fn new(tag: u8, first: &Arc<AtomicU8>) -> Arc<Self> {
+        Arc::new(Self { tag, first: first.clone(), entries: AtomicU32::new(0) })
+    }
+
+    fn entries(&self) -> u32 {
+        self.entries.load(Ordering::Acquire)
     }
 }
 
-/// Takes every report of the test's objects (it counts interrupts, not reports).
-struct Quiet;
-
-impl CqEventHandler for Quiet {
+impl CqEventHandler for Witness {
     fn completion(&self) -> bool {
+        let _ = self.first.compare_exchange(NONE, self.tag, Ordering::AcqRel, Ordering::Acquire);
+        self.entries.fetch_add(1, Ordering::AcqRel);
         true
     }
     fn recover_dropped(&self) -> bool {
@@ -81,6 +118,9 @@ impl CqEventHandler for Quiet {
         true
     }
 }
+
+/// Takes every event of the test's QPs.
+struct Quiet;
 
 impl QpEventHandler for Quiet {
     fn event(&self, _: AsyncEventType) -> bool {
@@ -94,44 +134,23 @@ struct Loopback {
     a: Qp,
     b: Qp,
     cq: Cq,
+    witness: Arc<Witness>,
     mr: Mr,
     _pd: Pd,
-    dev: Arc<DeviceInner>,
 }
 
 impl Loopback {
-    fn new(dev: &Arc<DeviceInner>) -> ib_core::Result<Self> {
+    fn new(dev: &Arc<DeviceInner>, witness: Arc<Witness>) -> ib_core::Result<Self> {
         let pd = Pd::create(dev, None)?;
         let mr = Mr::alloc(&pd, 4096, access::LOCAL_WRITE)?;
-        let cq = Cq::create(dev, None, 4, Arc::new(Quiet))?;
+        let cq = Cq::create(dev, None, 4, witness.clone())?;
         let cap = QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let init = QpCreate { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: true };
         let a = Qp::create(&pd, &init, Arc::new(Quiet))?;
         let b = Qp::create(&pd, &init, Arc::new(Quiet))?;
         connect(&a, b.qp_num(), dev.gid)?;
         connect(&b, a.qp_num(), dev.gid)?;
-        Ok(Self { a, b, cq, mr, _pd: pd, dev: dev.clone() })
-    }
-
-    /// Arms the CQ the way `encoding` arms for the next completion, completes one message, and
-    /// returns how long the CQ interrupt took, or `None` if none came within `window` of the
-    /// CQEs reaching the ring.
-    fn interrupt_after(&self, encoding: ArmEncoding, window: Duration) -> Result<Option<Duration>, String> {
-        let irqs = || self.dev.health.stats().interrupts[2];
-        let before = irqs();
-        let start = Instant::now();
-        CqArmDoorbell::new(self.dev.kernel_db.clone(), self.cq.handle(), encoding).arm_next();
-        self.message().map_err(|e| format!("self-test message: {e}"))?;
-        let deadline = Instant::now() + window;
-        loop {
-            if irqs() > before {
-                return Ok(Some(start.elapsed()));
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        Ok(Self { a, b, cq, witness, mr, _pd: pd })
     }
 
     /// One message a -> b; returns once both CQEs are polled.
@@ -141,7 +160,7 @@ impl Loopback {
         let send = SendWr { wr_id: 2, sg_list: &sge(64), opcode: WrOpcode::Send, signaled: true, solicited: false };
         self.a.post_send(&send)?;
         let (mut got, mut wc) = (0, [Wc::default(); 2]);
-        let done = ib_core::time::poll_until(COMPLETION_WAIT, || {
+        let done = poll_until(COMPLETION_WAIT, || {
             let n = self.cq.poll(&mut wc).unwrap_or(0);
             got += wc[..n].iter().filter(|w| w.status == WcStatus::Success).count();
             got >= 2

@@ -1,5 +1,5 @@
-//! A test platform: the model underneath, with hooks on the three paths tests intercept (register
-//! writes, UAR writes, waits for a vector) and every other access passed straight through.
+//! A test platform: the model underneath, with hooks on the paths tests intercept (register reads
+//! and writes, UAR writes, waits for a vector) and every other access passed straight through.
 
 use hca::platform::sim::SimPlatform;
 use hca::platform::{Iova, Platform, PlatformError};
@@ -7,6 +7,10 @@ use std::time::Duration;
 
 /// What a test does on the intercepted paths; each default passes the access through.
 pub trait Hooks: Send + Sync + 'static {
+    /// A BAR1 register read.
+    fn reg_read(&self, sim: &SimPlatform, offset: u32) -> u32 {
+        sim.reg_read(offset)
+    }
     /// A BAR1 register write.
     fn reg_write(&self, sim: &SimPlatform, offset: u32, value: u32) {
         sim.reg_write(offset, value)
@@ -44,7 +48,7 @@ impl<H: Hooks> Platform for Intercept<H> {
         self.sim.pci_id()
     }
     fn reg_read(&self, o: u32) -> u32 {
-        self.sim.reg_read(o)
+        self.hooks.reg_read(&self.sim, o)
     }
     fn reg_write(&self, o: u32, v: u32) {
         self.hooks.reg_write(&self.sim, o, v)

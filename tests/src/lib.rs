@@ -3,8 +3,10 @@
 pub mod abi_sizes;
 pub mod cprobe;
 pub mod events;
+pub mod faults;
 pub mod fixture;
 pub mod intercept;
+pub mod lowest_free;
 pub mod differential;
 pub mod qemu;
 pub mod rewrite;

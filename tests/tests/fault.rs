@@ -1,7 +1,5 @@
 //! The driver against a failing device: fatal events, surprise removal, hostile CQEs.
 
-
-
 use tests::fixture::*;
 use ib_core::{AsyncEventType, Error, NotifyFlags, Wc, WcStatus};
 use hca::{ProbeOptions};
@@ -109,4 +107,63 @@ fn destroying_a_qp_removes_its_queued_cqes() {
     let wcs = poll_n(&cq, 2);
     assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![2, 4]);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+}
+
+fn epoll_readable(fd: i32, ms: i32) -> bool {
+    // SAFETY: epoll on a live fd with locals that outlive the calls; the epoll fd is closed.
+    unsafe {
+        let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+        let mut e = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 1 };
+        libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut e);
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 1];
+        let n = libc::epoll_wait(ep, out.as_mut_ptr(), 1, ms);
+        libc::close(ep);
+        n == 1
+    }
+}
+
+/// Threads blocked in `get_cq_event` and in epoll on the channel fd and the async fd all wake
+/// promptly when the device dies; O_NONBLOCK reads then say DEVICE_FATAL, not EAGAIN, and a
+/// channel made afterwards is readable at once.
+#[test]
+fn fatal_wakes_every_kind_of_waiter() {
+    let (dev, sim) = hca::open_sim_with(Default::default(), short_timeouts()).unwrap();
+    let ch = dev.create_comp_channel().unwrap();
+    let _cq = dev.create_cq(16, Some(&ch)).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let waiters: Vec<_> = (0..6)
+        .map(|i| {
+            let ch = ch.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let woke = if i % 2 == 0 {
+                    ch.get_cq_event(Duration::from_secs(8)).map(|c| c.handle()) == Err(Error::DeviceFatal)
+                } else {
+                    epoll_readable(ch.fd(), 8000)
+                };
+                (woke, t.elapsed())
+            })
+        })
+        .collect();
+    let afd = ctx.async_fd();
+    let async_waiter = std::thread::spawn(move || {
+        let t = Instant::now();
+        (epoll_readable(afd, 8000), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    sim.device().inject_fatal();
+    for w in waiters.into_iter().chain([async_waiter]) {
+        let (woke, took) = w.join().unwrap();
+        assert!(woke && took < Duration::from_secs(3), "woke {woke} after {took:?}");
+    }
+    ch.set_nonblocking(true).unwrap();
+    assert_eq!(ch.get_cq_event(WAIT).map(|c| c.handle()), Err(Error::DeviceFatal));
+    let e = ctx.get_async_event(WAIT).unwrap();
+    assert_eq!(e.event_type, AsyncEventType::DeviceFatal);
+    e.ack();
+    ctx.set_async_nonblocking(true).unwrap();
+    assert_eq!(ctx.get_async_event(WAIT).map(|e| e.event_type), Err(Error::DeviceFatal));
+    assert!(matches!(dev.create_cq(4, None), Err(Error::DeviceFatal)));
+    let late = dev.create_comp_channel().unwrap();
+    assert!(epoll_readable(late.fd(), 0), "a channel made after fatal is not readable");
 }

@@ -1,6 +1,4 @@
-//! Probe, queries, object lifetimes against the model.
-
-
+//! Probe, queries, object lifetimes and the arm-encoding self-test against the model.
 
 use tests::fixture::*;
 use ib_core::{Error, PortState, Wc};
@@ -126,11 +124,11 @@ fn the_arm_encoding_is_found_by_self_test_or_declared() {
     assert_eq!(stats(&dev).interrupts[2], 0, "and no self-test ran");
 }
 
-/// A device whose CQ interrupt never comes (vector 2 masked here): the self-test cannot tell, so
-/// the driver falls back to the IBTA encoding, and events still arrive through the periodic drain
-/// of the CQ-notification ring.
+/// A device whose CQ interrupt never comes (vector 2 masked here): the self-test reads the
+/// CQ-notification ring, not interrupts, so it still finds the IBTA encoding, and events arrive
+/// through the periodic drain of the ring.
 #[test]
-fn without_cq_interrupts_the_probe_falls_back_and_events_still_come() {
+fn without_cq_interrupts_the_self_test_still_decides_and_events_still_come() {
     use ib_core::NotifyFlags;
     let sim = hca::platform::sim::SimPlatform::new(Default::default());
     sim.device().vectors().set_masked(2, true);
@@ -148,4 +146,89 @@ fn without_cq_interrupts_the_probe_falls_back_and_events_still_come() {
     assert_eq!(ch.get_cq_event(WAIT).map(|c| c.handle()), Ok(cq.handle()));
     cq.ack_events(1);
     assert_eq!(stats(&dev).interrupts[2], 0);
+}
+
+fn short_timeouts() -> hca::ProbeOptions {
+    hca::ProbeOptions { cmd_timeout: std::time::Duration::from_millis(300), ..Default::default() }
+}
+
+/// A device that never answers the self-test's CREATE_CQ is not handed out: the probe fails with
+/// the device fatal (the command timed out) instead of listing a dead device.
+#[test]
+fn a_device_dead_during_the_self_test_is_not_handed_out() {
+    use pvrdma_abi::cmd::opcode::CREATE_CQ;
+    let plat = std::sync::Arc::new(tests::faults::Faults::new(Default::default()));
+    plat.swallow_next(CREATE_CQ);
+    let r = hca::probe(plat.clone(), short_timeouts());
+    assert_eq!(r.map(|d| d.name()).err(), Some(Error::DeviceFatal));
+}
+
+/// Registers reading all-ones from some point of the probe on (surprise removal): the probe fails,
+/// or hands out a device its health check finds dead within one period; never a hang.
+#[test]
+fn a_device_removed_during_probe_is_found_dead() {
+    for after in [0u64, 1, 3, 5, 8, 40] {
+        let plat = std::sync::Arc::new(tests::faults::Faults::new(Default::default()));
+        plat.all_ones_after_reads(after);
+        let t = std::time::Instant::now();
+        let r = hca::probe(plat.clone(), short_timeouts());
+        assert!(t.elapsed() < std::time::Duration::from_secs(15), "after {after} reads: {:?}", t.elapsed());
+        if let Ok(d) = &r {
+            tests::events::wait_for(WAIT, "the health check", || d.is_fatal());
+        }
+    }
+}
+
+/// QEMU 7.2 with its CQ interrupt masked: the self-test reads the CQ-notification ring, finds
+/// QEMU 7.2's per-CQE entries, and so arms with `ARM|ARM_SOL` and refuses solicited-only arming;
+/// events come through the periodic drain.
+#[test]
+fn the_self_test_needs_no_interrupt_on_qemu72() {
+    use ib_core::{NotifyFlags, WrOpcode};
+    use pvrdma_sim::{Profile, SimConfig};
+    let sim = hca::platform::sim::SimPlatform::new(SimConfig { profile: Profile::Qemu72, ..Default::default() });
+    sim.device().vectors().set_masked(2, true);
+    let dev = hca::probe(std::sync::Arc::new(sim.clone()), Default::default()).unwrap();
+    assert_eq!(pv(&dev).arm_encoding(), doorbell::ArmEncoding::Qemu72);
+    let ch = dev.create_comp_channel().unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, Some(&ch)).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    assert!(cq.req_notify(NotifyFlags::SOLICITED).is_err());
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    p.recv_b(1, 0, 8);
+    p.send_a(1, 0, b"x", WrOpcode::Send, false);
+    assert_eq!(ch.get_cq_event(WAIT).map(|c| c.handle()), Ok(cq.handle()));
+    cq.ack_events(1);
+}
+
+/// An IBTA device whose CQ interrupts come late (a host stalled during probe): the self-test does
+/// not time interrupts, so it still finds the IBTA encoding.
+#[test]
+fn late_interrupts_do_not_mislead_the_self_test() {
+    let plat = std::sync::Arc::new(tests::faults::Faults::new(Default::default()));
+    plat.delay_cq_interrupts(300);
+    let dev = hca::probe(plat.clone(), Default::default()).unwrap();
+    plat.delay_cq_interrupts(0);
+    assert_eq!(pv(&dev).arm_encoding(), doorbell::ArmEncoding::Ibta);
+}
+
+/// A device whose messages take 7 s on the wire: the self-test gives up at its bound and falls
+/// back to the `ARM|ARM_SOL` encoding (arms for next on every pvrdma); its late CQEs, landing
+/// after the probe, reach none of the consumer's CQs.
+#[test]
+fn a_self_test_that_cannot_finish_falls_back_safely() {
+    use ib_core::NotifyFlags;
+    use std::time::{Duration, Instant};
+    let cfg = pvrdma_sim::SimConfig { link_latency: Duration::from_secs(7), ..Default::default() };
+    let t = Instant::now();
+    let (dev, _sim) = hca::open_sim(cfg).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(pv(&dev).arm_encoding(), doorbell::ArmEncoding::Qemu72);
+    let ch = dev.create_comp_channel().unwrap();
+    let cq = dev.create_cq(16, Some(&ch)).unwrap();
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    std::thread::sleep(Duration::from_secs(3)); // the self-test's message lands meanwhile
+    assert_eq!(ch.try_get_cq_event().map(|c| c.handle()), None, "the self-test's late CQE fired a consumer's CQ");
+    assert!(!dev.is_fatal());
 }

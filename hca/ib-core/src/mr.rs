@@ -24,10 +24,17 @@ impl Pd {
     /// (`ibv_reg_mr(pd, addr, length, access)`).
     ///
     /// Errors: [`Error::InvalidArgument`] for an empty range, one beyond the device's
-    /// `max_mr_size`, or bad access flags (IBTA 10.6.3.1); [`Error::Unsupported`] where the
+    /// `max_mr_size`, one at address 0 or past the end of the address space, or bad access flags
+    /// (IBTA 10.6.3.1); [`Error::Unsupported`] where the
     /// platform cannot map host memory for the device; provider errors.
     pub fn reg_mr(&self, mem: UserMemory, access_flags: u32) -> Result<Mr> {
         self.check(mem.len(), access_flags)?;
+        if mem.addr() == 0 {
+            return Err(Error::InvalidArgument("MR at address 0"));
+        }
+        if mem.addr().checked_add(mem.len()).is_none() {
+            return Err(Error::InvalidArgument("MR wraps"));
+        }
         let ops = self.inner.ctx.device.ops.reg_user_mr(&*self.inner.ops, mem, access_flags)?;
         Ok(self.wrap(ops, None))
     }

@@ -76,7 +76,9 @@ impl UserMemory {
     /// The range must be memory of this process that stays allocated, and that nothing else
     /// frees or remaps, until the MR registered over it is deregistered (the device reads and
     /// writes it meanwhile, as it does an `ibv_reg_mr` buffer). The consumer accesses it knowing
-    /// the device may write it concurrently (after a completion, the data is there).
+    /// the device may write it concurrently (after a completion, the data is there). The model
+    /// reaches it as aligned 32-bit words, changing only the range's own bytes of the words at
+    /// its ends, atomically.
     pub unsafe fn new(addr: *mut u8, len: usize) -> Self {
         Self { addr: addr as usize, len }
     }

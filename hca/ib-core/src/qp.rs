@@ -188,14 +188,19 @@ impl Qp {
     /// mask are checked against IBTA's table, and the values against their ranges, before the
     /// device sees anything.
     ///
-    /// Errors: [`Error::InvalidState`] for an illegal transition; [`Error::InvalidArgument`] for
+    /// Errors: [`Error::InvalidState`] for an illegal transition or a `CUR_STATE` the QP cannot
+    /// be in (see [`qp_state::claim_possible`]); [`Error::InvalidArgument`] for
     /// a mask the transition does not take or a value out of range (a port or GID index the
     /// device lacks, a PSN or QPN beyond 24 bits, an unknown MTU, a timeout above 31, retry
     /// counts above 7); [`Error::DeviceFatal`]; provider errors.
     pub fn modify_qp(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         self.pd.ctx.live()?;
         let mut cached = self.cached.lock();
-        let cur = if mask.contains(QpAttrMask::CUR_STATE) { attr.cur_qp_state } else { cached.state };
+        let claim = mask.contains(QpAttrMask::CUR_STATE);
+        if claim && !qp_state::claim_possible(cached.state, attr.cur_qp_state) {
+            return Err(Error::InvalidState);
+        }
+        let cur = if claim { attr.cur_qp_state } else { cached.state };
         let next = if mask.contains(QpAttrMask::STATE) { attr.qp_state } else { cur };
         qp_state::check(cur, next, self.qp_type, mask)?;
         self.check_values(attr, mask)?;

@@ -35,6 +35,15 @@ fn rc(cur: QpState, next: QpState) -> Option<(M, M)> {
     })
 }
 
+/// Whether a consumer's `CUR_STATE` claim of `claimed` can be true of a QP the core last saw in
+/// `known`: the device moves a QP on its own only into ERR, from RTS into SQE, and from a
+/// draining SQD request into SQD (IBTA 10.3.1). Any other claim is a consumer error, refused
+/// rather than sent to a device that would act on a transition the QP cannot make.
+pub fn claim_possible(known: QpState, claimed: QpState) -> bool {
+    use QpState::*;
+    known == claimed || claimed == Err || matches!((known, claimed), (Rts, Sqe) | (Rts, Sqd))
+}
+
 /// Checks a modify of a `qp_type` QP from `cur` to `next` with `mask`.
 ///
 /// Errors: [`Error::InvalidState`] for an illegal transition (or `CUR_STATE` outside RTR, RTS,
@@ -82,5 +91,12 @@ mod tests {
         assert_eq!(check(ERR, Rts, QpType::Rc, M::STATE), Err(Error::InvalidState));
         assert_eq!(check(Sqe, Rts, QpType::Rc, M::STATE), Err(Error::InvalidState), "SQE->RTS is UD/UC only");
         assert_eq!(check(Init, Init, QpType::Rc, M::STATE | M::CUR_STATE), Err(Error::InvalidState));
+    }
+
+    #[test]
+    fn cur_state_claims_only_what_the_device_could_have_done() {
+        assert!(claim_possible(Rts, Rts) && claim_possible(Rts, Sqe) && claim_possible(Rts, Sqd));
+        assert!(claim_possible(Init, ERR) && claim_possible(Reset, ERR));
+        assert!(!claim_possible(Reset, Rts) && !claim_possible(Init, Rtr) && !claim_possible(ERR, Rts));
     }
 }
