@@ -3,7 +3,8 @@
 use crate::error::{CmdError, DeviceStatus};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{ack_for, CmdRequest, RespHdr};
-use std::time::{Duration, Instant};
+use ib_core::time::poll_until;
+use std::time::Duration;
 use zerocopy::little_endian::U64;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -129,40 +130,6 @@ fn check_response(op: u32, cookie: u64, hdr: &RespHdr) -> Result<(), CmdError> {
     match DeviceStatus::from_err(hdr.err) {
         None => Ok(()),
         Some(status) => Err(CmdError::Device { opcode: op, status }),
-    }
-}
-
-/// The instant `timeout` from now, saturating: a timeout too long to represent (e.g.
-/// `Duration::MAX`, which `Instant + Duration` would panic on) ends at a far-future bound
-/// ([`FAR_FUTURE`] from now) instead. Every deadline of the driver stack is computed here.
-pub fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout).or_else(|| now.checked_add(FAR_FUTURE)).unwrap_or(now)
-}
-
-/// What [`deadline_after`] saturates to: about a century.
-pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// Calls `done` until it returns `true` or `timeout` passes: spins briefly, then yields, then
-/// sleeps in growing steps (at most 1 ms). Returns whether `done` became true. The one bounded
-/// poll of the driver stack. It compares elapsed time with `timeout` (never computes
-/// `start + timeout`), so any timeout, `Duration::MAX` included, is safe.
-pub fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    let mut round = 0u32;
-    loop {
-        if done() {
-            return true;
-        }
-        if start.elapsed() >= timeout {
-            return false;
-        }
-        round += 1;
-        match round {
-            0..=64 => std::hint::spin_loop(),
-            65..=128 => std::thread::yield_now(),
-            _ => std::thread::sleep(Duration::from_micros(u64::from(round.min(1000)))),
-        }
     }
 }
 

@@ -11,8 +11,6 @@
 mod channel;
 mod error;
 
-pub use channel::{
-    deadline_after, poll_until, CmdChannel, CmdTransport, WaitMode, DEFAULT_TIMEOUT, FAR_FUTURE,
-};
+pub use channel::{CmdChannel, CmdTransport, WaitMode, DEFAULT_TIMEOUT};
 pub use error::{CmdError, DeviceStatus};
 pub use pvrdma_abi as abi;

@@ -35,14 +35,5 @@ pub use device::{DeviceState, Profile, SimConfig, SimDevice, SimStats, UAR_BASE_
 pub use dsr::{limits, node_guid, DEFAULT_MAC};
 pub use errno::Errno;
 
-/// The instant `timeout` from now, saturating: a timeout or latency too long to represent (e.g.
-/// `Duration::MAX`, which `Instant + Duration` would panic on) ends about a century from now.
-/// Every deadline of the model is computed here.
-pub(crate) fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
-    const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
-    let now = std::time::Instant::now();
-    now.checked_add(timeout).or_else(|| now.checked_add(FAR_FUTURE)).unwrap_or(now)
-}
-
 #[cfg(test)]
 mod tests;

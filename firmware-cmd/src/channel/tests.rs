@@ -123,13 +123,6 @@ fn a_stale_response_is_not_taken_for_the_next_command() {
 
 #[test]
 fn huge_timeouts_saturate_instead_of_panicking() {
-    let mut n = 0;
-    assert!(poll_until(Duration::MAX, || {
-        n += 1;
-        n > 200
-    }));
-    let d = deadline_after(Duration::MAX);
-    assert!(d > std::time::Instant::now() + Duration::from_secs(365 * 24 * 3600));
     let fake = Fake::new(Script::Ok);
     let ch = CmdChannel::with_timeout(&fake, WaitMode::Polling, Duration::MAX);
     ch.post(CreatePd::default()).unwrap();

@@ -1,5 +1,5 @@
-//! The one deadline helper of the verbs stack above the command channel: every wait in the core
-//! and in providers is bounded through [`deadline_after`] or [`poll_until`].
+//! The one deadline helper of the whole stack: every wait in the core, the providers, the command
+//! channel and the device model is bounded through [`deadline_after`] or [`poll_until`].
 
 use std::time::{Duration, Instant};
 
