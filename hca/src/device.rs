@@ -9,10 +9,12 @@ use crate::eq::EventRings;
 use crate::health::{DriverStats, Health};
 use crate::platform::Platform;
 use doorbell::{ArmEncoding, Doorbells, UarTable};
-use ib_core::{DeviceAttr, Error, Gid, Result};
+use ib_core::{device_cap, AtomicCap, DeviceAttr, Error, Gid, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::CmdRequest;
-use pvrdma_abi::dsr::DeviceCaps;
+use pvrdma_abi::dsr::{DeviceCaps, ATOMIC_OP_COMP_SWAP, ATOMIC_OP_FETCH_ADD};
+use pvrdma_abi::dsr::{BMME_FLAG_FAST_REG_WR, BMME_FLAG_LOCAL_INV, BMME_FLAG_REMOTE_INV};
+use pvrdma_abi::PVRDMA_ROCEV2_VERSION;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL};
 use pvrdma_abi::uar::UAR_HANDLE_MASK;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -44,7 +46,7 @@ impl DeviceInner {
         eq: Arc<EventRings>,
         cmd: Commands,
         dsr: DmaBuf,
-        caps: &DeviceCaps,
+        attr: DeviceAttr,
         gid: Gid,
     ) -> Self {
         let uar = UarTable::new(platform.uar_base_pfn(), platform.uar_pages());
@@ -58,7 +60,7 @@ impl DeviceInner {
             kernel_db,
             uar,
             encoding: AtomicU8::new(0),
-            attr: device_attr(caps),
+            attr,
             gid,
             _dsr: dsr,
             threads: Mutex::new(Vec::new()),
@@ -123,8 +125,19 @@ impl Drop for DeviceInner {
     }
 }
 
-/// Device attributes from the capabilities the device wrote into the DSR.
-fn device_attr(c: &DeviceCaps) -> DeviceAttr {
+/// Device attributes from the capabilities the device wrote into the DSR, as Linux's
+/// `pvrdma_query_device` derives them: the fields it fills come from the caps (`max_sge_rd` only
+/// from a version-18 device; version 17, QEMU's, gives `max_sge`), atomics are `ATOMIC_HCA` if
+/// the device does compare-and-swap or fetch-and-add, `MEM_MGT_EXTENSIONS` needs all three
+/// fast-registration flags, and every device reports PORT_ACTIVE and generates RNR NAKs. The EE,
+/// RDD, raw, multicast and FMR limits stay 0, as Linux leaves them. One completion vector.
+pub(crate) fn device_attr(c: &DeviceCaps, version: u32) -> DeviceAttr {
+    let bmme_all = BMME_FLAG_LOCAL_INV | BMME_FLAG_REMOTE_INV | BMME_FLAG_FAST_REG_WR;
+    let mut flags = c.device_cap_flags.get() | device_cap::PORT_ACTIVE_EVENT | device_cap::RC_RNR_NAK_GEN;
+    if c.bmme_flags & bmme_all == bmme_all {
+        flags |= device_cap::MEM_MGT_EXTENSIONS;
+    }
+    let atomics = c.atomic_ops & (ATOMIC_OP_COMP_SWAP | ATOMIC_OP_FETCH_ADD) != 0;
     DeviceAttr {
         fw_ver: c.fw_ver.get(),
         node_guid: c.node_guid.get(),
@@ -145,6 +158,18 @@ fn device_attr(c: &DeviceCaps) -> DeviceAttr {
         gid_tbl_len: c.gid_tbl_len.get(),
         max_pkeys: c.max_pkeys.get(),
         max_uar: c.max_uar.get(),
+        device_cap_flags: flags,
+        max_sge_rd: if version >= PVRDMA_ROCEV2_VERSION { c.max_sge_rd.get() } else { c.max_sge.get() },
+        max_qp_rd_atom: c.max_qp_rd_atom.get(),
+        max_qp_init_rd_atom: c.max_qp_init_rd_atom.get(),
+        atomic_cap: if atomics { AtomicCap::Hca } else { AtomicCap::None },
+        max_ah: c.max_ah.get(),
+        max_srq: c.max_srq.get(),
+        max_srq_wr: c.max_srq_wr.get(),
+        max_srq_sge: c.max_srq_sge.get(),
+        local_ca_ack_delay: c.local_ca_ack_delay,
+        num_comp_vectors: 1,
+        ..Default::default()
     }
 }
 

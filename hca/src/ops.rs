@@ -9,7 +9,7 @@ use crate::qp::Qp;
 use crate::uctx::{self, Ucontext};
 use ib_core::provider::{CqEventHandler, CqOps, DeviceEventHandler, DeviceOps, MrOps, PdOps};
 use ib_core::provider::{QpCreate, QpEventHandler, QpOps, UcontextOps, UserMemory};
-use ib_core::{DeviceAttr, Error, Gid, PortAttr, PortState, Result};
+use ib_core::{port_cap, DeviceAttr, Error, Gid, GidType, LinkLayer, PortAttr, PortState, Result};
 use pvrdma_abi::cmd::{QueryPkey, QueryPort};
 use pvrdma_abi::verbs::mtu;
 use std::any::Any;
@@ -51,6 +51,17 @@ impl DeviceOps for Pvrdma {
             active_width: a.active_width,
             active_speed: a.active_speed,
             phys_state: a.phys_state,
+            // Linux's pvrdma_query_port adds IB_PORT_CM_SUP: connection management runs on top.
+            port_cap_flags: a.port_cap_flags.get() | port_cap::CM_SUP,
+            bad_pkey_cntr: a.bad_pkey_cntr.get(),
+            qkey_viol_cntr: a.qkey_viol_cntr.get(),
+            sm_lid: a.sm_lid.get(),
+            lmc: a.lmc,
+            max_vl_num: a.max_vl_num,
+            sm_sl: a.sm_sl,
+            subnet_timeout: a.subnet_timeout,
+            init_type_reply: a.init_type_reply,
+            link_layer: LinkLayer::Ethernet,
         })
     }
 
@@ -63,6 +74,20 @@ impl DeviceOps for Pvrdma {
             i if i < self.inner.attr.gid_tbl_len => Ok([0; 16]),
             _ => Err(Error::InvalidArgument("GID index beyond the table")),
         }
+    }
+
+    /// RoCE v1 for index 0: the driver binds its GID with that type at probe.
+    fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType> {
+        self.inner.check_port(port)?;
+        match index {
+            0 => Ok(GidType::RoceV1),
+            _ => Err(Error::InvalidArgument("no GID at this index")),
+        }
+    }
+
+    /// `PVRDMA_BOARD_ID`, as Linux's driver reports it.
+    fn board_id(&self) -> Option<String> {
+        Some(pvrdma_abi::dsr::BOARD_ID.to_string())
     }
 
     /// QUERY_PKEY (QEMU answers 0xffff).

@@ -76,7 +76,8 @@ const PORT: u8 = 1;
 /// all-ones); command and DMA failures. On failure the device is reset and everything allocated
 /// is freed.
 pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<Arc<DeviceInner>> {
-    check_version(platform.reg_read(REG_VERSION))?;
+    let version = platform.reg_read(REG_VERSION);
+    check_version(version)?;
     let health = Arc::new(Health::default());
     let eq = EventRings::new(&platform, health.clone())?;
     let transport = PlatformTransport::new(&platform, health.clone())?;
@@ -86,7 +87,8 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     let caps = read_caps(&dsr).inspect_err(|_| reset(&*platform))?;
     let gid = opts.gid.unwrap_or_else(|| default_gid(read_mac(&*platform)));
     let cmd = Commands::new(transport, opts.cmd_wait, opts.cmd_timeout);
-    let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, &caps, gid));
+    let attr = crate::device::device_attr(&caps, version);
+    let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, attr, gid));
     start(&dev)?;
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);

@@ -133,3 +133,65 @@ fn pingpong_takes_ibv_rc_pingpongs_device_port_gid_and_rx_depth_options() {
     let (ok, _, err) = hca(&["pingpong", "-g", "1"]);
     assert!(!ok && err.contains("GID index 1 of port 1 holds no GID"), "{err}");
 }
+
+#[test]
+fn devinfo_verbose_prints_every_field_ibv_devinfo_prints_for_pvrdma() {
+    let (ok, out, err) = hca(&["devinfo", "-v"]);
+    assert!(ok, "{err}");
+    let order = [
+        "\thw_ver:\t\t\t\t0x1\n\tboard_id:\t\t\t1\n\tphys_port_cnt:\t\t\t1\n",
+        "\tdevice_cap_flags:\t\t0x00001400\n\t\t\t\t\tPORT_ACTIVE_EVENT\n\t\t\t\t\tRC_RNR_NAK_GEN\n\tmax_sge:",
+        "\tatomic_cap:\t\t\tATOMIC_NONE (0)\n\tmax_ee:\t\t\t\t0\n",
+        "\tmax_total_mcast_qp_attach:\t0\n\tmax_ah:",
+        "\tmax_srq:\t\t\t0\n\tmax_pkeys:\t\t\t1\n\tlocal_ca_ack_delay:\t\t0\n\tgeneral_odp_caps:\n\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n",
+        "\tcompletion_timestamp_mask not supported\n\tcore clock not supported\n\tdevice_cap_flags_ex:\t\t0x1400\n",
+        "\ttag matching not supported\n\tnum_comp_vectors:\t\t1\n\t\tport:\t1\n",
+        "\t\t\tmax_msg_sz:\t\t0x1000000\n\t\t\tport_cap_flags:\t\t0x00010000\n\t\t\tport_cap_flags2:\t0x0000\n\t\t\tmax_vl_num:\t\t1 (1)\n",
+        "\t\t\tactive_width:\t\t1X (1)\n\t\t\tactive_speed:\t\t2.5 Gbps (1)\n\t\t\tphys_state:\t\tLINK_UP (5)\n",
+        "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:5054:00ff:fe12:3456, RoCE v1\n\n",
+    ];
+    let mut at = 0;
+    for want in order {
+        let found = out[at..].find(want).unwrap_or_else(|| panic!("missing (or out of order) {want:?} in:\n{out}"));
+        at += found + want.len();
+    }
+    assert!(out.ends_with("RoCE v1\n\n"), "{out}");
+}
+
+/// Options as getopt and strtol read them, and the exit statuses of rdma-core's tools for bad
+/// ones: ibv_devinfo 255, ibv_rc_pingpong 1.
+#[test]
+fn options_parse_as_getopt_and_strtol_do() {
+    assert_eq!(hca_status(&["devinfo", "-x"]).0, Some(255));
+    assert_eq!(hca_status(&["devinfo", "-i", "abc"]).0, Some(1), "strtol reads 0: a usage error");
+    assert_eq!(hca_status(&["pingpong", "-x"]).0, Some(1));
+    assert_eq!(hca_status(&["pingpong", "-i", "0"]).0, Some(1));
+    let (code, _, err) = hca_status(&["pingpong", "-g", "-1"]);
+    assert!(code == Some(1) && err.contains("Failed to modify QP to RTR"), "{err}");
+    let args = ["--link-latency-us", "0", "pingpong", "-n", "9", "-en", "3x", "-s", "64", "-s", "32"];
+    let (ok, out, err) = hca(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("completion events waited for"), "-e bundled with -n: {out}");
+    assert!(out.ends_with(" usec/iter\n") && out.contains("\n3 iters in "), "last -n wins, 3x reads 3: {out}");
+    assert!(out.contains("192 bytes in "), "last -s wins: {out}");
+    let (code, _, _) = hca_status(&["devinfo", "-v", "-v", "-i", "1", "-i", "1"]);
+    assert_eq!(code, Some(0), "repeated options keep the last value");
+}
+
+/// A closed pipe ends the tool quietly (SIGPIPE), as a C tool ends.
+#[test]
+fn a_closed_pipe_ends_the_tool_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hca"))
+        .args(["--link-latency-us", "0", "pingpong", "-n", "2000", "-s", "8"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(out.status.success() || out.status.signal() == Some(libc::SIGPIPE), "{:?} {err}", out.status);
+}

@@ -317,7 +317,8 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
 }
 
 /// QUERY_PORT: port 1 is ACTIVE, LinkUp, MTU 1024 (max and active, as QEMU reports), width and
-/// speed 1. Errors: `EINVAL` for a port other than 1.
+/// speed 1, one virtual lane (as rxe, QEMU's usual backend, reports). Errors: `EINVAL` for a port
+/// other than 1.
 pub fn query_port(_core: &Core, req: &QueryPort) -> CmdResult<QueryPortResp> {
     if req.port_num != 1 {
         return Err(Errno::EINVAL);
@@ -331,6 +332,7 @@ pub fn query_port(_core: &Core, req: &QueryPort) -> CmdResult<QueryPortResp> {
         pkey_tbl_len: U16::new(limits::PKEY_TBL_LEN),
         active_width: 1,
         active_speed: 1,
+        max_vl_num: 1,
         phys_state: PHYS_STATE_LINK_UP,
         ..Default::default()
     };

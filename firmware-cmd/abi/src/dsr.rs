@@ -106,6 +106,18 @@ assert_layout!(DeviceCaps, 208,
 pub const DEVICE_MODE_ROCE: u8 = 0;
 /// `PVRDMA_GID_TYPE_FLAG_ROCE_V1`.
 pub const GID_TYPE_FLAG_ROCE_V1: u8 = 1 << 0;
+/// `PVRDMA_ATOMIC_OP_COMP_SWAP` ([`DeviceCaps::atomic_ops`]).
+pub const ATOMIC_OP_COMP_SWAP: u8 = 1 << 0;
+/// `PVRDMA_ATOMIC_OP_FETCH_ADD` ([`DeviceCaps::atomic_ops`]).
+pub const ATOMIC_OP_FETCH_ADD: u8 = 1 << 1;
+/// `PVRDMA_BMME_FLAG_LOCAL_INV` ([`DeviceCaps::bmme_flags`]).
+pub const BMME_FLAG_LOCAL_INV: u8 = 1 << 0;
+/// `PVRDMA_BMME_FLAG_REMOTE_INV` ([`DeviceCaps::bmme_flags`]).
+pub const BMME_FLAG_REMOTE_INV: u8 = 1 << 1;
+/// `PVRDMA_BMME_FLAG_FAST_REG_WR` ([`DeviceCaps::bmme_flags`]).
+pub const BMME_FLAG_FAST_REG_WR: u8 = 1 << 2;
+/// `PVRDMA_BOARD_ID`: what Linux's driver reports as the device's `board_id`.
+pub const BOARD_ID: u32 = 1;
 
 /// A ring reached through a page directory (`struct pvrdma_ring_page_info`). Driver-written.
 #[repr(C)]

@@ -1,135 +1,11 @@
-//! Attributes of devices, ports and QPs, in the shapes and numeric values of libibverbs's
-//! `<infiniband/verbs.h>` (IBTA chapter 11), so a C layer converts them field by field.
+//! QP attributes, MTUs and access flags, in the shapes and numeric values of libibverbs's
+//! `<infiniband/verbs.h>` (IBTA chapter 11), so a C layer converts them field by field. Device
+//! and port attributes are in [`crate::device_attr`].
 
-use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
 
 /// A GID (IBTA 4.1.1): 16 bytes in network order.
 pub type Gid = [u8; 16];
-
-/// Device attributes (IBTA 11.2.1.2 Query HCA; `ibv_device_attr`), as the provider read them
-/// from the device.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeviceAttr {
-    /// Firmware version, as the device reports it (how it prints is the provider's:
-    /// see `DeviceOps::fw_ver_string`).
-    pub fw_ver: u64,
-    /// Node GUID as a number (the wire value, converted).
-    pub node_guid: u64,
-    /// System image GUID (as a number).
-    pub sys_image_guid: u64,
-    /// PCI vendor ID.
-    pub vendor_id: u32,
-    /// PCI device ID.
-    pub vendor_part_id: u32,
-    /// Hardware version.
-    pub hw_ver: u32,
-    /// Number of physical ports.
-    pub phys_port_cnt: u8,
-    /// Most QPs.
-    pub max_qp: u32,
-    /// Most work requests per queue.
-    pub max_qp_wr: u32,
-    /// Most SGEs per work request.
-    pub max_sge: u32,
-    /// Most CQs.
-    pub max_cq: u32,
-    /// Most entries per CQ.
-    pub max_cqe: u32,
-    /// Most MRs.
-    pub max_mr: u32,
-    /// Most PDs.
-    pub max_pd: u32,
-    /// Largest MR in bytes.
-    pub max_mr_size: u64,
-    /// Bit n set: pages of 2^n bytes supported.
-    pub page_size_cap: u64,
-    /// Entries of each port's GID table.
-    pub gid_tbl_len: u32,
-    /// Entries of each port's P_Key table.
-    pub max_pkeys: u16,
-    /// UAR pages (the kernel's included); 0 for a device without.
-    pub max_uar: u32,
-}
-
-/// Port state (IBTA 14.2.5.6 PortInfo PortState; `enum ibv_port_state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum PortState {
-    /// No state change / unknown (also what an out-of-range device value decodes to).
-    #[default]
-    Nop,
-    /// Link down.
-    Down,
-    /// Link up, not yet armed.
-    Init,
-    /// Armed.
-    Armed,
-    /// Active: traffic flows.
-    Active,
-    /// Active, deferring (IBTA 1.2).
-    ActiveDefer,
-}
-
-impl PortState {
-    /// Decodes an `ibv_port_state` value; unknown values are [`PortState::Nop`].
-    pub fn from_raw(v: u32) -> Self {
-        match v {
-            1 => Self::Down,
-            2 => Self::Init,
-            3 => Self::Armed,
-            4 => Self::Active,
-            5 => Self::ActiveDefer,
-            _ => Self::Nop,
-        }
-    }
-
-    /// The `ibv_port_state` value.
-    pub fn raw(self) -> u32 {
-        self as u32
-    }
-}
-
-impl fmt::Display for PortState {
-    /// As `ibv_devinfo` prints it: `PORT_ACTIVE (4)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self {
-            Self::Nop => "PORT_NOP",
-            Self::Down => "PORT_DOWN",
-            Self::Init => "PORT_INIT",
-            Self::Armed => "PORT_ARMED",
-            Self::Active => "PORT_ACTIVE",
-            Self::ActiveDefer => "PORT_ACTIVE_DEFER",
-        };
-        write!(f, "{name} ({})", self.raw())
-    }
-}
-
-/// Port attributes (IBTA 11.2.1.3 Query HCA port; `ibv_port_attr`). Unlike `ibv_port_attr` (and
-/// [`QpAttr::path_mtu`]), the MTUs here are in bytes, not `ibv_mtu` codes (0 if the device
-/// reported a code it should not): convert with [`Mtu::from_bytes`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PortAttr {
-    /// Logical port state.
-    pub state: PortState,
-    /// Largest MTU the port supports, bytes.
-    pub max_mtu: u32,
-    /// Active MTU, bytes.
-    pub active_mtu: u32,
-    /// Entries of the port's GID table.
-    pub gid_tbl_len: u32,
-    /// Entries of the P_Key table.
-    pub pkey_tbl_len: u16,
-    /// Base LID (0 on RoCE).
-    pub lid: u16,
-    /// Largest message in bytes.
-    pub max_msg_sz: u32,
-    /// Active link width (IBTA encoding).
-    pub active_width: u8,
-    /// Active link speed (IBTA encoding).
-    pub active_speed: u8,
-    /// Physical port state (IBTA encoding; 5 = LinkUp).
-    pub phys_state: u8,
-}
 
 /// A path MTU (`enum ibv_mtu`: 1 = 256 bytes ... 5 = 4096 bytes). A newtype over the raw code,
 /// so a value a device reports is kept as it came, never forced into a variant.
@@ -433,12 +309,6 @@ impl BitOrAssign for QpAttrMask {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn port_state_prints_like_ibv_devinfo() {
-        assert_eq!(PortState::Active.to_string(), "PORT_ACTIVE (4)");
-        assert_eq!(PortState::from_raw(77), PortState::Nop);
-    }
 
     #[test]
     fn mtus_and_states() {

@@ -25,6 +25,7 @@
 pub mod arm;
 mod async_event;
 pub mod attr;
+pub mod device_attr;
 mod channel;
 mod context;
 mod cq;
@@ -51,7 +52,8 @@ mod wr;
 
 pub use arm::ArmKind;
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncHandler, EventScope};
-pub use attr::{access, AhAttr, DeviceAttr, Gid, GlobalRoute, Mtu, PortAttr, PortState};
+pub use attr::{access, AhAttr, Gid, GlobalRoute, Mtu};
+pub use device_attr::{device_cap, port_cap, AtomicCap, DeviceAttr, GidType, LinkLayer, PortAttr, PortState};
 pub use attr::{QpAttr, QpAttrMask, QpCap, QpState, QpType};
 pub use channel::CompChannel;
 pub use context::Context;

@@ -15,7 +15,8 @@
 
 use crate::arm::ArmKind;
 use crate::async_event::AsyncEventType;
-use crate::attr::{DeviceAttr, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpType};
+use crate::attr::{Gid, QpAttr, QpAttrMask, QpCap, QpType};
+use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::error::Result;
 use crate::wr::{RecvWr, SendWr, Wc};
 use std::any::Any;
@@ -129,6 +130,13 @@ pub trait DeviceOps: Send + Sync + 'static {
     fn query_port(&self, port: u8) -> Result<PortAttr>;
     /// The GID at `index` of `port`'s table (zero for an unused entry).
     fn query_gid(&self, port: u8, index: u32) -> Result<Gid>;
+    /// What the GID at `index` of `port`'s table is for. Errors: `InvalidArgument` for an unused
+    /// entry or one beyond the table.
+    fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType>;
+    /// The board ID the device's driver reports (Linux: sysfs `board_id`), if it has one.
+    fn board_id(&self) -> Option<String> {
+        None
+    }
     /// The P_Key at `index` of `port`'s table.
     fn query_pkey(&self, port: u8, index: u16) -> Result<u16>;
     /// Whether the device is in its catastrophic state.

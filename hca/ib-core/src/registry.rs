@@ -3,7 +3,8 @@
 //! [`add_device`], which finds the provider by what the function is (its PCI ID), probes it and
 //! names it `<provider><N>`; [`open_device`] finds a live device by name.
 
-use crate::attr::{DeviceAttr, Gid, PortAttr};
+use crate::attr::Gid;
+use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::context::{Context, ContextInner};
 use crate::device::DeviceInner;
 use crate::error::{Error, Result};
@@ -141,6 +142,18 @@ impl Device {
     /// The GID at `index` of `port`'s table (`ibv_query_gid`).
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         self.dev().ops.query_gid(port, index)
+    }
+
+    /// What the GID at `index` of `port`'s table is for (`ibv_query_gid_type`). Errors:
+    /// [`Error::InvalidArgument`] for an unused entry or one beyond the table.
+    pub fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType> {
+        self.dev().ops.query_gid_type(port, index)
+    }
+
+    /// The board ID the device's driver reports (Linux: sysfs `board_id`, which `ibv_devinfo`
+    /// prints), if it has one.
+    pub fn board_id(&self) -> Option<String> {
+        self.dev().ops.board_id()
     }
 
     /// The P_Key at `index` of `port`'s table (`ibv_query_pkey`).

@@ -120,6 +120,9 @@ impl DeviceOps for Script {
     fn query_gid(&self, _port: u8, index: u32) -> Result<Gid> {
         Ok([index as u8; 16])
     }
+    fn query_gid_type(&self, _port: u8, _index: u32) -> Result<GidType> {
+        Ok(GidType::RoceV2)
+    }
     fn query_pkey(&self, _port: u8, _index: u16) -> Result<u16> {
         Ok(0xffff)
     }

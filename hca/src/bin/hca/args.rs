@@ -1,15 +1,30 @@
 //! Option values as rdma-core's tools read them, and how a tool fails.
 
-/// A number as `strtol(s, NULL, 0)` reads it in rdma-core's tools: decimal, `0x` hex or `0` octal.
-pub fn number<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
-    let t = s.trim();
-    let (digits, radix) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        Some(h) => (h, 16),
-        None if t.len() > 1 && t.starts_with('0') => (&t[1..], 8),
-        None => (t, 10),
-    };
-    let v = u64::from_str_radix(digits, radix).map_err(|_| format!("{s:?} is not a number"))?;
+/// A number as `strtol(s, NULL, 0)` reads it in rdma-core's tools: optional leading blanks and
+/// sign, then decimal, `0x` hex or `0` octal digits for as long as they last; text without
+/// digits reads as 0 (`-n abc` is 0, `-n 10x` is 10). Errors: a value outside `T`.
+pub fn number<T: TryFrom<i64>>(s: &str) -> Result<T, String> {
+    let v = strtol(s).ok_or_else(|| format!("{s} is out of range"))?;
     T::try_from(v).map_err(|_| format!("{s} is out of range"))
+}
+
+/// `strtol(s, NULL, 0)`; `None` where C would saturate (the value does not fit an `i64`).
+fn strtol(s: &str) -> Option<i64> {
+    let t = s.trim_start();
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"));
+    let (digits, radix) = match hex {
+        Some(h) if h.starts_with(|c: char| c.is_ascii_hexdigit()) => (h, 16),
+        _ if t.starts_with('0') => (t, 8),
+        _ => (t, 10),
+    };
+    let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
+    let magnitude = if end == 0 { 0 } else { i64::from_str_radix(&digits[..end], radix).ok()? };
+    Some(if neg { -magnitude } else { magnitude })
 }
 
 /// Why a tool stopped: its message and the exit status rdma-core's tool gives for it.
@@ -42,7 +57,14 @@ mod tests {
         assert_eq!(number::<u32>("0x1000"), Ok(4096));
         assert_eq!(number::<u32>("010"), Ok(8));
         assert_eq!(number::<u32>("0"), Ok(0));
+        assert_eq!(number::<u32>("10x"), Ok(10));
+        assert_eq!(number::<u32>("ten"), Ok(0));
+        assert_eq!(number::<u32>(" +7"), Ok(7));
+        assert_eq!(number::<i64>("-1"), Ok(-1));
+        assert_eq!(number::<u32>("0x"), Ok(0));
+        assert_eq!(number::<u32>("089"), Ok(0));
         assert!(number::<u8>("256").is_err());
-        assert!(number::<u32>("ten").is_err());
+        assert!(number::<u32>("-1").is_err());
+        assert!(number::<i64>("99999999999999999999").is_err());
     }
 }

@@ -9,8 +9,9 @@
 mod args;
 mod devinfo;
 mod pingpong;
-mod usage;
+mod sys;
 
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use ib_core::Device;
 use pvrdma_sim::{Profile, SimConfig};
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "hca", version, about = "Verbs tools on pvrdma HCAs (default: the built-in model)")]
+#[command(args_override_self = true)]
 struct Cli {
     #[command(flatten)]
     model: ModelOpts,
@@ -64,11 +66,15 @@ fn add_model(opts: &ModelOpts) -> ib_core::Result<Device> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    sys::default_sigpipe();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_failure(&e),
+    };
     let _model = match add_model(&cli.model) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("hca: cannot open the built-in device: {e}");
+            eprintln!("cannot open the built-in device: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -83,4 +89,24 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// A command line that does not parse: clap's message (with the usage line), and the exit
+/// status the rdma-core tool gives for a bad option — `ibv_devinfo` 255, `ibv_rc_pingpong` 1.
+/// Help and version requests print and succeed.
+fn parse_failure(e: &clap::Error) -> ExitCode {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let _ = e.print();
+    let devinfo = std::env::args().skip(1).find(|a| a == "devinfo" || a == "pingpong");
+    ExitCode::from(if devinfo.as_deref() == Some("devinfo") { 255 } else { 1 })
+}
+
+/// The usage line of subcommand `name`, as clap renders it.
+pub fn usage(name: &str) -> String {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    cmd.find_subcommand_mut(name).map(|c| c.render_usage().to_string()).unwrap_or_default()
 }

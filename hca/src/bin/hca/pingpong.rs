@@ -6,7 +6,7 @@
 //! through the GID at `-g` of port `-i`.
 
 use crate::args::{number, Failure as ToolFailure};
-use crate::usage::process_cpu_time;
+use crate::sys::process_cpu_time;
 use clap::Args;
 use ib_core::{
     access, AhAttr, ArmKind, CompChannel, Cq, Device, GlobalRoute, Mr, Mtu, NotifyFlags, Pd, Qp,
@@ -18,17 +18,26 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Options, named as `ibv_rc_pingpong` names them.
+/// Options, named as `ibv_rc_pingpong` names them; a repeated option keeps its last value
+/// (getopt).
 #[derive(Args, Clone)]
+#[command(args_override_self = true)]
 pub struct Opts {
     /// Use this IB device (default: the first device found).
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
-    /// Use this port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = number::<u8>)]
+    /// Use this port of the device (at least 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = number::<i64>)]
+    ib_port_arg: i64,
+    /// Local port GID index (ibv_rc_pingpong needs it on RoCE; 0 here when not given; a
+    /// negative one, ibv_rc_pingpong's "none", cannot connect on RoCE).
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, value_parser = number::<i64>, allow_negative_numbers = true)]
+    gid_idx_arg: i64,
+    /// `-i` once checked.
+    #[arg(skip)]
     ib_port: u8,
-    /// Local port GID index (ibv_rc_pingpong needs it on RoCE; 0 here when not given).
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, value_parser = number::<u32>)]
+    /// `-g` once checked.
+    #[arg(skip)]
     gid_idx: u32,
     /// Service level of the address vector.
     #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = number::<u8>)]
@@ -93,8 +102,17 @@ impl From<String> for Failure {
     }
 }
 
-/// Opens the device `-d` names (or the first one) and runs the ping-pong on it.
+/// Opens the device `-d` names (or the first one) and runs the ping-pong on it. Failures as
+/// `ibv_rc_pingpong` words them, with exit status 1; a port below 1 prints the usage.
 pub fn run(o: &Opts) -> Result<(), ToolFailure> {
+    if o.ib_port_arg < 1 {
+        return Err(crate::usage("pingpong").into());
+    }
+    let mut o = o.clone();
+    o.ib_port = u8::try_from(o.ib_port_arg).map_err(|_| "Couldn't get port info")?;
+    // On RoCE a QP needs a GID: without one (-g -1) ibv_rc_pingpong fails here.
+    o.gid_idx = u32::try_from(o.gid_idx_arg).map_err(|_| "Failed to modify QP to RTR")?;
+    let o = &o;
     let dev = match &o.ib_dev {
         Some(name) => ib_core::open_device(name).map_err(|_| format!("IB device {name} not found"))?,
         None => {
@@ -102,7 +120,7 @@ pub fn run(o: &Opts) -> Result<(), ToolFailure> {
             ib_core::open_device(&first.name).map_err(|e| e.to_string())?
         }
     };
-    pingpong(&dev, o).map_err(|e| format!("hca: {e}").into())
+    pingpong(&dev, o).map_err(ToolFailure::from)
 }
 
 /// Runs the ping-pong on `dev` and prints the result; `Err` (non-zero exit) on any failure.
@@ -179,12 +197,11 @@ fn validate(dev: &Device, o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// Prints what this tool adds (payloads checked; with `-e`, events and CPU time), then
+/// `ibv_rc_pingpong`'s two result lines, last, so scripts that read those find them as they do
+/// with the C tool.
 fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndReport) {
     let secs = wall.as_secs_f64();
-    let bytes = o.size as u64 * u64::from(o.iters) * 2;
-    let iters = o.iters;
-    println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
-    println!("{iters} iters in {secs:.2} seconds = {:.2} usec/iter", secs * 1e6 / f64::from(iters));
     println!("payload verified: {} messages of {} bytes", s.verified + c.verified, o.size);
     if o.events {
         let (cpu, pct) = (cpu.as_secs_f64(), 100.0 * cpu.as_secs_f64() / secs);
@@ -195,6 +212,10 @@ fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndR
             c.events
         );
     }
+    let bytes = o.size as u64 * u64::from(o.iters) * 2;
+    let iters = o.iters;
+    println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
+    println!("{iters} iters in {secs:.2} seconds = {:.2} usec/iter", secs * 1e6 / f64::from(iters));
 }
 
 /// Each end to RTS towards the other, with the attributes `ibv_rc_pingpong` sets: port `-i`,

@@ -1,4 +1,5 @@
-//! CPU time of this process, to show that event mode sleeps.
+//! The tool's calls into libc: CPU time of this process (to show that event mode sleeps) and
+//! SIGPIPE's default action.
 
 use std::time::Duration;
 
@@ -18,4 +19,15 @@ pub fn process_cpu_time() -> Duration {
 
 fn tv(t: libc::timeval) -> Duration {
     Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+}
+
+/// Restores SIGPIPE's default action, which Rust's runtime replaces with "ignore": a tool whose
+/// reader went away (`hca pingpong | head -1`) then ends quietly, as rdma-core's C tools do,
+/// instead of failing on a write.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no memory
+    // of this process; it runs in `main` before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
