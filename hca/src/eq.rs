@@ -17,7 +17,7 @@ use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::event::{Cqne, Eqe, EqeType};
 use pvrdma_abi::regs::{IntrVector, REG_VERSION};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -81,6 +81,11 @@ pub struct EventRings {
     pub(crate) objects: Mutex<()>,
     async_ring: Mutex<DevRing>,
     notify_ring: Mutex<DevRing>,
+    /// Async entries taken from the ring and resolved, waiting for the async thread, in the
+    /// device's order: whoever takes them (the async thread or a destroy), only the async thread
+    /// hands them to the core, one at a time, so every context sees them in the device's order
+    /// and no consumer handler runs on a thread that is destroying an object.
+    deferred: Mutex<VecDeque<AsyncEntry>>,
 }
 
 impl EventRings {
@@ -95,6 +100,7 @@ impl EventRings {
             objects: Mutex::new(()),
             async_ring: Mutex::new(DevRing::new(platform, ASYNC_RING_ELEMS, 8)?),
             notify_ring: Mutex::new(DevRing::new(platform, NOTIFY_RING_ELEMS, 4)?),
+            deferred: Mutex::new(VecDeque::new()),
         }))
     }
 
@@ -213,6 +219,7 @@ impl EventRings {
     /// table's read lock, so a CQ being destroyed (it unregisters before its ring is freed) is
     /// either skipped or still has its ring.
     fn recover_dropped(&self) {
+        self.health.count(Count::NotifyRingFull);
         let cqs = self.cqs.read();
         let fired = cqs.values().filter(|e| e.handler.recover_dropped()).count();
         tracing::warn!(cqs = cqs.len(), fired, "CQ-notification ring was full: recovered the armed CQs");
@@ -223,26 +230,35 @@ impl EventRings {
         self.health.count(if delivered { Count::CqEvent } else { Count::Spurious });
     }
 
-    /// Consumes every async-event entry and passes each, by the object it names, to the core.
-    pub fn drain_async(&self) {
+    /// Consumes every async-event entry and passes each, by the object it names, to the core, in
+    /// the device's order (with those a destroy took meanwhile). The async thread's work.
+    fn drain_async(&self) {
         if self.health.is_fatal() {
             return;
         }
-        let events = {
+        {
             let _objects = self.objects.lock();
-            self.take_async()
-        };
-        self.deliver_async(events);
+            self.take_async();
+        }
+        loop {
+            let next = self.deferred.lock().pop_front();
+            match next {
+                Some(e) => self.deliver_async(e),
+                None => break,
+            }
+        }
     }
 
-    /// Takes every async-event entry and resolves each to the object it names now. Called with
-    /// the object lock held ([`EventRings::objects`]), so an entry is never resolved to an object
-    /// that took a destroyed one's handle after the entry was written.
-    fn take_async(&self) -> Vec<AsyncEntry> {
-        match self.read_async() {
+    /// Takes every async-event entry, resolves each to the object it names now and queues it for
+    /// the async thread. Called with the object lock held ([`EventRings::objects`]), so an entry
+    /// is never resolved to an object that took a destroyed one's handle after the entry was
+    /// written, and takers append in the ring's order.
+    fn take_async(&self) {
+        let entries = match self.read_async() {
             Ok(raw) => raw.into_iter().map(|(t, info)| self.resolve(t, info)).collect(),
             Err(_) => vec![AsyncEntry::Fatal("async-event ring index out of range")],
-        }
+        };
+        self.deferred.lock().extend(entries);
     }
 
     fn read_async(&self) -> Result<Vec<(u32, u32)>> {
@@ -276,49 +292,45 @@ impl EventRings {
         found.unwrap_or(AsyncEntry::Dropped(type_, info))
     }
 
-    /// Hands resolved entries to the core with no lock held: the core runs the consumer's
+    /// Hands a resolved entry to the core with no lock held: the core runs the consumer's
     /// handler, which may create or destroy objects.
-    fn deliver_async(&self, events: Vec<AsyncEntry>) {
-        for e in events {
-            let delivered = match &e {
-                AsyncEntry::Cq(flags, handler) => {
-                    // CQ_ERR: the CQ overflowed (the model's only reason for it, decision 7).
-                    flags.overrun.store(true, Ordering::Release);
-                    handler.error(CqError::Overrun)
-                }
-                AsyncEntry::Qp(handler, event) => handler.event(*event),
-                AsyncEntry::Port(port, event) => {
-                    self.health.core().map(|c| c.port_event(*port, *event)).is_some()
-                }
-                AsyncEntry::Fatal(reason) => {
-                    self.health.set_fatal(reason);
-                    true
-                }
-                AsyncEntry::Dropped(..) => false,
-            };
-            if !delivered {
-                tracing::warn!(entry = ?e, "async event for no live object (or of an unknown type): dropped");
-                self.health.count(Count::DroppedAsync);
+    fn deliver_async(&self, e: AsyncEntry) {
+        let delivered = match &e {
+            AsyncEntry::Cq(flags, handler) => {
+                // CQ_ERR: the CQ overflowed (the model's only reason for it, decision 7).
+                flags.overrun.store(true, Ordering::Release);
+                handler.error(CqError::Overrun)
             }
+            AsyncEntry::Qp(handler, event) => handler.event(*event),
+            AsyncEntry::Port(port, event) => self.health.core().map(|c| c.port_event(*port, *event)).is_some(),
+            AsyncEntry::Fatal(reason) => {
+                self.health.set_fatal(reason);
+                true
+            }
+            AsyncEntry::Dropped(..) => false,
+        };
+        if !delivered {
+            tracing::warn!(entry = ?e, "async event for no live object (or of an unknown type): dropped");
+            self.health.count(Count::DroppedAsync);
         }
     }
 
     /// Runs `destroy` (the object's DESTROY command) and `forget` (its removal from the tables)
     /// under the object lock, consuming in between every report the device wrote: CQ-notification
-    /// entries and async events reach the object being destroyed (whose core handler drops them)
-    /// and never an object that later takes its handle. Creation takes the same lock
-    /// ([`EventRings::objects`]), so a handle the device reuses is registered only once the old
-    /// owner is gone from the tables.
+    /// entries and async events are resolved while the object is still in the tables, so they
+    /// reach the object being destroyed (whose core handler drops them) and never an object that
+    /// later takes its handle. Creation takes the same lock ([`EventRings::objects`]), so a handle
+    /// the device reuses is registered only once the old owner is gone from the tables. The async
+    /// entries taken here, other objects' and ports' included, are delivered by the async thread,
+    /// never on the destroying thread.
     pub(crate) fn destroy_object(&self, destroy: impl FnOnce(), forget: impl FnOnce()) {
-        let events = {
-            let _objects = self.objects.lock();
-            destroy();
-            self.drain_notifications();
-            let events = if self.health.is_fatal() { Vec::new() } else { self.take_async() };
-            forget();
-            events
-        };
-        self.deliver_async(events);
+        let _objects = self.objects.lock();
+        destroy();
+        self.drain_notifications();
+        if !self.health.is_fatal() {
+            self.take_async();
+        }
+        forget();
     }
 
     /// The bounded health check: a register reading all-ones means the device is gone.

@@ -21,6 +21,9 @@ pub struct DriverStats {
     /// Async events dropped: for a handle that names no live object (never created, destroyed,
     /// being destroyed), or of a type the driver does not know.
     pub dropped_async_events: u64,
+    /// Times the CQ-notification ring was found full (entries may have been dropped; the driver
+    /// ran its recovery pass over every armed CQ).
+    pub notify_ring_full: u64,
 }
 
 /// The health of one device.
@@ -32,6 +35,7 @@ pub struct Health {
     async_events: AtomicU64,
     spurious: AtomicU64,
     dropped_async: AtomicU64,
+    notify_ring_full: AtomicU64,
     core: OnceLock<Arc<dyn DeviceEventHandler>>,
 }
 
@@ -42,6 +46,7 @@ pub(crate) enum Count {
     AsyncEvent,
     Spurious,
     DroppedAsync,
+    NotifyRingFull,
 }
 
 impl Health {
@@ -88,6 +93,7 @@ impl Health {
             Count::AsyncEvent => &self.async_events,
             Count::Spurious => &self.spurious,
             Count::DroppedAsync => &self.dropped_async,
+            Count::NotifyRingFull => &self.notify_ring_full,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -101,6 +107,15 @@ impl Health {
             async_events: l(&self.async_events),
             spurious_cq_notifications: l(&self.spurious),
             dropped_async_events: l(&self.dropped_async),
+            notify_ring_full: l(&self.notify_ring_full),
+        }
+    }
+
+    /// Zeroes every counter: the probe's own traffic (its self-test) is not the consumer's.
+    pub(crate) fn reset_counts(&self) {
+        let all = [&self.cq_events, &self.async_events, &self.spurious, &self.dropped_async, &self.notify_ring_full];
+        for c in self.interrupts.iter().chain(all) {
+            c.store(0, Ordering::Relaxed);
         }
     }
 }

@@ -94,6 +94,7 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     dev.set_encoding(encoding);
     // The self-test's commands may have found the device dead (a timeout makes it fatal).
     dev.live()?;
+    dev.health.reset_counts();
     tracing::info!(platform = %dev.platform.name(), ?encoding, "pvrdma device up");
     Ok(dev)
 }

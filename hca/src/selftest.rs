@@ -5,21 +5,23 @@
 //! VFIO, so the driver tests it on private objects: two CQs, each with a loopback QP pair.
 //!
 //! The test reads the CQ-notification ring, not interrupts, so a masked vector or a late
-//! interrupt cannot mislead it, and it never waits for something not to happen:
+//! interrupt cannot mislead it:
 //! 1. A message completes on the *unarmed* CQ. QEMU 7.2 writes a notification entry for every
 //!    CQE, armed or not; an IBTA device writes none.
-//! 2. Then the *armed* CQ is armed with `ARM` alone and a message completes on it. An IBTA device
-//!    fires the arm and writes an entry; QEMU 7.2 writes its per-CQE entries.
+//! 2. The ring is drained, then the *armed* CQ is armed with `ARM` alone and a message completes
+//!    on it. An IBTA device fires the arm and writes an entry. (QEMU 7.2 writes its per-CQE
+//!    entries.) Entries naming the armed CQ count only from its arm on.
 //!
-//! The ring is written in order, and message 2 is posted only after message 1's CQEs are polled,
-//! so the first entry naming either CQ decides: the unarmed CQ means QEMU 7.2, the armed one
-//! means IBTA. The test then waits (bounded) for the entries the device still owes, so none
-//! outlives its CQ, and consumes them; nothing of it reaches anyone.
+//! Any entry for the unarmed CQ means QEMU 7.2. IBTA needs none for the unarmed CQ, at least one
+//! for the armed CQ, and the ring never found full meanwhile (a full ring drops entries). The test
+//! waits (bounded) for the entries the device owes, so none outlives its CQ, and consumes them;
+//! the probe then zeroes the driver's counters, so nothing of it reaches anyone.
 //!
-//! If no entry comes within [`ENTRY_WAIT`] (or a message does not complete), the driver falls
-//! back to the QEMU 7.2 encoding with a warning: `ARM|ARM_SOL` arms for the next completion on
-//! every pvrdma we know, while `ARM` alone would disarm QEMU 7.2; only solicited-only arming is
-//! lost (reported unsupported). Override with `ProbeOptions::arm_encoding`.
+//! Anything else — no entry within [`ENTRY_WAIT`], a message that does not complete, entries that
+//! fit neither device, a full ring — falls back to the QEMU 7.2 encoding with a warning:
+//! `ARM|ARM_SOL` arms for the next completion on every pvrdma we know, while `ARM` alone would
+//! disarm QEMU 7.2; only solicited-only arming is lost (reported unsupported). Override with
+//! `ProbeOptions::arm_encoding`.
 
 use crate::cq::Cq;
 use crate::device::DeviceInner;
@@ -31,7 +33,7 @@ use ib_core::provider::{CqError, CqEventHandler, CqOps, MrOps, QpCreate, QpEvent
 use ib_core::time::poll_until;
 use ib_core::{access, AhAttr, AsyncEventType, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
 use ib_core::{QpCap, QpState, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode};
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,9 +44,6 @@ const OWED_WAIT: Duration = Duration::from_millis(200);
 /// Bound on a message's completion.
 const COMPLETION_WAIT: Duration = Duration::from_secs(5);
 
-const NONE: u8 = 0;
-const UNARMED: u8 = 1;
-const ARMED: u8 = 2;
 
 /// The device's arm encoding, by test; QEMU 7.2's (with a warning) if the test cannot tell.
 pub(crate) fn arm_encoding(dev: &Arc<DeviceInner>) -> ArmEncoding {
@@ -61,43 +60,50 @@ pub(crate) fn arm_encoding(dev: &Arc<DeviceInner>) -> ArmEncoding {
 }
 
 fn detect(dev: &Arc<DeviceInner>) -> Result<ArmEncoding, String> {
-    let first = Arc::new(AtomicU8::new(NONE));
-    let objects = |tag| Loopback::new(dev, Witness::new(tag, &first)).map_err(|e| format!("self-test objects: {e}"));
-    let (unarmed, armed) = (objects(UNARMED)?, objects(ARMED)?);
+    let objects = |w| Loopback::new(dev, w).map_err(|e| format!("self-test objects: {e}"));
+    let (unarmed, armed) = (objects(Witness::new(true))?, objects(Witness::new(false))?);
     let message = |lb: &Loopback| lb.message().map_err(|e| format!("self-test message: {e}"));
+    // Whatever the ring holds from before is spent first: a ring full from then is no reason to
+    // doubt the test, one found full from now on is.
+    dev.eq.drain_notifications();
+    let full_before = dev.health.stats().notify_ring_full;
     message(&unarmed)?;
+    dev.eq.drain_notifications();
+    armed.witness.counting.store(true, Ordering::Release);
     CqArmDoorbell::new(dev.kernel_db.clone(), armed.cq.handle(), ArmEncoding::Ibta).arm_next();
     message(&armed)?;
-    let drained = |done: &dyn Fn() -> bool| {
-        poll_until(ENTRY_WAIT, || {
-            dev.eq.drain_notifications();
-            done()
-        })
+    let counts = || {
+        dev.eq.drain_notifications();
+        (unarmed.witness.entries(), armed.witness.entries())
     };
-    drained(&|| first.load(Ordering::Acquire) != NONE);
-    let (encoding, owed) = match first.load(Ordering::Acquire) {
-        UNARMED => (ArmEncoding::Qemu72, (2, 2)),
-        ARMED => (ArmEncoding::Ibta, (0, 1)),
-        _ => return Err("the device wrote no CQ-notification entry".into()),
+    poll_until(ENTRY_WAIT, || counts() != (0, 0));
+    let (encoding, owed) = match counts() {
+        (0, 0) => return Err("the device wrote no CQ-notification entry".into()),
+        (0, _) => (ArmEncoding::Ibta, (0, 1)),
+        _ => (ArmEncoding::Qemu72, (2, 2)),
     };
     poll_until(OWED_WAIT, || {
-        dev.eq.drain_notifications();
-        unarmed.witness.entries() >= owed.0 && armed.witness.entries() >= owed.1
+        let (u, a) = counts();
+        u >= owed.0 && a >= owed.1
     });
-    Ok(encoding)
+    if dev.health.stats().notify_ring_full != full_before {
+        return Err("the CQ-notification ring filled during the test".into());
+    }
+    match (encoding, counts()) {
+        (ArmEncoding::Ibta, (u, _)) if u != 0 => Err(format!("entries fit neither device: {u} for the unarmed CQ late")),
+        _ => Ok(encoding),
+    }
 }
 
-/// A test CQ's handler: counts the CQ-notification entries naming the CQ, and records in
-/// `first` the tag of the first test CQ the ring named (the ring is drained in order).
+/// A test CQ's handler: counts the CQ-notification entries naming the CQ once `counting`.
 struct Witness {
-    tag: u8,
-    first: Arc<AtomicU8>,
+    counting: AtomicBool,
     entries: AtomicU32,
 }
 
 impl Witness {
-    fn new(tag: u8, first: &Arc<AtomicU8>) -> Arc<Self> {
-        Arc::new(Self { tag, first: first.clone(), entries: AtomicU32::new(0) })
+    fn new(counting: bool) -> Arc<Self> {
+        Arc::new(Self { counting: AtomicBool::new(counting), entries: AtomicU32::new(0) })
     }
 
     fn entries(&self) -> u32 {
@@ -107,8 +113,9 @@ impl Witness {
 
 impl CqEventHandler for Witness {
     fn completion(&self) -> bool {
-        let _ = self.first.compare_exchange(NONE, self.tag, Ordering::AcqRel, Ordering::Acquire);
-        self.entries.fetch_add(1, Ordering::AcqRel);
+        if self.counting.load(Ordering::Acquire) {
+            self.entries.fetch_add(1, Ordering::AcqRel);
+        }
         true
     }
     fn recover_dropped(&self) -> bool {

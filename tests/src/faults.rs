@@ -1,6 +1,7 @@
 //! A broken device for driver tests: the model behind knobs that make it fail the ways hardware
 //! and hypervisors fail — registers reading all-ones (surprise removal), a command never
-//! answered, a command held in flight until the test lets it go, and late CQ interrupts.
+//! answered, a command held in flight until the test lets it go, late CQ interrupts, and an
+//! async-event vector that does not fire.
 
 use crate::intercept::{Hooks, Intercept};
 use crate::rewrite::dsr;
@@ -26,6 +27,7 @@ pub struct Faults {
     released: AtomicBool,
     cq_irq_delay_ms: AtomicU64,
     cq_irqs: AtomicU64,
+    stall_async: AtomicBool,
 }
 
 impl Faults {
@@ -40,6 +42,7 @@ impl Faults {
             released: AtomicBool::new(false),
             cq_irq_delay_ms: AtomicU64::new(0),
             cq_irqs: AtomicU64::new(0),
+            stall_async: AtomicBool::new(false),
         };
         Intercept { sim: SimPlatform::new(cfg), hooks }
     }
@@ -74,6 +77,12 @@ impl Faults {
     /// Every CQ interrupt after the first reaches the driver `ms` milliseconds late (0: on time).
     pub fn delay_cq_interrupts(&self, ms: u64) {
         self.cq_irq_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// While `on`, the driver's async-event thread stays in its wait for vector 1 (at most five
+    /// seconds), so what the device writes to the async ring stays there.
+    pub fn stall_async_vector(&self, on: bool) {
+        self.stall_async.store(on, Ordering::SeqCst);
     }
 
     fn take(knob: &AtomicU32, op: u32) -> bool {
@@ -113,6 +122,10 @@ impl Hooks for Faults {
     }
 
     fn wait_vector(&self, sim: &SimPlatform, vector: u16, timeout: Duration) -> u32 {
+        let end = Instant::now() + HOLD_LIMIT;
+        while vector == 1 && self.stall_async.load(Ordering::SeqCst) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let n = sim.wait_vector(vector, timeout);
         let delay = self.cq_irq_delay_ms.load(Ordering::SeqCst);
         if vector == 2 && n > 0 && self.cq_irqs.fetch_add(1, Ordering::SeqCst) >= 1 && delay > 0 {

@@ -7,6 +7,7 @@ pub mod faults;
 pub mod fixture;
 pub mod intercept;
 pub mod lowest_free;
+pub mod notify_relay;
 pub mod differential;
 pub mod qemu;
 pub mod rewrite;

@@ -167,3 +167,48 @@ fn fatal_wakes_every_kind_of_waiter() {
     let late = dev.create_comp_channel().unwrap();
     assert!(epoll_readable(late.fd(), 0), "a channel made after fatal is not readable");
 }
+
+/// A CQ destroy waiting for an ack is cut short by a fatal device (hca, not the scripted core).
+#[test]
+fn cq_destroy_ack_wait_cut_by_fatal() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let ch = dev.create_comp_channel().unwrap();
+    let cq = dev.create_cq(16, Some(&ch)).unwrap();
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    sim.device().post_cqe(cq.handle(), &tests::events::cqe(1), false);
+    let _ev = ch.get_cq_event(WAIT).unwrap();
+    let d = sim.device().clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        d.inject_fatal();
+    });
+    let start = Instant::now();
+    let r = cq.destroy(Some(Duration::from_secs(20)));
+    assert!(r.is_ok() && start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    t.join().unwrap();
+}
+
+/// A device-fatal async event and a port event racing destroys: nothing hangs.
+#[test]
+fn fatal_async_event_during_destroy_churn() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let d = sim.device().clone();
+    let t = std::thread::spawn(move || {
+        for _ in 0..50 {
+            d.inject_async_event(pvrdma_abi::event::EqeType::PortActive, 1);
+        }
+        d.inject_fatal();
+    });
+    let start = Instant::now();
+    for _ in 0..50 {
+        match pd.create_qp(&ib_core::QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: ib_core::QpType::Rc, sq_sig_all: false, qp_context: 0 }) {
+            Ok(q) => drop(q),
+            Err(Error::DeviceFatal) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    t.join().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(20));
+}

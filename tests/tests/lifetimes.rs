@@ -6,7 +6,7 @@ use ib_core::{AsyncEventType, Cq, Device, Error, NotifyFlags, QpInitAttr, QpType
 use pvrdma_abi::cmd::opcode;
 use pvrdma_abi::event::EqeType;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use tests::events::{cqe, wait_for};
@@ -15,6 +15,7 @@ use tests::fixture::*;
 use tests::lowest_free::LowestFree;
 
 type Seen = Arc<Mutex<Vec<(AsyncEventType, Option<u64>)>>>;
+type HandlerRun = (Option<String>, bool);
 
 fn ibta() -> hca::ProbeOptions {
     hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() }
@@ -375,4 +376,127 @@ fn fatal_inside_modify_qp_does_not_deadlock_the_handler() {
     }
     assert!(matches!(r, Ok(Err(_))), "modify_qp: {r:?}");
     assert!(handled.is_ok(), "the DEVICE_FATAL handler never ran to its end");
+}
+
+/// A device whose async-event vector the test can stall (`Faults::stall_async_vector`).
+fn stallable() -> (ib_core::Device, Arc<tests::intercept::Intercept<Faults>>) {
+    let plat = Arc::new(Faults::new(Default::default()));
+    let dev = hca::probe(plat.clone(), ibta()).unwrap();
+    (dev, plat)
+}
+
+/// A destroy that takes other objects' async events from the ring (it must resolve them before
+/// the handle goes) leaves them to the event thread: the consumer's handler never runs inside an
+/// unrelated `drop(qp)`, so a teardown under a lock the handler takes does not deadlock (as Linux
+/// and libibverbs never call a handler from `ibv_destroy_qp`).
+#[test]
+fn an_async_handler_never_runs_inside_another_objects_destroy() {
+    let (dev, plat) = stallable();
+    let app = Arc::new(Mutex::new(()));
+    // (the thread the handler ran on, whether it could take the application's lock)
+    let seen: Arc<Mutex<Vec<HandlerRun>>> = Arc::default();
+    dev.set_async_event_handler({
+        let (app, seen) = (app.clone(), seen.clone());
+        move |e| {
+            if e.event_type == AsyncEventType::PortActive {
+                // Bounded stand-in for `app.lock()`: a plain lock would hang the test.
+                let locked = try_lock_for(&app, Duration::from_millis(500));
+                seen.lock().unwrap().push((std::thread::current().name().map(str::to_owned), locked));
+            }
+        }
+    });
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let qp = rc_qp(&pd, &cq, &cq);
+    plat.stall_async_vector(true);
+    std::thread::sleep(Duration::from_millis(150)); // the async thread is now parked in its wait
+    plat.sim.device().inject_async_event(EqeType::PortActive, 1);
+    {
+        let _guard = app.lock().unwrap();
+        drop(qp); // teardown under the application's lock
+    }
+    plat.stall_async_vector(false);
+    tests::events::wait_for(WAIT, "the port event", || !seen.lock().unwrap().is_empty());
+    let me = std::thread::current().name().map(str::to_owned);
+    let (thread, locked) = seen.lock().unwrap()[0].clone();
+    assert!(
+        thread != me && locked,
+        "the async handler ran on {thread:?} (the test thread is {me:?}) inside drop(qp), and could take the app lock: {locked}"
+    );
+}
+
+/// A bounded `lock()`.
+fn try_lock_for(m: &Mutex<()>, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    loop {
+        if m.try_lock().is_ok() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Every context sees the device's async events in the device's order, even when a destroy took
+/// some of them from the ring while the event thread was still delivering earlier ones: PORT_ERR
+/// then PORT_ACTIVE never reads as "the port is down" (IBTA 11.6.3; Linux's `ib_dispatch_event`
+/// runs from one queue per device).
+#[test]
+fn a_destroy_does_not_reorder_port_events_for_another_context() {
+    let (dev, plat) = stallable();
+    let ctx_b = dev.alloc_ucontext().unwrap();
+    let in_err = Arc::new(AtomicBool::new(false));
+    dev.set_async_event_handler({
+        let in_err = in_err.clone();
+        move |e| {
+            if e.event_type == AsyncEventType::PortErr {
+                in_err.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    });
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let qp = rc_qp(&pd, &cq, &cq);
+    let d = plat.sim.device();
+    d.inject_async_event(EqeType::PortErr, 1);
+    tests::events::wait_for(WAIT, "PORT_ERR in A's handler", || in_err.load(Ordering::SeqCst));
+    d.inject_async_event(EqeType::PortActive, 1);
+    std::thread::sleep(Duration::from_millis(50));
+    drop(qp);
+    let first = ctx_b.get_async_event(WAIT).map(|e| e.event_type);
+    let second = ctx_b.get_async_event(WAIT).map(|e| e.event_type);
+    assert_eq!(
+        (first, second),
+        (Ok(AsyncEventType::PortErr), Ok(AsyncEventType::PortActive)),
+        "context B got the device's port events out of order"
+    );
+}
+
+/// The last Device handle goes while a user context (with objects) lives: the device stays
+/// listed, opens again by name, its user objects keep working, and a fatal reaches the user
+/// context and the reopened kernel context.
+#[test]
+fn device_dropped_while_a_user_context_lives() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let name = dev.name();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(16, Some(&ch)).unwrap();
+    drop(dev);
+    assert!(ib_core::device_list().iter().any(|d| d.name == name));
+    let again = ib_core::open_device(&name).unwrap();
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    assert!(sim.device().post_cqe(cq.handle(), &cqe(5), false));
+    assert_eq!(ch.get_cq_event(WAIT).map(|c| c.handle()), Ok(cq.handle()));
+    cq.ack_events(1);
+    assert_eq!(poll_n(&cq, 1)[0].wr_id, 5);
+    sim.device().inject_fatal();
+    assert_eq!(ctx.get_async_event(WAIT).map(|e| e.event_type), Ok(AsyncEventType::DeviceFatal));
+    assert_eq!(again.get_async_event(WAIT).map(|e| e.event_type), Ok(AsyncEventType::DeviceFatal));
+    drop((again, cq, ch));
+    drop(ctx);
+    assert!(!ib_core::device_list().iter().any(|d| d.name == name));
 }

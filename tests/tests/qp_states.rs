@@ -3,6 +3,9 @@
 //! posts as IBTA 10.8 says, ERR flushing what it takes.
 use ib_core::{access, Error, QpAttr, QpAttrMask, QpState, RecvWr, SendWr, Sge, WcStatus, WrOpcode};
 use ib_core::{Device, Qp};
+use std::sync::Arc;
+use std::time::Duration;
+use tests::faults::Faults;
 use tests::fixture::*;
 
 fn reset(qp: &Qp) {
@@ -87,4 +90,64 @@ fn posting_in_every_state() {
     let sqd = a.modify_qp(&QpAttr { qp_state: QpState::Sqd, ..Default::default() }, QpAttrMask::STATE);
     assert!(matches!(sqd, Err(Error::Device(_))), "{sqd:?}");
     assert_eq!(a.state(), Ok(QpState::Rts));
+}
+
+/// A query racing a modify never leaves the posting state older than the modify's: a monitor's
+/// `state()` that read RTR while the application moved the QP to RTS does not make `post_send`
+/// refuse a QP in RTS.
+#[test]
+fn a_query_racing_a_modify_does_not_leave_a_stale_state() {
+    use pvrdma_abi::cmd::opcode::QUERY_QP;
+    let plat = Arc::new(Faults::new(Default::default()));
+    let opts = hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() };
+    let dev = hca::probe(plat.clone(), opts).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let a = Arc::new(rc_qp(&pd, &cq, &cq));
+    let b = rc_qp(&pd, &cq, &cq);
+    let g = gid(&dev);
+    a.modify_to_init(1, access::LOCAL_WRITE).unwrap();
+    a.modify_to_rtr(b.qpn(), g, 0, 1024).unwrap();
+    // The monitor's QUERY_QP is slow to be taken by the device.
+    plat.hold_next(QUERY_QP);
+    let monitor = std::thread::spawn({
+        let a = a.clone();
+        move || a.state()
+    });
+    tests::events::wait_for(WAIT, "QUERY_QP in flight", || plat.holding());
+    let app = std::thread::spawn({
+        let a = a.clone();
+        move || a.modify_to_rts(0)
+    });
+    std::thread::sleep(Duration::from_millis(100)); // the modify holds the state lock, waits for the channel
+    plat.release();
+    assert_eq!(monitor.join().unwrap(), Ok(QpState::Rtr));
+    assert_eq!(app.join().unwrap(), Ok(()));
+    let mr = pd.alloc_mr(64, access::LOCAL_WRITE).unwrap();
+    let sge = [Sge { addr: mr.addr(), length: 8, lkey: mr.lkey() }];
+    let wr = SendWr { wr_id: 1, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
+    let posted = a.post_send(&wr);
+    assert!(
+        posted != Err(Error::InvalidState),
+        "post_send refused on a QP the application just moved to RTS (device: {:?})",
+        plat.sim.device().qp_state(a.qpn())
+    );
+}
+
+/// Modify to RESET with a send on the wire (latency 300 ms): no completion of the old send after
+/// the reset, and the QP works again after reconnecting.
+#[test]
+fn reset_with_a_send_on_the_wire() {
+    let cfg = pvrdma_sim::SimConfig { link_latency: Duration::from_millis(300), ..Default::default() };
+    let (dev, _sim) = hca::open_sim_with(cfg, hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() }).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cqa = dev.create_cq(16, None).unwrap();
+    let cqb = dev.create_cq(16, None).unwrap();
+    let p = pair(&dev, &pd, (&cqa, &cqa), (&cqb, &cqb));
+    p.recv_b(1, 0, 64);
+    p.send_a(100, 0, b"old", WrOpcode::Send, false);
+    p.a.modify_qp(&ib_core::QpAttr { qp_state: QpState::Reset, ..Default::default() }, ib_core::QpAttrMask::STATE).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let mut wc = [ib_core::Wc::default(); 4];
+    assert_eq!(cqa.poll(&mut wc), Ok(0), "a completion for a send discarded by RESET: {:?}", &wc[..1]);
 }

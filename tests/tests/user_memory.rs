@@ -152,3 +152,25 @@ fn foreign_lkeys_are_refused() {
         tests::events::drain(&cq);
     }
 }
+
+/// A 1-byte user buffer: an 8-byte message into it completes in error and writes nothing past it.
+#[test]
+fn a_message_larger_than_a_tiny_user_mr_writes_nothing() {
+    let dev = open();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    let buf = UserBuffer::new(4096).unwrap();
+    // SAFETY: one byte of `buf`, which outlives the MR.
+    let small = unsafe { UserMemory::new(buf.addr() as *mut u8, 1) };
+    let mr = pd.reg_mr(small, access::LOCAL_WRITE).unwrap();
+    let sge = [Sge { addr: mr.addr(), length: 8, lkey: mr.lkey() }];
+    p.b.post_recv(&RecvWr { wr_id: 9, sg_list: &sge }).unwrap();
+    p.send_a(1, 0, b"ABCDEFGH", WrOpcode::Send, false);
+    let wcs = poll_n(&cq, 2);
+    assert!(wcs.iter().all(|w| w.status != WcStatus::Success), "{wcs:?}");
+    let mut got = [0u8; 8];
+    buf.read(0, &mut got).unwrap();
+    assert_eq!(got, [0; 8]);
+    drop(mr);
+}

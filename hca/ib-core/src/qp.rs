@@ -21,7 +21,7 @@ use crate::qp_state;
 use crate::time::deadline_after;
 use crate::upcall::in_callback;
 use crate::wr::{RecvWr, SendWr};
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +71,9 @@ pub struct Qp {
     events: Arc<QpEvents>,
     qp_type: QpType,
     /// The state last set by a modify or read by a query, and the port last set.
-    cached: Mutex<Cached>,
+    /// Written by modify and query (held across their commands); read by posts, held across
+    /// the post, so no WQE is written after a modify to RESET emptied the rings (IBTA 10.3.1).
+    cached: RwLock<Cached>,
 }
 
 struct Cached {
@@ -132,7 +134,7 @@ impl Pd {
             ops: Some(ops),
             events,
             qp_type: attr.qp_type,
-            cached: Mutex::new(Cached { state: QpState::Reset, port: 1 }),
+            cached: RwLock::new(Cached { state: QpState::Reset, port: 1 }),
         })
     }
 }
@@ -195,7 +197,7 @@ impl Qp {
     /// counts above 7); [`Error::DeviceFatal`]; provider errors.
     pub fn modify_qp(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         self.pd.ctx.live()?;
-        let mut cached = self.cached.lock();
+        let mut cached = self.cached.write();
         let claim = mask.contains(QpAttrMask::CUR_STATE);
         if claim && !qp_state::claim_possible(cached.state, attr.cur_qp_state) {
             return Err(Error::InvalidState);
@@ -259,9 +261,12 @@ impl Qp {
     /// Errors: [`Error::DeviceFatal`]; provider errors.
     pub fn query_qp(&self, mask: QpAttrMask) -> Result<QpAttr> {
         self.pd.ctx.live()?;
+        // Held across the command, as modify_qp holds it: a query that raced a modify never
+        // stores a state older than the modify's.
+        let mut cached = self.cached.write();
         let a = self.ops().query(mask)?;
         if mask.contains(QpAttrMask::STATE) {
-            self.cached.lock().state = a.qp_state;
+            cached.state = a.qp_state;
         }
         Ok(a)
     }
@@ -292,7 +297,7 @@ impl Qp {
             rq_psn,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
-            ah_attr: AhAttr { grh, is_global: true, port_num: self.cached.lock().port, ..Default::default() },
+            ah_attr: AhAttr { grh, is_global: true, port_num: self.cached.read().port, ..Default::default() },
             ..Default::default()
         };
         self.modify_qp(&a, rtr_mask())
@@ -325,7 +330,8 @@ impl Qp {
     /// QP takes; [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
         self.pd.ctx.live()?;
-        if self.cached.lock().state < QpState::Rts {
+        let cached = self.cached.read();
+        if cached.state < QpState::Rts {
             return Err(Error::InvalidState);
         }
         self.ops().post_send(wr)
@@ -337,7 +343,8 @@ impl Qp {
     /// `WR_FLUSH_ERR`; [`Error::InvalidArgument`]; [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
         self.pd.ctx.live()?;
-        if self.cached.lock().state == QpState::Reset {
+        let cached = self.cached.read();
+        if cached.state == QpState::Reset {
             return Err(Error::InvalidState);
         }
         self.ops().post_recv(wr)
@@ -395,6 +402,6 @@ impl Drop for Qp {
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Qp({}, {:?})", self.qpn(), self.cached.lock().state)
+        write!(f, "Qp({}, {:?})", self.qpn(), self.cached.read().state)
     }
 }
