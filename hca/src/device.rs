@@ -186,7 +186,8 @@ pub struct Pvrdma {
 }
 
 impl Pvrdma {
-    /// The driver's counters (interrupts per vector, events, dropped entries).
+    /// The driver's counters (interrupts per vector, events, dropped entries, full rings), counted
+    /// from when the probe handed the device out (its self-test is not counted).
     pub fn stats(&self) -> DriverStats {
         self.inner.health.stats()
     }
