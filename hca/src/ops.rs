@@ -76,11 +76,11 @@ impl DeviceOps for Pvrdma {
         }
     }
 
-    /// RoCE v1 for index 0: the driver binds its GID with that type at probe.
+    /// For index 0, the type the probe bound its GID with.
     fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType> {
         self.inner.check_port(port)?;
         match index {
-            0 => Ok(GidType::RoceV1),
+            0 => Ok(crate::probe::BOUND_GID_TYPE),
             _ => Err(Error::InvalidArgument("no GID at this index")),
         }
     }

@@ -13,7 +13,8 @@ use doorbell::ArmEncoding;
 use firmware_cmd::{WaitMode, DEFAULT_TIMEOUT};
 use ib_core::{DeviceError, Error, Gid, Result};
 use pvrdma_abi::cmd::{CreateBind, QueryPort};
-use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, DEVICE_MODE_ROCE, GID_TYPE_FLAG_ROCE_V1};
+use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, DEVICE_MODE_ROCE, GID_TYPE_FLAG_ROCE_V1, GID_TYPE_FLAG_ROCE_V2};
+use ib_core::GidType;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_MACH, REG_MACL};
 use pvrdma_abi::regs::REG_VERSION;
 use pvrdma_abi::verbs::mtu;
@@ -67,6 +68,17 @@ fn unsupported(what: &'static str) -> Error {
     probe_error(ProbeError::UnsupportedDevice(what))
 }
 
+/// The type of the GID the probe binds at index 0 (version-17 devices, QEMU 7.2's, know RoCE v1).
+pub(crate) const BOUND_GID_TYPE: GidType = GidType::RoceV1;
+
+/// `PVRDMA_GID_TYPE_FLAG_*` of a GID type.
+fn gid_type_flag(t: GidType) -> u8 {
+    match t {
+        GidType::RoceV1 => GID_TYPE_FLAG_ROCE_V1,
+        GidType::RoceV2 => GID_TYPE_FLAG_ROCE_V2,
+    }
+}
+
 /// The first port (pvrdma has one).
 const PORT: u8 = 1;
 
@@ -115,7 +127,7 @@ fn start(dev: &DeviceInner) -> Result<()> {
         vlan: 0xfff.into(),
         index: 0.into(),
         new_gid: dev.gid,
-        gid_type: GID_TYPE_FLAG_ROCE_V1,
+        gid_type: gid_type_flag(BOUND_GID_TYPE),
         ..Default::default()
     })?;
     Ok(())
@@ -160,7 +172,7 @@ fn read_caps(dsr: &DmaBuf) -> Result<DeviceCaps> {
     if caps.mode != DEVICE_MODE_ROCE {
         return Err(unsupported("device mode is not RoCE"));
     }
-    if caps.gid_types & GID_TYPE_FLAG_ROCE_V1 == 0 {
+    if caps.gid_types & gid_type_flag(BOUND_GID_TYPE) == 0 {
         return Err(unsupported("no RoCE v1 GID support"));
     }
     if caps.phys_port_cnt == 0 {

@@ -183,7 +183,6 @@ impl Loopback {
 /// RESET -> INIT -> RTR -> RTS towards `dest` through GID index 0 of port 1.
 fn connect(qp: &Qp, dest: u32, gid: ib_core::Gid) -> ib_core::Result<()> {
     let init = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access::LOCAL_WRITE, ..Default::default() };
-    qp.modify(&init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
     let grh = GlobalRoute { dgid: gid, hop_limit: 64, ..Default::default() };
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
@@ -194,8 +193,12 @@ fn connect(qp: &Qp, dest: u32, gid: ib_core::Gid) -> ib_core::Result<()> {
         ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
         ..Default::default()
     };
-    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    qp.modify(&rtr, m)?;
     let rts = QpAttr { qp_state: QpState::Rts, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-    qp.modify(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)
+    let mut cur = QpState::Reset;
+    for attr in [init, rtr, rts] {
+        let mask = ib_core::qp_state::required(cur, attr.qp_state, QpType::Rc).unwrap_or(M::STATE);
+        qp.modify(&attr, mask)?;
+        cur = attr.qp_state;
+    }
+    Ok(())
 }

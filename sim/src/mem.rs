@@ -60,13 +60,13 @@ impl Region {
     fn words(&self) -> &[AtomicU32] {
         match &self.words {
             Words::Owned(w) => w,
-            // SAFETY: `ptr` is 4-byte aligned (page-aligned at map time) and `count` words from
-            // it are live, writable memory for as long as the region is in the map, which the
-            // caller's borrow of the map's read lock guarantees (`map_external`'s contract).
-            // AtomicU32 has u32's layout and any bits are valid.
-            Words::External { ptr, count } => unsafe {
-                std::slice::from_raw_parts(ptr.as_ptr(), *count)
-            },
+            Words::External { ptr, count } => {
+                // SAFETY: `ptr` is 4-byte aligned (page-aligned at map time) and `count` words
+                // from it are live, writable memory for as long as the region is in the map,
+                // which the caller's borrow of the map's read lock guarantees (`map_external`'s
+                // contract). AtomicU32 has u32's layout and any bits are valid.
+                unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *count) }
+            }
         }
     }
 }

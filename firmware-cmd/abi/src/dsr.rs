@@ -106,6 +106,8 @@ assert_layout!(DeviceCaps, 208,
 pub const DEVICE_MODE_ROCE: u8 = 0;
 /// `PVRDMA_GID_TYPE_FLAG_ROCE_V1`.
 pub const GID_TYPE_FLAG_ROCE_V1: u8 = 1 << 0;
+/// `PVRDMA_GID_TYPE_FLAG_ROCE_V2`.
+pub const GID_TYPE_FLAG_ROCE_V2: u8 = 1 << 1;
 /// `PVRDMA_ATOMIC_OP_COMP_SWAP` ([`DeviceCaps::atomic_ops`]).
 pub const ATOMIC_OP_COMP_SWAP: u8 = 1 << 0;
 /// `PVRDMA_ATOMIC_OP_FETCH_ADD` ([`DeviceCaps::atomic_ops`]).

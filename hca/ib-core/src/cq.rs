@@ -154,8 +154,8 @@ pub struct Cq {
     pub(crate) owner: bool,
 }
 
-/// How long dropping a [`Cq`] waits for its taken events to be acknowledged before it destroys
-/// the CQ anyway (logged). [`Cq::destroy`] lets the caller choose.
+/// How long dropping a [`Cq`] or a [`crate::Qp`] waits for its taken events to be acknowledged
+/// before it destroys the object anyway (logged). `destroy` lets the caller choose.
 pub const DROP_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// The CQ object; QPs hold it, so a CQ outlives its QPs. (Its drop destroys the CQ on the

@@ -11,7 +11,7 @@
 use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
 use crate::attr::{access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use crate::context::ContextInner;
-use crate::cq::{Cq, CqInner};
+use crate::cq::{Cq, CqInner, DROP_ACK_WAIT};
 use crate::delivery::Deliveries;
 use crate::error::{Error, Result};
 use crate::event_ref::QpRef;
@@ -271,6 +271,12 @@ impl Qp {
         Ok(a)
     }
 
+    /// What the transition `cur -> next` requires, for the `modify_to_*` helpers (whose
+    /// transitions are legal, so the table has them).
+    fn required(&self, cur: QpState, next: QpState) -> QpAttrMask {
+        qp_state::required(cur, next, self.qp_type).unwrap_or(QpAttrMask::STATE)
+    }
+
     /// The QP's state as the device has it now (a QUERY_QP).
     pub fn state(&self) -> Result<QpState> {
         Ok(self.query_qp(QpAttrMask::STATE)?.qp_state)
@@ -279,8 +285,7 @@ impl Qp {
     /// RESET -> INIT on `port` with remote `access` flags and P_Key index 0.
     pub fn modify_to_init(&self, port: u8, access: u32) -> Result<()> {
         let a = QpAttr { qp_state: QpState::Init, port_num: port, qp_access_flags: access, ..Default::default() };
-        let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
-        self.modify_qp(&a, m)
+        self.modify_qp(&a, self.required(QpState::Reset, QpState::Init))
     }
 
     /// INIT -> RTR towards QP `dest_qpn` at `dgid` through GID index 0 of the QP's port (the one
@@ -300,7 +305,7 @@ impl Qp {
             ah_attr: AhAttr { grh, is_global: true, port_num: self.cached.read().port, ..Default::default() },
             ..Default::default()
         };
-        self.modify_qp(&a, rtr_mask())
+        self.modify_qp(&a, self.required(QpState::Init, QpState::Rtr))
     }
 
     /// RTR -> RTS sending from PSN `sq_psn`, with timeout 14 (67 ms), 7 retries, 7 RNR retries
@@ -315,7 +320,7 @@ impl Qp {
             max_rd_atomic: 1,
             ..Default::default()
         };
-        self.modify_qp(&a, rts_mask())
+        self.modify_qp(&a, self.required(QpState::Rtr, QpState::Rts))
     }
 
     /// Any state -> ERR: outstanding work requests complete with `WR_FLUSH_ERR`.
@@ -368,18 +373,6 @@ impl Qp {
     }
 }
 
-/// The attributes [`Qp::modify_to_rtr`] sets.
-fn rtr_mask() -> QpAttrMask {
-    QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
-}
-
-/// The attributes [`Qp::modify_to_rts`] sets.
-fn rts_mask() -> QpAttrMask {
-    QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC
-}
-
 impl Drop for Qp {
     fn drop(&mut self) {
         // Nothing more is delivered, what is queued and not taken goes, then those taken in the
@@ -389,7 +382,7 @@ impl Drop for Qp {
         self.pd.ctx.async_events.purge(uid);
         let fatal = || self.pd.ctx.live().is_err();
         let acks = &self.events.qp.0.async_;
-        if !in_callback(uid) && acks.wait_acked(deadline_after(Duration::from_secs(2)), fatal) > 0 {
+        if !in_callback(uid) && acks.wait_acked(deadline_after(DROP_ACK_WAIT), fatal) > 0 {
             tracing::warn!(qpn = self.events.qp.qp_num(), "QP destroyed with unacknowledged async events");
         }
         drop(self.ops.take());

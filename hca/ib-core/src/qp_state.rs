@@ -44,6 +44,13 @@ pub fn claim_possible(known: QpState, claimed: QpState) -> bool {
     known == claimed || claimed == Err || matches!((known, claimed), (Rts, Sqe) | (Rts, Sqd))
 }
 
+/// The mask of a modify from `cur` to `next` that sets exactly what the transition requires
+/// (IBTA 11.2.5's table), `STATE` included; `None` for an illegal transition.
+pub fn required(cur: QpState, next: QpState, qp_type: QpType) -> Option<M> {
+    let QpType::Rc = qp_type;
+    rc(cur, next).map(|(req, _)| req | M::STATE)
+}
+
 /// Checks a modify of a `qp_type` QP from `cur` to `next` with `mask`.
 ///
 /// Errors: [`Error::InvalidState`] for an illegal transition (or `CUR_STATE` outside RTR, RTS,
@@ -98,5 +105,14 @@ mod tests {
         assert!(claim_possible(Rts, Rts) && claim_possible(Rts, Sqe) && claim_possible(Rts, Sqd));
         assert!(claim_possible(Init, ERR) && claim_possible(Reset, ERR));
         assert!(!claim_possible(Reset, Rts) && !claim_possible(Init, Rtr) && !claim_possible(ERR, Rts));
+    }
+
+    #[test]
+    fn required_is_the_tables_required_set_with_state() {
+        let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+        assert_eq!(required(Reset, Init, QpType::Rc), Some(init));
+        assert_eq!(required(Reset, Rtr, QpType::Rc), None);
+        let rts = required(Rtr, Rts, QpType::Rc).unwrap();
+        assert_eq!(check(Rtr, Rts, QpType::Rc, rts), Ok(()));
     }
 }

@@ -27,17 +27,11 @@ pub struct Opts {
     #[arg(short = 'd', long = "ib-dev")]
     ib_dev: Option<String>,
     /// Use this port of the device (at least 1).
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = number::<i64>)]
-    ib_port_arg: i64,
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = port)]
+    ib_port: u8,
     /// Local port GID index (ibv_rc_pingpong needs it on RoCE; 0 here when not given; a
     /// negative one, ibv_rc_pingpong's "none", cannot connect on RoCE).
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, value_parser = number::<i64>, allow_negative_numbers = true)]
-    gid_idx_arg: i64,
-    /// `-i` once checked.
-    #[arg(skip)]
-    ib_port: u8,
-    /// `-g` once checked.
-    #[arg(skip)]
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, value_parser = gid_index, allow_negative_numbers = true)]
     gid_idx: u32,
     /// Service level of the address vector.
     #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = number::<u8>)]
@@ -102,17 +96,23 @@ impl From<String> for Failure {
     }
 }
 
-/// Opens the device `-d` names (or the first one) and runs the ping-pong on it. Failures as
-/// `ibv_rc_pingpong` words them, with exit status 1; a port below 1 prints the usage.
-pub fn run(o: &Opts) -> Result<(), ToolFailure> {
-    if o.ib_port_arg < 1 {
-        return Err(crate::usage("pingpong").into());
+/// `-i`: a port number, at least 1 (`ibv_rc_pingpong` prints its usage below that).
+fn port(s: &str) -> Result<u8, String> {
+    match number::<i64>(s)? {
+        p if p < 1 => Err("the port is at least 1".into()),
+        p => u8::try_from(p).map_err(|_| "Couldn't get port info".into()),
     }
-    let mut o = o.clone();
-    o.ib_port = u8::try_from(o.ib_port_arg).map_err(|_| "Couldn't get port info")?;
-    // On RoCE a QP needs a GID: without one (-g -1) ibv_rc_pingpong fails here.
-    o.gid_idx = u32::try_from(o.gid_idx_arg).map_err(|_| "Failed to modify QP to RTR")?;
-    let o = &o;
+}
+
+/// `-g`: a GID index. A negative one is `ibv_rc_pingpong`'s "no GID", with which a RoCE QP
+/// cannot reach RTR.
+fn gid_index(s: &str) -> Result<u32, String> {
+    u32::try_from(number::<i64>(s)?).map_err(|_| "Failed to modify QP to RTR: RoCE needs a GID index".into())
+}
+
+/// Opens the device `-d` names (or the first one) and runs the ping-pong on it. Failures as
+/// `ibv_rc_pingpong` words them, with exit status 1.
+pub fn run(o: &Opts) -> Result<(), ToolFailure> {
     let dev = match &o.ib_dev {
         Some(name) => ib_core::open_device(name).map_err(|_| format!("IB device {name} not found"))?,
         None => {
