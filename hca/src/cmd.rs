@@ -3,6 +3,7 @@
 //! and [`Commands`], the one entry point every object uses to post a typed command.
 
 use crate::dma::DmaBuf;
+use crate::eq::SERVICE_INTERVAL;
 use crate::error::from_cmd;
 use crate::health::Health;
 use crate::platform::Platform;
@@ -71,6 +72,8 @@ impl CmdTransport for PlatformTransport {
         self.platform.reg_write(REG_REQUEST, 0);
     }
 
+    /// Waits in slices of at most [`SERVICE_INTERVAL`], so a device found fatal meanwhile (a
+    /// DEVICE_FATAL event, the health check) ends the wait instead of the full timeout.
     fn wait_response_irq(&self, timeout: Duration) -> bool {
         let deadline = ib_core::time::deadline_after(timeout);
         let mut pending = self.pending.lock();
@@ -80,10 +83,10 @@ impl CmdTransport for PlatformTransport {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || self.health.is_fatal() {
                 return false;
             }
-            let n = self.platform.wait_vector(IntrVector::Response as u16, left);
+            let n = self.platform.wait_vector(IntrVector::Response as u16, left.min(SERVICE_INTERVAL));
             self.health.count_interrupts(IntrVector::Response as u16, n);
             *pending = pending.saturating_add(n);
         }
@@ -111,7 +114,7 @@ impl Commands {
 
     /// Posts `req` and returns the device's response.
     ///
-    /// Errors: [`Error::DeviceFatal`] if the device is already fatal; [`Error::Device`] holding
+    /// Errors: [`Error::DeviceFatal`] if the device is or went fatal; [`Error::Device`] holding
     /// the [`firmware_cmd::CmdError`] if the device refused the command or the transport faulted
     /// (a fault also makes the device fatal).
     pub fn post<C: CmdRequest>(&self, req: C) -> Result<C::Response> {
@@ -119,6 +122,10 @@ impl Commands {
             return Err(Error::DeviceFatal);
         }
         self.chan.post(req).map_err(|e| {
+            // The device went fatal while the command waited: that, not the cut wait, is why.
+            if self.health.is_fatal() {
+                return Error::DeviceFatal;
+            }
             if e.is_fatal() {
                 self.health.set_fatal("command transport fault");
             }

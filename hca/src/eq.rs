@@ -28,6 +28,11 @@ use zerocopy::FromBytes;
 /// checking the device is still there).
 pub const SERVICE_INTERVAL: Duration = Duration::from_millis(50);
 
+/// Why the device went fatal: the device said so.
+const DEVICE_FATAL_EVENT: &str = "DEVICE_FATAL async event";
+/// Why the device went fatal: its async-event ring's indices are out of range or unreadable.
+const BAD_ASYNC_RING: &str = "async-event ring index out of range";
+
 /// Pages of each DSR ring, the ring-state page included (page 1 holds the entries).
 pub const DSR_RING_PAGES: u32 = 2;
 /// Async-event ring entries: one page of 8-byte [`Eqe`]s.
@@ -236,6 +241,10 @@ impl EventRings {
         if self.health.is_fatal() {
             return;
         }
+        if let Some(reason) = self.fatal_pending() {
+            self.health.set_fatal(reason);
+            return;
+        }
         {
             let _objects = self.objects.lock();
             self.take_async();
@@ -254,14 +263,15 @@ impl EventRings {
     /// is never resolved to an object that took a destroyed one's handle after the entry was
     /// written, and takers append in the ring's order.
     fn take_async(&self) {
-        let entries = match self.read_async() {
+        let entries = match self.read_async(true) {
             Ok(raw) => raw.into_iter().map(|(t, info)| self.resolve(t, info)).collect(),
-            Err(_) => vec![AsyncEntry::Fatal("async-event ring index out of range")],
+            Err(_) => vec![AsyncEntry::Fatal(BAD_ASYNC_RING)],
         };
         self.deferred.lock().extend(entries);
     }
 
-    fn read_async(&self) -> Result<Vec<(u32, u32)>> {
+    /// The pending async entries as (type, info), consumed from the ring if `consume`.
+    fn read_async(&self, consume: bool) -> Result<Vec<(u32, u32)>> {
         let mut ring = self.async_ring.lock();
         let n = ring.pending()?;
         let mut out = Vec::with_capacity(n as usize);
@@ -271,8 +281,23 @@ impl EventRings {
             let e = Eqe::read_from_bytes(&b).map_err(|_| Error::DeviceFatal)?;
             out.push((e.type_.get(), e.info.get()));
         }
-        ring.advance(n)?;
+        if consume {
+            ring.advance(n)?;
+        }
         Ok(out)
+    }
+
+    /// Why the device must be declared fatal before the async ring's entries are taken, if it
+    /// must: a DEVICE_FATAL entry waiting (read, not consumed) or an unreadable ring. The async
+    /// thread looks before it takes the object lock, which a destroy holds across a command that
+    /// a dead device never answers: declaring the device fatal at once ends that wait.
+    fn fatal_pending(&self) -> Option<&'static str> {
+        let fatal = EqeType::DeviceFatal as u32;
+        match self.read_async(false) {
+            Err(_) => Some(BAD_ASYNC_RING),
+            Ok(v) if v.iter().any(|&(t, _)| t == fatal) => Some(DEVICE_FATAL_EVENT),
+            Ok(_) => None,
+        }
     }
 
     fn resolve(&self, type_: u32, info: u32) -> AsyncEntry {
@@ -286,7 +311,7 @@ impl EventRings {
             EventScope::Port => {
                 u8::try_from(info).ok().filter(|&p| p >= 1).map(|p| AsyncEntry::Port(p, event))
             }
-            EventScope::Device => Some(AsyncEntry::Fatal("DEVICE_FATAL async event")),
+            EventScope::Device => Some(AsyncEntry::Fatal(DEVICE_FATAL_EVENT)),
             EventScope::Srq => None,
         };
         found.unwrap_or(AsyncEntry::Dropped(type_, info))
