@@ -1,10 +1,9 @@
 //! The generic command post: one implementation of the protocol for every command type.
 
 use crate::error::{CmdError, DeviceStatus};
-use parking_lot::Mutex;
+use core::time::Duration;
+use osdep::{poll_until, Clock, Mutex};
 use pvrdma_abi::cmd::{ack_for, CmdRequest, RespHdr};
-use ib_core::time::poll_until;
-use std::time::Duration;
 use zerocopy::little_endian::U64;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -41,9 +40,11 @@ pub enum WaitMode {
     Polling,
 }
 
-/// The command channel: serializes commands (there is one command slot) and runs the protocol.
-pub struct CmdChannel<T: CmdTransport> {
+/// The command channel: serializes commands (there is one command slot) and runs the protocol,
+/// waiting on the clock `K` it was given.
+pub struct CmdChannel<T: CmdTransport, K: Clock> {
     transport: T,
+    clock: K,
     state: Mutex<ChannelState>,
     timeout: Duration,
 }
@@ -53,16 +54,16 @@ struct ChannelState {
     mode: WaitMode,
 }
 
-impl<T: CmdTransport> CmdChannel<T> {
-    /// A channel over `transport`, waiting in `mode`, with [`DEFAULT_TIMEOUT`].
-    pub fn new(transport: T, mode: WaitMode) -> Self {
-        Self::with_timeout(transport, mode, DEFAULT_TIMEOUT)
+impl<T: CmdTransport, K: Clock> CmdChannel<T, K> {
+    /// A channel over `transport`, waiting in `mode` on `clock`, with [`DEFAULT_TIMEOUT`].
+    pub fn new(transport: T, clock: K, mode: WaitMode) -> Self {
+        Self::with_timeout(transport, clock, mode, DEFAULT_TIMEOUT)
     }
 
-    /// A channel whose commands time out after `timeout`.
-    pub fn with_timeout(transport: T, mode: WaitMode, timeout: Duration) -> Self {
+    /// A channel whose commands time out after `timeout` on `clock`.
+    pub fn with_timeout(transport: T, clock: K, mode: WaitMode, timeout: Duration) -> Self {
         let state = ChannelState { next_cookie: 1, mode };
-        Self { transport, state: Mutex::new(state), timeout }
+        Self { transport, clock, state: Mutex::new(state), timeout }
     }
 
     /// The transport (for the platform's other users of the same slots).
@@ -106,7 +107,7 @@ impl<T: CmdTransport> CmdChannel<T> {
         let timeout = self.timeout;
         let ok = match mode {
             WaitMode::Interrupt => self.transport.wait_response_irq(timeout),
-            WaitMode::Polling => poll_until(timeout, || {
+            WaitMode::Polling => poll_until(&self.clock, timeout, || {
                 self.transport.load_resp_u32(ACK_OFFSET).map(|ack| ack != 0).unwrap_or(false)
             }),
         };

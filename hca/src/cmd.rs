@@ -7,7 +7,7 @@ use crate::eq::SERVICE_INTERVAL;
 use crate::error::from_cmd;
 use crate::health::Health;
 use crate::platform::Platform;
-use firmware_cmd::{CmdChannel, CmdTransport, WaitMode};
+use firmware_cmd::{CmdChannel, CmdTransport, StdClock, WaitMode};
 use ib_core::{Error, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::CmdRequest;
@@ -96,7 +96,7 @@ impl CmdTransport for PlatformTransport {
 /// The device's command channel as the objects see it: refuses every command once the device is
 /// fatal, and makes the device fatal on a transport fault (timeout, wrong ack or cookie).
 pub struct Commands {
-    chan: CmdChannel<PlatformTransport>,
+    chan: CmdChannel<PlatformTransport, StdClock>,
     health: Arc<Health>,
 }
 
@@ -104,7 +104,7 @@ impl Commands {
     /// A channel over `transport` waiting in `mode`, with commands timing out after `timeout`.
     pub fn new(transport: PlatformTransport, mode: WaitMode, timeout: Duration) -> Self {
         let health = transport.health.clone();
-        Self { chan: CmdChannel::with_timeout(transport, mode, timeout), health }
+        Self { chan: CmdChannel::with_timeout(transport, StdClock, mode, timeout), health }
     }
 
     /// The transport (for the slot addresses).

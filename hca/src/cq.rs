@@ -7,16 +7,16 @@
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::eq::CqFlags;
 use crate::health::off_thread;
-use crate::platform::Iova;
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
 use crate::wc::translate;
-use doorbell::{ArmEncoding, CqArmDoorbell};
+use crate::ring::RecordWords;
+use doorbell::record::DeviceProduced;
+use doorbell::{CqArmDoorbell, CqHandle, Owner};
 use ib_core::provider::{CqError, CqEventHandler, CqOps};
 use ib_core::{ArmKind, Error, Result, Wc};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
-use pvrdma_abi::ring::{ring_count, RX_CONS_HEAD, RX_PROD_TAIL};
 use pvrdma_abi::wqe::Cqe;
 use std::any::Any;
 use std::collections::HashSet;
@@ -36,9 +36,11 @@ pub(crate) struct CqInner {
     /// The owning user context (its page carries the POLL doorbell); `None` for the kernel's.
     uctx: Option<Arc<UctxInner>>,
     handle: u32,
+    /// The typed handle its doorbells take.
+    db_handle: CqHandle,
     ring: Mutex<DevRing>,
-    /// Device address of the ring-state page, read without the ring's lock.
-    state: Iova,
+    /// The ring-state record and its words (read without the ring's lock by `has_unpolled`).
+    record: (DeviceProduced, RecordWords),
     elems: u32,
     flags: Arc<CqFlags>,
     /// A ring index was out of range: the CQ is unusable.
@@ -70,7 +72,8 @@ impl Cq {
         if cqe == 0 || entries == 0 || entries > dev.attr.max_cqe {
             return Err(Error::InvalidArgument("cqe out of range"));
         }
-        let ring = DevRing::new(&dev.platform, entries, CQE_SIZE)?;
+        let owner = uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
+        let ring = DevRing::new(&dev.platform, entries, CQE_SIZE, owner)?;
         // Creation and registration in one step against destroys (see `EventRings::objects`).
         let _objects = dev.eq.objects.lock();
         let resp = dev.cmd.post(CreateCq {
@@ -80,8 +83,9 @@ impl Cq {
             nchunks: (ring.buf().num_pages() as u32).into(),
             ..Default::default()
         })?;
-        let handle = doorbell_handle("CQ handle beyond 24 bits", resp.cq_handle.get())
+        let db_handle = doorbell_handle("CQ handle beyond 24 bits", resp.cq_handle.get(), owner, CqHandle::new)
             .inspect_err(|_| destroy_cq(dev, resp.cq_handle.get()))?;
+        let handle = db_handle.raw();
         if resp.cqe.get() != entries {
             tracing::warn!(handle, asked = entries, got = resp.cqe.get(), "CQ size differs");
         }
@@ -91,18 +95,22 @@ impl Cq {
             std::mem::forget(ring);
             return Err(e);
         }
+        // The kernel page may arm any CQ: this cannot be refused.
+        let arm = CqArmDoorbell::new(dev.kernel_db.clone(), db_handle, dev.encoding())
+            .map_err(|_| Error::InvalidArgument("the kernel page refused an arm"))?;
         let inner = CqInner {
             dev: dev.clone(),
             uctx,
             handle,
-            state: ring.buf().data().iova(),
+            db_handle,
+            record: ring.record(),
             elems: ring.elems(),
             ring: Mutex::new(ring),
             flags,
             broken: AtomicBool::new(false),
             broken_reported: AtomicBool::new(false),
             qps: RwLock::new(HashSet::new()),
-            arm: CqArmDoorbell::new(dev.kernel_db.clone(), handle, dev.encoding()),
+            arm,
             destroyed: AtomicBool::new(false),
         };
         tracing::debug!(handle, entries, user = inner.uctx.is_some(), "CQ created");
@@ -112,6 +120,11 @@ impl Cq {
     /// The provider's CQ behind the core's.
     pub(crate) fn of(cq: &dyn CqOps) -> Result<&Cq> {
         cq.as_any().downcast_ref().ok_or(Error::InvalidArgument("a CQ of another provider"))
+    }
+
+    /// The typed handle the CQ's doorbells take (its owner is the CQ's context).
+    pub fn doorbell_handle(&self) -> CqHandle {
+        self.0.db_handle
     }
 
     /// The owning user context's handle, `None` for the kernel's.
@@ -158,7 +171,8 @@ impl CqInner {
             // As Linux's `pvrdma_poll_one`: an empty ring is kicked once with the POLL doorbell
             // (QEMU polls its backend CQ on it) and looked at again.
             let db = self.uctx.as_ref().map_or(&self.dev.kernel_db, |u| &u.db);
-            db.cq(self.handle, pvrdma_abi::uar::UAR_CQ_POLL);
+            // Revoked only once the context is gone; nothing is left to kick then.
+            let _ = db.cq_poll(&self.db_handle);
             avail = self.pending(&ring)?;
         }
         let n = avail.min(wc.len().try_into().unwrap_or(u32::MAX));
@@ -257,7 +271,9 @@ impl CqOps for Cq {
     /// SOLICITED where the device can arm for it; on QEMU 7.2 NEXT, which fires no later.
     fn arm(&self, kind: ArmKind) {
         match kind {
-            ArmKind::Next => self.0.arm.arm_next(),
+            ArmKind::Next => {
+                self.0.arm.arm_next();
+            }
             ArmKind::Solicited => {
                 if !self.0.arm.arm_solicited() {
                     self.0.arm.arm_next();
@@ -267,18 +283,15 @@ impl CqOps for Cq {
     }
 
     fn can_arm_solicited(&self) -> bool {
-        self.0.dev.encoding() == ArmEncoding::Ibta
+        self.0.arm.can_arm_solicited()
     }
 
     /// Reads the ring state (the device's `prod_tail`, the driver's `cons_head`). An index out of
     /// range counts as "yes": the consumer's next poll reports the fault. Unreachable ring memory
     /// counts as "no".
     fn has_unpolled(&self) -> bool {
-        let load = |off: u64| self.0.dev.platform.dma_load_u32(self.0.state + off);
-        match (load(RX_PROD_TAIL), load(RX_CONS_HEAD)) {
-            (Ok(prod), Ok(cons)) => !matches!(ring_count(prod, cons, self.0.elems), Some(0)),
-            _ => false,
-        }
+        let (record, words) = &self.0.record;
+        record.has_pending(words).unwrap_or(false)
     }
 
     /// Drains the CQ-notification ring and runs `change` under its lock.

@@ -8,7 +8,7 @@ use crate::dma::DmaBuf;
 use crate::eq::EventRings;
 use crate::health::{DriverStats, Health};
 use crate::platform::Platform;
-use doorbell::{ArmEncoding, Doorbells, UarTable};
+use doorbell::{ArmEncoding, Doorbells, Owner, UarTable};
 use ib_core::{device_cap, AtomicCap, DeviceAttr, Error, Gid, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::CmdRequest;
@@ -16,7 +16,6 @@ use pvrdma_abi::dsr::{DeviceCaps, ATOMIC_OP_COMP_SWAP, ATOMIC_OP_FETCH_ADD};
 use pvrdma_abi::dsr::{BMME_FLAG_FAST_REG_WR, BMME_FLAG_LOCAL_INV, BMME_FLAG_REMOTE_INV};
 use pvrdma_abi::PVRDMA_ROCEV2_VERSION;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL};
-use pvrdma_abi::uar::UAR_HANDLE_MASK;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -49,9 +48,9 @@ impl DeviceInner {
         attr: DeviceAttr,
         gid: Gid,
     ) -> Self {
-        let uar = UarTable::new(platform.uar_base_pfn(), platform.uar_pages());
         let mmio = Arc::new(crate::uar::UarDirect(platform.clone()));
-        let kernel_db = Doorbells::new(mmio, uar.kernel_page());
+        let uar = UarTable::new(mmio, platform.uar_base_pfn(), uar_pages(platform.uar_pages(), attr.max_uar));
+        let kernel_db = uar.kernel_doorbells();
         Self {
             platform,
             health,
@@ -98,16 +97,29 @@ impl DeviceInner {
     }
 }
 
-/// Checks an object handle the device returned for an object that doorbells name (CQ, QP): it
+/// UAR pages to manage: BAR2's, bounded by the device's `max_uar` cap when it gives one.
+fn uar_pages(bar_pages: u32, max_uar: u32) -> u32 {
+    if max_uar == 0 {
+        bar_pages
+    } else {
+        bar_pages.min(max_uar)
+    }
+}
+
+/// Makes the typed doorbell handle of an object (CQ, QP) from the handle the device returned: it
 /// must fit the doorbell's 24 bits, or a doorbell for it would ring another object.
 ///
 /// Errors: [`Error::BadResponse`] naming `what` (the caller destroys the object).
-pub(crate) fn doorbell_handle(what: &'static str, handle: u32) -> Result<u32> {
-    if handle <= UAR_HANDLE_MASK {
-        return Ok(handle);
-    }
-    tracing::error!(handle, what, "device returned a handle beyond 24 bits");
-    Err(Error::BadResponse(what))
+pub(crate) fn doorbell_handle<H>(
+    what: &'static str,
+    handle: u32,
+    owner: Owner,
+    make: impl FnOnce(u32, Owner) -> std::result::Result<H, doorbell::DoorbellError>,
+) -> Result<H> {
+    make(handle, owner).map_err(|_| {
+        tracing::error!(handle, what, "device returned a handle beyond 24 bits");
+        Error::BadResponse(what)
+    })
 }
 
 impl Drop for DeviceInner {
@@ -212,10 +224,22 @@ impl Pvrdma {
         self.inner.cmd.post(req)
     }
 
-    /// Raw doorbells of the kernel's UAR page. They are MMIO writes only: an arm rung here is the
-    /// device's, not the driver's, so it raises an interrupt but no completion event (arm through
-    /// the verbs core: `Cq::req_notify`).
+    /// The typed doorbells of the kernel's UAR page (they ring any object). An arm rung here is
+    /// the device's, not the driver's, so it raises an interrupt but no completion event (arm
+    /// through the verbs core: `Cq::req_notify`).
     pub fn kernel_doorbells(&self) -> &Doorbells {
         &self.inner.kernel_db
+    }
+
+    /// The UAR page table (page 0 the kernel's, one per user context).
+    pub fn uar_table(&self) -> &UarTable {
+        &self.inner.uar
+    }
+
+    /// Writes `value` at byte `offset` of BAR2 with no check at all: for conformance tests of
+    /// what the device does with a doorbell the driver would never ring (another context's
+    /// object, a bit combination of another encoding).
+    pub fn raw_uar_write(&self, offset: u64, value: u32) {
+        self.inner.platform.uar_write(offset, value);
     }
 }

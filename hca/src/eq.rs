@@ -12,6 +12,7 @@
 use crate::health::{Count, Health};
 use crate::platform::Platform;
 use crate::ring::DevRing;
+use doorbell::Owner;
 use ib_core::provider::{CqError, CqEventHandler, QpEventHandler};
 use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
@@ -103,8 +104,8 @@ impl EventRings {
             cqs: RwLock::new(HashMap::new()),
             qps: RwLock::new(HashMap::new()),
             objects: Mutex::new(()),
-            async_ring: Mutex::new(DevRing::new(platform, ASYNC_RING_ELEMS, 8)?),
-            notify_ring: Mutex::new(DevRing::new(platform, NOTIFY_RING_ELEMS, 4)?),
+            async_ring: Mutex::new(DevRing::new(platform, ASYNC_RING_ELEMS, 8, Owner::Kernel)?),
+            notify_ring: Mutex::new(DevRing::new(platform, NOTIFY_RING_ELEMS, 4, Owner::Kernel)?),
             deferred: Mutex::new(VecDeque::new()),
         }))
     }

@@ -29,9 +29,13 @@ pub(crate) fn from_platform(e: PlatformError) -> Error {
     Error::Device(DeviceError::new(errno, e))
 }
 
-/// No UAR page left for a user context.
+/// A UAR failure: no page left for a user context (ENOMEM), or a mapping refused (EINVAL).
 pub(crate) fn from_uar(e: UarError) -> Error {
-    Error::Device(DeviceError::new(libc::ENOMEM, e))
+    let errno = match e {
+        UarError::Exhausted(_) => libc::ENOMEM,
+        UarError::BadMapping { .. } | UarError::Revoked(_) => libc::EINVAL,
+    };
+    Error::Device(DeviceError::new(errno, e))
 }
 
 /// The device status behind an error, if the device refused a command.

@@ -4,22 +4,24 @@
 //! state (QUERY_QP) and flushes what is posted to a QP in ERR.
 //!
 //! Memory: page 0 is the ring state (SQ = `tx`: the driver writes `prod_tail`, the device
-//! `cons_head`; RQ = `rx` likewise), the SQ starts at page 1, the RQ at page `1 + send_chunks`.
-//! The device's consumer indices are untrusted and validated before a slot is reused.
+//! `cons_head`; RQ = `rx` likewise), reached through the doorbell crate's typed records; the SQ
+//! starts at page 1, the RQ at page `1 + send_chunks`. The device's consumer indices are
+//! untrusted and validated before a slot is reused.
 
 use crate::cq::Cq;
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
 use crate::pdir::PagedBuf;
-use doorbell::Doorbells;
+use crate::ring::{record_error, RecordWords};
+use doorbell::record::DriverProduced;
+use doorbell::{Doorbells, Owner, QpHandle};
 use ib_core::provider::{CqOps, QpCreate, QpEventHandler, QpOps};
 use ib_core::{AhAttr, Error, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use ib_core::{RecvWr, Result, SendWr, Sge, WrOpcode};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateQp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
-use pvrdma_abi::ring::{idx_inc, idx_slot, ring_count};
-use pvrdma_abi::ring::{RX_CONS_HEAD, RX_PROD_TAIL, TX_CONS_HEAD, TX_PROD_TAIL};
+use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::verbs as abi;
 use pvrdma_abi::verbs::{qp_type, send_flags, AH_GRH};
 use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr};
@@ -37,9 +39,8 @@ struct WorkQueue {
     offset: u64,
     max_sge: u32,
     prod: u32,
-    /// Ring-state offsets of the producer (driver) and consumer (device) indices.
-    prod_at: u64,
-    cons_at: u64,
+    /// Which ring-state half is this queue's (who writes which index).
+    record: Option<DriverProduced>,
 }
 
 impl WorkQueue {
@@ -49,12 +50,8 @@ impl WorkQueue {
 
     /// The slot the next WQE goes to. Errors: [`Error::QueueFull`];
     /// [`Error::DeviceFatal`] if the device's consumer index is out of range.
-    fn next_slot(&self, buf: &PagedBuf) -> Result<u64> {
-        let cons = buf.data().load_u32(self.cons_at)?;
-        let used = ring_count(self.prod, cons, self.cnt).ok_or_else(|| {
-            tracing::error!(prod = self.prod, cons, "work queue index out of range");
-            Error::DeviceFatal
-        })?;
+    fn next_slot(&self, words: &RecordWords) -> Result<u64> {
+        let used = self.record()?.in_use(words, self.prod).map_err(record_error)?;
         if used >= self.cnt {
             return Err(Error::QueueFull);
         }
@@ -63,9 +60,13 @@ impl WorkQueue {
     }
 
     /// Publishes one more WQE (release store of the producer index).
-    fn publish(&mut self, buf: &PagedBuf) -> Result<()> {
+    fn publish(&mut self, words: &RecordWords) -> Result<()> {
         self.prod = idx_inc(self.prod, self.cnt);
-        buf.data().store_u32(self.prod_at, self.prod)
+        self.record()?.publish_prod(words, self.prod)
+    }
+
+    fn record(&self) -> Result<DriverProduced> {
+        self.record.ok_or(Error::InvalidArgument("work queue without its record"))
     }
 }
 
@@ -92,8 +93,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         offset: PAGE_SIZE as u64,
         max_sge: send_sge,
         prod: 0,
-        prod_at: TX_PROD_TAIL,
-        cons_at: TX_CONS_HEAD,
+        record: None,
     };
     let mut rq = WorkQueue {
         cnt: rcnt,
@@ -101,8 +101,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         offset: 0,
         max_sge: recv_sge,
         prod: 0,
-        prod_at: RX_PROD_TAIL,
-        cons_at: RX_CONS_HEAD,
+        record: None,
     };
     rq.offset = ((1 + sq.pages()) * PAGE_SIZE) as u64;
     Ok((sq, rq))
@@ -114,7 +113,9 @@ pub struct Qp {
     send_cq: Cq,
     recv_cq: Cq,
     handle: u32,
+    db_handle: QpHandle,
     buf: PagedBuf,
+    words: RecordWords,
     sq: Mutex<WorkQueue>,
     rq: Mutex<WorkQueue>,
     db: Doorbells,
@@ -133,12 +134,16 @@ impl Qp {
         if send_cq.ctx() != pd.ctx() || recv_cq.ctx() != pd.ctx() {
             return Err(Error::InvalidArgument("CQ of another context"));
         }
-        let (sq, rq) = queues(&init.cap)?;
+        let (mut sq, mut rq) = queues(&init.cap)?;
         let total = 1 + sq.pages() + rq.pages();
         if total > PAGE_DIR_MAX_PAGES || total > usize::from(u16::MAX) {
             return Err(Error::InvalidArgument("QP too large"));
         }
         let buf = PagedBuf::new(&dev.platform, total)?;
+        let owner = pd.uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
+        let words = RecordWords::new(&dev.platform, &buf, owner)?;
+        sq.record = Some(words.page().send_queue(sq.cnt));
+        rq.record = Some(words.page().recv_queue(rq.cnt));
         let QpType::Rc = init.qp_type;
         // Creation and registration in one step against destroys (see `EventRings::objects`).
         let _objects = dev.eq.objects.lock();
@@ -157,8 +162,9 @@ impl Qp {
             qp_type: qp_type::RC,
             ..Default::default()
         })?;
-        let handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get())
+        let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
             .inspect_err(|_| destroy_qp(dev, resp.qpn.get()))?;
+        let handle = db_handle.raw();
         if let Err(e) = dev.eq.register_qp(handle, events) {
             // The device named a live QP: nothing is destroyed (DESTROY_QP would hit the other QP)
             // and the ring memory is leaked rather than freed under a device that may write it.
@@ -169,7 +175,21 @@ impl Qp {
         send_cq.attach_qp(handle);
         recv_cq.attach_qp(handle);
         tracing::debug!(qpn = handle, "QP created");
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, buf, sq: Mutex::new(sq), rq: Mutex::new(rq), db })
+        let (sq, rq) = (Mutex::new(sq), Mutex::new(rq));
+        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, db })
+    }
+}
+
+/// A doorbell the QP's own page would not ring: its context was released under it.
+fn doorbell_error(e: doorbell::DoorbellError) -> Error {
+    tracing::warn!(error = %e, "QP doorbell not rung");
+    Error::InvalidArgument("the QP's UAR page no longer rings it")
+}
+
+impl Qp {
+    /// The typed handle the QP's doorbells take (its owner is the QP's context).
+    pub fn doorbell_handle(&self) -> QpHandle {
+        self.db_handle
     }
 }
 
@@ -181,6 +201,10 @@ fn destroy_qp(dev: &DeviceInner, handle: u32) {
 }
 
 impl QpOps for Qp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn qp_num(&self) -> u32 {
         self.handle
     }
@@ -190,7 +214,7 @@ impl QpOps for Qp {
         self.dev.live()?;
         let mut sq = self.sq.lock();
         let (num_sge, total) = sg_totals(wr.sg_list, sq.max_sge)?;
-        let slot = sq.next_slot(&self.buf)?;
+        let slot = sq.next_slot(&self.words)?;
         let mut hdr = SqWqeHdr::default();
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(num_sge);
@@ -206,26 +230,24 @@ impl QpOps for Qp {
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
         self.buf.data().write(slot, &wqe_bytes(hdr.as_bytes(), wr.sg_list))?;
-        sq.publish(&self.buf)?;
+        sq.publish(&self.words)?;
         drop(sq);
-        self.db.qp_send(self.handle);
-        Ok(())
+        self.db.qp_send(&self.db_handle).map_err(doorbell_error)
     }
 
     fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
         self.dev.live()?;
         let mut rq = self.rq.lock();
         let (num_sge, total) = sg_totals(wr.sg_list, rq.max_sge)?;
-        let slot = rq.next_slot(&self.buf)?;
+        let slot = rq.next_slot(&self.words)?;
         let mut hdr = RqWqeHdr::default();
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
         self.buf.data().write(slot, &wqe_bytes(hdr.as_bytes(), wr.sg_list))?;
-        rq.publish(&self.buf)?;
+        rq.publish(&self.words)?;
         drop(rq);
-        self.db.qp_recv(self.handle);
-        Ok(())
+        self.db.qp_recv(&self.db_handle).map_err(doorbell_error)
     }
 
     /// MODIFY_QP with the core's attributes in the device's layout. pvrdma is RoCE: an address
@@ -273,8 +295,7 @@ impl Qp {
         for wq in [&self.sq, &self.rq] {
             let mut q = wq.lock();
             q.prod = 0;
-            self.buf.data().store_u32(q.cons_at, 0)?;
-            self.buf.data().store_u32(q.prod_at, 0)?;
+            q.record()?.reset(&self.words)?;
         }
         Ok(())
     }
@@ -458,19 +479,22 @@ mod tests {
     fn sq_fills_then_frees_as_the_device_consumes() {
         use crate::platform::{sim::SimPlatform, Platform};
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(pvrdma_sim::SimConfig::default()));
+        use pvrdma_abi::ring::{TX_CONS_HEAD, TX_PROD_TAIL};
         let (mut sq, rq) = queues(&cap(2, 1, 1, 1)).unwrap();
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
-        assert_eq!(sq.next_slot(&buf), Ok(4096));
-        sq.publish(&buf).unwrap();
-        assert_eq!(sq.next_slot(&buf), Ok(4096 + 128));
-        sq.publish(&buf).unwrap();
+        let w = RecordWords::new(&p, &buf, Owner::Kernel).unwrap();
+        sq.record = Some(w.page().send_queue(sq.cnt));
+        assert_eq!(sq.next_slot(&w), Ok(4096));
+        sq.publish(&w).unwrap();
+        assert_eq!(sq.next_slot(&w), Ok(4096 + 128));
+        sq.publish(&w).unwrap();
         assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(2));
-        assert_eq!(sq.next_slot(&buf), Err(Error::QueueFull));
+        assert_eq!(sq.next_slot(&w), Err(Error::QueueFull));
         buf.data().store_u32(TX_CONS_HEAD, 1).unwrap(); // the device took one
-        assert_eq!(sq.next_slot(&buf), Ok(4096));
+        assert_eq!(sq.next_slot(&w), Ok(4096));
         buf.data().store_u32(TX_CONS_HEAD, 9).unwrap(); // out of range
-        assert_eq!(sq.next_slot(&buf), Err(Error::DeviceFatal));
+        assert_eq!(sq.next_slot(&w), Err(Error::DeviceFatal));
         buf.data().store_u32(TX_CONS_HEAD, 3).unwrap(); // ahead of the producer
-        assert_eq!(sq.next_slot(&buf), Err(Error::DeviceFatal));
+        assert_eq!(sq.next_slot(&w), Err(Error::DeviceFatal));
     }
 }

@@ -1,21 +1,74 @@
 //! Consumer side of a ring the device produces into (the `rx` half of a ring-state page):
 //! the CQ rings, the async-event ring and the CQ-notification ring (`pvrdma_ring.h`).
 //!
-//! Page 0 of the ring's memory is the ring state; entries start at page 1. The device's producer
-//! index is untrusted: it is loaded with acquire ordering and validated against the ring size
-//! before any entry is read; a bad index is [`Error::DeviceFatal`] (design decision 7). The
-//! consumer index is the driver's own copy; the device sees it through a release store.
+//! Page 0 of the ring's memory is the ring state, read and written through the doorbell crate's
+//! typed record ([`doorbell::record`]); entries start at page 1. The device's producer index is
+//! untrusted: it is loaded with acquire ordering and validated against the ring size before any
+//! entry is read; a bad index is [`Error::DeviceFatal`] (design decision 7). The consumer index
+//! is the driver's own copy; the device sees it through a release store.
 
-use ib_core::{Error, Result};
+use crate::error::from_platform;
 use crate::pdir::PagedBuf;
 use crate::platform::Platform;
-use pvrdma_abi::ring::{idx_slot, ring_count, RX_CONS_HEAD, RX_PROD_TAIL};
+use doorbell::record::{DeviceProduced, RecordError, RecordMemory, RecordPage};
+use doorbell::Owner;
+use ib_core::{Error, Result};
+use pvrdma_abi::ring::idx_slot;
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
+
+/// The words of one ring-state page, reached through the platform by device address.
+#[derive(Clone)]
+pub struct RecordWords {
+    platform: Arc<dyn Platform>,
+    page: RecordPage,
+}
+
+impl RecordWords {
+    /// The record page at the start of `buf` (page 0 of an object's page list) of `owner`.
+    ///
+    /// Errors: [`Error::InvalidArgument`] if the buffer is not page-aligned.
+    pub fn new(platform: &Arc<dyn Platform>, buf: &PagedBuf, owner: Owner) -> Result<Self> {
+        let page = RecordPage::new::<()>(buf.data().iova(), owner)
+            .map_err(|_| Error::InvalidArgument("ring-state page not page-aligned"))?;
+        Ok(Self { platform: platform.clone(), page })
+    }
+
+    /// The record page.
+    pub fn page(&self) -> RecordPage {
+        self.page
+    }
+}
+
+impl RecordMemory for RecordWords {
+    type Error = Error;
+
+    fn load_acquire(&self, offset: u64) -> Result<u32> {
+        self.platform.dma_load_u32(self.page.addr() + offset).map_err(from_platform)
+    }
+
+    fn store_release(&self, offset: u64, value: u32) -> Result<()> {
+        self.platform.dma_store_u32(self.page.addr() + offset, value).map_err(from_platform)
+    }
+}
+
+/// A record failure as the driver reports it: a bad index is the device's fault.
+pub fn record_error(e: RecordError<Error>) -> Error {
+    match e {
+        RecordError::Memory(e) => e,
+        RecordError::BadIndex { prod, cons, elems } => {
+            tracing::error!(prod, cons, elems, "ring index out of range");
+            Error::DeviceFatal
+        }
+        RecordError::Misplaced(_) => Error::InvalidArgument("ring-state page not page-aligned"),
+    }
+}
 
 /// A device-produced ring of `elems` entries of `entry_size` bytes.
 pub struct DevRing {
     buf: PagedBuf,
+    words: RecordWords,
+    record: DeviceProduced,
     elems: u32,
     entry_size: u64,
     cons: u32,
@@ -27,15 +80,23 @@ pub fn ring_pages(elems: u32, entry_size: u64) -> usize {
 }
 
 impl DevRing {
-    /// Allocates a ring of `elems` (a power of two) entries and its page directory.
+    /// Allocates a ring of `elems` (a power of two) entries and its page directory, for an
+    /// object of `owner` (the kernel's for the event rings).
     ///
     /// Errors: [`Error::InvalidArgument`] if `elems` is not a power of two; platform faults.
-    pub fn new(platform: &Arc<dyn Platform>, elems: u32, entry_size: u64) -> Result<Self> {
+    pub fn new(platform: &Arc<dyn Platform>, elems: u32, entry_size: u64, owner: Owner) -> Result<Self> {
         if !elems.is_power_of_two() || entry_size == 0 {
             return Err(Error::InvalidArgument("ring size must be a power of two"));
         }
         let buf = PagedBuf::new(platform, ring_pages(elems, entry_size))?;
-        Ok(Self { buf, elems, entry_size, cons: 0 })
+        let words = RecordWords::new(platform, &buf, owner)?;
+        let record = words.page().device_produced(elems);
+        Ok(Self { buf, words, record, elems, entry_size, cons: 0 })
+    }
+
+    /// The ring-state record and the words it lives in (for readers without the ring's lock).
+    pub fn record(&self) -> (DeviceProduced, RecordWords) {
+        (self.record, self.words.clone())
     }
 
     /// The ring's memory and page directory.
@@ -58,11 +119,7 @@ impl DevRing {
     /// Errors: [`Error::DeviceFatal`] if the producer index is out of range or more than the ring
     /// size ahead of the consumer.
     pub fn pending(&self) -> Result<u32> {
-        let prod = self.buf.data().load_u32(RX_PROD_TAIL)?;
-        ring_count(prod, self.cons, self.elems).ok_or_else(|| {
-            tracing::error!(prod, cons = self.cons, elems = self.elems, "ring index out of range");
-            Error::DeviceFatal
-        })
+        self.record.pending(&self.words, self.cons).map_err(record_error)
     }
 
     /// Copies the entry `k` places after the consumer index into `out` (`out.len()` bytes, at
@@ -86,7 +143,7 @@ impl DevRing {
         }
         let mask = (self.elems << 1) - 1;
         self.cons = self.cons.wrapping_add(n) & mask;
-        self.buf.data().store_u32(RX_CONS_HEAD, self.cons)
+        self.record.publish_cons(&self.words, self.cons)
     }
 
     fn entry_offset(&self, idx: u32) -> Result<u64> {
@@ -100,11 +157,12 @@ impl DevRing {
 mod tests {
     use super::*;
     use crate::platform::sim::SimPlatform;
+    use pvrdma_abi::ring::{RX_CONS_HEAD, RX_PROD_TAIL};
     use pvrdma_sim::SimConfig;
 
     fn ring(elems: u32) -> DevRing {
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
-        DevRing::new(&p, elems, 4).unwrap()
+        DevRing::new(&p, elems, 4, Owner::Kernel).unwrap()
     }
 
     fn produce(r: &DevRing, prod: u32) {
@@ -117,7 +175,7 @@ mod tests {
         assert_eq!(ring_pages(512, 8), 2);
         assert_eq!(ring_pages(65, 64), 3);
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
-        assert!(DevRing::new(&p, 3, 4).is_err());
+        assert!(DevRing::new(&p, 3, 4, Owner::Kernel).is_err());
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! User contexts (Linux `pvrdma_alloc_ucontext`, mthca `mthca_alloc_ucontext`): a UAR page of the
-//! context's own, registered with CREATE_UC, through which the context's QPs ring their doorbells
-//! and its CQs their POLL doorbell (as user space would through its mmapped UAR). The device
-//! honours a doorbell on that page only for the context's own objects (design decision 5). CQ arms
-//! go through the kernel's page for every CQ (the arm mthca could not give user CQs).
+//! context's own, registered with CREATE_UC and reached by mapping offset 0, one page (Linux's
+//! `pvrdma_mmap`; rdma-core's pvrdma provider maps it so at context creation). The context's QPs
+//! ring their doorbells and its CQs their POLL doorbell through that mapping, which rings only
+//! the context's own objects; the device checks the same (design decision 5). CQ arms go through
+//! the kernel's page for every CQ (the arm mthca could not give user CQs). Releasing the context
+//! revokes the mapping before DESTROY_UC, and the page is reused only after both.
 
 use crate::device::DeviceInner;
 use crate::error::from_uar;
-use crate::uar::UarDirect;
-use doorbell::{Doorbells, UarPage};
+use doorbell::{ContextUar, Doorbells, Owner, UarPage};
+use pvrdma_abi::uar::UAR_PAGE_SIZE;
 use ib_core::provider::UcontextOps;
 use ib_core::{Error, Result};
 use pvrdma_abi::cmd::{CreateUc, DestroyUc};
@@ -22,7 +24,8 @@ pub struct Ucontext {
 pub(crate) struct UctxInner {
     pub(crate) dev: Arc<DeviceInner>,
     pub(crate) handle: u32,
-    page: UarPage,
+    uar: ContextUar,
+    /// The context's mapping of its page (offset 0, one page).
     pub(crate) db: Doorbells,
 }
 
@@ -33,29 +36,40 @@ impl Ucontext {
     /// [`Error::InvalidArgument`] if the pfn does not fit the command's 32 bits.
     pub(crate) fn create(dev: &Arc<DeviceInner>) -> Result<Self> {
         dev.live()?;
-        let page = dev.uar.alloc().map_err(from_uar)?;
-        let created = u32::try_from(page.pfn())
-            .map_err(|_| Error::InvalidArgument("UAR pfn beyond 32 bits"))
-            .and_then(|pfn| dev.cmd.post(CreateUc { pfn: pfn.into(), ..Default::default() }));
-        let resp = created.inspect_err(|_| {
-            let _ = dev.uar.release(page);
-        })?;
+        let uar = dev.uar.alloc().map_err(from_uar)?;
+        let page = uar.page();
+        // An error drops `uar`: its page goes back to the table.
+        let pfn = u32::try_from(page.pfn()).map_err(|_| Error::InvalidArgument("UAR pfn beyond 32 bits"))?;
+        let resp = dev.cmd.post(CreateUc { pfn: pfn.into(), ..Default::default() })?;
         let handle = resp.ctx_handle.get();
-        let db = Doorbells::new(Arc::new(UarDirect(dev.platform.clone())), page);
+        let db = uar.map(0, UAR_PAGE_SIZE).map_err(from_uar)?;
         tracing::debug!(handle, page = page.index(), "user context created");
-        Ok(Self { inner: Arc::new(UctxInner { dev: dev.clone(), handle, page, db }) })
+        Ok(Self { inner: Arc::new(UctxInner { dev: dev.clone(), handle, uar, db }) })
     }
 
-    /// Raw doorbells of this context's own UAR page. MMIO writes only: an arm rung here is the
-    /// device's, not the driver's (it raises no completion event); the device refuses one for
-    /// another context's object.
+    /// The typed doorbells of the context's mapping of its UAR page: they ring only the
+    /// context's own objects. An arm rung here is the device's, not the driver's (it raises no
+    /// completion event).
     pub fn doorbells(&self) -> &Doorbells {
         &self.inner.db
     }
 
+    /// Maps the context's UAR page again, as `mmap` on Linux's device file: offset 0 and one
+    /// page only. The mapping is revoked with the context.
+    ///
+    /// Errors: [`Error::Device`] (EINVAL, as `pvrdma_mmap`) for any other offset or length.
+    pub fn mmap(&self, offset: u64, len: u64) -> Result<Doorbells> {
+        self.inner.uar.map(offset, len).map_err(from_uar)
+    }
+
     /// The context's UAR page.
     pub fn uar_page(&self) -> UarPage {
-        self.inner.page
+        self.inner.uar.page()
+    }
+
+    /// The owner tag of the context's objects' doorbell handles.
+    pub fn owner(&self) -> Owner {
+        self.inner.owner()
     }
 }
 
@@ -69,14 +83,21 @@ impl UcontextOps for Ucontext {
     }
 }
 
+impl UctxInner {
+    /// The owner tag of the context's objects' doorbell handles.
+    pub(crate) fn owner(&self) -> Owner {
+        self.uar.owner()
+    }
+}
+
 impl Drop for UctxInner {
+    /// Revokes the mappings, then DESTROY_UC; the page returns to the table when `uar` drops
+    /// (and no write through a mapping is still in flight).
     fn drop(&mut self) {
+        self.uar.revoke();
         let cmd = DestroyUc { ctx_handle: self.handle.into(), ..Default::default() };
         if let Err(e) = self.dev.cmd.post(cmd) {
             tracing::warn!(handle = self.handle, error = %e, "DESTROY_UC failed");
-        }
-        if let Err(e) = self.dev.uar.release(self.page) {
-            tracing::warn!(error = %e, "UAR page release failed");
         }
     }
 }

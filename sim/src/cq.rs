@@ -25,6 +25,7 @@ use crate::errno::{CmdResult, Errno};
 use crate::pdir;
 use crate::ring::{Producer, Push, RingPages};
 use crate::Profile;
+use doorbell::encoding::CqArmRequest;
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp};
 use pvrdma_abi::event::EqeType;
@@ -193,25 +194,19 @@ impl Cq {
         }
     }
 
-    /// The CQ doorbell's arm bits (already checked for ownership). `POLL` only counts.
-    pub fn doorbell(&self, core: &Core, arm: bool, arm_sol: bool, poll: bool) {
+    /// The CQ doorbell's arm request as the profile's device decoded it (already checked for
+    /// ownership). `POLL` only counts.
+    pub fn doorbell(&self, core: &Core, arm: Option<CqArmRequest>, poll: bool) {
         if poll {
             core.stat(|s| s.cq_polls += 1);
         }
         let mut st = self.st.lock();
-        match core.cfg.profile {
-            Profile::Ibta => {
-                if arm {
-                    st.arm = ArmState::Next;
-                } else if arm_sol && st.arm != ArmState::Next {
-                    st.arm = ArmState::Solicited;
-                }
-            }
-            Profile::Qemu72 => {
-                if arm {
-                    st.arm = if arm_sol { ArmState::Next } else { ArmState::Disarmed };
-                }
-            }
+        match arm {
+            Some(CqArmRequest::Next) => st.arm = ArmState::Next,
+            // The union of the arms since the last event: solicited never weakens next.
+            Some(CqArmRequest::Solicited) if st.arm != ArmState::Next => st.arm = ArmState::Solicited,
+            Some(CqArmRequest::Solicited) | None => {}
+            Some(CqArmRequest::Disarm) => st.arm = ArmState::Disarmed,
         }
     }
 

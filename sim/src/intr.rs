@@ -46,7 +46,7 @@ impl MsixVectors {
         if v >= N {
             return 0;
         }
-        let deadline = ib_core::time::deadline_after(timeout);
+        let deadline = osdep::deadline_after(timeout);
         let mut s = self.state.lock();
         while s.pending[v] == 0 || s.masked[v] {
             if self.cond[v].wait_until(&mut s, deadline).timed_out() {

@@ -142,7 +142,7 @@ impl PortQueue {
     /// from now (saturating: a latency too long to represent never arrives).
     pub fn transmit(&self, pkt: Packet, latency: Duration) {
         let mut w = self.wire.lock();
-        w.in_flight.push_back((ib_core::time::deadline_after(latency), pkt));
+        w.in_flight.push_back((osdep::deadline_after(latency), pkt));
         self.cond.notify_all();
     }
 
@@ -183,7 +183,7 @@ impl PortQueue {
     /// Waits up to `timeout` until nothing is in flight and the thread is idle (parked packets do
     /// not count). Returns whether it became idle.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        let deadline = ib_core::time::deadline_after(timeout);
+        let deadline = osdep::deadline_after(timeout);
         let mut w = self.wire.lock();
         while w.busy || !w.in_flight.is_empty() || !w.kicks.is_empty() {
             if w.stop || self.cond.wait_until(&mut w, deadline).timed_out() {

@@ -1,4 +1,5 @@
-//! BAR2 (UAR) doorbells: decode, ownership, dispatch.
+//! BAR2 (UAR) doorbells: ownership and dispatch. Values are taken apart by the doorbell crate's
+//! one decoder (`doorbell::encoding`), read as the profile's device reads the arm bits.
 //!
 //! BAR2 is 4 KiB pages; page index = offset / 4096. Within a page, offset 0 is the QP doorbell
 //! (`SEND` bit 30, `RECV` bit 31), 4 the CQ doorbell (`ARM` bit 30, `ARM_SOL` bit 29, `POLL` bit
@@ -9,51 +10,15 @@
 //! SRQ doorbell, an unknown offset) is refused and counted in `SimStats::refused_doorbells`.
 
 use crate::device::{Core, DeviceState, Effects};
-use pvrdma_abi::uar::*;
+use crate::Profile;
+use doorbell::encoding::{decode, split_bar_offset, ArmEncoding, Decoded};
 
-/// A decoded doorbell write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Doorbell {
-    /// UAR page index within BAR2.
-    pub page: u32,
-    /// Which doorbell and its bits.
-    pub kind: Kind,
-    /// Object handle (low 24 bits of the value).
-    pub handle: u32,
-}
-
-/// The doorbell within the page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// QP doorbell.
-    Qp { send: bool, recv: bool },
-    /// CQ doorbell.
-    Cq { arm: bool, arm_sol: bool, poll: bool },
-    /// SRQ doorbell (no SRQs are modelled).
-    Srq,
-    /// Any other offset.
-    Unknown,
-}
-
-/// Decodes a 32-bit write of `value` at byte `offset` of BAR2; `None` past the BAR.
-pub fn decode(offset: u64, value: u32) -> Option<Doorbell> {
-    if offset >= UAR_BAR_SIZE {
-        return None;
+/// How a device of `profile` reads the CQ doorbell's arm bits.
+fn arm_encoding(profile: Profile) -> ArmEncoding {
+    match profile {
+        Profile::Ibta => ArmEncoding::Ibta,
+        Profile::Qemu72 => ArmEncoding::Qemu72,
     }
-    let page = (offset / UAR_PAGE_SIZE) as u32;
-    let kind = match (offset % UAR_PAGE_SIZE) as u32 {
-        UAR_QP_OFFSET => {
-            Kind::Qp { send: value & UAR_QP_SEND != 0, recv: value & UAR_QP_RECV != 0 }
-        }
-        UAR_CQ_OFFSET => Kind::Cq {
-            arm: value & UAR_CQ_ARM != 0,
-            arm_sol: value & UAR_CQ_ARM_SOL != 0,
-            poll: value & UAR_CQ_POLL != 0,
-        },
-        UAR_SRQ_OFFSET => Kind::Srq,
-        _ => Kind::Unknown,
-    };
-    Some(Doorbell { page, kind, handle: value & UAR_HANDLE_MASK })
 }
 
 /// Who may ring doorbells on a UAR page.
@@ -89,14 +54,14 @@ impl Core {
     }
 
     fn ring_doorbell(&self, offset: u64, value: u32) -> bool {
-        let Some(db) = decode(offset, value) else {
+        let Some((page, offset)) = split_bar_offset(offset) else {
             return false;
         };
-        let owner = self.page_owner(db.page);
+        let owner = self.page_owner(page);
         let mut fx = Effects::default();
-        match db.kind {
-            Kind::Qp { send, recv } => {
-                let Some(qp) = self.qp(db.handle).filter(|q| owner.allows(q.ctx)) else {
+        match decode(offset, value, arm_encoding(self.cfg.profile)) {
+            Decoded::Qp { handle, send, recv } => {
+                let Some(qp) = self.qp(handle).filter(|q| owner.allows(q.ctx)) else {
                     return false;
                 };
                 if send {
@@ -106,14 +71,14 @@ impl Core {
                     qp.recv_doorbell(self, &mut fx);
                 }
             }
-            Kind::Cq { arm, arm_sol, poll } => {
-                let cq = self.objects.lock().cqs.get(db.handle).cloned();
+            Decoded::Cq { handle, arm, poll } => {
+                let cq = self.objects.lock().cqs.get(handle).cloned();
                 let Some(cq) = cq.filter(|c| owner.allows(c.ctx)) else {
                     return false;
                 };
-                cq.doorbell(self, arm, arm_sol, poll);
+                cq.doorbell(self, arm, poll);
             }
-            Kind::Srq | Kind::Unknown => return false,
+            Decoded::Srq { .. } | Decoded::Unknown => return false,
         }
         self.settle(fx);
         true
@@ -135,15 +100,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_pages_offsets_and_bits() {
-        let d = decode(4096 + 4, UAR_CQ_ARM | 7).unwrap();
-        assert_eq!(d.page, 1);
-        assert_eq!(d.handle, 7);
-        assert_eq!(d.kind, Kind::Cq { arm: true, arm_sol: false, poll: false });
-        let d = decode(0, UAR_QP_SEND | UAR_QP_RECV | 0x00ff_ffff).unwrap();
-        assert_eq!(d.kind, Kind::Qp { send: true, recv: true });
-        assert_eq!(decode(12, 0).unwrap().kind, Kind::Unknown);
-        assert_eq!(decode(UAR_BAR_SIZE, 0), None);
+    fn owners() {
         assert!(Owner::Kernel.allows(3));
         assert!(!Owner::Context(2).allows(3));
         assert!(!Owner::Nobody.allows(0));

@@ -9,15 +9,15 @@
 //! Every target is probed the default way: how the device arms CQs is found by the driver's
 //! self-test, never declared.
 
-use crate::fixture::{cap, doorbells, pair, pv, rc_qp, stats, Pair};
+use crate::fixture::{cap, cq_handle, doorbells, pair, pv, raw_doorbell, rc_qp, stats, uar_page, Pair};
 use crate::qemu::{backend_gid, QemuPeer};
-use doorbell::ArmEncoding;
+use doorbell::{ArmEncoding, DoorbellError, DoorbellOp};
 use hca::{Platform, ProbeOptions};
 use ib_core::{access, AhAttr, AsyncEventType, CompChannel, Cq, Device, Error, GlobalRoute, Mtu};
 use ib_core::{NotifyFlags, PortState, QpAttr, QpAttrMask as M, QpState, Wc};
 use ib_core::{WcOpcode, WcStatus, WrOpcode};
 use pvrdma_abi::regs::REG_VERSION;
-use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL, UAR_HANDLE_MASK};
+use pvrdma_abi::uar::UAR_HANDLE_MASK;
 use pvrdma_sim::Profile;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -545,7 +545,13 @@ pub fn cq_arming(t: &Target) -> ArmingReport {
     let cq = ctx.create_cq(64, Some(&ch)).unwrap();
     let p = pair(dev, &pd, (&cq, &cq), (&cq, &cq));
     let h = cq.handle();
-    let raw = |bits: u32| doorbells(&ctx).cq(h, bits);
+    let hc = cq_handle(&cq);
+    // Raw device arms through the context's own page: IBTA's `ARM` (next) or `ARM_SOL`
+    // (solicited), or QEMU's `ARM|ARM_SOL` (next there).
+    let raw = |op: DoorbellOp, enc: ArmEncoding| match op {
+        DoorbellOp::CqArmNext => doorbells(&ctx).cq_arm_next(&hc, enc).unwrap(),
+        _ => doorbells(&ctx).cq_arm_solicited(&hc, enc).unwrap(),
+    };
     let mut irq0 = t.cq_interrupts();
     let mut id = 0;
     // One step: ring `arm`, send one message (solicited or not), poll both CQEs from the ring, then
@@ -591,8 +597,8 @@ pub fn cq_arming(t: &Target) -> ArmingReport {
 
     // C. IBTA arming, raw: ARM|ARM_SOL then ARM alone, through the owner's page.
     let got = step("raw ARM|ARM_SOL, then raw ARM", &|| {
-        raw(UAR_CQ_ARM | UAR_CQ_ARM_SOL);
-        raw(UAR_CQ_ARM);
+        raw(DoorbellOp::CqArmNext, ArmEncoding::Qemu72);
+        raw(DoorbellOp::CqArmNext, ArmEncoding::Ibta);
     }, false);
     if side.differs(Difference::IbtaArming) {
         assert_eq!(got, (0, 0), "{side:?}: ARM alone clears QEMU's arm");
@@ -601,7 +607,7 @@ pub fn cq_arming(t: &Target) -> ArmingReport {
     }
 
     // D. IBTA arming: ARM_SOL alone (raw), then a solicited message.
-    let got = step("raw ARM_SOL, solicited send", &|| raw(UAR_CQ_ARM_SOL), true);
+    let got = step("raw ARM_SOL, solicited send", &|| raw(DoorbellOp::CqArmSolicited, ArmEncoding::Ibta), true);
     if side.differs(Difference::IbtaArming) {
         assert_eq!(got, (0, 0), "{side:?}: QEMU ignores ARM_SOL alone");
         assert!(matches!(cq.req_notify(NotifyFlags::SOLICITED), Err(Error::Unsupported(_))));
@@ -614,19 +620,22 @@ pub fn cq_arming(t: &Target) -> ArmingReport {
     }
 
     // E. ARM|ARM_SOL raw: QEMU's one arm; next under IBTA too.
-    let got = step("raw ARM|ARM_SOL", &|| raw(UAR_CQ_ARM | UAR_CQ_ARM_SOL), false);
+    let got = step("raw ARM|ARM_SOL", &|| raw(DoorbellOp::CqArmNext, ArmEncoding::Qemu72), false);
     assert_eq!(got, (0, 1), "{side:?}");
 
     // F. The kernel's own page arms the user CQ (raw, as the driver's arms go).
-    let kernel = || pv(dev).kernel_doorbells().cq(h, UAR_CQ_ARM | UAR_CQ_ARM_SOL);
+    let kernel = || pv(dev).kernel_doorbells().cq_arm_next(&hc, ArmEncoding::Qemu72).unwrap();
     assert_eq!(step("raw kernel page arm of a user CQ", &kernel, false), (0, 1), "{side:?}");
 
     // G. Ownership: another context's page rings this CQ's arm. The model refuses it; QEMU arms
     // the CQ, so an interrupt comes (carrying no event: the driver never armed).
+    // The driver's typed doorbells refuse it before the device sees it; a hostile user writes
+    // the page anyway.
     let refused = t.refused_doorbells();
+    assert_eq!(doorbells(&other).cq_arm_next(&hc, ArmEncoding::Qemu72), Err(DoorbellError::NotOwner));
     let got = step(
         "another context's page arms",
-        &|| doorbells(&other).cq(h, UAR_CQ_ARM | UAR_CQ_ARM_SOL),
+        &|| raw_doorbell(dev, uar_page(&other), DoorbellOp::CqArmNext, h, ArmEncoding::Qemu72),
         false,
     );
     if side.differs(Difference::OwnershipChecks) {

@@ -1,7 +1,7 @@
 //! Shared set-up for the end-to-end tests against the in-process model: open a device, connect
 //! two RC QPs, post and poll with bounded waits, and reach the pvrdma provider behind a device.
 
-use doorbell::Doorbells;
+use doorbell::{ArmEncoding, CqHandle, DoorbellOp, Doorbells, UarPage};
 use hca::{DriverStats, Pvrdma, Ucontext};
 use ib_core::{
     access, AsyncEvent, AsyncEventType, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
@@ -36,9 +36,27 @@ pub fn stats(dev: &Device) -> DriverStats {
     pv(dev).stats()
 }
 
-/// The raw doorbells of a user context's own UAR page.
+/// The typed doorbells of a user context's mapping of its own UAR page.
 pub fn doorbells(ctx: &Context) -> &Doorbells {
     ctx.provider_context::<Ucontext>().expect("a pvrdma user context").doorbells()
+}
+
+/// A user context's UAR page.
+pub fn uar_page(ctx: &Context) -> UarPage {
+    ctx.provider_context::<Ucontext>().expect("a pvrdma user context").uar_page()
+}
+
+/// The typed doorbell handle of a CQ.
+pub fn cq_handle(cq: &Cq) -> CqHandle {
+    cq.provider_cq::<hca::cq::Cq>().expect("a pvrdma CQ").doorbell_handle()
+}
+
+/// Writes the doorbell `op` of object `handle` on UAR `page`, encoded as `enc`, straight to BAR2:
+/// what a hostile or foreign user would write, bypassing the driver's ownership check (for
+/// tests of the device's own checks and of its arm encoding).
+pub fn raw_doorbell(dev: &Device, page: UarPage, op: DoorbellOp, handle: u32, enc: ArmEncoding) {
+    let w = op.encode(handle, enc).expect("an operation the encoding expresses");
+    pv(dev).raw_uar_write(page.bar_offset() + u64::from(w.offset), w.value);
 }
 
 /// What an async event says, as a value to compare: its type and the CQ or QP handle, or the

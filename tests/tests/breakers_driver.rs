@@ -3,6 +3,7 @@
 //!
 //! Each test fails while the bug it names is present and passes once it is fixed.
 
+use doorbell::{ArmEncoding, DoorbellOp};
 use hca::ProbeOptions;
 use ib_core::{Error, NotifyFlags, Wc, WrOpcode};
 use pvrdma_abi::event::EqeType;
@@ -207,9 +208,15 @@ fn a_context_cannot_ring_another_contexts_qp() {
     let cq = owner.create_cq(16, None).unwrap();
     let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
     let before = sim.device().stats();
-    doorbells(&other).qp_send(p.a.qpn());
-    doorbells(&other).qp_recv(p.b.qpn());
-    doorbells(&owner).qp_send(0x00ff_ffff);
+    // The driver's typed doorbells refuse another owner's QP before anything is written.
+    let qa = p.a.provider_qp::<hca::qp::Qp>().expect("a pvrdma QP").doorbell_handle();
+    assert_eq!(doorbells(&other).qp_send(&qa), Err(doorbell::DoorbellError::NotOwner));
+    assert_eq!(sim.device().stats().doorbells, before.doorbells);
+    // Written anyway (a hostile user's own mapping), the device refuses them and counts them.
+    let other_page = uar_page(&other);
+    raw_doorbell(&dev, other_page, DoorbellOp::QpSend, p.a.qpn(), ArmEncoding::Ibta);
+    raw_doorbell(&dev, other_page, DoorbellOp::QpRecv, p.b.qpn(), ArmEncoding::Ibta);
+    raw_doorbell(&dev, uar_page(&owner), DoorbellOp::QpSend, 0x00ff_ffff, ArmEncoding::Ibta);
     let after = sim.device().stats();
     assert_eq!(after.refused_doorbells, before.refused_doorbells + 3);
     assert_eq!(after.packets_sent, before.packets_sent);

@@ -8,6 +8,7 @@ use hca::platform::sim::SimPlatform;
 use hca::platform::Platform;
 use tests::intercept::{Hooks, Intercept};
 use ib_core::{ArmKind, Cq, Error, NotifyKind, NotifyStatus, UpcallPolicy};
+use doorbell::ArmEncoding;
 use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_OFFSET};
 use pvrdma_sim::{ArmState, Profile, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -385,9 +386,10 @@ fn qemu72_a_raw_disarm_racing_a_notify_request_does_not_lose_it() {
     let ctx = dev.alloc_ucontext().unwrap();
     let cq = ctx.create_cq(16, None).unwrap();
     let h = cq.handle();
+    let hc = cq_handle(&cq);
     g.hold_uar_write(h | UAR_CQ_ARM);
     let disarmer = std::thread::spawn(move || {
-        doorbells(&ctx).cq(h, UAR_CQ_ARM);
+        doorbells(&ctx).cq_arm_next(&hc, ArmEncoding::Ibta).unwrap();
         ctx
     });
     g.wait_held();

@@ -5,6 +5,7 @@
 
 use tests::fixture::*;
 use ib_core::{AsyncEventType, Error, NotifyFlags, WrOpcode};
+use doorbell::{ArmEncoding, DoorbellError, DoorbellOp};
 use pvrdma_sim::{Profile, SimConfig};
 
 #[test]
@@ -88,7 +89,7 @@ fn user_cq_armed_through_the_kernel_page_gets_its_event() {
     // A raw arm through the kernel page reaches the user CQ too (an interrupt, no event: the
     // driver did not arm).
     let irqs = stats(&dev).interrupts[2];
-    pv(&dev).kernel_doorbells().cq(cq.handle(), pvrdma_abi::uar::UAR_CQ_ARM);
+    pv(&dev).kernel_doorbells().cq_arm_next(&cq_handle(&cq), ArmEncoding::Ibta).unwrap();
     p.recv_b(3, 0, 64);
     p.send_a(3, 0, b"r", WrOpcode::Send, false);
     poll_n(&cq, 2);
@@ -124,7 +125,9 @@ fn a_context_page_cannot_arm_another_owners_cq() {
     let ctx = dev.alloc_ucontext().unwrap();
     let kcq = dev.create_cq(8, None).unwrap();
     let before = sim.device().stats().refused_doorbells;
-    doorbells(&ctx).cq(kcq.handle(), pvrdma_abi::uar::UAR_CQ_ARM);
+    // The driver's typed doorbells refuse it; written anyway, the device refuses it too.
+    assert_eq!(doorbells(&ctx).cq_arm_next(&cq_handle(&kcq), ArmEncoding::Ibta), Err(DoorbellError::NotOwner));
+    raw_doorbell(&dev, uar_page(&ctx), DoorbellOp::CqArmNext, kcq.handle(), ArmEncoding::Ibta);
     assert_eq!(kcq.armed(), None, "the driver must not believe a raw arm");
     assert_eq!(sim.device().stats().refused_doorbells, before + 1);
     // The driver's arm (through the kernel page) arms it, and the device takes it.

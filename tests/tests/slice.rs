@@ -4,7 +4,7 @@
 //! `tests::differential::bad_dma_address`, run against the model and against QEMU 7.2.)
 
 use ib_core::{Device, NotifyFlags, WrOpcode};
-use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL};
+use doorbell::{ArmEncoding, DoorbellOp};
 use pvrdma_sim::SimConfig;
 use tests::fixture::*;
 
@@ -57,8 +57,8 @@ fn the_kernel_arms_a_user_cq_and_another_context_cannot() {
 
     // Another context's page: refused by the device and counted; no event follows.
     let refused = sim.device().stats().refused_doorbells;
-    doorbells(&other).cq(cq.handle(), UAR_CQ_ARM);
-    doorbells(&other).cq(cq.handle(), UAR_CQ_ARM_SOL);
+    raw_doorbell(&dev, uar_page(&other), DoorbellOp::CqArmNext, cq.handle(), ArmEncoding::Ibta);
+    raw_doorbell(&dev, uar_page(&other), DoorbellOp::CqArmSolicited, cq.handle(), ArmEncoding::Ibta);
     assert_eq!(sim.device().stats().refused_doorbells, refused + 2);
     p.recv_b(1, 0, 64);
     p.send_a(1, 0, b"foreign", WrOpcode::Send, false);

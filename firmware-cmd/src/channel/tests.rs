@@ -2,9 +2,13 @@
 
 use super::*;
 use crate::error::errno;
-use parking_lot::Mutex as PMutex;
+use osdep::Mutex as PMutex;
+use osdep::StdClock;
 use pvrdma_abi::cmd::{CreatePd, CreatePdResp, QueryPkey};
-use std::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+extern crate std;
+use std::vec;
+use std::vec::Vec;
 
 /// How the fake answers the next request.
 #[derive(Clone, Copy)]
@@ -78,7 +82,7 @@ impl CmdTransport for &Fake {
 }
 
 fn post_pd(fake: &Fake, mode: WaitMode) -> Result<CreatePdResp, CmdError> {
-    let ch = CmdChannel::with_timeout(fake, mode, Duration::from_millis(20));
+    let ch = CmdChannel::with_timeout(fake, StdClock, mode, Duration::from_millis(20));
     ch.post(CreatePd::default())
 }
 
@@ -114,7 +118,7 @@ fn faults_are_separate_from_device_status() {
 #[test]
 fn a_stale_response_is_not_taken_for_the_next_command() {
     let fake = Fake::new(Script::Ok);
-    let ch = CmdChannel::with_timeout(&fake, WaitMode::Polling, Duration::from_millis(20));
+    let ch = CmdChannel::with_timeout(&fake, StdClock, WaitMode::Polling, Duration::from_millis(20));
     ch.post(CreatePd::default()).unwrap();
     *fake.script.lock() = Script::Silent;
     // The slot still holds the previous response; zeroing it first makes this a timeout.
@@ -124,6 +128,33 @@ fn a_stale_response_is_not_taken_for_the_next_command() {
 #[test]
 fn huge_timeouts_saturate_instead_of_panicking() {
     let fake = Fake::new(Script::Ok);
-    let ch = CmdChannel::with_timeout(&fake, WaitMode::Polling, Duration::MAX);
+    let ch = CmdChannel::with_timeout(&fake, StdClock, WaitMode::Polling, Duration::MAX);
     ch.post(CreatePd::default()).unwrap();
+}
+
+/// A clock that only moves when the channel relaxes: 1 ms per pause.
+#[derive(Default)]
+struct Scripted {
+    ms: AtomicU64,
+    pauses: AtomicU32,
+}
+
+impl Clock for &Scripted {
+    fn now(&self) -> Duration {
+        Duration::from_millis(self.ms.load(Ordering::SeqCst))
+    }
+    fn relax(&self, _round: u32) {
+        self.pauses.fetch_add(1, Ordering::SeqCst);
+        self.ms.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn polling_waits_on_the_injected_clock() {
+    let fake = Fake::new(Script::Silent);
+    let clock = Scripted::default();
+    let ch = CmdChannel::with_timeout(&fake, &clock, WaitMode::Polling, Duration::from_millis(30));
+    let err = ch.post(CreatePd::default()).unwrap_err();
+    assert_eq!(err, CmdError::Timeout { opcode: 2, timeout_ms: 30 });
+    assert_eq!(clock.pauses.load(Ordering::SeqCst), 30, "one pause per scripted millisecond, no host time");
 }

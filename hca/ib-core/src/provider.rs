@@ -235,6 +235,8 @@ pub trait CqOps: Send + Sync + 'static {
 
 /// A queue pair. Dropping it destroys it on the device.
 pub trait QpOps: Send + Sync + 'static {
+    /// The provider's own type behind the trait (`Qp::provider_qp`).
+    fn as_any(&self) -> &dyn Any;
     /// The QP number.
     fn qp_num(&self) -> u32;
     /// Posts a send work request (state rules already checked by the core).

@@ -161,6 +161,11 @@ fn check_cap(cap: &QpCap, ctx: &ContextInner) -> Result<()> {
 }
 
 impl Qp {
+    /// The provider's QP, if it is a `T`.
+    pub fn provider_qp<T: 'static>(&self) -> Option<&T> {
+        self.ops.as_deref()?.as_any().downcast_ref()
+    }
+
     fn ops(&self) -> &dyn QpOps {
         self.ops.as_deref().expect("a QP's provider object lives until its drop")
     }

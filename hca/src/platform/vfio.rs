@@ -77,7 +77,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::str::FromStr;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -293,7 +293,7 @@ impl<A: MmioAccess> MmioRegion<A> {
     /// Writes the 32-bit little-endian register at byte `offset`. Every memory store issued
     /// before the call (DMA memory included) is ordered before the device sees the write.
     fn write32(&self, offset: u64, value: u32) -> io::Result<()> {
-        fence(Ordering::Release);
+        doorbell::barrier::io_wmb();
         self.region().write_le_u32(offset, value)
     }
 }
@@ -303,7 +303,7 @@ impl MmioRegion<ReadWrite> {
     /// included) are ordered after it.
     fn read32(&self, offset: u64) -> io::Result<u32> {
         let v = self.region().read_le_u32(offset);
-        fence(Ordering::Acquire);
+        doorbell::barrier::io_rmb();
         v
     }
 }

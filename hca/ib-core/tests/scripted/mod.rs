@@ -319,6 +319,10 @@ pub struct SQpInner {
 }
 
 impl QpOps for SQp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn qp_num(&self) -> u32 {
         self.0.num
     }

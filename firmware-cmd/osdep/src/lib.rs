@@ -1,0 +1,24 @@
+//! What the `no_std` crates of the stack take from their host, as a Linux driver takes them from
+//! the kernel (`ktime_get`, `cpu_relax`/`usleep_range`, `spinlock_t`/`mutex`):
+//!
+//! - [`Clock`]: a monotonic clock and a pause between polls. The command channel waits through
+//!   it, so a kernel, a bare-metal loader or a test supplies its own; with `std`,
+//!   [`StdClock`] is `Instant` plus spin, yield, then short sleeps.
+//! - [`poll_until`]: the one bounded-poll helper of the whole stack (the verbs core's
+//!   `ib_core::time` and the device model use it through [`StdClock`]).
+//! - [`Mutex`]: `spin::Mutex` where no OS is there (without `std`); `parking_lot::Mutex` with
+//!   `std`, because a lock that spins loses badly to preemption on a 2-core machine (a holder
+//!   descheduled mid-section keeps the other core spinning for a whole time slice).
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+mod clock;
+mod lock;
+
+pub use clock::{poll_until, Clock};
+#[cfg(feature = "std")]
+pub use clock::{deadline_after, StdClock, FAR_FUTURE};
+pub use lock::{Mutex, MutexGuard};
