@@ -66,7 +66,7 @@ impl RecordPage {
     ///
     /// Errors: [`RecordError::Misplaced`] unless `addr` is page-aligned.
     pub fn new<E>(addr: u64, owner: Owner) -> Result<Self, RecordError<E>> {
-        if addr % PAGE_SIZE as u64 != 0 {
+        if addr & (PAGE_SIZE as u64 - 1) != 0 {
             return Err(RecordError::Misplaced(addr));
         }
         Ok(Self { addr, owner })
@@ -156,5 +156,66 @@ impl DriverProduced {
     pub fn reset<M: RecordMemory>(&self, mem: &M) -> Result<(), M::Error> {
         mem.store_release(self.cons, 0)?;
         mem.store_release(self.prod, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    /// A ring-state header in plain memory: four words.
+    #[derive(Default)]
+    struct Words([AtomicU32; 4]);
+
+    impl RecordMemory for Words {
+        type Error = ();
+        fn load_acquire(&self, offset: u64) -> Result<u32, ()> {
+            self.0.get(offset as usize / 4).map(|w| w.load(Ordering::Acquire)).ok_or(())
+        }
+        fn store_release(&self, offset: u64, value: u32) -> Result<(), ()> {
+            self.0.get(offset as usize / 4).map(|w| w.store(value, Ordering::Release)).ok_or(())
+        }
+    }
+
+    impl Words {
+        fn get(&self, offset: u64) -> u32 {
+            self.0[offset as usize / 4].load(Ordering::Relaxed)
+        }
+        fn set(&self, offset: u64, v: u32) {
+            self.0[offset as usize / 4].store(v, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn each_side_writes_its_own_index() {
+        let page = RecordPage::new::<()>(0x5000, Owner::Kernel).unwrap();
+        let m = Words::default();
+        let (sq, rq, cq) = (page.send_queue(4), page.recv_queue(8), page.device_produced(16));
+        sq.publish_prod(&m, 3).unwrap();
+        rq.publish_prod(&m, 5).unwrap();
+        assert_eq!((m.get(TX_PROD_TAIL), m.get(RX_PROD_TAIL)), (3, 5), "the driver's producer indices");
+        m.set(TX_CONS_HEAD, 1); // the device consumed one send WQE
+        assert_eq!(sq.in_use(&m, 3), Ok(2));
+        m.set(RX_PROD_TAIL, 4); // a CQ ring on its own page: the device produced 4
+        assert_eq!(cq.pending(&m, 0), Ok(4));
+        cq.publish_cons(&m, 4).unwrap();
+        assert_eq!(m.get(RX_CONS_HEAD), 4);
+        assert_eq!(cq.has_pending(&m), Ok(false));
+        sq.reset(&m).unwrap();
+        assert_eq!((m.get(TX_PROD_TAIL), m.get(TX_CONS_HEAD)), (0, 0));
+    }
+
+    #[test]
+    fn device_indices_are_checked_and_pages_placed() {
+        let page = RecordPage::new::<()>(0, Owner::Kernel).unwrap();
+        let m = Words::default();
+        m.set(RX_PROD_TAIL, 40); // beyond 2 * 16
+        let bad = RecordError::BadIndex { prod: 40, cons: 0, elems: 16 };
+        assert_eq!(page.device_produced(16).pending(&m, 0), Err(bad));
+        assert_eq!(page.device_produced(16).has_pending(&m), Ok(true), "a bad index is reported by the owner's read");
+        m.set(TX_CONS_HEAD, 3); // 5 behind the producer: more than the ring holds
+        assert!(matches!(page.send_queue(4).in_use(&m, 0), Err(RecordError::BadIndex { .. })));
+        assert_eq!(RecordPage::new::<()>(0x5008, Owner::Kernel), Err(RecordError::Misplaced(0x5008)));
     }
 }

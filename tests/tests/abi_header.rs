@@ -135,14 +135,14 @@ impl Checks {
     }
 }
 
-fn member_size<T, F>(_: impl Fn(&T) -> &F) -> usize {
-    size_of::<F>()
-}
-
-/// `[(field, offset, size)]` of a Rust struct, in the order given.
+/// `[(field, offset, size)]` of a Rust struct, in the order given: each field's byte range from
+/// `memoffset::span_of!` (core's `offset_of!` gives the start only).
 macro_rules! fields {
     ($t:ty, [$($f:ident),+ $(,)?]) => {
-        &[$((stringify!($f), offset_of!($t, $f), member_size(|x: &$t| &x.$f))),+]
+        &[$({
+            let span = memoffset::span_of!($t, $f);
+            (stringify!($f), span.start, span.len())
+        }),+]
     };
 }
 

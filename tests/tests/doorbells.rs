@@ -1,0 +1,101 @@
+//! The doorbell crate in the whole stack: a user context's UAR page reached only by mapping
+//! offset 0, its mappings revoked with it, the kernel's page arming a user CQ, and 512 contexts
+//! coming and going.
+
+use doorbell::{ArmEncoding, DoorbellError};
+use hca::platform::sim::SimPlatform;
+use hca::platform::Platform;
+use hca::Ucontext;
+use ib_core::{NotifyFlags, WrOpcode};
+use pvrdma_sim::SimConfig;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use tests::fixture::*;
+use tests::intercept::{Hooks, Intercept};
+
+#[test]
+fn a_context_maps_only_its_own_page_at_offset_zero() {
+    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let u = ctx.provider_context::<Ucontext>().unwrap();
+    for (offset, len) in [(4096, 4096), (0, 8192), (0, 0), (u.uar_page().bar_offset(), 4096)] {
+        let e = u.mmap(offset, len).err().expect("refused");
+        assert_eq!(e.errno(), libc::EINVAL, "offset {offset:#x} length {len}: {e}");
+    }
+    assert_eq!(u.mmap(0, 4096).unwrap().page(), u.uar_page());
+}
+
+#[test]
+fn a_released_contexts_mapping_rings_nothing() {
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let mapping = ctx.provider_context::<Ucontext>().unwrap().mmap(0, 4096).unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let h = cq_handle(&cq);
+    mapping.cq_poll(&h).unwrap();
+    let page = uar_page(&ctx);
+    drop(cq);
+    drop(ctx);
+    let rung = sim.device().stats().doorbells;
+    assert_eq!(mapping.cq_poll(&h), Err(DoorbellError::Revoked));
+    assert_eq!(mapping.cq_arm_next(&h, ArmEncoding::Ibta), Err(DoorbellError::Revoked));
+    assert_eq!(sim.device().stats().doorbells, rung, "nothing reached BAR2");
+    // The page goes to the next context; the old mapping still rings nothing.
+    let next = dev.alloc_ucontext().unwrap();
+    assert_eq!(uar_page(&next), page, "the released page is free again");
+    assert_eq!(mapping.cq_poll(&h), Err(DoorbellError::Revoked));
+    assert_eq!(sim.device().stats().doorbells, rung);
+    assert_eq!(pv(&dev).uar_table().in_use(), 2);
+}
+
+/// Records the BAR2 page of every CQ-doorbell write.
+#[derive(Default)]
+struct CqDoorbellPages(Mutex<Vec<(u64, u32)>>);
+
+impl Hooks for CqDoorbellPages {
+    fn uar_write(&self, sim: &SimPlatform, offset: u64, value: u32) {
+        if offset % 4096 == 4 {
+            self.0.lock().unwrap().push((offset / 4096, value));
+        }
+        sim.uar_write(offset, value)
+    }
+}
+
+#[test]
+fn the_kernel_page_arms_a_user_cq_and_its_event_comes() {
+    let p = Arc::new(Intercept { sim: SimPlatform::new(SimConfig::default()), hooks: CqDoorbellPages::default() });
+    let opts = hca::ProbeOptions { arm_encoding: Some(ArmEncoding::Ibta), ..Default::default() };
+    let dev = hca::probe(p.clone(), opts).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, Some(&ch)).unwrap();
+    let pr = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    p.0.lock().unwrap().clear();
+    cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
+    let arms: Vec<_> = p.0.lock().unwrap().clone();
+    assert_eq!(arms, vec![(0, 0x4000_0000 | cq.handle())], "one IBTA arm, on the kernel's page");
+    pr.recv_b(1, 0, 64);
+    pr.send_a(1, 0, b"armed by the kernel", WrOpcode::Send, false);
+    let ev = ch.get_cq_event(WAIT).expect("the arm's event");
+    assert_eq!(ev.handle(), cq.handle());
+    ev.ack_events(1);
+    poll_n(&cq, 2);
+    // The user context's own polls go through its own page.
+    assert!(p.0.lock().unwrap().iter().skip(1).all(|(page, _)| *page == u64::from(uar_page(&ctx).index())));
+}
+
+#[test]
+fn five_hundred_twelve_contexts_come_and_go_through_the_stack() {
+    let (dev, sim) = hca::open_sim(SimConfig::default()).unwrap();
+    for round in 0..2 {
+        let ctxs: Vec<_> = (0..512).map(|_| dev.alloc_ucontext().unwrap()).collect();
+        let pages: HashSet<u32> = ctxs.iter().map(|c| uar_page(c).index()).collect();
+        assert_eq!(pages.len(), 512, "round {round}: a page per context");
+        assert!(!pages.contains(&0));
+        assert_eq!(pv(&dev).uar_table().in_use(), 513);
+        drop(ctxs);
+        assert_eq!(pv(&dev).uar_table().in_use(), 1, "round {round}: every page came back");
+    }
+    assert_eq!(sim.device().stats().refused_doorbells, 0);
+}
