@@ -42,8 +42,9 @@
 //! - `spin`: [`osdep::Mutex`] is `spin::Mutex` without `std` (the UAR free stack); with `std` it
 //!   is `parking_lot`'s, which parks instead of spinning (two cores and preemption punish
 //!   spinning).
-//! - `volatile-register`: [`MappedUar`], for a BAR2 mapped into the address space; why it fits
-//!   there and nowhere else is in [`mapped`]'s docs.
+//! - `volatile-register`: [`MappedUar`], for a BAR2 mapped into the address space (the VFIO
+//!   backend writes a mapped BAR2 through it); why it fits there and nowhere else is in
+//!   [`mapped`]'s docs.
 //! - `zerocopy` and `memoffset`: the ABI's structures (`pvrdma-abi`) and their checks against the
 //!   C header (`tests/tests/abi_header.rs`, with `memoffset::span_of!`).
 //! - `pci-driver`: the VFIO backend (`hca::platform::vfio`), which fences through [`barrier`].

@@ -127,6 +127,11 @@ impl Cq {
         self.0.db_handle
     }
 
+    /// Where the CQ's ring-state record lives (page 0 of its page list) and whose it is.
+    pub fn record_page(&self) -> doorbell::record::RecordPage {
+        self.0.record.1.page()
+    }
+
     /// The owning user context's handle, `None` for the kernel's.
     pub(crate) fn ctx(&self) -> Option<u32> {
         self.0.uctx.as_ref().map(|u| u.handle)

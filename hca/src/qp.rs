@@ -191,6 +191,11 @@ impl Qp {
     pub fn doorbell_handle(&self) -> QpHandle {
         self.db_handle
     }
+
+    /// Where the QP's ring-state record lives (page 0 of its page list) and whose it is.
+    pub fn record_page(&self) -> doorbell::record::RecordPage {
+        self.words.page()
+    }
 }
 
 fn destroy_qp(dev: &DeviceInner, handle: u32) {

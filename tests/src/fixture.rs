@@ -1,7 +1,7 @@
 //! Shared set-up for the end-to-end tests against the in-process model: open a device, connect
 //! two RC QPs, post and poll with bounded waits, and reach the pvrdma provider behind a device.
 
-use doorbell::{ArmEncoding, CqHandle, DoorbellOp, Doorbells, UarPage};
+use doorbell::{ArmEncoding, CqHandle, DoorbellOp, Doorbells, Owner, UarPage};
 use hca::{DriverStats, Pvrdma, Ucontext};
 use ib_core::{
     access, AsyncEvent, AsyncEventType, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
@@ -44,6 +44,11 @@ pub fn doorbells(ctx: &Context) -> &Doorbells {
 /// A user context's UAR page.
 pub fn uar_page(ctx: &Context) -> UarPage {
     ctx.provider_context::<Ucontext>().expect("a pvrdma user context").uar_page()
+}
+
+/// The owner tag of a user context's objects.
+pub fn uar_owner(ctx: &Context) -> Owner {
+    ctx.provider_context::<Ucontext>().expect("a pvrdma user context").owner()
 }
 
 /// The typed doorbell handle of a CQ.

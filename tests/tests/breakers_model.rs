@@ -195,7 +195,8 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
     }
     if let Ok(c) = selfcq {
         // Arm it and publish into it: the device writes its CQEs over its own directory.
-        d.uar_write(4, pvrdma_abi::uar::UAR_CQ_ARM | c.cq_handle.get());
+        let arm = doorbell::DoorbellOp::CqArmNext.encode(c.cq_handle.get(), doorbell::ArmEncoding::Ibta).unwrap();
+        d.uar_write(u64::from(arm.offset), arm.value);
         for _ in 0..40 {
             d.post_cqe(c.cq_handle.get(), &Default::default(), false);
         }

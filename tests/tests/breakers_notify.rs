@@ -8,8 +8,7 @@ use hca::platform::sim::SimPlatform;
 use hca::platform::Platform;
 use tests::intercept::{Hooks, Intercept};
 use ib_core::{ArmKind, Cq, Error, NotifyKind, NotifyStatus, UpcallPolicy};
-use doorbell::ArmEncoding;
-use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_OFFSET};
+use doorbell::{ArmEncoding, DoorbellOp};
 use pvrdma_sim::{ArmState, Profile, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -278,7 +277,8 @@ fn after_a_full_notification_ring_a_cq_whose_entry_was_dropped_is_armed_again() 
     // (raw kernel-page doorbell) and complete into it, once per ring entry.
     let ring = hca::eq::NOTIFY_RING_ELEMS;
     for i in 0..ring {
-        d.uar_write(u64::from(UAR_CQ_OFFSET), filler.handle() | UAR_CQ_ARM);
+        let arm = DoorbellOp::CqArmNext.encode(filler.handle(), ArmEncoding::Ibta).unwrap();
+        d.uar_write(u64::from(arm.offset), arm.value);
         assert!(d.post_cqe(filler.handle(), &cqe(u64::from(i)), false));
         assert_eq!(drain(&filler), vec![u64::from(i)]);
     }
@@ -387,7 +387,7 @@ fn qemu72_a_raw_disarm_racing_a_notify_request_does_not_lose_it() {
     let cq = ctx.create_cq(16, None).unwrap();
     let h = cq.handle();
     let hc = cq_handle(&cq);
-    g.hold_uar_write(h | UAR_CQ_ARM);
+    g.hold_uar_write(DoorbellOp::CqArmNext.encode(h, ArmEncoding::Ibta).unwrap().value);
     let disarmer = std::thread::spawn(move || {
         doorbells(&ctx).cq_arm_next(&hc, ArmEncoding::Ibta).unwrap();
         ctx

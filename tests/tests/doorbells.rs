@@ -2,7 +2,7 @@
 //! offset 0, its mappings revoked with it, the kernel's page arming a user CQ, and 512 contexts
 //! coming and going.
 
-use doorbell::{ArmEncoding, DoorbellError};
+use doorbell::{ArmEncoding, DoorbellError, Owner};
 use hca::platform::sim::SimPlatform;
 use hca::platform::Platform;
 use hca::Ucontext;
@@ -98,4 +98,24 @@ fn five_hundred_twelve_contexts_come_and_go_through_the_stack() {
         assert_eq!(pv(&dev).uar_table().in_use(), 1, "round {round}: every page came back");
     }
     assert_eq!(sim.device().stats().refused_doorbells, 0);
+}
+
+#[test]
+fn kernel_and_context_records_never_share_a_page() {
+    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let kpd = dev.alloc_pd().unwrap();
+    let upd = ctx.alloc_pd().unwrap();
+    let (kcq, ucq) = (dev.create_cq(8, None).unwrap(), ctx.create_cq(8, None).unwrap());
+    let kqp = rc_qp(&kpd, &kcq, &kcq);
+    let uqp = rc_qp(&upd, &ucq, &ucq);
+    let rec = |cq: &ib_core::Cq| cq.provider_cq::<hca::cq::Cq>().unwrap().record_page();
+    let qrec = |qp: &ib_core::Qp| qp.provider_qp::<hca::qp::Qp>().unwrap().record_page();
+    let records = [rec(&kcq), rec(&ucq), qrec(&kqp), qrec(&uqp)];
+    let owner = uar_owner(&ctx);
+    let owners: Vec<_> = records.iter().map(|r| r.owner()).collect();
+    assert_eq!(owners, vec![Owner::Kernel, owner, Owner::Kernel, owner]);
+    let pages: HashSet<u64> = records.iter().map(|r| r.addr() / 4096).collect();
+    assert_eq!(pages.len(), 4, "each record on a page of its own object: {records:?}");
+    assert!(records.iter().all(|r| r.addr() % 4096 == 0));
 }

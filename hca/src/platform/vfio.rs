@@ -973,7 +973,19 @@ impl Platform for VfioPlatform {
         }
     }
 
+    /// A mapped BAR2 is written through `doorbell::MappedUar` (volatile stores into the
+    /// `volatile-register` cells of its pages; writes at offsets that hold no doorbell are
+    /// dropped); an unmapped one through `pwrite`.
     fn uar_write(&self, offset: u64, value: u32) {
+        if let MmioBacking::Mapped(m) = &self.uar.backing {
+            let pages = m.len() >> UAR_PAGE_SHIFT;
+            // SAFETY: `m` maps BAR2 — write-only doorbell pages whose reads have no effect —
+            // page-aligned by the mmap, for as long as `self` lives, beyond this call; nothing
+            // makes a `&mut` to it.
+            let uar = unsafe { doorbell::MappedUar::new(m.as_mut_ptr(), pages) };
+            doorbell::UarMmio::uar_write32(&uar, offset, value);
+            return;
+        }
         if let Err(e) = self.uar.write32(offset, value) {
             self.mmio_fault("UAR write", offset, &e);
         }
