@@ -24,7 +24,10 @@ pub struct Ucontext {
 pub(crate) struct UctxInner {
     pub(crate) dev: Arc<DeviceInner>,
     pub(crate) handle: u32,
-    uar: ContextUar,
+    /// The context's page; `None` only while dropping.
+    uar: Option<ContextUar>,
+    page: UarPage,
+    owner: Owner,
     /// The context's mapping of its page (offset 0, one page).
     pub(crate) db: Doorbells,
 }
@@ -44,7 +47,9 @@ impl Ucontext {
         let handle = resp.ctx_handle.get();
         let db = uar.map(0, UAR_PAGE_SIZE).map_err(from_uar)?;
         tracing::debug!(handle, page = page.index(), "user context created");
-        Ok(Self { inner: Arc::new(UctxInner { dev: dev.clone(), handle, uar, db }) })
+        let owner = uar.owner();
+        let inner = UctxInner { dev: dev.clone(), handle, uar: Some(uar), page, owner, db };
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     /// The typed doorbells of the context's mapping of its UAR page: they ring only the
@@ -59,12 +64,13 @@ impl Ucontext {
     ///
     /// Errors: [`Error::Device`] (EINVAL, as `pvrdma_mmap`) for any other offset or length.
     pub fn mmap(&self, offset: u64, len: u64) -> Result<Doorbells> {
-        self.inner.uar.map(offset, len).map_err(from_uar)
+        let uar = self.inner.uar.as_ref().ok_or(Error::InvalidArgument("context released"))?;
+        uar.map(offset, len).map_err(from_uar)
     }
 
     /// The context's UAR page.
     pub fn uar_page(&self) -> UarPage {
-        self.inner.uar.page()
+        self.inner.page
     }
 
     /// The owner tag of the context's objects' doorbell handles.
@@ -86,18 +92,24 @@ impl UcontextOps for Ucontext {
 impl UctxInner {
     /// The owner tag of the context's objects' doorbell handles.
     pub(crate) fn owner(&self) -> Owner {
-        self.uar.owner()
+        self.owner
     }
 }
 
 impl Drop for UctxInner {
     /// Revokes the mappings, then DESTROY_UC; the page returns to the table when `uar` drops
     /// (and no write through a mapping is still in flight).
+    /// If DESTROY_UC fails the device may still bind the page to this context, so the page is
+    /// kept out of circulation (never freed) rather than given to a context whose CREATE_UC the
+    /// device would refuse for it, again and again (the free stack hands it out next).
     fn drop(&mut self) {
-        self.uar.revoke();
+        if let Some(uar) = &self.uar {
+            uar.revoke();
+        }
         let cmd = DestroyUc { ctx_handle: self.handle.into(), ..Default::default() };
         if let Err(e) = self.dev.cmd.post(cmd) {
-            tracing::warn!(handle = self.handle, error = %e, "DESTROY_UC failed");
+            tracing::warn!(handle = self.handle, page = self.page.index(), error = %e, "DESTROY_UC failed: UAR page retired");
+            std::mem::forget(self.uar.take());
         }
     }
 }

@@ -119,3 +119,20 @@ fn kernel_and_context_records_never_share_a_page() {
     assert_eq!(pages.len(), 4, "each record on a page of its own object: {records:?}");
     assert!(records.iter().all(|r| r.addr() % 4096 == 0));
 }
+
+#[test]
+fn a_page_the_device_still_binds_is_retired_not_reused() {
+    use ib_core::provider::UcontextOps;
+    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let ctx = dev.alloc_ucontext().unwrap();
+    let handle = ctx.provider_context::<Ucontext>().unwrap().handle();
+    // A PD the driver does not know of keeps the context busy on the device: DESTROY_UC fails.
+    let pd = pvrdma_abi::cmd::CreatePd { ctx_handle: handle.into(), ..Default::default() };
+    let pd = pv(&dev).post_command(pd).unwrap().pd_handle.get();
+    let page = uar_page(&ctx);
+    drop(ctx);
+    assert_eq!(pv(&dev).uar_table().in_use(), 2, "the still-bound page is not freed");
+    let next = dev.alloc_ucontext().expect("a new context gets another page");
+    assert_ne!(uar_page(&next), page);
+    pv(&dev).post_command(pvrdma_abi::cmd::DestroyPd { pd_handle: pd.into(), ..Default::default() }).unwrap();
+}
