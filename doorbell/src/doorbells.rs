@@ -4,17 +4,10 @@
 use crate::barrier::io_wmb;
 use crate::encoding::{ArmEncoding, DoorbellOp};
 use crate::handle::{CqHandle, Owner, QpHandle, SrqHandle};
-use crate::uar::{UarMapping, UarPage};
+use crate::mmio::UarMmio;
+use crate::page::{UarMapping, UarPage};
 use crate::DoorbellError;
 use alloc::sync::Arc;
-
-/// A 32-bit little-endian write into BAR2 at a byte offset: the one thing doorbells need from
-/// the platform (a kernel's `writel` on the ioremapped BAR, VFIO, the model, qtest).
-pub trait UarMmio: Send + Sync {
-    /// Writes `value` at `offset` bytes into BAR2. On pvrdma the write has taken effect when this
-    /// returns (an MMIO write traps to the device model before the vCPU goes on).
-    fn uar_write32(&self, offset: u64, value: u32);
-}
 
 #[derive(Clone)]
 enum Page {

@@ -1,7 +1,6 @@
 //! Typed object handles: what a doorbell names. A handle fits the doorbell's 24 bits and carries
 //! its owner, so a page can tell its own objects from another context's.
 
-use crate::uar::ContextId;
 use crate::DoorbellError;
 use pvrdma_abi::uar::UAR_HANDLE_MASK;
 
@@ -14,6 +13,20 @@ pub enum Owner {
     Kernel,
     /// An object of one user context (only [`crate::ContextUar::owner`] makes one).
     Context(ContextId),
+}
+
+/// A user context's identity for doorbell ownership: its page and that page's generation, so a
+/// context that reuses a page is another owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ContextId {
+    page: u32,
+    generation: u32,
+}
+
+impl ContextId {
+    pub(crate) fn new(page: u32, generation: u32) -> Self {
+        Self { page, generation }
+    }
 }
 
 macro_rules! handle {

@@ -59,15 +59,19 @@ mod doorbells;
 pub mod encoding;
 mod handle;
 pub mod mapped;
+mod mmio;
+mod page;
 pub mod record;
 mod uar;
 
 pub use arm::CqArmDoorbell;
-pub use doorbells::{Doorbells, UarMmio};
+pub use doorbells::Doorbells;
+pub use mmio::UarMmio;
 pub use encoding::{ArmEncoding, DoorbellOp};
-pub use handle::{CqHandle, Owner, QpHandle, SrqHandle};
+pub use handle::{ContextId, CqHandle, Owner, QpHandle, SrqHandle};
 pub use mapped::MappedUar;
-pub use uar::{ContextId, ContextUar, UarError, UarPage, UarTable};
+pub use page::UarPage;
+pub use uar::{ContextUar, UarError, UarTable};
 
 use thiserror::Error;
 

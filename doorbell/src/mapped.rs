@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use crate::barrier::io_wmb;
-use crate::doorbells::UarMmio;
+use crate::mmio::UarMmio;
 use core::mem::{offset_of, size_of};
 use pvrdma_abi::uar::{UAR_CQ_OFFSET, UAR_PAGE_SIZE, UAR_QP_OFFSET, UAR_SRQ_OFFSET};
 use volatile_register::WO;

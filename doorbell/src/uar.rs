@@ -2,36 +2,18 @@
 //! kernel's, every user context gets one page of its own, and a context reaches it only by
 //! mapping offset 0, one page long (Linux's `pvrdma_mmap`).
 //!
-//! Allocation is O(1): a stack of free page indices. Each page has one atomic state word:
-//!
-//! | bits | meaning |
-//! |---|---|
-//! | 63..32 | generation: bumped each time the page returns to the free stack |
-//! | 31 | `LIVE`: mappings may ring (cleared by revocation) |
-//! | 30 | `HELD`: the context's [`ContextUar`] still exists |
-//! | 29..0 | doorbell writes in flight through mappings |
-//!
-//! A write through a mapping enters (count + 1) only while its generation matches and `LIVE` is
-//! set, and leaves after the MMIO write. Revocation clears `LIVE`, so no write starts after it;
-//! the page goes back to the free stack only when it is neither live nor held and no write is in
-//! flight — whichever of revocation, the context's release or the last write's exit gets there
-//! does it, exactly once. A stale mapping's generation never matches again (2^32 reuses of one
-//! page would wrap it).
+//! Allocation is O(1): a stack of free page indices. How revocation keeps a page out of
+//! circulation while writes through old mappings are in flight is in `page.rs`.
 
-use crate::doorbells::{Doorbells, UarMmio};
-use crate::handle::Owner;
-use alloc::boxed::Box;
+use crate::doorbells::Doorbells;
+use crate::handle::{ContextId, Owner};
+use crate::mmio::UarMmio;
+use crate::page::{Shared, UarMapping, UarPage, GEN_SHIFT, HELD, LIVE};
 use alloc::sync::Arc;
-use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 use osdep::Mutex;
 use pvrdma_abi::uar::UAR_PAGE_SIZE;
 use thiserror::Error;
-
-const LIVE: u64 = 1 << 31;
-const HELD: u64 = 1 << 30;
-const IN_FLIGHT: u64 = HELD - 1;
-const GEN_SHIFT: u32 = 32;
 
 /// UAR allocation and mapping failures.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -50,78 +32,6 @@ pub enum UarError {
     /// The context's page was revoked.
     #[error("UAR page {0} was revoked")]
     Revoked(u32),
-}
-
-/// One UAR page: its index in BAR2 and its page frame number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct UarPage {
-    index: u32,
-    pfn: u64,
-}
-
-impl UarPage {
-    /// Index of the page within BAR2 (0 is the kernel's).
-    pub fn index(&self) -> u32 {
-        self.index
-    }
-
-    /// Page frame number (BAR2 address >> 12), what CREATE_UC and the DSR carry.
-    pub fn pfn(&self) -> u64 {
-        self.pfn
-    }
-
-    /// Byte offset of the page within BAR2.
-    pub fn bar_offset(&self) -> u64 {
-        u64::from(self.index) * UAR_PAGE_SIZE
-    }
-}
-
-/// A user context's identity for doorbell ownership: its page and that page's generation, so a
-/// context that reuses a page is another owner.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ContextId {
-    page: u32,
-    generation: u32,
-}
-
-pub(crate) struct Shared {
-    pub(crate) mmio: Arc<dyn UarMmio>,
-    base_pfn: u64,
-    /// One state word per page; index 0 (the kernel's) is never used.
-    slots: Box<[AtomicU64]>,
-    free: Mutex<Vec<u32>>,
-}
-
-impl Shared {
-    fn page(&self, index: u32) -> UarPage {
-        UarPage { index, pfn: self.base_pfn + u64::from(index) }
-    }
-
-    /// Applies `op` to page `index`'s state; the caller that makes the page idle frees it.
-    fn update(&self, index: u32, op: impl Fn(u64) -> Option<u64>) -> Result<u64, u64> {
-        let slot = &self.slots[index as usize];
-        let prev = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, &op)?;
-        let next = op(prev).unwrap_or(prev);
-        if prev & (LIVE | HELD | IN_FLIGHT) != 0 && next & (LIVE | HELD | IN_FLIGHT) == 0 {
-            slot.store(next.wrapping_add(1 << GEN_SHIFT), Ordering::Release);
-            self.free.lock().push(index);
-        }
-        Ok(prev)
-    }
-
-    /// Enters a write through a mapping of `index` at `generation`: `false` if revoked.
-    pub(crate) fn enter(&self, index: u32, generation: u32) -> bool {
-        self.update(index, |s| {
-            let ok = s >> GEN_SHIFT == u64::from(generation) && s & LIVE != 0 && s & IN_FLIGHT != IN_FLIGHT;
-            ok.then_some(s + 1)
-        })
-        .is_ok()
-    }
-
-    /// Leaves a write entered with [`Shared::enter`].
-    pub(crate) fn leave(&self, index: u32) {
-        let _ = self.update(index, |s| Some(s - 1));
-    }
 }
 
 /// The UAR pages of one device, sized from its caps. Cheap to clone (shared).
@@ -191,7 +101,7 @@ impl ContextUar {
 
     /// The owner tag of the context's objects.
     pub fn owner(&self) -> Owner {
-        Owner::Context(ContextId { page: self.page.index, generation: self.generation })
+        Owner::Context(ContextId::new(self.page.index(), self.generation))
     }
 
     /// Maps the context's page, as `mmap(fd, offset, len)` on Linux's pvrdma device file: only
@@ -204,9 +114,9 @@ impl ContextUar {
         if offset != 0 || len != UAR_PAGE_SIZE {
             return Err(UarError::BadMapping { offset, len });
         }
-        let state = self.shared.slots[self.page.index as usize].load(Ordering::Acquire);
+        let state = self.shared.slots[self.page.index() as usize].load(Ordering::Acquire);
         if state & LIVE == 0 {
-            return Err(UarError::Revoked(self.page.index));
+            return Err(UarError::Revoked(self.page.index()));
         }
         let mapping = UarMapping { shared: self.shared.clone(), page: self.page, generation: self.generation };
         Ok(Doorbells::user(mapping, self.owner()))
@@ -216,20 +126,13 @@ impl ContextUar {
     /// already in flight finishes; the page is not reused until it has). The context keeps its
     /// page until dropped.
     pub fn revoke(&self) {
-        let _ = self.shared.update(self.page.index, |s| Some(s & !LIVE));
+        let _ = self.shared.update(self.page.index(), |s| Some(s & !LIVE));
     }
 }
 
 impl Drop for ContextUar {
     fn drop(&mut self) {
-        let _ = self.shared.update(self.page.index, |s| Some(s & !(LIVE | HELD)));
+        let _ = self.shared.update(self.page.index(), |s| Some(s & !(LIVE | HELD)));
     }
 }
 
-/// A context's mapping of its UAR page (what user space writes its doorbells through).
-#[derive(Clone)]
-pub(crate) struct UarMapping {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) page: UarPage,
-    pub(crate) generation: u32,
-}
