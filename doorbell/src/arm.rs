@@ -3,6 +3,7 @@
 use crate::doorbells::Doorbells;
 use crate::encoding::ArmEncoding;
 use crate::handle::CqHandle;
+use crate::uar::UarTable;
 use crate::DoorbellError;
 
 /// The arm doorbell of one CQ on the kernel's UAR page, so the driver can arm any CQ it created
@@ -15,20 +16,16 @@ use crate::DoorbellError;
 /// the UAR write traps into the device and takes effect before it returns.
 #[derive(Clone)]
 pub struct CqArmDoorbell {
-    db: Doorbells,
+    kernel: Doorbells,
     cq: CqHandle,
     encoding: ArmEncoding,
 }
 
 impl CqArmDoorbell {
-    /// The arm doorbell of `cq`, rung through `kernel` (the kernel page's doorbells).
-    ///
-    /// Errors: [`DoorbellError::NotOwner`] if `kernel` is a user page that does not own `cq`.
-    pub fn new(kernel: Doorbells, cq: CqHandle, encoding: ArmEncoding) -> Result<Self, DoorbellError> {
-        if !kernel.may_ring(cq.owner()) {
-            return Err(DoorbellError::NotOwner);
-        }
-        Ok(Self { db: kernel, cq, encoding })
+    /// The arm doorbell of `cq` (of any owner) on `table`'s kernel page, for a device arming as
+    /// `encoding`. Always the kernel's page: never revoked, and allowed to ring every CQ.
+    pub fn new(table: &UarTable, cq: CqHandle, encoding: ArmEncoding) -> Self {
+        Self { kernel: table.kernel_doorbells(), cq, encoding }
     }
 
     /// The CQ.
@@ -37,16 +34,18 @@ impl CqArmDoorbell {
     }
 
     /// Arms the CQ for its next completion (IBTA NEXT_COMPLETION): `ARM`, or `ARM|ARM_SOL` on
-    /// QEMU 7.2. Returns whether the doorbell was rung (a revoked page rings nothing).
-    pub fn arm_next(&self) -> bool {
-        self.db.cq_arm_next(&self.cq, self.encoding).is_ok()
+    /// QEMU 7.2. Every encoding expresses it and the kernel page rings any CQ, so it cannot fail.
+    pub fn arm_next(&self) {
+        let rung = self.kernel.cq_arm_next(&self.cq, self.encoding);
+        debug_assert!(rung.is_ok(), "the kernel page arms any CQ for next");
     }
 
     /// Arms the CQ for its next solicited completion (IBTA SOLICITED).
     ///
-    /// Returns `false`, ringing nothing, where the encoding cannot express it (QEMU 7.2).
-    pub fn arm_solicited(&self) -> bool {
-        self.db.cq_arm_solicited(&self.cq, self.encoding).is_ok()
+    /// Errors: [`DoorbellError::Unsupported`], ringing nothing, where the encoding cannot
+    /// express it (QEMU 7.2).
+    pub fn arm_solicited(&self) -> Result<(), DoorbellError> {
+        self.kernel.cq_arm_solicited(&self.cq, self.encoding)
     }
 
     /// Whether the device can arm for solicited completions only.

@@ -16,6 +16,33 @@
 //!   kernel's page: the kernel can arm a user CQ; a user page arms only its own CQs.
 //! - **Barriers** ([`barrier`]): the only device-visible fences of the stack.
 //!
+//! Without the `std` feature (default on) the crate needs `alloc` and 64-bit atomics (each UAR
+//! page's state is one `AtomicU64`; x86-64 and arm64, where pvrdma runs, have them); `std`
+//! changes one thing, the lock of the UAR free stack ([`osdep::Mutex`]).
+//!
+//! ```
+//! use doorbell::{ArmEncoding, CqArmDoorbell, CqHandle, DoorbellError, Owner, QpHandle, UarMmio, UarTable};
+//! use std::sync::Arc;
+//!
+//! struct Bar2; // the platform's BAR2: a kernel's `writel`, VFIO, the model
+//! impl UarMmio for Bar2 {
+//!     fn uar_write32(&self, _offset: u64, _value: u32) {}
+//! }
+//!
+//! // Page 0 and 15 user pages of BAR2 at page frame 0xfe000 (from the DSR and `max_uar`).
+//! let table = UarTable::new(Arc::new(Bar2), 0xfe000, 16);
+//! let ctx = table.alloc()?;                        // a user context's page (pfn to CREATE_UC)
+//! let db = ctx.map(0, 4096)?;                      // as mmap(fd, 0, 4096) on the device file
+//! let qp = QpHandle::new(7, ctx.owner()).unwrap(); // handles the device gave, with their owner
+//! let cq = CqHandle::new(3, ctx.owner()).unwrap();
+//! db.qp_send(&qp).unwrap();                        // WQEs and prod_tail written before this
+//! let arm = CqArmDoorbell::new(&table, cq, ArmEncoding::Ibta); // on the kernel's page
+//! arm.arm_next();
+//! drop(ctx);                                       // after DESTROY_UC: every mapping revoked
+//! assert_eq!(db.qp_send(&qp), Err(DoorbellError::Revoked));
+//! # Ok::<(), doorbell::UarError>(())
+//! ```
+//!
 //! # Ordering, written once
 //!
 //! | doorbell | what its [`barrier::io_wmb`] orders before the write |

@@ -11,7 +11,6 @@
 //! [`crate::UarMmio`] implementations of their own.
 #![allow(unsafe_code)]
 
-use crate::barrier::io_wmb;
 use crate::mmio::UarMmio;
 use core::mem::{offset_of, size_of};
 use pvrdma_abi::uar::{UAR_CQ_OFFSET, UAR_PAGE_SIZE, UAR_QP_OFFSET, UAR_SRQ_OFFSET};
@@ -33,7 +32,10 @@ const _: () = assert!(offset_of!(UarPageRegs, qp) == UAR_QP_OFFSET as usize);
 const _: () = assert!(offset_of!(UarPageRegs, cq) == UAR_CQ_OFFSET as usize);
 const _: () = assert!(offset_of!(UarPageRegs, srq) == UAR_SRQ_OFFSET as usize);
 
-/// A mapped BAR2: doorbell writes are volatile stores into the mapping.
+/// A mapped BAR2: doorbell writes are volatile stores into the mapping. It is a raw
+/// [`UarMmio`]: the barrier before each doorbell is [`crate::Doorbells`]' (one per doorbell), and
+/// a write past the mapping, or at an offset of a page that holds no doorbell, is dropped (size
+/// the [`crate::UarTable`] from the same BAR so that cannot happen).
 pub struct MappedUar<'a> {
     pages: &'a [UarPageRegs],
 }
@@ -50,7 +52,8 @@ impl<'a> MappedUar<'a> {
     /// # Safety
     /// `base` must be 4-byte aligned and point to `pages * 4096` bytes of mapped, write-only
     /// doorbell space (a UAR BAR, or plain memory in a test) that stays mapped for `'a`, and
-    /// nothing may create a `&mut` to it meanwhile.
+    /// nothing may create a `&mut` to it meanwhile. `'a` is the caller's promise, as with
+    /// `slice::from_raw_parts`: a mapping that lives as long as the device is `'static`.
     pub unsafe fn new(base: *mut u8, pages: usize) -> Self {
         // SAFETY: the caller guarantees `pages` pages of mapped memory at `base` for `'a`;
         // `UarPageRegs` is 4 KiB of `repr(C)` 32-bit cells with no invalid bit patterns.
@@ -71,7 +74,6 @@ impl UarMmio for MappedUar<'_> {
             UAR_SRQ_OFFSET => &page.srq,
             _ => return,
         };
-        io_wmb();
         // SAFETY: a volatile store into the mapped doorbell page `new`'s caller vouched for.
         unsafe { cell.write(value.to_le()) };
     }

@@ -18,8 +18,9 @@ use thiserror::Error;
 /// UAR allocation and mapping failures.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum UarError {
-    /// Every user page is in use (or still being revoked).
-    #[error("no free UAR page (all {0} in use)")]
+    /// Every user page is in use (or still being revoked): how many user pages the table has
+    /// (the kernel's page not counted).
+    #[error("no free UAR page (all {0} user pages in use)")]
     Exhausted(u32),
     /// A mapping other than offset 0 and one page (Linux's `pvrdma_mmap` answers EINVAL).
     #[error("UAR mapping must be offset 0 and {UAR_PAGE_SIZE} bytes, not offset {offset:#x} length {len}")]
@@ -67,7 +68,7 @@ impl UarTable {
     /// Errors: [`UarError::Exhausted`] when no page is free (pages whose revocation has not
     /// completed are not free).
     pub fn alloc(&self) -> Result<ContextUar, UarError> {
-        let index = self.shared.free.lock().pop().ok_or(UarError::Exhausted(self.pages()))?;
+        let index = self.shared.free.lock().pop().ok_or(UarError::Exhausted(self.pages() - 1))?;
         let prev = self.shared.slots[index as usize].fetch_or(LIVE | HELD, Ordering::AcqRel);
         let generation = (prev >> GEN_SHIFT) as u32;
         Ok(ContextUar { shared: self.shared.clone(), page: self.shared.page(index), generation })
@@ -79,8 +80,8 @@ impl UarTable {
     }
 
     /// Pages not free: the kernel's, the contexts', and those whose revocation is incomplete.
-    pub fn in_use(&self) -> usize {
-        self.shared.slots.len() - self.shared.free.lock().len()
+    pub fn in_use(&self) -> u32 {
+        self.pages() - self.shared.free.lock().len() as u32
     }
 }
 

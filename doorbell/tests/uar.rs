@@ -32,20 +32,23 @@ fn table(pages: u32) -> (Arc<Recorder>, UarTable) {
 fn arms_and_doorbells_are_encoded_per_device() {
     let (rec, t) = table(4);
     let ctx = t.alloc().unwrap();
-    let kernel = t.kernel_doorbells();
-    let ucq = CqHandle::new(5, ctx.owner()).unwrap();
-    let ibta = CqArmDoorbell::new(kernel.clone(), ucq, ArmEncoding::Ibta).unwrap();
-    assert!(ibta.arm_next() && ibta.arm_solicited());
-    let q = CqArmDoorbell::new(kernel, ucq, ArmEncoding::Qemu72).unwrap();
-    assert!(q.arm_next());
-    assert!(!q.arm_solicited(), "QEMU 7.2 cannot arm for solicited only");
     let user = ctx.map(0, 4096).unwrap();
     user.qp_send(&QpHandle::new(9, ctx.owner()).unwrap()).unwrap();
-    user.cq_poll(&ucq).unwrap();
-    assert_eq!(
-        rec.writes(),
-        vec![(4, 0x4000_0005), (4, 0x2000_0005), (4, 0x6000_0005), (4096, 0x4000_0009), (4100, 0x8000_0005)]
-    );
+    user.cq_poll(&CqHandle::new(5, ctx.owner()).unwrap()).unwrap();
+    assert_eq!(rec.writes(), vec![(4096, 0x4000_0009), (4100, 0x8000_0005)]);
+    rec.0.lock().unwrap().clear();
+    let ucq = CqHandle::new(5, ctx.owner()).unwrap();
+    let ibta = CqArmDoorbell::new(&t, ucq, ArmEncoding::Ibta);
+    ibta.arm_next();
+    ibta.arm_solicited().unwrap();
+    let q = CqArmDoorbell::new(&t, ucq, ArmEncoding::Qemu72);
+    q.arm_next();
+    assert_eq!(q.arm_solicited(), Err(DoorbellError::Unsupported), "QEMU 7.2 cannot arm for solicited only");
+    // The arm doorbell is the kernel page's even after the CQ's context revoked its own page.
+    ctx.revoke();
+    ibta.arm_next();
+    assert_eq!(rec.writes(), vec![(4, 0x4000_0005), (4, 0x2000_0005), (4, 0x6000_0005), (4, 0x4000_0005)]);
+    assert_eq!(user.qp_send(&QpHandle::new(9, ctx.owner()).unwrap()), Err(DoorbellError::Revoked));
 }
 
 #[test]
@@ -58,7 +61,6 @@ fn a_user_page_rings_only_its_own_objects() {
     assert_eq!(a_db.cq_poll(&b_cq), Err(DoorbellError::NotOwner));
     assert_eq!(a_db.cq_arm_next(&b_cq, ArmEncoding::Ibta), Err(DoorbellError::NotOwner));
     assert_eq!(a_db.qp_send(&k_qp), Err(DoorbellError::NotOwner));
-    assert_eq!(CqArmDoorbell::new(a_db, b_cq, ArmEncoding::Ibta).err(), Some(DoorbellError::NotOwner));
     assert!(rec.writes().is_empty(), "nothing reaches BAR2");
     // The kernel page rings anything: a user CQ's arm, a kernel QP.
     let k = t.kernel_doorbells();
@@ -129,7 +131,7 @@ fn a_page_is_reused_only_after_writes_in_flight_through_it_finish() {
     let writer = std::thread::spawn(move || db.qp_send(&qp));
     rx.recv_timeout(Duration::from_secs(5)).expect("the write entered BAR2");
     drop(ctx); // revoked and released while the write is in flight
-    assert_eq!(t.alloc().err(), Some(UarError::Exhausted(2)), "the page waits for the write");
+    assert_eq!(t.alloc().err(), Some(UarError::Exhausted(1)), "the page waits for the write");
     assert_eq!(t.in_use(), 2);
     *gate.open.lock().unwrap() = true;
     gate.cv.notify_all();
@@ -179,7 +181,7 @@ fn five_hundred_twelve_contexts_come_and_go() {
     let pages: HashSet<u32> = ctxs.iter().map(|c| c.page().index()).collect();
     assert_eq!(pages.len(), 512);
     assert!(!pages.contains(&0), "page 0 is the kernel's");
-    assert_eq!(t.alloc().err(), Some(UarError::Exhausted(513)));
+    assert_eq!(t.alloc().err(), Some(UarError::Exhausted(512)));
     drop(ctxs);
     assert_eq!(t.in_use(), 1);
     let again: Vec<ContextUar> = (0..512).map(|_| t.alloc().unwrap()).collect();
@@ -222,7 +224,7 @@ proptest! {
                         live.push((c, db, false));
                     }
                     Err(e) => {
-                        prop_assert_eq!(e, UarError::Exhausted(pages));
+                        prop_assert_eq!(e, UarError::Exhausted(pages - 1));
                         prop_assert_eq!(live.len() as u32, pages - 1, "exhausted with pages free");
                     }
                 },
@@ -244,7 +246,7 @@ proptest! {
                 }
                 _ => {}
             }
-            prop_assert_eq!(t.in_use(), 1 + live.len());
+            prop_assert_eq!(t.in_use() as usize, 1 + live.len());
         }
         live.clear();
         prop_assert_eq!(t.in_use(), 1);

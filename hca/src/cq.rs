@@ -95,9 +95,7 @@ impl Cq {
             std::mem::forget(ring);
             return Err(e);
         }
-        // The kernel page may arm any CQ: this cannot be refused.
-        let arm = CqArmDoorbell::new(dev.kernel_db.clone(), db_handle, dev.encoding())
-            .map_err(|_| Error::InvalidArgument("the kernel page refused an arm"))?;
+        let arm = CqArmDoorbell::new(&dev.uar, db_handle, dev.encoding());
         let inner = CqInner {
             dev: dev.clone(),
             uctx,
@@ -280,7 +278,7 @@ impl CqOps for Cq {
                 self.0.arm.arm_next();
             }
             ArmKind::Solicited => {
-                if !self.0.arm.arm_solicited() {
+                if self.0.arm.arm_solicited().is_err() {
                     self.0.arm.arm_next();
                 }
             }

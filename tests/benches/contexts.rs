@@ -1,6 +1,8 @@
 //! A user context's create and release through the whole stack (UAR page, CREATE_UC, mapping,
-//! revocation, DESTROY_UC) with 1 and with 511 other contexts live, paired in one run: the cost
-//! should not grow with the contexts already there.
+//! revocation, DESTROY_UC) with 1 and with 511 other contexts live, paired in one run. The UAR
+//! page allocation is flat (`doorbell`'s `uar` bench); what still grows with the contexts live
+//! is elsewhere in the stack (measured: about 1.2x at 511 live), the subject of the performance
+//! work.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use pvrdma_sim::SimConfig;

@@ -119,9 +119,7 @@ pub extern "C" fn pvrdma_no_std_check() -> u32 {
         return 0;
     };
     let _ = kernel.qp_send(&kqp);
-    if let Ok(arm) = CqArmDoorbell::new(kernel, ucq, ArmEncoding::Ibta) {
-        arm.arm_next();
-    }
+    CqArmDoorbell::new(&table, ucq, ArmEncoding::Ibta).arm_next();
     if let Ok(user) = ctx.map(0, 4096) {
         let _ = user.qp_recv(&uqp);
     }
