@@ -1,8 +1,7 @@
 //! A user context's create and release through the whole stack (UAR page, CREATE_UC, mapping,
 //! revocation, DESTROY_UC) with 1 and with 511 other contexts live, paired in one run. The UAR
 //! page allocation is flat (`doorbell`'s `uar` bench); what still grows with the contexts live
-//! is elsewhere in the stack (measured: about 1.2x at 511 live), the subject of the performance
-//! work.
+//! (about 1.1x at 511) is elsewhere: the model's ordered object tables, and caches.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use pvrdma_sim::SimConfig;

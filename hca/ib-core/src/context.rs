@@ -59,6 +59,12 @@ impl ContextInner {
     }
 }
 
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        self.device.events.remove(self.uid);
+    }
+}
+
 impl ContextEvents for ContextInner {
     fn port_event(&self, port: u8, event: AsyncEventType) {
         self.async_events.dispatch(AsyncEvent { event_type: event, element: AsyncElement::Port(port) });
@@ -90,7 +96,7 @@ impl Context {
             device,
         });
         let weak: Weak<dyn ContextEvents> = Arc::downgrade(&inner) as Weak<dyn ContextEvents>;
-        inner.device.events.add(weak);
+        inner.device.events.add(inner.uid, weak);
         Ok(Self { inner })
     }
 

@@ -5,7 +5,7 @@ use crate::async_event::AsyncEventType;
 use crate::error::{Error, Result};
 use crate::provider::{DeviceEventHandler, DeviceOps};
 use parking_lot::Mutex;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -19,13 +19,15 @@ pub(crate) trait ContextEvents: Send + Sync {
 #[derive(Default)]
 pub(crate) struct DeviceEvents {
     fatal: AtomicBool,
-    contexts: Mutex<Vec<Weak<dyn ContextEvents>>>,
+    /// The live contexts by their uid: added and removed in O(1), so opening a context costs
+    /// the same however many are open.
+    contexts: Mutex<HashMap<u64, Weak<dyn ContextEvents>>>,
 }
 
 impl DeviceEvents {
     /// Adds a context. The fatal flag is read under the list's lock, which [`DeviceEvents::fatal`]
     /// takes after setting it: either the fan-out finds the context or the context sees the flag.
-    pub(crate) fn add(&self, ctx: Weak<dyn ContextEvents>) {
+    pub(crate) fn add(&self, uid: u64, ctx: Weak<dyn ContextEvents>) {
         let mut list = self.contexts.lock();
         if self.fatal.load(Ordering::Acquire) {
             drop(list);
@@ -34,12 +36,16 @@ impl DeviceEvents {
             }
             return;
         }
-        list.retain(|w| w.strong_count() > 0);
-        list.push(ctx);
+        list.insert(uid, ctx);
+    }
+
+    /// Removes a context that is going away.
+    pub(crate) fn remove(&self, uid: u64) {
+        self.contexts.lock().remove(&uid);
     }
 
     fn live(&self) -> Vec<Arc<dyn ContextEvents>> {
-        self.contexts.lock().iter().filter_map(Weak::upgrade).collect()
+        self.contexts.lock().values().filter_map(Weak::upgrade).collect()
     }
 
     pub(crate) fn is_fatal(&self) -> bool {
