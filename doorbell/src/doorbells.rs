@@ -5,7 +5,7 @@ use crate::barrier::io_wmb;
 use crate::encoding::{ArmEncoding, DoorbellOp};
 use crate::handle::{CqHandle, Owner, QpHandle, SrqHandle};
 use crate::mmio::UarMmio;
-use crate::page::{UarMapping, UarPage};
+use crate::page::{Lease, UarPage};
 use crate::DoorbellError;
 use alloc::sync::Arc;
 
@@ -14,7 +14,7 @@ enum Page {
     /// Page 0: rings any object; never revoked.
     Kernel { mmio: Arc<dyn UarMmio>, page: UarPage },
     /// A context's mapping: rings the context's own objects, until revoked.
-    User { mapping: UarMapping, owner: Owner },
+    User { lease: Arc<Lease>, owner: Owner },
 }
 
 /// The doorbells of one UAR page: the kernel's ([`crate::UarTable::kernel_doorbells`]) or a
@@ -34,15 +34,15 @@ impl Doorbells {
         Self { page: Page::Kernel { mmio, page } }
     }
 
-    pub(crate) fn user(mapping: UarMapping, owner: Owner) -> Self {
-        Self { page: Page::User { mapping, owner } }
+    pub(crate) fn user(lease: Arc<Lease>, owner: Owner) -> Self {
+        Self { page: Page::User { lease, owner } }
     }
 
     /// The page these doorbells ring.
     pub fn page(&self) -> UarPage {
         match &self.page {
             Page::Kernel { page, .. } => *page,
-            Page::User { mapping, .. } => mapping.page,
+            Page::User { lease, .. } => lease.page,
         }
     }
 
@@ -96,14 +96,10 @@ impl Doorbells {
                 io_wmb();
                 mmio.uar_write32(page.bar_offset() + u64::from(w.offset), w.value);
             }
-            Page::User { mapping, .. } => {
-                let s = &mapping.shared;
-                if !s.enter(mapping.page.index(), mapping.generation) {
-                    return Err(DoorbellError::Revoked);
-                }
+            Page::User { lease, .. } => {
+                let _in_flight = lease.enter().ok_or(DoorbellError::Revoked)?;
                 io_wmb();
-                s.mmio.uar_write32(mapping.page.bar_offset() + u64::from(w.offset), w.value);
-                s.leave(mapping.page.index());
+                lease.mmio().uar_write32(lease.page.bar_offset() + u64::from(w.offset), w.value);
             }
         }
         Ok(())

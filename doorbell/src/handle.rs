@@ -7,6 +7,11 @@ use pvrdma_abi::uar::UAR_HANDLE_MASK;
 /// Who owns an object, and so which UAR pages may ring its doorbells: the kernel's page rings
 /// any object; a user context's page only the context's own (design decision 5; Linux's
 /// pvrdma gives each context its own page for that reason).
+///
+/// The owner a handle carries is its creator's word: the driver builds it from the CREATE_*
+/// response for the context it created the object for. This crate checks pages against owners;
+/// it cannot check the device's own table of which handle is whose. The device does that — the
+/// model refuses and counts a foreign doorbell; QEMU 7.2 does not check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Owner {
     /// An object the kernel side created.
@@ -15,17 +20,15 @@ pub enum Owner {
     Context(ContextId),
 }
 
-/// A user context's identity for doorbell ownership: its page and that page's generation, so a
-/// context that reuses a page is another owner.
+/// A user context's identity for doorbell ownership: unique to one allocation of a UAR page, in
+/// every table, so neither a context that reuses a page nor another device's context is the
+/// same owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ContextId {
-    page: u32,
-    generation: u32,
-}
+pub struct ContextId(u64);
 
 impl ContextId {
-    pub(crate) fn new(page: u32, generation: u32) -> Self {
-        Self { page, generation }
+    pub(crate) fn new(id: u64) -> Self {
+        Self(id)
     }
 }
 

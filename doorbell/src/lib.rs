@@ -16,9 +16,9 @@
 //!   kernel's page: the kernel can arm a user CQ; a user page arms only its own CQs.
 //! - **Barriers** ([`barrier`]): the only device-visible fences of the stack.
 //!
-//! Without the `std` feature (default on) the crate needs `alloc` and 64-bit atomics (each UAR
-//! page's state is one `AtomicU64`; x86-64 and arm64, where pvrdma runs, have them); `std`
-//! changes one thing, the lock of the UAR free stack ([`osdep::Mutex`]).
+//! Without the `std` feature (default on) the crate needs `alloc` and 64-bit atomics (owner ids
+//! are drawn from one `AtomicU64`; x86-64 and arm64, where pvrdma runs, have them); `std`
+//! changes one thing, the lock of the UAR free queue ([`osdep::Mutex`]).
 //!
 //! ```
 //! use doorbell::{ArmEncoding, CqArmDoorbell, CqHandle, DoorbellError, Owner, QpHandle, UarMmio, UarTable};
@@ -98,7 +98,7 @@ pub use encoding::{ArmEncoding, DoorbellOp};
 pub use handle::{ContextId, CqHandle, Owner, QpHandle, SrqHandle};
 pub use mapped::MappedUar;
 pub use page::UarPage;
-pub use uar::{ContextUar, UarError, UarTable};
+pub use uar::{ContextUar, UarError, UarTable, MAX_UAR_PAGES};
 
 use thiserror::Error;
 

@@ -2,16 +2,14 @@
 //! kernel's, every user context gets one page of its own, and a context reaches it only by
 //! mapping offset 0, one page long (Linux's `pvrdma_mmap`).
 //!
-//! Allocation is O(1): a stack of free page indices. How revocation keeps a page out of
-//! circulation while writes through old mappings are in flight is in `page.rs`.
+//! Allocation is O(1): a queue of released pages, then pages never used. How revocation keeps a
+//! page out of circulation while writes through old mappings are in flight is in `page.rs`.
 
 use crate::doorbells::Doorbells;
 use crate::handle::{ContextId, Owner};
 use crate::mmio::UarMmio;
-use crate::page::{Shared, UarMapping, UarPage, GEN_SHIFT, HELD, LIVE};
+use crate::page::{Lease, Shared, UarPage};
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicU64, Ordering};
-use osdep::Mutex;
 use pvrdma_abi::uar::UAR_PAGE_SIZE;
 use thiserror::Error;
 
@@ -35,6 +33,10 @@ pub enum UarError {
     Revoked(u32),
 }
 
+/// Most pages a table manages (256 MiB of BAR2): a bigger size from a device or platform is a
+/// fault, clamped here.
+pub const MAX_UAR_PAGES: u32 = 1 << 16;
+
 /// The UAR pages of one device, sized from its caps. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct UarTable {
@@ -42,15 +44,14 @@ pub struct UarTable {
 }
 
 impl UarTable {
-    /// A table of `num_pages` pages (page 0 the kernel's; at least 1) of BAR2 at page frame
-    /// `base_pfn`, rung through `mmio`. Pass the smaller of BAR2's pages and the device's
-    /// `max_uar` cap.
+    /// A table of `num_pages` pages (page 0 the kernel's; at least 1, at most
+    /// [`MAX_UAR_PAGES`], and no page frame past `u64::MAX`) of BAR2 at page frame `base_pfn`,
+    /// rung through `mmio`. Pass the smaller of BAR2's pages and the device's `max_uar` cap.
+    /// Memory grows with the pages used, not with `num_pages`.
     pub fn new(mmio: Arc<dyn UarMmio>, base_pfn: u64, num_pages: u32) -> Self {
-        let n = num_pages.max(1);
-        let slots = (0..n).map(|_| AtomicU64::new(0)).collect();
-        // Popped from the end: lowest index first on a fresh table.
-        let free = Mutex::new((1..n).rev().collect());
-        Self { shared: Arc::new(Shared { mmio, base_pfn, slots, free }) }
+        let fit = u32::try_from(u64::MAX - base_pfn).map_or(u32::MAX, |room| room.saturating_add(1));
+        let n = num_pages.clamp(1, MAX_UAR_PAGES).min(fit.max(1));
+        Self { shared: Arc::new(Shared::new(mmio, base_pfn, n)) }
     }
 
     /// The kernel's page (index 0), always allocated, never revoked.
@@ -63,25 +64,25 @@ impl UarTable {
         Doorbells::kernel(self.shared.mmio.clone(), self.kernel_page())
     }
 
-    /// Allocates a page for a new user context, in O(1).
+    /// Allocates a page for a new user context, in O(1): the page released longest ago, else
+    /// one never used.
     ///
     /// Errors: [`UarError::Exhausted`] when no page is free (pages whose revocation has not
-    /// completed are not free).
+    /// completed, and retired ones, are not free).
     pub fn alloc(&self) -> Result<ContextUar, UarError> {
-        let index = self.shared.free.lock().pop().ok_or(UarError::Exhausted(self.pages() - 1))?;
-        let prev = self.shared.slots[index as usize].fetch_or(LIVE | HELD, Ordering::AcqRel);
-        let generation = (prev >> GEN_SHIFT) as u32;
-        Ok(ContextUar { shared: self.shared.clone(), page: self.shared.page(index), generation })
+        let lease = self.shared.take().ok_or(UarError::Exhausted(self.pages() - 1))?;
+        Ok(ContextUar { lease, retired: false })
     }
 
     /// Pages in the table, the kernel's included.
     pub fn pages(&self) -> u32 {
-        self.shared.slots.len() as u32
+        self.shared.pages()
     }
 
-    /// Pages not free: the kernel's, the contexts', and those whose revocation is incomplete.
+    /// Pages not free: the kernel's, the contexts', retired ones, and those whose revocation is
+    /// incomplete.
     pub fn in_use(&self) -> u32 {
-        self.pages() - self.shared.free.lock().len() as u32
+        self.shared.in_use()
     }
 }
 
@@ -89,20 +90,19 @@ impl UarTable {
 /// device forgot the context: DESTROY_UC) revokes every mapping and returns the page once no
 /// doorbell write through a mapping is in flight.
 pub struct ContextUar {
-    shared: Arc<Shared>,
-    page: UarPage,
-    generation: u32,
+    lease: Arc<Lease>,
+    retired: bool,
 }
 
 impl ContextUar {
     /// The page (its pfn goes into CREATE_UC).
     pub fn page(&self) -> UarPage {
-        self.page
+        self.lease.page
     }
 
-    /// The owner tag of the context's objects.
+    /// The owner tag of the context's objects: unique to this allocation, across tables.
     pub fn owner(&self) -> Owner {
-        Owner::Context(ContextId::new(self.page.index(), self.generation))
+        Owner::Context(ContextId::new(self.lease.id))
     }
 
     /// Maps the context's page, as `mmap(fd, offset, len)` on Linux's pvrdma device file: only
@@ -115,25 +115,32 @@ impl ContextUar {
         if offset != 0 || len != UAR_PAGE_SIZE {
             return Err(UarError::BadMapping { offset, len });
         }
-        let state = self.shared.slots[self.page.index() as usize].load(Ordering::Acquire);
-        if state & LIVE == 0 {
-            return Err(UarError::Revoked(self.page.index()));
+        if !self.lease.is_live() {
+            return Err(UarError::Revoked(self.page().index()));
         }
-        let mapping = UarMapping { shared: self.shared.clone(), page: self.page, generation: self.generation };
-        Ok(Doorbells::user(mapping, self.owner()))
+        Ok(Doorbells::user(self.lease.clone(), self.owner()))
     }
 
     /// Revokes every mapping now: no doorbell write through one starts after this returns (one
     /// already in flight finishes; the page is not reused until it has). The context keeps its
     /// page until dropped.
     pub fn revoke(&self) {
-        let _ = self.shared.update(self.page.index(), |s| Some(s & !LIVE));
+        self.lease.revoke();
+    }
+
+    /// Revokes every mapping and keeps the page out of circulation for good: for a page the
+    /// device may still bind to this context (its DESTROY_UC failed, or its CREATE_UC failed
+    /// after binding it), which a new context could neither register nor safely share.
+    pub fn retire(mut self) {
+        self.lease.revoke();
+        self.retired = true;
     }
 }
 
 impl Drop for ContextUar {
     fn drop(&mut self) {
-        let _ = self.shared.update(self.page.index(), |s| Some(s & !(LIVE | HELD)));
+        if !self.retired {
+            self.lease.release();
+        }
     }
 }
-

@@ -254,3 +254,76 @@ proptest! {
         prop_assert_eq!(all.len() as u32, pages - 1);
     }
 }
+
+#[test]
+fn a_retired_page_never_returns_and_pins_nothing() {
+    let (rec, t) = table(3);
+    let ctx = t.alloc().unwrap();
+    let db = ctx.map(0, 4096).unwrap();
+    let (page, owner) = (ctx.page(), ctx.owner());
+    ctx.retire();
+    assert_eq!(db.qp_send(&QpHandle::new(1, owner).unwrap()), Err(DoorbellError::Revoked));
+    let other = t.alloc().unwrap();
+    assert_ne!(other.page(), page);
+    drop(other);
+    let again = t.alloc().unwrap();
+    assert_ne!(again.page(), page, "the retired page is never handed out again");
+    assert_eq!(t.alloc().err(), Some(UarError::Exhausted(2)));
+    drop((again, db, t));
+    assert_eq!(Arc::strong_count(&rec), 1, "retiring keeps the page, not the table or BAR2");
+}
+
+/// BAR2 whose writes panic.
+struct Panics;
+
+impl UarMmio for Panics {
+    fn uar_write32(&self, _offset: u64, _value: u32) {
+        panic!("BAR2 write failed");
+    }
+}
+
+#[test]
+fn a_write_that_panics_still_leaves() {
+    let t = UarTable::new(Arc::new(Panics), 0, 2);
+    let ctx = t.alloc().unwrap();
+    let db = ctx.map(0, 4096).unwrap();
+    let qp = QpHandle::new(1, ctx.owner()).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.qp_send(&qp)));
+    assert!(r.is_err());
+    drop(ctx);
+    assert_eq!(t.in_use(), 1, "the panicked write left: the page came back");
+    assert!(t.alloc().is_ok());
+}
+
+#[test]
+fn pages_are_reused_oldest_first_and_owners_never_repeat() {
+    let (_, t) = table(4);
+    let (a, b, c) = (t.alloc().unwrap(), t.alloc().unwrap(), t.alloc().unwrap());
+    let (pa, pb, oa) = (a.page(), b.page(), a.owner());
+    drop(a);
+    drop(b);
+    let (x, y) = (t.alloc().unwrap(), t.alloc().unwrap());
+    assert_eq!((x.page(), y.page()), (pa, pb), "first released, first reused");
+    assert_ne!(x.owner(), oa, "a reused page is another owner");
+    // Two tables (two devices): their contexts are different owners too.
+    let (_, t2) = table(4);
+    let z = t2.alloc().unwrap();
+    assert_eq!(z.page().index(), c.page().index() - 2);
+    assert!(![x.owner(), y.owner(), c.owner()].contains(&z.owner()));
+    let foreign = CqHandle::new(1, z.owner()).unwrap();
+    assert_eq!(x.map(0, 4096).unwrap().cq_poll(&foreign), Err(DoorbellError::NotOwner));
+}
+
+#[test]
+fn sizes_from_a_faulty_platform_are_clamped() {
+    let rec: Arc<dyn UarMmio> = Arc::new(Recorder::default());
+    let huge = UarTable::new(rec.clone(), 0, u32::MAX);
+    assert_eq!(huge.pages(), doorbell::MAX_UAR_PAGES);
+    assert_eq!(huge.in_use(), 1, "nothing is built for pages never used");
+    let top = UarTable::new(rec.clone(), u64::MAX, 8);
+    assert_eq!(top.pages(), 1, "no page frame past u64::MAX");
+    assert_eq!(top.alloc().err(), Some(UarError::Exhausted(0)));
+    let edge = UarTable::new(rec, u64::MAX - 2, 8);
+    assert_eq!(edge.pages(), 3);
+    assert_eq!(edge.alloc().unwrap().page().pfn(), u64::MAX - 1);
+}

@@ -103,14 +103,23 @@ impl<T: CmdTransport, K: Clock> CmdChannel<T, K> {
         Ok(resp)
     }
 
+    /// Polling ends on the first unreachable read of the ack word, as a transport fault.
     fn wait(&self, mode: WaitMode, op: u32) -> Result<(), CmdError> {
         let timeout = self.timeout;
+        let mut fault = None;
         let ok = match mode {
             WaitMode::Interrupt => self.transport.wait_response_irq(timeout),
-            WaitMode::Polling => poll_until(&self.clock, timeout, || {
-                self.transport.load_resp_u32(ACK_OFFSET).map(|ack| ack != 0).unwrap_or(false)
+            WaitMode::Polling => poll_until(&self.clock, timeout, || match self.transport.load_resp_u32(ACK_OFFSET) {
+                Ok(ack) => ack != 0,
+                Err(what) => {
+                    fault = Some(what);
+                    true
+                }
             }),
         };
+        if let Some(what) = fault {
+            return Err(CmdError::Transport { opcode: op, what });
+        }
         if ok {
             Ok(())
         } else {

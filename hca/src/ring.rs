@@ -13,7 +13,7 @@ use crate::platform::Platform;
 use doorbell::record::{DeviceProduced, RecordError, RecordMemory, RecordPage};
 use doorbell::Owner;
 use ib_core::{Error, Result};
-use pvrdma_abi::ring::idx_slot;
+use pvrdma_abi::ring::{idx_mask, idx_slot};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 
@@ -141,13 +141,13 @@ impl DevRing {
         if n == 0 {
             return Ok(());
         }
-        let mask = (self.elems << 1) - 1;
+        let mask = idx_mask(self.elems);
         self.cons = self.cons.wrapping_add(n) & mask;
         self.record.publish_cons(&self.words, self.cons)
     }
 
     fn entry_offset(&self, idx: u32) -> Result<u64> {
-        let idx = idx & ((self.elems << 1) - 1);
+        let idx = idx & idx_mask(self.elems);
         let slot = idx_slot(idx, self.elems).ok_or(Error::DeviceFatal)?;
         Ok(PAGE_SIZE as u64 + u64::from(slot) * self.entry_size)
     }

@@ -7,7 +7,8 @@
 //! revokes the mapping before DESTROY_UC, and the page is reused only after both.
 
 use crate::device::DeviceInner;
-use crate::error::from_uar;
+use crate::error::{device_status, from_uar};
+use firmware_cmd::DeviceStatus;
 use doorbell::{ContextUar, Doorbells, Owner, UarPage};
 use pvrdma_abi::uar::UAR_PAGE_SIZE;
 use ib_core::provider::UcontextOps;
@@ -41,9 +42,17 @@ impl Ucontext {
         dev.live()?;
         let uar = dev.uar.alloc().map_err(from_uar)?;
         let page = uar.page();
-        // An error drops `uar`: its page goes back to the table.
+        // An error drops `uar`: its page goes to the back of the table's free queue...
         let pfn = u32::try_from(page.pfn()).map_err(|_| Error::InvalidArgument("UAR pfn beyond 32 bits"))?;
-        let resp = dev.cmd.post(CreateUc { pfn: pfn.into(), ..Default::default() })?;
+        let resp = match dev.cmd.post(CreateUc { pfn: pfn.into(), ..Default::default() }) {
+            // ...unless the device says the page is bound already: then no context can have it.
+            Err(e) if device_status(&e) == Some(DeviceStatus::Busy) => {
+                tracing::warn!(page = page.index(), "CREATE_UC: page bound on the device, retired");
+                uar.retire();
+                return Err(e);
+            }
+            r => r?,
+        };
         let handle = resp.ctx_handle.get();
         let db = uar.map(0, UAR_PAGE_SIZE).map_err(from_uar)?;
         tracing::debug!(handle, page = page.index(), "user context created");
@@ -100,8 +109,8 @@ impl Drop for UctxInner {
     /// Revokes the mappings, then DESTROY_UC; the page returns to the table when `uar` drops
     /// (and no write through a mapping is still in flight).
     /// If DESTROY_UC fails the device may still bind the page to this context, so the page is
-    /// kept out of circulation (never freed) rather than given to a context whose CREATE_UC the
-    /// device would refuse for it, again and again (the free stack hands it out next).
+    /// retired (kept out of circulation for good) rather than given to a context whose CREATE_UC
+    /// the device would refuse for it.
     fn drop(&mut self) {
         if let Some(uar) = &self.uar {
             uar.revoke();
@@ -109,7 +118,9 @@ impl Drop for UctxInner {
         let cmd = DestroyUc { ctx_handle: self.handle.into(), ..Default::default() };
         if let Err(e) = self.dev.cmd.post(cmd) {
             tracing::warn!(handle = self.handle, page = self.page.index(), error = %e, "DESTROY_UC failed: UAR page retired");
-            std::mem::forget(self.uar.take());
+            if let Some(uar) = self.uar.take() {
+                uar.retire();
+            }
         }
     }
 }

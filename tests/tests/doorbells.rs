@@ -123,7 +123,9 @@ fn kernel_and_context_records_never_share_a_page() {
 #[test]
 fn a_page_the_device_still_binds_is_retired_not_reused() {
     use ib_core::provider::UcontextOps;
-    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let platform = Arc::new(SimPlatform::new(SimConfig::default()));
+    let weak = Arc::downgrade(&platform);
+    let dev = hca::probe(platform, Default::default()).unwrap();
     let ctx = dev.alloc_ucontext().unwrap();
     let handle = ctx.provider_context::<Ucontext>().unwrap().handle();
     // A PD the driver does not know of keeps the context busy on the device: DESTROY_UC fails.
@@ -135,4 +137,23 @@ fn a_page_the_device_still_binds_is_retired_not_reused() {
     let next = dev.alloc_ucontext().expect("a new context gets another page");
     assert_ne!(uar_page(&next), page);
     pv(&dev).post_command(pvrdma_abi::cmd::DestroyPd { pd_handle: pd.into(), ..Default::default() }).unwrap();
+    drop((next, dev));
+    tests::events::wait_for(WAIT, "the platform to be freed", || weak.upgrade().is_none());
+}
+
+#[test]
+fn a_page_the_device_says_is_bound_is_retired_at_create() {
+    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let table = pv(&dev).uar_table().clone();
+    // Bind the page the table hands out next to a context the driver does not know of.
+    let next = table.kernel_page().pfn() + u64::from(table.in_use());
+    let uc = pvrdma_abi::cmd::CreateUc { pfn: (next as u32).into(), ..Default::default() };
+    let stray = pv(&dev).post_command(uc).unwrap().ctx_handle.get();
+    let e = dev.alloc_ucontext().expect_err("the device refuses the bound page");
+    assert_eq!(hca::device_status(&e), Some(firmware_cmd::DeviceStatus::Busy), "{e}");
+    assert_eq!(table.in_use(), 2, "the bound page is retired, not queued for the next context");
+    let ctx = dev.alloc_ucontext().expect("the next context gets another page");
+    assert_ne!(uar_page(&ctx).pfn(), next);
+    let destroy = pvrdma_abi::cmd::DestroyUc { ctx_handle: stray.into(), ..Default::default() };
+    pv(&dev).post_command(destroy).unwrap();
 }

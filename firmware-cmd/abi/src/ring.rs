@@ -40,9 +40,14 @@ pub const RX_PROD_TAIL: u64 = 8;
 /// Byte offset of `rx.cons_head`.
 pub const RX_CONS_HEAD: u64 = 12;
 
+/// The mask of a ring's indices, `2 * max_elems - 1` (all ones for `max_elems` = 2^31).
+pub const fn idx_mask(max_elems: u32) -> u32 {
+    (max_elems << 1).wrapping_sub(1)
+}
+
 /// Whether `idx` is a valid index of a ring of `max_elems` (a power of two) entries.
 pub const fn idx_valid(idx: u32, max_elems: u32) -> bool {
-    idx & !((max_elems << 1).wrapping_sub(1)) == 0
+    idx & !idx_mask(max_elems) == 0
 }
 
 /// The slot `idx` names, or `None` if the index is out of range (an untrusted value).
@@ -56,7 +61,7 @@ pub const fn idx_slot(idx: u32, max_elems: u32) -> Option<u32> {
 
 /// The index after `idx`, wrapping at `2 * max_elems`.
 pub const fn idx_inc(idx: u32, max_elems: u32) -> u32 {
-    idx.wrapping_add(1) & ((max_elems << 1) - 1)
+    idx.wrapping_add(1) & idx_mask(max_elems)
 }
 
 /// Ring occupancy from a producer and a consumer index: `Some(n)` entries queued, or `None` if
@@ -65,7 +70,7 @@ pub fn ring_count(prod: u32, cons: u32, max_elems: u32) -> Option<u32> {
     if !max_elems.is_power_of_two() || !idx_valid(prod, max_elems) || !idx_valid(cons, max_elems) {
         return None;
     }
-    let n = prod.wrapping_sub(cons) & ((max_elems << 1) - 1);
+    let n = prod.wrapping_sub(cons) & idx_mask(max_elems);
     (n <= max_elems).then_some(n)
 }
 
@@ -84,5 +89,10 @@ mod tests {
         assert_eq!(ring_count(1, 6, 4), Some(3));
         assert_eq!(ring_count(9, 0, 4), None);
         assert_eq!(ring_count(1, 0, 3), None);
+        // The largest power of two: indices span all of u32, nothing overflows.
+        let big = 1 << 31;
+        assert_eq!(idx_inc(u32::MAX, big), 0);
+        assert_eq!(ring_count(0, u32::MAX, big), Some(1));
+        assert_eq!(ring_count(big + 1, 0, big), None);
     }
 }

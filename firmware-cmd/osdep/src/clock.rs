@@ -14,18 +14,30 @@ pub trait Clock: Send + Sync {
     fn relax(&self, round: u32);
 }
 
+/// Polls after which a clock that has not moved forward ends a wait as if its deadline had
+/// passed: a clock that stops (jiffies with interrupts off) or runs backwards still gives a
+/// bounded wait.
+pub const STALL_POLLS: u32 = 1 << 16;
+
 /// Calls `done` until it returns `true` or `timeout` has passed on `clock`, relaxing between
 /// calls. Returns whether `done` became true. `done` is called at least once, and once more
-/// after the deadline is seen, so a condition met during the last pause is not missed.
+/// after the deadline is seen, so a condition met during the last pause is not missed. A clock
+/// that does not move forward for [`STALL_POLLS`] polls ends the wait too.
 pub fn poll_until<C: Clock + ?Sized>(clock: &C, timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     let start = clock.now();
-    let mut round = 0u32;
+    let (mut last, mut stalled, mut round) = (start, 0u32, 0u32);
     loop {
         if done() {
             return true;
         }
-        if clock.now().saturating_sub(start) >= timeout {
+        let now = clock.now();
+        if now.saturating_sub(start) >= timeout || stalled >= STALL_POLLS {
             return done();
+        }
+        if now > last {
+            (last, stalled) = (now, 0);
+        } else {
+            stalled += 1;
         }
         round = round.saturating_add(1);
         clock.relax(round);
@@ -107,6 +119,32 @@ mod tests {
             n += 1;
             n == 3
         }));
+    }
+
+    /// A clock stuck at one instant, or one running backwards.
+    struct Broken(AtomicU64, bool);
+    impl Clock for Broken {
+        fn now(&self) -> Duration {
+            Duration::from_millis(self.0.load(Ordering::Relaxed))
+        }
+        fn relax(&self, _round: u32) {
+            if self.1 {
+                let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_clock_that_stops_or_runs_backwards_still_ends_the_wait() {
+        for backwards in [false, true] {
+            let c = Broken(AtomicU64::new(1 << 40), backwards);
+            let mut calls = 0u32;
+            assert!(!poll_until(&c, Duration::from_secs(1), || {
+                calls += 1;
+                false
+            }));
+            assert_eq!(calls, STALL_POLLS + 2, "backwards: {backwards}");
+        }
     }
 
     #[cfg(feature = "std")]

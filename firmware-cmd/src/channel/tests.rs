@@ -158,3 +158,45 @@ fn polling_waits_on_the_injected_clock() {
     assert_eq!(err, CmdError::Timeout { opcode: 2, timeout_ms: 30 });
     assert_eq!(clock.pauses.load(Ordering::SeqCst), 30, "one pause per scripted millisecond, no host time");
 }
+
+/// A device whose response slot cannot be read.
+struct Unreachable;
+
+impl CmdTransport for Unreachable {
+    fn write_cmd_slot(&self, _bytes: &[u8]) -> Result<(), &'static str> {
+        Ok(())
+    }
+    fn write_resp_slot(&self, _offset: u64, _bytes: &[u8]) -> Result<(), &'static str> {
+        Ok(())
+    }
+    fn read_resp_slot(&self, _buf: &mut [u8]) -> Result<(), &'static str> {
+        Err("gone")
+    }
+    fn load_resp_u32(&self, _offset: u64) -> Result<u32, &'static str> {
+        Err("gone")
+    }
+    fn ring_request(&self) {}
+    fn wait_response_irq(&self, _timeout: Duration) -> bool {
+        false
+    }
+}
+
+/// A clock that never moves.
+struct Frozen;
+
+impl Clock for Frozen {
+    fn now(&self) -> Duration {
+        Duration::from_secs(7)
+    }
+    fn relax(&self, _round: u32) {}
+}
+
+#[test]
+fn an_unreachable_ack_word_is_a_transport_fault_and_a_frozen_clock_still_times_out() {
+    let ch = CmdChannel::with_timeout(Unreachable, Frozen, WaitMode::Polling, Duration::from_secs(1));
+    let err = ch.post(CreatePd::default()).unwrap_err();
+    assert_eq!(err, CmdError::Transport { opcode: 2, what: "gone" });
+    let fake = Fake::new(Script::Silent);
+    let ch = CmdChannel::with_timeout(&fake, Frozen, WaitMode::Polling, Duration::from_secs(1));
+    assert!(matches!(ch.post(CreatePd::default()), Err(CmdError::Timeout { .. })));
+}
