@@ -46,7 +46,8 @@ impl Doorbells {
         }
     }
 
-    /// Whether this page may ring an object of `owner`.
+    /// Whether this page may ring an object of `owner` (ownership only: a revoked mapping still
+    /// answers for its owner, and every ring through it fails with `Revoked`).
     pub fn may_ring(&self, owner: Owner) -> bool {
         match &self.page {
             Page::Kernel { .. } => true,
@@ -98,8 +99,10 @@ impl Doorbells {
             }
             Page::User { lease, .. } => {
                 let _in_flight = lease.enter().ok_or(DoorbellError::Revoked)?;
+                // Gone with its table (the device was released): nothing left to ring.
+                let mmio = lease.mmio().ok_or(DoorbellError::Revoked)?;
                 io_wmb();
-                lease.mmio().uar_write32(lease.page.bar_offset() + u64::from(w.offset), w.value);
+                mmio.uar_write32(lease.page.bar_offset() + u64::from(w.offset), w.value);
             }
         }
         Ok(())

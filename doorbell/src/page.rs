@@ -18,7 +18,7 @@
 
 use crate::mmio::UarMmio;
 use alloc::collections::VecDeque;
-use alloc::sync::Arc;
+use alloc::sync::{Arc, Weak};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use osdep::Mutex;
 use pvrdma_abi::uar::UAR_PAGE_SIZE;
@@ -60,9 +60,10 @@ struct Free {
     fresh: u32,
 }
 
-/// What the table and its leases share.
+/// What the table and its leases share. BAR2 is held weakly: a mapping revoked and never
+/// dropped keeps the free queue alive, not the device behind BAR2.
 pub(crate) struct Shared {
-    pub(crate) mmio: Arc<dyn UarMmio>,
+    mmio: Weak<dyn UarMmio>,
     base_pfn: u64,
     pages: u32,
     free: Mutex<Free>,
@@ -72,8 +73,9 @@ pub(crate) struct Shared {
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
-    pub(crate) fn new(mmio: Arc<dyn UarMmio>, base_pfn: u64, pages: u32) -> Self {
-        Self { mmio, base_pfn, pages, free: Mutex::new(Free { queue: VecDeque::new(), fresh: 1 }) }
+    pub(crate) fn new(mmio: &Arc<dyn UarMmio>, base_pfn: u64, pages: u32) -> Self {
+        let free = Mutex::new(Free { queue: VecDeque::new(), fresh: 1 });
+        Self { mmio: Arc::downgrade(mmio), base_pfn, pages, free }
     }
 
     pub(crate) fn pages(&self) -> u32 {
@@ -119,8 +121,9 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn mmio(&self) -> &dyn UarMmio {
-        &*self.shared.mmio
+    /// BAR2, while its table lives.
+    pub(crate) fn mmio(&self) -> Option<Arc<dyn UarMmio>> {
+        self.shared.mmio.upgrade()
     }
 
     pub(crate) fn is_live(&self) -> bool {

@@ -41,6 +41,7 @@ pub const MAX_UAR_PAGES: u32 = 1 << 16;
 #[derive(Clone)]
 pub struct UarTable {
     shared: Arc<Shared>,
+    mmio: Arc<dyn UarMmio>,
 }
 
 impl UarTable {
@@ -51,7 +52,7 @@ impl UarTable {
     pub fn new(mmio: Arc<dyn UarMmio>, base_pfn: u64, num_pages: u32) -> Self {
         let fit = u32::try_from(u64::MAX - base_pfn).map_or(u32::MAX, |room| room.saturating_add(1));
         let n = num_pages.clamp(1, MAX_UAR_PAGES).min(fit.max(1));
-        Self { shared: Arc::new(Shared::new(mmio, base_pfn, n)) }
+        Self { shared: Arc::new(Shared::new(&mmio, base_pfn, n)), mmio }
     }
 
     /// The kernel's page (index 0), always allocated, never revoked.
@@ -61,7 +62,7 @@ impl UarTable {
 
     /// The kernel page's doorbells: they ring any object, kernel or user.
     pub fn kernel_doorbells(&self) -> Doorbells {
-        Doorbells::kernel(self.shared.mmio.clone(), self.kernel_page())
+        Doorbells::kernel(self.mmio.clone(), self.kernel_page())
     }
 
     /// Allocates a page for a new user context, in O(1): the page released longest ago, else

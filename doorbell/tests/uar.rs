@@ -327,3 +327,25 @@ fn sizes_from_a_faulty_platform_are_clamped() {
     assert_eq!(edge.pages(), 3);
     assert_eq!(edge.alloc().unwrap().page().pfn(), u64::MAX - 1);
 }
+
+#[test]
+fn a_mapping_left_behind_does_not_keep_bar2() {
+    let (rec, t) = table(2);
+    let ctx = t.alloc().unwrap();
+    let db = ctx.map(0, 4096).unwrap();
+    let qp = QpHandle::new(1, ctx.owner()).unwrap();
+    db.qp_send(&qp).unwrap();
+    drop(ctx);
+    drop(t);
+    assert_eq!(Arc::strong_count(&rec), 1, "the device behind BAR2 can go");
+    assert_eq!(db.qp_send(&qp), Err(DoorbellError::Revoked));
+    // A live mapping whose table went (the device was released) rings nothing either.
+    let (rec, t) = table(2);
+    let ctx = t.alloc().unwrap();
+    let db = ctx.map(0, 4096).unwrap();
+    let qp = QpHandle::new(1, ctx.owner()).unwrap();
+    drop(t);
+    drop(rec);
+    assert_eq!(db.qp_send(&qp), Err(DoorbellError::Revoked));
+    drop(ctx);
+}

@@ -15,9 +15,11 @@ pub trait Clock: Send + Sync {
 }
 
 /// Polls after which a clock that has not moved forward ends a wait as if its deadline had
-/// passed: a clock that stops (jiffies with interrupts off) or runs backwards still gives a
-/// bounded wait.
-pub const STALL_POLLS: u32 = 1 << 16;
+/// passed, so a clock that stops or runs backwards still gives a bounded wait. A working clock
+/// must tick at least once per this many polls: a 100 Hz jiffies clock polled with `cpu_relax`
+/// (tens of nanoseconds) ticks every few hundred thousand; 2^24 polls of `cpu_relax` last a
+/// third of a second or more.
+pub const STALL_POLLS: u32 = 1 << 24;
 
 /// Calls `done` until it returns `true` or `timeout` has passed on `clock`, relaxing between
 /// calls. Returns whether `done` became true. `done` is called at least once, and once more
@@ -132,6 +134,32 @@ mod tests {
                 let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1));
             }
         }
+    }
+
+    /// A coarse clock: 10 ms per 200,000 pauses (a 100 Hz jiffies counter polled with
+    /// `cpu_relax`).
+    struct Coarse(AtomicU64);
+    impl Clock for Coarse {
+        fn now(&self) -> Duration {
+            Duration::from_millis(self.0.load(Ordering::Relaxed) / 200_000 * 10)
+        }
+        fn relax(&self, _round: u32) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_coarse_clock_is_not_taken_for_a_stopped_one() {
+        let c = Coarse(AtomicU64::new(0));
+        let done_at = Duration::from_millis(30);
+        assert!(poll_until(&c, Duration::from_secs(5), || c.now() >= done_at));
+        let c = Coarse(AtomicU64::new(0));
+        let mut calls = 0u64;
+        assert!(!poll_until(&c, Duration::from_millis(50), || {
+            calls += 1;
+            false
+        }));
+        assert!(calls >= 1_000_000, "timed out by the clock, not the stall guard: {calls}");
     }
 
     #[test]
