@@ -85,11 +85,30 @@ pub enum CqArmRequest {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decoded {
     /// The QP doorbell: either bit or both.
-    Qp { handle: u32, send: bool, recv: bool },
+    Qp {
+        /// The QPN (low 24 bits of the value).
+        handle: u32,
+        /// `SEND` was set: new send WQEs.
+        send: bool,
+        /// `RECV` was set: new receive WQEs.
+        recv: bool,
+    },
     /// The CQ doorbell: an arm request (if any) and whether `POLL` was set.
-    Cq { handle: u32, arm: Option<CqArmRequest>, poll: bool },
+    Cq {
+        /// The CQ handle.
+        handle: u32,
+        /// What the arm bits ask, read for the device's encoding.
+        arm: Option<CqArmRequest>,
+        /// `POLL` was set.
+        poll: bool,
+    },
     /// The SRQ doorbell.
-    Srq { handle: u32, recv: bool },
+    Srq {
+        /// The SRQ handle.
+        handle: u32,
+        /// `RECV` was set: new receive WQEs.
+        recv: bool,
+    },
     /// An offset that holds no doorbell.
     Unknown,
 }

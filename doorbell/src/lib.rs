@@ -76,6 +76,7 @@
 //!   C header (`tests/tests/abi_header.rs`, with `memoffset::span_of!`).
 //! - `pci-driver`: the VFIO backend (`hca::platform::vfio`), which fences through [`barrier`].
 #![no_std]
+#![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 extern crate alloc;

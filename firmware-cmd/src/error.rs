@@ -8,19 +8,48 @@ use thiserror::Error;
 pub enum CmdError {
     /// The device ran the command and refused it.
     #[error("command {} ({opcode}) failed on the device: {status}", name(*opcode))]
-    Device { opcode: u32, status: DeviceStatus },
+    Device {
+        /// The command's opcode.
+        opcode: u32,
+        /// What the device answered (the response's `err`).
+        status: DeviceStatus,
+    },
     /// No response within the timeout (the device may be dead: treat as catastrophic).
     #[error("command {} ({opcode}) timed out after {timeout_ms} ms", name(*opcode))]
-    Timeout { opcode: u32, timeout_ms: u64 },
+    Timeout {
+        /// The command's opcode.
+        opcode: u32,
+        /// The bound that passed, in milliseconds.
+        timeout_ms: u64,
+    },
     /// A response arrived with the wrong `ack` (not the opcode with bit 31 set).
     #[error("command {} ({opcode}): wrong ack {got:#x}, expected {expected:#x}", name(*opcode))]
-    WrongAck { opcode: u32, expected: u32, got: u32 },
+    WrongAck {
+        /// The command's opcode.
+        opcode: u32,
+        /// The ack the command expects (its opcode with bit 31 set).
+        expected: u32,
+        /// The ack that came.
+        got: u32,
+    },
     /// A response arrived for another request (cookie mismatch): a stale or forged response.
     #[error("command {} ({opcode}): response cookie {got:#x}, expected {expected:#x}", name(*opcode))]
-    WrongCookie { opcode: u32, expected: u64, got: u64 },
+    WrongCookie {
+        /// The command's opcode.
+        opcode: u32,
+        /// The cookie the request carried.
+        expected: u64,
+        /// The cookie the response carried.
+        got: u64,
+    },
     /// The platform could not reach the command or response slot.
     #[error("command {} ({opcode}): transport fault: {what}", name(*opcode))]
-    Transport { opcode: u32, what: &'static str },
+    Transport {
+        /// The command's opcode.
+        opcode: u32,
+        /// Which access failed.
+        what: &'static str,
+    },
 }
 
 impl CmdError {

@@ -12,6 +12,7 @@
 //! its own; the `std` feature re-exports [`osdep::StdClock`]), and the channel's lock is
 //! [`osdep::Mutex`] (a spin lock without `std`, a parking one with it).
 #![no_std]
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod channel;

@@ -10,6 +10,7 @@
 //!   `std`, because a lock that spins loses badly to preemption on a 2-core machine (a holder
 //!   descheduled mid-section keeps the other core spinning for a whole time slice).
 #![no_std]
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "std")]
