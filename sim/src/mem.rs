@@ -161,36 +161,46 @@ impl GuestMemory {
         self.with_region(iova, len, |_, _| ()).is_ok()
     }
 
-    /// Copies `buf.len()` bytes at `iova` into `buf`.
+    /// Copies `buf.len()` bytes at `iova` into `buf`, a word at a time: one load per word
+    /// touched, whole words copied as words.
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), MemError> {
         self.with_region(iova, buf.len() as u64, |r, off| {
-            for (i, b) in buf.iter_mut().enumerate() {
-                let at = off + i;
-                let w = r.words()[at / 4].load(Ordering::Relaxed);
-                *b = w.to_le_bytes()[at % 4];
+            let words = r.words();
+            let head = ((4 - off % 4) % 4).min(buf.len());
+            let (first, rest) = buf.split_at_mut(head);
+            if head > 0 {
+                let bytes = words[off / 4].load(Ordering::Relaxed).to_le_bytes();
+                first.copy_from_slice(&bytes[off % 4..off % 4 + head]);
+            }
+            let (at, whole) = ((off + head) / 4, rest.len() / 4);
+            let mut chunks = rest.chunks_exact_mut(4);
+            for (c, w) in (&mut chunks).zip(&words[at..]) {
+                c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            }
+            let tail = chunks.into_remainder();
+            if !tail.is_empty() {
+                let bytes = words[at + whole].load(Ordering::Relaxed).to_le_bytes();
+                let n = tail.len();
+                tail.copy_from_slice(&bytes[..n]);
             }
         })
     }
 
-    /// Copies `data` to `iova`.
+    /// Copies `data` to `iova`: whole words stored as words, partial words merged in place.
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), MemError> {
         self.with_region(iova, data.len() as u64, |r, off| {
-            let mut i = 0;
-            while i < data.len() {
-                let at = off + i;
-                let word = &r.words()[at / 4];
-                if at % 4 == 0 && data.len() - i >= 4 {
-                    let v = u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
-                    word.store(v, Ordering::Relaxed);
-                    i += 4;
-                } else {
-                    let shift = (at % 4) * 8;
-                    let (mask, v) = (0xffu32 << shift, u32::from(data[i]) << shift);
-                    let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                        Some((w & !mask) | v)
-                    });
-                    i += 1;
-                }
+            let words = r.words();
+            let head = ((4 - off % 4) % 4).min(data.len());
+            let (first, rest) = data.split_at(head);
+            merge(&words[off / 4], off % 4, first);
+            let at = (off + head) / 4;
+            let mut chunks = rest.chunks_exact(4);
+            for (c, w) in (&mut chunks).zip(&words[at..]) {
+                w.store(u32::from_le_bytes([c[0], c[1], c[2], c[3]]), Ordering::Relaxed);
+            }
+            let tail = chunks.remainder();
+            if !tail.is_empty() {
+                merge(&words[at + rest.len() / 4], 0, tail);
             }
         })
     }
@@ -259,6 +269,20 @@ impl GuestMemory {
     }
 }
 
+/// Stores `bytes` (at most the rest of the word) at byte `skip` of `word`, keeping its other bytes.
+fn merge(word: &AtomicU32, skip: usize, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    let (mut mask, mut v) = (0u32, 0u32);
+    for (k, b) in bytes.iter().enumerate() {
+        let shift = (skip + k) * 8;
+        mask |= 0xff << shift;
+        v |= u32::from(*b) << shift;
+    }
+    let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| Some((w & !mask) | v));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +306,28 @@ mod tests {
         assert!(m.free(a));
         assert!(m.read(a, &mut [0u8; 1]).is_err());
         assert!(matches!(m.alloc(2 << 20), Err(MemError::Exhausted { .. })));
+    }
+
+    #[test]
+    fn every_alignment_and_length_round_trips() {
+        let m = GuestMemory::new(1 << 20);
+        let a = m.alloc(64).unwrap();
+        let pattern: Vec<u8> = (1..=40u8).collect();
+        for start in 0..8u64 {
+            for len in 0..=24usize {
+                m.write(a, &[0xee; 64]).unwrap();
+                m.write(a + start, &pattern[..len]).unwrap();
+                let mut all = [0u8; 64];
+                m.read(a, &mut all).unwrap();
+                let s = start as usize;
+                assert!(all[..s].iter().all(|&b| b == 0xee), "before {start}+{len}");
+                assert_eq!(&all[s..s + len], &pattern[..len], "{start}+{len}");
+                assert!(all[s + len..].iter().all(|&b| b == 0xee), "after {start}+{len}");
+                let mut part = vec![0u8; len];
+                m.read(a + start, &mut part).unwrap();
+                assert_eq!(part, &pattern[..len]);
+            }
+        }
     }
 
     #[test]
