@@ -4,7 +4,7 @@
 
 use crate::error::from_platform;
 use ib_core::{Error, Result};
-use crate::platform::{Iova, Platform};
+use crate::platform::{DmaWindow, Iova, Platform};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 
@@ -13,6 +13,8 @@ pub struct DmaBuf {
     platform: Arc<dyn Platform>,
     iova: Iova,
     len: u64,
+    /// The memory resolved once at allocation, where the backend can (the model).
+    window: Option<Arc<dyn DmaWindow>>,
 }
 
 impl DmaBuf {
@@ -22,12 +24,18 @@ impl DmaBuf {
     pub fn new(platform: &Arc<dyn Platform>, len: u64) -> Result<Self> {
         let len = len.max(1).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
         let iova = platform.dma_alloc(len).map_err(from_platform)?;
-        Ok(Self { platform: platform.clone(), iova, len })
+        let window = platform.dma_window(iova).filter(|w| w.size() >= len);
+        Ok(Self { platform: platform.clone(), iova, len, window })
     }
 
     /// Allocates `pages` whole pages.
     pub fn pages(platform: &Arc<dyn Platform>, pages: usize) -> Result<Self> {
         Self::new(platform, (pages.max(1) * PAGE_SIZE) as u64)
+    }
+
+    /// The memory resolved at allocation, if the backend could (the model).
+    pub fn window(&self) -> Option<&Arc<dyn DmaWindow>> {
+        self.window.as_ref()
     }
 
     /// Device address of the first byte.
@@ -60,7 +68,13 @@ impl DmaBuf {
     /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Device`] on a fault.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let at = self.at(offset, buf.len() as u64)?;
-        self.platform.dma_read(at, buf).map_err(from_platform)
+        match &self.window {
+            Some(w) => {
+                w.read(offset, buf);
+                Ok(())
+            }
+            None => self.platform.dma_read(at, buf).map_err(from_platform),
+        }
     }
 
     /// Copies `data` to byte `offset`.
@@ -68,19 +82,34 @@ impl DmaBuf {
     /// Errors: [`Error::InvalidArgument`] outside the buffer; [`Error::Device`] on a fault.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let at = self.at(offset, data.len() as u64)?;
-        self.platform.dma_write(at, data).map_err(from_platform)
+        match &self.window {
+            Some(w) => {
+                w.write(offset, data);
+                Ok(())
+            }
+            None => self.platform.dma_write(at, data).map_err(from_platform),
+        }
     }
 
     /// Loads the little-endian u32 at byte `offset` with acquire ordering.
     pub fn load_u32(&self, offset: u64) -> Result<u32> {
-        let at = self.at(offset, 4)?;
-        self.platform.dma_load_u32(at).map_err(from_platform)
+        let at = self.word_at(offset)?;
+        match &self.window {
+            Some(w) => Ok(w.load_u32(offset)),
+            None => self.platform.dma_load_u32(at).map_err(from_platform),
+        }
     }
 
     /// Stores the little-endian u32 at byte `offset` with release ordering.
     pub fn store_u32(&self, offset: u64, value: u32) -> Result<()> {
-        let at = self.at(offset, 4)?;
-        self.platform.dma_store_u32(at, value).map_err(from_platform)
+        let at = self.word_at(offset)?;
+        match &self.window {
+            Some(w) => {
+                w.store_u32(offset, value);
+                Ok(())
+            }
+            None => self.platform.dma_store_u32(at, value).map_err(from_platform),
+        }
     }
 
     /// Zeroes `len` bytes at `offset`, a page at a time (never a buffer of `len` bytes).
@@ -97,6 +126,14 @@ impl DmaBuf {
             done += n;
         }
         Ok(())
+    }
+
+    /// As [`DmaBuf::at`] for a 32-bit word, which must be 4-byte aligned.
+    fn word_at(&self, offset: u64) -> Result<Iova> {
+        if offset & 3 != 0 {
+            return Err(Error::InvalidArgument("DMA word access not 4-byte aligned"));
+        }
+        self.at(offset, 4)
     }
 
     fn at(&self, offset: u64, len: u64) -> Result<Iova> {

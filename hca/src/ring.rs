@@ -9,7 +9,7 @@
 
 use crate::error::from_platform;
 use crate::pdir::PagedBuf;
-use crate::platform::Platform;
+use crate::platform::{DmaWindow, Platform};
 use doorbell::record::{DeviceProduced, RecordError, RecordMemory, RecordPage};
 use doorbell::Owner;
 use ib_core::{Error, Result};
@@ -22,6 +22,8 @@ use std::sync::Arc;
 pub struct RecordWords {
     platform: Arc<dyn Platform>,
     page: RecordPage,
+    /// Page 0 resolved once, where the backend can (then no lookup per index access).
+    window: Option<Arc<dyn DmaWindow>>,
 }
 
 impl RecordWords {
@@ -31,7 +33,7 @@ impl RecordWords {
     pub fn new(platform: &Arc<dyn Platform>, buf: &PagedBuf, owner: Owner) -> Result<Self> {
         let page = RecordPage::new::<()>(buf.data().iova(), owner)
             .map_err(|_| Error::InvalidArgument("ring-state page not page-aligned"))?;
-        Ok(Self { platform: platform.clone(), page })
+        Ok(Self { platform: platform.clone(), page, window: buf.data().window().cloned() })
     }
 
     /// The record page.
@@ -43,12 +45,22 @@ impl RecordWords {
 impl RecordMemory for RecordWords {
     type Error = Error;
 
+    /// `offset` is a ring-state word's (within the first 16 bytes of the page).
     fn load_acquire(&self, offset: u64) -> Result<u32> {
-        self.platform.dma_load_u32(self.page.addr() + offset).map_err(from_platform)
+        match &self.window {
+            Some(w) => Ok(w.load_u32(offset)),
+            None => self.platform.dma_load_u32(self.page.addr() + offset).map_err(from_platform),
+        }
     }
 
     fn store_release(&self, offset: u64, value: u32) -> Result<()> {
-        self.platform.dma_store_u32(self.page.addr() + offset, value).map_err(from_platform)
+        match &self.window {
+            Some(w) => {
+                w.store_u32(offset, value);
+                Ok(())
+            }
+            None => self.platform.dma_store_u32(self.page.addr() + offset, value).map_err(from_platform),
+        }
     }
 }
 

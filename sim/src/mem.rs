@@ -17,6 +17,7 @@
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Device addresses start here, so that 0 and small values are never valid.
@@ -44,7 +45,7 @@ struct Region {
 
 /// The words of a region.
 enum Words {
-    Owned(Box<[AtomicU32]>),
+    Owned(Arc<[AtomicU32]>),
     /// `count` words at `ptr`, the consumer's (see [`GuestMemory::map_external`]).
     External { ptr: std::ptr::NonNull<AtomicU32>, count: usize },
 }
@@ -161,48 +162,25 @@ impl GuestMemory {
         self.with_region(iova, len, |_, _| ()).is_ok()
     }
 
-    /// Copies `buf.len()` bytes at `iova` into `buf`, a word at a time: one load per word
-    /// touched, whole words copied as words.
+    /// Copies `buf.len()` bytes at `iova` into `buf`, a word at a time.
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.with_region(iova, buf.len() as u64, |r, off| {
-            let words = r.words();
-            let head = ((4 - off % 4) % 4).min(buf.len());
-            let (first, rest) = buf.split_at_mut(head);
-            if head > 0 {
-                let bytes = words[off / 4].load(Ordering::Relaxed).to_le_bytes();
-                first.copy_from_slice(&bytes[off % 4..off % 4 + head]);
-            }
-            let (at, whole) = ((off + head) / 4, rest.len() / 4);
-            let mut chunks = rest.chunks_exact_mut(4);
-            for (c, w) in (&mut chunks).zip(&words[at..]) {
-                c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-            }
-            let tail = chunks.into_remainder();
-            if !tail.is_empty() {
-                let bytes = words[at + whole].load(Ordering::Relaxed).to_le_bytes();
-                let n = tail.len();
-                tail.copy_from_slice(&bytes[..n]);
-            }
-        })
+        self.with_region(iova, buf.len() as u64, |r, off| read_words(r.words(), off, buf))
     }
 
     /// Copies `data` to `iova`: whole words stored as words, partial words merged in place.
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), MemError> {
-        self.with_region(iova, data.len() as u64, |r, off| {
-            let words = r.words();
-            let head = ((4 - off % 4) % 4).min(data.len());
-            let (first, rest) = data.split_at(head);
-            merge(&words[off / 4], off % 4, first);
-            let at = (off + head) / 4;
-            let mut chunks = rest.chunks_exact(4);
-            for (c, w) in (&mut chunks).zip(&words[at..]) {
-                w.store(u32::from_le_bytes([c[0], c[1], c[2], c[3]]), Ordering::Relaxed);
-            }
-            let tail = chunks.remainder();
-            if !tail.is_empty() {
-                merge(&words[at + rest.len() / 4], 0, tail);
-            }
-        })
+        self.with_region(iova, data.len() as u64, |r, off| write_words(r.words(), off, data))
+    }
+
+    /// The memory of the region the model allocated at `iova`, resolved once: its words reached
+    /// without this map's lock or lookup (`None` for another address or a consumer's mapped
+    /// pages). The words stay allocated while the window lives; after [`GuestMemory::free`] the
+    /// device no longer sees them.
+    pub fn window(&self, iova: u64) -> Option<Window> {
+        match self.regions.read().get(&iova) {
+            Some(Region { words: Words::Owned(w), .. }) => Some(Window { words: w.clone() }),
+            _ => None,
+        }
     }
 
     /// Fills `len` bytes at `iova` with zero, word by word in place (no buffer of `len` bytes).
@@ -269,11 +247,87 @@ impl GuestMemory {
     }
 }
 
+/// One region the model allocated, reached directly (see [`GuestMemory::window`]). Offsets are
+/// bytes from the region's start; an access past its end panics, so callers bound them first.
+#[derive(Clone)]
+pub struct Window {
+    words: Arc<[AtomicU32]>,
+}
+
+impl Window {
+    /// Bytes in the region.
+    pub fn len(&self) -> u64 {
+        self.words.len() as u64 * 4
+    }
+
+    /// Whether the region is empty (never: regions are whole pages).
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// Copies `buf.len()` bytes at `off` into `buf`.
+    pub fn read(&self, off: usize, buf: &mut [u8]) {
+        read_words(&self.words, off, buf);
+    }
+
+    /// Copies `data` to `off`.
+    pub fn write(&self, off: usize, data: &[u8]) {
+        write_words(&self.words, off, data);
+    }
+
+    /// Loads the 32-bit word at `off` (4-byte aligned) with acquire ordering.
+    pub fn load_u32(&self, off: usize) -> u32 {
+        self.words[off / 4].load(Ordering::Acquire)
+    }
+
+    /// Stores the 32-bit word at `off` (4-byte aligned) with release ordering.
+    pub fn store_u32(&self, off: usize, v: u32) {
+        self.words[off / 4].store(v, Ordering::Release);
+    }
+}
+
+/// Copies `buf.len()` bytes at byte `off` of `words` into `buf`: one load per word touched,
+/// whole words copied as words.
+fn read_words(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
+    let head = ((4 - off % 4) % 4).min(buf.len());
+    let (first, rest) = buf.split_at_mut(head);
+    if head > 0 {
+        let bytes = words[off / 4].load(Ordering::Relaxed).to_le_bytes();
+        first.copy_from_slice(&bytes[off % 4..off % 4 + head]);
+    }
+    let (at, whole) = ((off + head) / 4, rest.len() / 4);
+    let mut chunks = rest.chunks_exact_mut(4);
+    for (c, w) in (&mut chunks).zip(&words[at..]) {
+        c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let bytes = words[at + whole].load(Ordering::Relaxed).to_le_bytes();
+        let n = tail.len();
+        tail.copy_from_slice(&bytes[..n]);
+    }
+}
+
+/// Copies `data` to byte `off` of `words`: whole words stored as words, partial words merged.
+fn write_words(words: &[AtomicU32], off: usize, data: &[u8]) {
+    let head = ((4 - off % 4) % 4).min(data.len());
+    let (first, rest) = data.split_at(head);
+    if head > 0 {
+        merge(&words[off / 4], off % 4, first);
+    }
+    let at = (off + head) / 4;
+    let mut chunks = rest.chunks_exact(4);
+    for (c, w) in (&mut chunks).zip(&words[at..]) {
+        w.store(u32::from_le_bytes([c[0], c[1], c[2], c[3]]), Ordering::Relaxed);
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        merge(&words[at + rest.len() / 4], 0, tail);
+    }
+}
+
 /// Stores `bytes` (at most the rest of the word) at byte `skip` of `word`, keeping its other bytes.
 fn merge(word: &AtomicU32, skip: usize, bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
     let (mut mask, mut v) = (0u32, 0u32);
     for (k, b) in bytes.iter().enumerate() {
         let shift = (skip + k) * 8;
@@ -328,6 +382,12 @@ mod tests {
                 assert_eq!(part, &pattern[..len]);
             }
         }
+        // Empty accesses at the very end of a region are in bounds and touch nothing.
+        m.write(a + 4096, &[]).unwrap();
+        m.read(a + 4096, &mut []).unwrap();
+        let w = m.window(a).unwrap();
+        w.write(4096, &[]);
+        w.read(4093, &mut [0u8; 3]);
     }
 
     #[test]

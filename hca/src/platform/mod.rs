@@ -13,6 +13,7 @@ mod words;
 #[cfg(target_os = "linux")]
 pub mod vfio;
 
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -44,6 +45,23 @@ pub enum PlatformError {
     Unsupported(&'static str),
 }
 
+/// DMA memory resolved once, when it was allocated: the same accesses as the platform's
+/// `dma_*` methods, by byte offset into one allocation, without a lookup per access (design
+/// decision 20). Offsets are bounded by the caller ([`crate::dma::DmaBuf`] checks them first);
+/// word offsets are 4-byte aligned.
+pub trait DmaWindow: Send + Sync {
+    /// Bytes the window covers (at least the allocation's length).
+    fn size(&self) -> u64;
+    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    fn read(&self, offset: u64, buf: &mut [u8]);
+    /// Copies `data` to `offset`.
+    fn write(&self, offset: u64, data: &[u8]);
+    /// Loads the little-endian word at `offset` with acquire ordering.
+    fn load_u32(&self, offset: u64) -> u32;
+    /// Stores the little-endian word at `offset` with release ordering.
+    fn store_u32(&self, offset: u64, value: u32);
+}
+
 /// What a device-specific backend must provide. All methods are callable from any thread.
 pub trait Platform: Send + Sync + 'static {
     /// A short name for reports (`"sim"`, `"vfio:0000:00:05.0"`).
@@ -65,6 +83,13 @@ pub trait Platform: Send + Sync + 'static {
     fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError>;
     /// Frees memory returned by [`Platform::dma_alloc`].
     fn dma_free(&self, iova: Iova);
+    /// The allocation at `iova` (from [`Platform::dma_alloc`]) resolved to its memory, where
+    /// the backend can reach it directly (the model); `None` keeps every access on the `dma_*`
+    /// methods (qtest, where memory may be reachable only through the protocol).
+    fn dma_window(&self, iova: Iova) -> Option<Arc<dyn DmaWindow>> {
+        let _ = iova;
+        None
+    }
     /// Copies `buf.len()` bytes of DMA memory at `iova` into `buf`.
     fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError>;
     /// Copies `data` into DMA memory at `iova`.

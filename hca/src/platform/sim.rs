@@ -1,7 +1,7 @@
 //! The in-process backend: the device model of `pvrdma-sim`. DMA accessors compile down to copies
 //! into the model's guest memory.
 
-use super::{Iova, Platform, PlatformError};
+use super::{DmaWindow, Iova, Platform, PlatformError};
 use pvrdma_sim::mem::MemError;
 use pvrdma_sim::{SimConfig, SimDevice, UAR_BASE_PFN};
 use std::sync::Arc;
@@ -22,6 +22,27 @@ impl SimPlatform {
     /// The model itself, for tests that inspect its counters or inject events.
     pub fn device(&self) -> &Arc<SimDevice> {
         &self.dev
+    }
+}
+
+/// A region of the model's guest memory, reached directly.
+struct SimWindow(pvrdma_sim::mem::Window);
+
+impl DmaWindow for SimWindow {
+    fn size(&self) -> u64 {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) {
+        self.0.read(offset as usize, buf);
+    }
+    fn write(&self, offset: u64, data: &[u8]) {
+        self.0.write(offset as usize, data);
+    }
+    fn load_u32(&self, offset: u64) -> u32 {
+        self.0.load_u32(offset as usize)
+    }
+    fn store_u32(&self, offset: u64, value: u32) {
+        self.0.store_u32(offset as usize, value);
     }
 }
 
@@ -60,6 +81,9 @@ impl Platform for SimPlatform {
     }
     fn dma_free(&self, iova: Iova) {
         self.dev.mem().free(iova);
+    }
+    fn dma_window(&self, iova: Iova) -> Option<Arc<dyn DmaWindow>> {
+        Some(Arc::new(SimWindow(self.dev.mem().window(iova)?)))
     }
     fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
         self.dev.mem().read(iova, buf).map_err(map)
