@@ -19,7 +19,7 @@ use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
 use pvrdma_abi::wqe::Cqe;
 use std::any::Any;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use zerocopy::FromBytes;
@@ -47,8 +47,10 @@ pub(crate) struct CqInner {
     broken: AtomicBool,
     /// The core heard of `broken`.
     broken_reported: AtomicBool,
-    /// QPs completing into the CQ (a CQE naming another QP is not trusted).
-    qps: RwLock<HashSet<u32>>,
+    /// QPs completing into the CQ (a CQE naming another QP is not trusted). Looked up once per
+    /// CQE: Fx hashing, not SipHash (the set holds only the driver's own QPNs; a key the device
+    /// wrote only looks one up).
+    qps: RwLock<FxHashSet<u32>>,
     arm: CqArmDoorbell,
     destroyed: AtomicBool,
 }
@@ -107,7 +109,7 @@ impl Cq {
             flags,
             broken: AtomicBool::new(false),
             broken_reported: AtomicBool::new(false),
-            qps: RwLock::new(HashSet::new()),
+            qps: RwLock::new(FxHashSet::default()),
             arm,
             destroyed: AtomicBool::new(false),
         };
