@@ -247,7 +247,18 @@ impl EventRings {
             return;
         }
         {
-            let _objects = self.objects.lock();
+            // A create or destroy may hold the lock across a command that a device going dead
+            // never answers; the DEVICE_FATAL entry that ends that wait can arrive while this
+            // thread waits here, so it looks again between bounded waits.
+            let _objects = loop {
+                if let Some(g) = self.objects.try_lock_for(SERVICE_INTERVAL) {
+                    break g;
+                }
+                if let Some(reason) = self.fatal_pending() {
+                    self.health.set_fatal(reason);
+                    return;
+                }
+            };
             self.take_async();
         }
         loop {
