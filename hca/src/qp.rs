@@ -11,6 +11,7 @@
 use crate::cq::Cq;
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
+use crate::dma::DmaBuf;
 use crate::pdir::PagedBuf;
 use crate::ring::{record_error, RecordWords};
 use doorbell::record::DriverProduced;
@@ -234,7 +235,7 @@ impl QpOps for Qp {
         let flags = if wr.signaled { send_flags::SIGNALED } else { 0 }
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
-        self.buf.data().write(slot, &wqe_bytes(hdr.as_bytes(), wr.sg_list))?;
+        write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         sq.publish(&self.words)?;
         drop(sq);
         self.db.qp_send(&self.db_handle).map_err(doorbell_error)
@@ -249,7 +250,7 @@ impl QpOps for Qp {
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
-        self.buf.data().write(slot, &wqe_bytes(hdr.as_bytes(), wr.sg_list))?;
+        write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         rq.publish(&self.words)?;
         drop(rq);
         self.db.qp_recv(&self.db_handle).map_err(doorbell_error)
@@ -420,18 +421,20 @@ fn sg_totals(sg: &[Sge], max_sge: u32) -> Result<(u32, u32)> {
     Ok((n, total.ok_or(Error::InvalidArgument("total length beyond 32 bits"))?))
 }
 
-/// A WQE: its header, then its SGEs.
-fn wqe_bytes(hdr: &[u8], sg: &[Sge]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(hdr.len() + 16 * sg.len());
-    out.extend_from_slice(hdr);
+/// Writes a WQE at `slot`: its header, then its SGEs (at most the queue's `max_sge`, which its
+/// stride holds), straight into the ring: nothing allocated per work request.
+fn write_wqe(buf: &DmaBuf, slot: u64, hdr: &[u8], sg: &[Sge]) -> Result<()> {
+    buf.write(slot, hdr)?;
+    let mut at = slot + hdr.len() as u64;
     for s in sg {
         let mut e = pvrdma_abi::wqe::Sge::default();
         e.addr.set(s.addr);
         e.length.set(s.length);
         e.lkey.set(s.lkey);
-        out.extend_from_slice(e.as_bytes());
+        buf.write(at, e.as_bytes())?;
+        at += e.as_bytes().len() as u64;
     }
-    out
+    Ok(())
 }
 
 impl Drop for Qp {
@@ -477,7 +480,23 @@ mod tests {
         assert_eq!(sg_totals(&[s(10), s(20)], 2), Ok((2, 30)));
         assert!(sg_totals(&[s(10), s(20)], 1).is_err());
         assert!(sg_totals(&[s(u32::MAX), s(1)], 2).is_err());
-        assert_eq!(wqe_bytes(&[0u8; 80], &[s(1)]).len(), 96);
+    }
+
+    #[test]
+    fn a_wqe_is_its_header_then_its_sges() {
+        use crate::platform::{sim::SimPlatform, Platform};
+        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(pvrdma_sim::SimConfig::default()));
+        let buf = DmaBuf::pages(&p, 1).unwrap();
+        let sg = [Sge { addr: 0x1122, length: 7, lkey: 9 }, Sge { addr: 0x3344, length: 8, lkey: 10 }];
+        write_wqe(&buf, 128, &[0xab; 80], &sg).unwrap();
+        let mut got = [0u8; 112];
+        buf.read(128, &mut got).unwrap();
+        assert!(got[..80].iter().all(|&b| b == 0xab));
+        assert_eq!(u64::from_le_bytes(got[80..88].try_into().unwrap()), 0x1122);
+        assert_eq!(u32::from_le_bytes(got[88..92].try_into().unwrap()), 7);
+        assert_eq!(u32::from_le_bytes(got[92..96].try_into().unwrap()), 9);
+        assert_eq!(u64::from_le_bytes(got[96..104].try_into().unwrap()), 0x3344);
+        assert_eq!(u32::from_le_bytes(got[108..112].try_into().unwrap()), 10);
     }
 
     #[test]
