@@ -81,21 +81,6 @@ impl RecordPage {
     pub fn owner(&self) -> Owner {
         self.owner
     }
-
-    /// The record of a ring the device produces into (CQ, event rings): `rx`.
-    pub fn device_produced(&self, elems: u32) -> DeviceProduced {
-        DeviceProduced { elems, prod: RX_PROD_TAIL, cons: RX_CONS_HEAD }
-    }
-
-    /// The send queue's record of a QP: `tx`.
-    pub fn send_queue(&self, elems: u32) -> DriverProduced {
-        DriverProduced { elems, prod: TX_PROD_TAIL, cons: TX_CONS_HEAD }
-    }
-
-    /// The receive queue's record of a QP, or an SRQ's: `rx`.
-    pub fn recv_queue(&self, elems: u32) -> DriverProduced {
-        DriverProduced { elems, prod: RX_PROD_TAIL, cons: RX_CONS_HEAD }
-    }
 }
 
 /// The record of a ring the device produces into: the device writes `prod_tail`, the driver
@@ -108,6 +93,12 @@ pub struct DeviceProduced {
 }
 
 impl DeviceProduced {
+    /// The record of a ring of `elems` entries the device produces into (CQ, event rings): `rx`
+    /// of its record page.
+    pub fn new(elems: u32) -> Self {
+        Self { elems, prod: RX_PROD_TAIL, cons: RX_CONS_HEAD }
+    }
+
     /// Entries the device produced beyond the driver's consumer index `cons`: one acquire load
     /// of `prod_tail` (entries read after it are the device's), checked.
     pub fn pending<M: RecordMemory>(&self, mem: &M, cons: u32) -> Result<u32, RecordError<M::Error>> {
@@ -139,6 +130,16 @@ pub struct DriverProduced {
 }
 
 impl DriverProduced {
+    /// The send queue's record of a QP of `elems` slots: `tx` of its record page.
+    pub fn send_queue(elems: u32) -> Self {
+        Self { elems, prod: TX_PROD_TAIL, cons: TX_CONS_HEAD }
+    }
+
+    /// The receive queue's record of a QP, or an SRQ's: `rx` of its record page.
+    pub fn recv_queue(elems: u32) -> Self {
+        Self { elems, prod: RX_PROD_TAIL, cons: RX_CONS_HEAD }
+    }
+
     /// Slots in use between the driver's producer index `prod` and the device's `cons_head`
     /// (acquire: the device finished with the slots before it), checked.
     pub fn in_use<M: RecordMemory>(&self, mem: &M, prod: u32) -> Result<u32, RecordError<M::Error>> {
@@ -189,9 +190,8 @@ mod tests {
 
     #[test]
     fn each_side_writes_its_own_index() {
-        let page = RecordPage::new::<()>(0x5000, Owner::Kernel).unwrap();
         let m = Words::default();
-        let (sq, rq, cq) = (page.send_queue(4), page.recv_queue(8), page.device_produced(16));
+        let (sq, rq, cq) = (DriverProduced::send_queue(4), DriverProduced::recv_queue(8), DeviceProduced::new(16));
         sq.publish_prod(&m, 3).unwrap();
         rq.publish_prod(&m, 5).unwrap();
         assert_eq!((m.get(TX_PROD_TAIL), m.get(RX_PROD_TAIL)), (3, 5), "the driver's producer indices");
@@ -208,14 +208,13 @@ mod tests {
 
     #[test]
     fn device_indices_are_checked_and_pages_placed() {
-        let page = RecordPage::new::<()>(0, Owner::Kernel).unwrap();
         let m = Words::default();
         m.set(RX_PROD_TAIL, 40); // beyond 2 * 16
         let bad = RecordError::BadIndex { prod: 40, cons: 0, elems: 16 };
-        assert_eq!(page.device_produced(16).pending(&m, 0), Err(bad));
-        assert_eq!(page.device_produced(16).has_pending(&m), Ok(true), "a bad index is reported by the owner's read");
+        assert_eq!(DeviceProduced::new(16).pending(&m, 0), Err(bad));
+        assert_eq!(DeviceProduced::new(16).has_pending(&m), Ok(true), "a bad index is reported by the owner's read");
         m.set(TX_CONS_HEAD, 3); // 5 behind the producer: more than the ring holds
-        assert!(matches!(page.send_queue(4).in_use(&m, 0), Err(RecordError::BadIndex { .. })));
+        assert!(matches!(DriverProduced::send_queue(4).in_use(&m, 0), Err(RecordError::BadIndex { .. })));
         assert_eq!(RecordPage::new::<()>(0x5008, Owner::Kernel), Err(RecordError::Misplaced(0x5008)));
     }
 }

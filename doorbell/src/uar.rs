@@ -132,7 +132,7 @@ impl ContextUar {
     /// Revokes every mapping and keeps the page out of circulation for good: for a page the
     /// device may still bind to this context (its DESTROY_UC failed, or its CREATE_UC failed
     /// after binding it), which a new context could neither register nor safely share.
-    pub fn retire(mut self) {
+    pub fn retire(&mut self) {
         self.lease.revoke();
         self.retired = true;
     }

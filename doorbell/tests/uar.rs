@@ -258,10 +258,11 @@ proptest! {
 #[test]
 fn a_retired_page_never_returns_and_pins_nothing() {
     let (rec, t) = table(3);
-    let ctx = t.alloc().unwrap();
+    let mut ctx = t.alloc().unwrap();
     let db = ctx.map(0, 4096).unwrap();
     let (page, owner) = (ctx.page(), ctx.owner());
     ctx.retire();
+    drop(ctx);
     assert_eq!(db.qp_send(&QpHandle::new(1, owner).unwrap()), Err(DoorbellError::Revoked));
     let other = t.alloc().unwrap();
     assert_ne!(other.page(), page);

@@ -41,7 +41,7 @@ struct WorkQueue {
     max_sge: u32,
     prod: u32,
     /// Which ring-state half is this queue's (who writes which index).
-    record: Option<DriverProduced>,
+    record: DriverProduced,
 }
 
 impl WorkQueue {
@@ -52,7 +52,7 @@ impl WorkQueue {
     /// The slot the next WQE goes to. Errors: [`Error::QueueFull`];
     /// [`Error::DeviceFatal`] if the device's consumer index is out of range.
     fn next_slot(&self, words: &RecordWords) -> Result<u64> {
-        let used = self.record()?.in_use(words, self.prod).map_err(record_error)?;
+        let used = self.record.in_use(words, self.prod).map_err(record_error)?;
         if used >= self.cnt {
             return Err(Error::QueueFull);
         }
@@ -63,12 +63,9 @@ impl WorkQueue {
     /// Publishes one more WQE (release store of the producer index).
     fn publish(&mut self, words: &RecordWords) -> Result<()> {
         self.prod = idx_inc(self.prod, self.cnt);
-        self.record()?.publish_prod(words, self.prod)
+        self.record.publish_prod(words, self.prod)
     }
 
-    fn record(&self) -> Result<DriverProduced> {
-        self.record.ok_or(Error::InvalidArgument("work queue without its record"))
-    }
 }
 
 /// The SQ and RQ geometry for `cap`: counts rounded up to powers of two, at least one SGE.
@@ -94,7 +91,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         offset: PAGE_SIZE as u64,
         max_sge: send_sge,
         prod: 0,
-        record: None,
+        record: DriverProduced::send_queue(scnt),
     };
     let mut rq = WorkQueue {
         cnt: rcnt,
@@ -102,7 +99,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         offset: 0,
         max_sge: recv_sge,
         prod: 0,
-        record: None,
+        record: DriverProduced::recv_queue(rcnt),
     };
     rq.offset = ((1 + sq.pages()) * PAGE_SIZE) as u64;
     Ok((sq, rq))
@@ -135,7 +132,7 @@ impl Qp {
         if send_cq.ctx() != pd.ctx() || recv_cq.ctx() != pd.ctx() {
             return Err(Error::InvalidArgument("CQ of another context"));
         }
-        let (mut sq, mut rq) = queues(&init.cap)?;
+        let (sq, rq) = queues(&init.cap)?;
         let total = 1 + sq.pages() + rq.pages();
         if total > PAGE_DIR_MAX_PAGES || total > usize::from(u16::MAX) {
             return Err(Error::InvalidArgument("QP too large"));
@@ -143,8 +140,6 @@ impl Qp {
         let buf = PagedBuf::new(&dev.platform, total)?;
         let owner = pd.uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
         let words = RecordWords::new(&dev.platform, &buf, owner)?;
-        sq.record = Some(words.page().send_queue(sq.cnt));
-        rq.record = Some(words.page().recv_queue(rq.cnt));
         let QpType::Rc = init.qp_type;
         // Creation and registration in one step against destroys (see `EventRings::objects`).
         let _objects = dev.eq.objects.lock();
@@ -301,7 +296,7 @@ impl Qp {
         for wq in [&self.sq, &self.rq] {
             let mut q = wq.lock();
             q.prod = 0;
-            q.record()?.reset(&self.words)?;
+            q.record.reset(&self.words)?;
         }
         Ok(())
     }
@@ -507,7 +502,6 @@ mod tests {
         let (mut sq, rq) = queues(&cap(2, 1, 1, 1)).unwrap();
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
         let w = RecordWords::new(&p, &buf, Owner::Kernel).unwrap();
-        sq.record = Some(w.page().send_queue(sq.cnt));
         assert_eq!(sq.next_slot(&w), Ok(4096));
         sq.publish(&w).unwrap();
         assert_eq!(sq.next_slot(&w), Ok(4096 + 128));

@@ -102,7 +102,7 @@ impl DevRing {
         }
         let buf = PagedBuf::new(platform, ring_pages(elems, entry_size))?;
         let words = RecordWords::new(platform, &buf, owner)?;
-        let record = words.page().device_produced(elems);
+        let record = DeviceProduced::new(elems);
         Ok(Self { buf, words, record, elems, entry_size, cons: 0 })
     }
 

@@ -25,10 +25,7 @@ pub struct Ucontext {
 pub(crate) struct UctxInner {
     pub(crate) dev: Arc<DeviceInner>,
     pub(crate) handle: u32,
-    /// The context's page; `None` only while dropping.
-    uar: Option<ContextUar>,
-    page: UarPage,
-    owner: Owner,
+    uar: ContextUar,
     /// The context's mapping of its page (offset 0, one page).
     pub(crate) db: Doorbells,
 }
@@ -40,7 +37,7 @@ impl Ucontext {
     /// [`Error::InvalidArgument`] if the pfn does not fit the command's 32 bits.
     pub(crate) fn create(dev: &Arc<DeviceInner>) -> Result<Self> {
         dev.live()?;
-        let uar = dev.uar.alloc().map_err(from_uar)?;
+        let mut uar = dev.uar.alloc().map_err(from_uar)?;
         let page = uar.page();
         // An error drops `uar`: its page goes to the back of the table's free queue...
         let pfn = u32::try_from(page.pfn()).map_err(|_| Error::InvalidArgument("UAR pfn beyond 32 bits"))?;
@@ -56,8 +53,7 @@ impl Ucontext {
         let handle = resp.ctx_handle.get();
         let db = uar.map(0, UAR_PAGE_SIZE).map_err(from_uar)?;
         tracing::debug!(handle, page = page.index(), "user context created");
-        let owner = uar.owner();
-        let inner = UctxInner { dev: dev.clone(), handle, uar: Some(uar), page, owner, db };
+        let inner = UctxInner { dev: dev.clone(), handle, uar, db };
         Ok(Self { inner: Arc::new(inner) })
     }
 
@@ -73,13 +69,12 @@ impl Ucontext {
     ///
     /// Errors: [`Error::Device`] (EINVAL, as `pvrdma_mmap`) for any other offset or length.
     pub fn mmap(&self, offset: u64, len: u64) -> Result<Doorbells> {
-        let uar = self.inner.uar.as_ref().ok_or(Error::InvalidArgument("context released"))?;
-        uar.map(offset, len).map_err(from_uar)
+        self.inner.uar.map(offset, len).map_err(from_uar)
     }
 
     /// The context's UAR page.
     pub fn uar_page(&self) -> UarPage {
-        self.inner.page
+        self.inner.uar.page()
     }
 
     /// The owner tag of the context's objects' doorbell handles.
@@ -101,7 +96,7 @@ impl UcontextOps for Ucontext {
 impl UctxInner {
     /// The owner tag of the context's objects' doorbell handles.
     pub(crate) fn owner(&self) -> Owner {
-        self.owner
+        self.uar.owner()
     }
 }
 
@@ -112,15 +107,11 @@ impl Drop for UctxInner {
     /// retired (kept out of circulation for good) rather than given to a context whose CREATE_UC
     /// the device would refuse for it.
     fn drop(&mut self) {
-        if let Some(uar) = &self.uar {
-            uar.revoke();
-        }
+        self.uar.revoke();
         let cmd = DestroyUc { ctx_handle: self.handle.into(), ..Default::default() };
         if let Err(e) = self.dev.cmd.post(cmd) {
-            tracing::warn!(handle = self.handle, page = self.page.index(), error = %e, "DESTROY_UC failed: UAR page retired");
-            if let Some(uar) = self.uar.take() {
-                uar.retire();
-            }
+            tracing::warn!(handle = self.handle, page = self.uar.page().index(), error = %e, "DESTROY_UC failed: UAR page retired");
+            self.uar.retire();
         }
     }
 }

@@ -62,10 +62,9 @@ impl Region {
         match &self.words {
             Words::Owned(w) => w,
             Words::External { ptr, count } => {
-                // SAFETY: `ptr` is 4-byte aligned (page-aligned at map time) and `count` words
-                // from it are live, writable memory for as long as the region is in the map,
-                // which the caller's borrow of the map's read lock guarantees (`map_external`'s
-                // contract). AtomicU32 has u32's layout and any bits are valid.
+                // Page-aligned at map time; live while the region is in the map, which the
+                // caller's borrow of the map's read lock guarantees (`map_external`'s contract).
+                // SAFETY: `count` aligned, live words at `ptr`; AtomicU32 accepts any bits.
                 unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *count) }
             }
         }
