@@ -81,6 +81,12 @@ impl CqEvents {
             self.events.fetch_add(1, Ordering::Relaxed);
             if let Some(ch) = &self.channel {
                 ch.push(&self.cq);
+                // A destroy from inside this CQ's own callback cannot wait for this delivery:
+                // if it retired the CQ meanwhile, its purge may already have run, so the event
+                // just pushed is purged here (either purge, or both, removes it).
+                if self.deliveries.is_retired() {
+                    ch.purge(&self.cq);
+                }
             }
         }
         if fired.upcall {

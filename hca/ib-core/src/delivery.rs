@@ -41,6 +41,11 @@ impl Deliveries {
         Some(Delivering(self))
     }
 
+    /// Whether the object was retired (its destroy began).
+    pub(crate) fn is_retired(&self) -> bool {
+        self.state.lock().1
+    }
+
     /// Waits until no delivery is in flight (at most [`RETIRE_WAIT`]; not at all from inside the
     /// callback of object `uid`); with `retire`, none may start afterwards.
     pub(crate) fn quiesce(&self, retire: bool, uid: u64) {
