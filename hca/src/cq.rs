@@ -20,7 +20,7 @@ use pvrdma_abi::cmd::{CreateCq, DestroyCq};
 use pvrdma_abi::wqe::Cqe;
 use std::any::Any;
 use rustc_hash::FxHashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use zerocopy::FromBytes;
 
@@ -31,6 +31,11 @@ pub const CQE_SIZE: u64 = 64;
 #[derive(Clone)]
 pub struct Cq(pub(crate) Arc<CqInner>);
 
+/// An empty streak of polls rings the POLL doorbell on its first poll and every this many after
+/// (a power of two).
+const POLL_KICK_EVERY: u32 = 64;
+const _: () = assert!(POLL_KICK_EVERY.is_power_of_two());
+
 pub(crate) struct CqInner {
     dev: Arc<DeviceInner>,
     /// The owning user context (its page carries the POLL doorbell); `None` for the kernel's.
@@ -39,6 +44,8 @@ pub(crate) struct CqInner {
     /// The typed handle its doorbells take.
     db_handle: CqHandle,
     ring: Mutex<DevRing>,
+    /// Empty polls since the last one that found CQEs (for the POLL doorbell's rate).
+    empty_polls: AtomicU32,
     /// The ring-state record and its words (read without the ring's lock by `has_unpolled`).
     record: (DeviceProduced, RecordWords),
     elems: u32,
@@ -106,6 +113,7 @@ impl Cq {
             record: ring.record(),
             elems: ring.elems(),
             ring: Mutex::new(ring),
+            empty_polls: AtomicU32::new(0),
             flags,
             broken: AtomicBool::new(false),
             broken_reported: AtomicBool::new(false),
@@ -172,13 +180,18 @@ impl CqInner {
     fn poll_ring(&self, wc: &mut [Wc]) -> Result<usize> {
         let mut ring = self.ring.lock();
         let mut avail = self.pending(&ring)?;
-        if avail == 0 {
-            // As Linux's `pvrdma_poll_one`: an empty ring is kicked once with the POLL doorbell
-            // (QEMU polls its backend CQ on it) and looked at again.
+        if avail == 0 && self.empty_polls.fetch_add(1, Ordering::Relaxed) & (POLL_KICK_EVERY - 1) == 0 {
+            // As Linux's `pvrdma_poll_one`, an empty ring is kicked with the POLL doorbell (QEMU
+            // polls its backend CQ on it) and looked at again — but only on the first empty
+            // poll after data and every POLL_KICK_EVERY-th after that: a consumer spinning on
+            // an empty CQ would otherwise trap into the device on every spin.
             let db = self.uctx.as_ref().map_or(&self.dev.kernel_db, |u| &u.db);
             // Revoked only once the context is gone; nothing is left to kick then.
             let _ = db.cq_poll(&self.db_handle);
             avail = self.pending(&ring)?;
+        }
+        if avail > 0 {
+            self.empty_polls.store(0, Ordering::Relaxed);
         }
         let n = avail.min(wc.len().try_into().unwrap_or(u32::MAX));
         let qps = self.qps.read();

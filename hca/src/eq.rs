@@ -10,12 +10,13 @@
 //! of a type the driver does not know, is counted and dropped, never passed up.
 
 use crate::health::{Count, Health};
-use crate::platform::Platform;
+use crate::platform::{Platform, VectorHandler};
 use crate::ring::DevRing;
 use doorbell::Owner;
-use ib_core::provider::{CqError, CqEventHandler, QpEventHandler};
+use ib_core::provider::{CqDelivery, CqError, CqEventHandler, QpEventHandler};
 use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
 use pvrdma_abi::event::{Cqne, Eqe, EqeType};
 use pvrdma_abi::regs::{IntrVector, REG_VERSION};
 use std::collections::{HashMap, VecDeque};
@@ -40,6 +41,10 @@ pub const DSR_RING_PAGES: u32 = 2;
 pub const ASYNC_RING_ELEMS: u32 = 4096 / 8;
 /// CQ-notification ring entries: one page of 4-byte [`Cqne`]s.
 pub const NOTIFY_RING_ELEMS: u32 = 4096 / 4;
+
+/// The arms one drain fired, delivered once the ring's lock is released (inline up to a few: a
+/// drain usually fires one).
+type Deliveries = SmallVec<[CqDelivery; 4]>;
 
 /// What the event paths know of a CQ besides its core handler.
 #[derive(Default)]
@@ -184,23 +189,32 @@ impl EventRings {
     /// the CQ-notification ring, with the ring's lock still held: no entry is consumed while it
     /// runs, so every entry the device wrote before the arm is spent on the state before it, and
     /// none written before it fires it (design decision 3). Lock order: the ring, then the CQ's
-    /// arm state machine (as the interrupt path). `change` must not drain.
+    /// arm state machine (as the interrupt path). `change` must not drain. The arms the entries
+    /// fired reach their consumers after the lock is released: a consumer woken by one re-arms
+    /// at once, and would otherwise find the ring still locked by its waker.
     pub(crate) fn fenced<R>(&self, change: impl FnOnce() -> R) -> R {
         if self.health.is_fatal() {
             return change();
         }
+        let mut fired = Deliveries::new();
         let mut ring = self.notify_ring.lock();
-        match self.drain_locked(&mut ring) {
-            Ok(()) => change(),
+        let out = match self.drain_locked(&mut ring, &mut fired) {
+            Ok(()) => {
+                let out = change();
+                drop(ring);
+                out
+            }
             Err(reason) => {
                 drop(ring);
                 self.health.set_fatal(reason);
                 change()
             }
-        }
+        };
+        drop(fired);
+        out
     }
 
-    fn drain_locked(&self, ring: &mut DevRing) -> std::result::Result<(), &'static str> {
+    fn drain_locked(&self, ring: &mut DevRing, fired: &mut Deliveries) -> std::result::Result<(), &'static str> {
         const BAD_INDEX: &str = "CQ-notification ring index out of range";
         const UNREACHABLE: &str = "CQ-notification ring unreachable";
         let n = ring.pending().map_err(|_| BAD_INDEX)?;
@@ -208,11 +222,11 @@ impl EventRings {
             let mut b = [0u8; 4];
             ring.read(k, &mut b).map_err(|_| UNREACHABLE)?;
             let handle = Cqne::read_from_bytes(&b).map(|e| e.info.get()).unwrap_or(u32::MAX);
-            self.notify_cq(handle);
+            self.notify_cq(handle, fired);
         }
         ring.advance(n).map_err(|_| UNREACHABLE)?;
         if n >= ring.elems() {
-            self.recover_dropped();
+            self.recover_dropped(fired);
         }
         Ok(())
     }
@@ -224,16 +238,19 @@ impl EventRings {
     /// ([`CqEventHandler::recover_dropped`]). Runs under the ring's lock, and holds the CQ
     /// table's read lock, so a CQ being destroyed (it unregisters before its ring is freed) is
     /// either skipped or still has its ring.
-    fn recover_dropped(&self) {
+    fn recover_dropped(&self, fired: &mut Deliveries) {
         self.health.count(Count::NotifyRingFull);
         let cqs = self.cqs.read();
-        let fired = cqs.values().filter(|e| e.handler.recover_dropped()).count();
-        tracing::warn!(cqs = cqs.len(), fired, "CQ-notification ring was full: recovered the armed CQs");
+        let before = fired.len();
+        fired.extend(cqs.values().filter_map(|e| e.handler.recover_dropped()));
+        let n = fired.len() - before;
+        tracing::warn!(cqs = cqs.len(), fired = n, "CQ-notification ring was full: recovered the armed CQs");
     }
 
-    fn notify_cq(&self, handle: u32) {
-        let delivered = self.cq_handler(handle).is_some_and(|h| h.completion());
-        self.health.count(if delivered { Count::CqEvent } else { Count::Spurious });
+    fn notify_cq(&self, handle: u32, fired: &mut Deliveries) {
+        let delivery = self.cq_handler(handle).and_then(|h| h.completion());
+        self.health.count(if delivery.is_some() { Count::CqEvent } else { Count::Spurious });
+        fired.extend(delivery);
     }
 
     /// Consumes every async-event entry and passes each, by the object it names, to the core, in
@@ -377,9 +394,17 @@ impl EventRings {
         }
     }
 
-    /// Asks the vector threads to exit (they notice within [`SERVICE_INTERVAL`]).
+    /// Asks the vector threads to exit (they notice within [`SERVICE_INTERVAL`]) and takes the
+    /// CQ-notification handler back from the platform.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.platform.set_vector_handler(IntrVector::Cq as u16, None);
+    }
+
+    /// The CQ-notification interrupt (vector 2): `n` interrupts arrived; drain the ring.
+    fn cq_interrupt(&self, n: u32) {
+        self.health.count_interrupts(IntrVector::Cq as u16, n);
+        self.drain_notifications();
     }
 
     fn stopped(&self) -> bool {
@@ -413,10 +438,22 @@ fn event_type(type_: u32) -> Option<AsyncEventType> {
     })
 }
 
-/// Starts the async (vector 1) and CQ-notification (vector 2) threads.
+/// Starts the async (vector 1) and CQ-notification (vector 2) threads, and gives vector 2's
+/// handler to a platform that can run it on the raising thread (the in-process model): an event
+/// then costs no hand-off to the vector thread, which stays for what the handler does not get
+/// (design decision 20). The handler only drains the ring and hands events to the core, which
+/// wakes channel waiters and upcall threads; it takes no lock a thread holds across a doorbell
+/// or a command, so it may run inside either.
 ///
 /// Errors: [`Error::NoResources`] if a thread cannot be started.
 pub fn spawn_threads(rings: &Arc<EventRings>, name: &str) -> Result<Vec<JoinHandle<()>>> {
+    let weak = Arc::downgrade(rings);
+    let handler: VectorHandler = Arc::new(move || {
+        if let Some(rings) = weak.upgrade() {
+            rings.cq_interrupt(1);
+        }
+    });
+    rings.platform.set_vector_handler(IntrVector::Cq as u16, Some(handler));
     [IntrVector::Async, IntrVector::Cq]
         .into_iter()
         .map(|v| {
@@ -432,15 +469,15 @@ pub fn spawn_threads(rings: &Arc<EventRings>, name: &str) -> Result<Vec<JoinHand
 fn service(rings: &EventRings, vector: IntrVector) {
     while !rings.stopped() {
         let n = rings.platform.wait_vector(vector as u16, SERVICE_INTERVAL);
-        rings.health.count_interrupts(vector as u16, n);
         match vector {
             IntrVector::Async => {
+                rings.health.count_interrupts(vector as u16, n);
                 rings.drain_async();
                 if n == 0 {
                     rings.health_check();
                 }
             }
-            IntrVector::Cq => rings.drain_notifications(),
+            IntrVector::Cq => rings.cq_interrupt(n),
             IntrVector::Response => {}
         }
     }

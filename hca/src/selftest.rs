@@ -30,7 +30,7 @@ use crate::mr::Mr;
 use crate::pd::Pd;
 use crate::qp::Qp;
 use doorbell::ArmEncoding;
-use ib_core::provider::{CqError, CqEventHandler, CqOps, MrOps, QpCreate, QpEventHandler, QpOps};
+use ib_core::provider::{CqDelivery, CqError, CqEventHandler, CqOps, MrOps, QpCreate, QpEventHandler, QpOps};
 use ib_core::time::poll_until;
 use ib_core::{access, AhAttr, AsyncEventType, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
 use ib_core::{QpCap, QpState, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode};
@@ -120,14 +120,14 @@ impl Witness {
 }
 
 impl CqEventHandler for Witness {
-    fn completion(&self) -> bool {
+    fn completion(&self) -> Option<CqDelivery> {
         if self.counting.load(Ordering::Acquire) {
             self.entries.fetch_add(1, Ordering::AcqRel);
         }
-        true
+        Some(CqDelivery::none())
     }
-    fn recover_dropped(&self) -> bool {
-        false
+    fn recover_dropped(&self) -> Option<CqDelivery> {
+        None
     }
     fn error(&self, _: CqError) -> bool {
         true

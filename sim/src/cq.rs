@@ -30,7 +30,6 @@ use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp};
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
-use pvrdma_abi::regs::IntrVector;
 use pvrdma_abi::wqe::{wc_status, Cqe};
 use std::sync::Arc;
 use zerocopy::little_endian::U32;
@@ -181,14 +180,14 @@ impl Cq {
                 if fire {
                     st.arm = ArmState::Disarmed;
                     core.post_cq_notification(self.handle);
-                    core.raise(IntrVector::Cq);
+                    fx.raise_cq = true;
                 }
             }
             Profile::Qemu72 => {
                 let written = core.post_cq_notification(self.handle);
                 if written && st.arm != ArmState::Disarmed {
                     st.arm = ArmState::Disarmed;
-                    core.raise(IntrVector::Cq);
+                    fx.raise_cq = true;
                 }
             }
         }

@@ -180,6 +180,9 @@ pub(crate) struct Effects {
     pub errored_cqs: Vec<u64>,
     /// A packet left the wire while QPs waited for the device's wire budget: resume them.
     pub resume_starved: bool,
+    /// A CQ's arm fired: raise the CQ-notification vector once the locks are released (its
+    /// handler may run on this thread, and may ring an arm doorbell).
+    pub raise_cq: bool,
 }
 
 /// BAR1 register values.
@@ -229,7 +232,11 @@ impl SimDevice {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x5eed, |d| d.as_nanos() as u64);
-        let port = PortQueue::new(cfg.device_packets_in_flight, cfg.device_bytes_in_flight);
+        let port = PortQueue::new(
+            cfg.device_packets_in_flight,
+            cfg.device_bytes_in_flight,
+            cfg.link_latency.is_zero(),
+        );
         let core = Arc::new(Core {
             mem: GuestMemory::new(cfg.mem_limit),
             cfg,
@@ -448,10 +455,39 @@ impl Core {
         self.vectors.raise(v);
     }
 
-    /// Does the deferred work: moves the QPs of CQs that went into error to ERR (which may put
-    /// more CQs in error), resumes the SQ drains the wire budget paused once a packet left the
-    /// wire, then wakes the port for kicked QPs. Call with no lock held but `cmd`.
+    /// Does the deferred work ([`Core::settle_effects`]), hands any packet it sent to the port
+    /// thread and raises the CQ-notification vector if an arm fired. Call with no lock held
+    /// but `cmd`.
     pub(crate) fn settle(&self, mut fx: Effects) {
+        self.settle_effects(&mut fx);
+        self.port.hand_off();
+        self.raise_fired(&mut fx);
+    }
+
+    /// [`Core::settle`] for a QP doorbell; with a link latency of 0 it first delivers the packets
+    /// now due on this thread, up to [`port::INLINE_JOBS`] jobs, if the port is free (`port.rs`).
+    /// Only a QP doorbell does: a driver may ring a CQ's arm doorbell while it holds its
+    /// CQ-notification ring, which a delivery's interrupt handler takes (`intr.rs`). Interrupts
+    /// are raised once the port is given back: the handler may wake a consumer that preempts
+    /// this thread, and that consumer's own doorbell then finds the port free.
+    pub(crate) fn settle_and_deliver(&self, mut fx: Effects) {
+        self.settle_effects(&mut fx);
+        if self.cfg.link_latency.is_zero() {
+            for _ in 0..port::INLINE_JOBS {
+                let Some(job) = self.port.claim_due() else { break };
+                port::run_job(self, job, &mut fx);
+                self.settle_effects(&mut fx);
+                self.port.give_back();
+                self.raise_fired(&mut fx);
+            }
+        }
+        self.settle(fx);
+    }
+
+    /// Moves the QPs of CQs that went into error to ERR (which may put more CQs in error),
+    /// resumes the SQ drains the wire budget paused once a packet left the wire, then wakes the
+    /// port for kicked QPs.
+    pub(crate) fn settle_effects(&self, fx: &mut Effects) {
         while !fx.errored_cqs.is_empty() || fx.resume_starved {
             let uids = std::mem::take(&mut fx.errored_cqs);
             let qps: Vec<Arc<Qp>> = self
@@ -463,20 +499,27 @@ impl Core {
                 .cloned()
                 .collect();
             for qp in qps {
-                qp.force_error(self, &mut fx);
+                qp.force_error(self, fx);
             }
             if std::mem::take(&mut fx.resume_starved) {
                 // Each resumed QP takes what room there is and, if refused again, waits for the
                 // next packet to leave: resume_starved is set only when one did.
                 for qpn in self.port.take_starved() {
                     if let Some(qp) = self.qp(qpn) {
-                        qp.resume_send(self, &mut fx);
+                        qp.resume_send(self, fx);
                     }
                 }
             }
         }
-        for qpn in fx.kicks {
+        for qpn in std::mem::take(&mut fx.kicks) {
             self.port.kick_if_parked(qpn);
+        }
+    }
+
+    /// Raises the CQ-notification vector if an arm fired (its handler may run on this thread).
+    pub(crate) fn raise_fired(&self, fx: &mut Effects) {
+        if std::mem::take(&mut fx.raise_cq) {
+            self.raise(IntrVector::Cq);
         }
     }
 

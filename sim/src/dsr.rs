@@ -26,7 +26,7 @@ pub mod limits {
     /// SGEs per work request.
     pub const MAX_SGE: u32 = 4;
     /// CQs.
-    pub const MAX_CQ: u32 = 1024;
+    pub const MAX_CQ: u32 = 1 << 17;
     /// Entries per CQ (a power of two).
     pub const MAX_CQE: u32 = 4096;
     /// MRs.

@@ -2,6 +2,16 @@
 //! DESTROY_BIND), and the wire — a device thread named `pvrdma-port` that delivers each packet
 //! `link_latency` after it was sent, in send order.
 //!
+//! With a link latency of 0 a packet is due when it is sent, and the thread that rang the
+//! doorbell carries it to the receiver itself once the device's locks are released (as a NIC's
+//! own engine would, with no extra hand-off): it claims the port ([`PortQueue::claim_due`]) when
+//! nobody else is delivering, so deliveries stay one at a time and in send order, and gives the
+//! port back after at most [`INLINE_JOBS`] jobs so a storm of other senders' packets goes to the
+//! port thread rather than to one unlucky caller. The port thread is then not woken per packet:
+//! it takes only what is handed off to it ([`PortQueue::hand_off`]) — what is left due when the
+//! port is given back or when a command's effects sent a packet — so a consumer busy-polling on
+//! every CPU never waits for it to be scheduled.
+//!
 //! Delivery: the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
 //! sender, and the destination GID must be bound on this port (the loopback wire reaches only
 //! itself); otherwise the sender completes with `RETRY_EXC_ERR`, as a requester whose packets go
@@ -40,6 +50,8 @@ use zerocopy::little_endian::{U16, U32};
 const PHYS_STATE_LINK_UP: u8 = 5;
 /// Longest the port thread sleeps before re-checking its stop flag.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// Most jobs a doorbell's thread delivers before it leaves the rest to the port thread.
+pub(crate) const INLINE_JOBS: usize = 8;
 
 /// One RC SEND on the wire.
 #[derive(Debug)]
@@ -76,27 +88,44 @@ struct Wire {
     bytes: u64,
     /// QPs whose SQ drain the device budget refused; resumed when a packet leaves the wire.
     starved: Vec<u32>,
+    /// A thread (the port thread, or a doorbell's thread at latency 0) is delivering a job.
     busy: bool,
+    /// At latency 0: work was left due with nobody to deliver it; the port thread takes it.
+    handoff: bool,
     stop: bool,
 }
 
 /// The wire's queue, shared by the senders (doorbells) and the port thread. Its lock is a leaf.
 pub struct PortQueue {
     wire: Mutex<Wire>,
+    /// Wakes the port thread.
     cond: Condvar,
+    /// Wakes [`PortQueue::wait_idle`] callers.
+    idle: Condvar,
     max_packets: usize,
     max_bytes: u64,
+    /// Link latency 0: doorbells' threads deliver; the port thread takes only hand-offs.
+    inline: bool,
 }
 
-enum Job {
+/// One unit of the port's work, taken by whoever holds the port.
+pub(crate) enum Job {
     Packet(Packet),
     Retry(VecDeque<Packet>),
 }
 
 impl PortQueue {
-    /// An empty wire holding at most `max_packets` packets and `max_bytes` payload bytes.
-    pub fn new(max_packets: usize, max_bytes: u64) -> Self {
-        Self { wire: Mutex::default(), cond: Condvar::new(), max_packets, max_bytes }
+    /// An empty wire holding at most `max_packets` packets and `max_bytes` payload bytes;
+    /// `inline` for a link latency of 0 (see the module docs).
+    pub fn new(max_packets: usize, max_bytes: u64, inline: bool) -> Self {
+        Self {
+            wire: Mutex::default(),
+            cond: Condvar::new(),
+            idle: Condvar::new(),
+            max_packets,
+            max_bytes,
+            inline,
+        }
     }
 
     /// Reserves room on the wire for one message of `len` bytes that QP `qpn` is about to send
@@ -143,7 +172,9 @@ impl PortQueue {
     pub fn transmit(&self, pkt: Packet, latency: Duration) {
         let mut w = self.wire.lock();
         w.in_flight.push_back((osdep::deadline_after(latency), pkt));
-        self.cond.notify_all();
+        if !self.inline {
+            self.cond.notify_all();
+        }
     }
 
     /// Asks the port to retry (or fail) the packets parked for QP `qpn`, if any. While the port
@@ -154,7 +185,9 @@ impl PortQueue {
         let waiting = w.busy || w.parked.get(&qpn).is_some_and(|q| !q.is_empty());
         if waiting && !w.kicks.contains(&qpn) {
             w.kicks.push_back(qpn);
-            self.cond.notify_all();
+            if !self.inline {
+                self.cond.notify_all();
+            }
         }
     }
 
@@ -172,12 +205,14 @@ impl PortQueue {
         w.kicks.clear();
         w.starved.clear();
         self.cond.notify_all();
+        self.idle.notify_all();
     }
 
     /// Tells the port thread to exit.
     pub fn stop(&self) {
         self.wire.lock().stop = true;
         self.cond.notify_all();
+        self.idle.notify_all();
     }
 
     /// Waits up to `timeout` until nothing is in flight and the thread is idle (parked packets do
@@ -186,7 +221,7 @@ impl PortQueue {
         let deadline = osdep::deadline_after(timeout);
         let mut w = self.wire.lock();
         while w.busy || !w.in_flight.is_empty() || !w.kicks.is_empty() {
-            if w.stop || self.cond.wait_until(&mut w, deadline).timed_out() {
+            if w.stop || self.idle.wait_until(&mut w, deadline).timed_out() {
                 return !w.busy && w.in_flight.is_empty() && w.kicks.is_empty();
             }
         }
@@ -198,32 +233,85 @@ impl PortQueue {
         self.wire.lock().parked.get(&qpn).map_or(0, |q| q.len())
     }
 
+    /// The port thread's next job, waiting for one (and for the port to be free). `None` once
+    /// stopped.
     fn next_job(&self) -> Option<Job> {
         let mut w = self.wire.lock();
-        w.busy = false;
         loop {
             if w.stop {
-                self.cond.notify_all();
+                self.idle.notify_all();
                 return None;
             }
-            if let Some(qpn) = w.kicks.pop_front() {
-                let parked = w.parked.remove(&qpn).unwrap_or_default();
-                w.busy = true;
-                return Some(Job::Retry(parked));
-            }
             let now = Instant::now();
-            let wait_until = match w.in_flight.front() {
-                Some((at, _)) if *at <= now => {
-                    let (_, pkt) = w.in_flight.pop_front()?;
-                    w.busy = true;
-                    return Some(Job::Packet(pkt));
+            if !w.busy && (!self.inline || w.handoff) {
+                if let Some(job) = Self::take_due(&mut w, now) {
+                    return Some(job);
                 }
-                Some((at, _)) => (*at).min(now + IDLE_WAIT),
-                None => now + IDLE_WAIT,
+                w.handoff = false;
+            }
+            let wait_until = match w.in_flight.front() {
+                Some((at, _)) if !w.busy => (*at).min(now + IDLE_WAIT),
+                _ => now + IDLE_WAIT,
             };
-            self.cond.notify_all();
+            self.idle.notify_all();
             self.cond.wait_until(&mut w, wait_until);
         }
+    }
+
+    /// Claims the port for the calling thread and takes a job due now, if nobody else holds the
+    /// port and one is due. The caller delivers it with [`run_job`] and then calls
+    /// [`PortQueue::give_back`].
+    pub(crate) fn claim_due(&self) -> Option<Job> {
+        let mut w = self.wire.lock();
+        if w.busy || w.stop {
+            return None;
+        }
+        Self::take_due(&mut w, Instant::now())
+    }
+
+    /// Gives the port back after a job and the effects it had; the port thread takes whatever is
+    /// left due.
+    pub(crate) fn give_back(&self) {
+        let mut w = self.wire.lock();
+        w.busy = false;
+        Self::mark_handoff(&mut w);
+        if self.inline && w.handoff {
+            self.cond.notify_all();
+        }
+        self.idle.notify_all();
+    }
+
+    /// At latency 0, hands whatever is due to the port thread if nobody holds the port (whoever
+    /// holds it looks again when it gives it back).
+    pub(crate) fn hand_off(&self) {
+        if !self.inline {
+            return;
+        }
+        let mut w = self.wire.lock();
+        if Self::mark_handoff(&mut w) {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Marks work left due with the port free as the port thread's; whether it newly did.
+    fn mark_handoff(w: &mut Wire) -> bool {
+        let due = !w.kicks.is_empty() || w.in_flight.front().is_some_and(|(at, _)| *at <= Instant::now());
+        let newly = !w.handoff && !w.busy && due;
+        w.handoff |= newly;
+        newly
+    }
+
+    /// A kicked QP's parked packets, else the first packet due by `now`; marks the port busy.
+    fn take_due(w: &mut Wire, now: Instant) -> Option<Job> {
+        let job = if let Some(qpn) = w.kicks.pop_front() {
+            Job::Retry(w.parked.remove(&qpn).unwrap_or_default())
+        } else if w.in_flight.front().is_some_and(|(at, _)| *at <= now) {
+            Job::Packet(w.in_flight.pop_front()?.1)
+        } else {
+            return None;
+        };
+        w.busy = true;
+        Some(job)
     }
 
     /// Parks `pkts` (in order) for QP `qpn`, ahead of anything parked since.
@@ -252,35 +340,43 @@ impl PortQueue {
 pub fn run(core: Arc<Core>) {
     while let Some(job) = core.port.next_job() {
         let mut fx = Effects::default();
-        match job {
-            Job::Packet(pkt) => {
-                if let Some(pkt) = core.port.park_behind(pkt) {
-                    let len = pkt.payload.len() as u64;
-                    match deliver(&core, pkt, &mut fx) {
-                        Some(pkt) => {
-                            core.stat(|s| s.packets_parked += 1);
-                            core.port.park_front(pkt.dest, VecDeque::from([pkt]));
-                        }
-                        None => core.port.release(len, &mut fx),
+        run_job(&core, job, &mut fx);
+        core.settle_effects(&mut fx);
+        core.port.give_back();
+        core.raise_fired(&mut fx);
+    }
+}
+
+/// Delivers one job (by the thread holding the port): a packet, or a kicked QP's parked
+/// packets in order, parking again what still finds no receive WQE.
+pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
+    match job {
+        Job::Packet(pkt) => {
+            if let Some(pkt) = core.port.park_behind(pkt) {
+                let len = pkt.payload.len() as u64;
+                match deliver(core, pkt, fx) {
+                    Some(pkt) => {
+                        core.stat(|s| s.packets_parked += 1);
+                        core.port.park_front(pkt.dest, VecDeque::from([pkt]));
                     }
-                }
-            }
-            Job::Retry(mut pkts) => {
-                while let Some(pkt) = pkts.pop_front() {
-                    let len = pkt.payload.len() as u64;
-                    match deliver(&core, pkt, &mut fx) {
-                        Some(pkt) => {
-                            let qpn = pkt.dest;
-                            pkts.push_front(pkt);
-                            core.port.park_front(qpn, pkts);
-                            break;
-                        }
-                        None => core.port.release(len, &mut fx),
-                    }
+                    None => core.port.release(len, fx),
                 }
             }
         }
-        core.settle(fx);
+        Job::Retry(mut pkts) => {
+            while let Some(pkt) = pkts.pop_front() {
+                let len = pkt.payload.len() as u64;
+                match deliver(core, pkt, fx) {
+                    Some(pkt) => {
+                        let qpn = pkt.dest;
+                        pkts.push_front(pkt);
+                        core.port.park_front(qpn, pkts);
+                        break;
+                    }
+                    None => core.port.release(len, fx),
+                }
+            }
+        }
     }
 }
 

@@ -58,18 +58,19 @@ impl Core {
             return false;
         };
         let owner = self.page_owner(page);
-        let mut fx = Effects::default();
         match decode(offset, value, arm_encoding(self.cfg.profile)) {
             Decoded::Qp { handle, send, recv } => {
                 let Some(qp) = self.qp(handle).filter(|q| owner.allows(q.ctx)) else {
                     return false;
                 };
+                let mut fx = Effects::default();
                 if send {
                     qp.send_doorbell(self, &mut fx);
                 }
                 if recv {
                     qp.recv_doorbell(self, &mut fx);
                 }
+                self.settle_and_deliver(fx);
             }
             Decoded::Cq { handle, arm, poll } => {
                 let cq = self.objects.lock().cqs.get(handle).cloned();
@@ -80,7 +81,6 @@ impl Core {
             }
             Decoded::Srq { .. } | Decoded::Unknown => return false,
         }
-        self.settle(fx);
         true
     }
 

@@ -498,5 +498,12 @@ fn device_dropped_while_a_user_context_lives() {
     assert_eq!(again.get_async_event(WAIT).map(|e| e.event_type), Ok(AsyncEventType::DeviceFatal));
     drop((again, cq, ch));
     drop(ctx);
+    // The fatal fan-out runs on its own thread and holds each context until it has told it: the
+    // device leaves the list once that thread is done too (the consumer may already have the
+    // event by then and have dropped everything).
+    let t = std::time::Instant::now();
+    while ib_core::device_list().iter().any(|d| d.name == name) && t.elapsed() < WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     assert!(!ib_core::device_list().iter().any(|d| d.name == name));
 }

@@ -32,8 +32,18 @@ pub(crate) struct ContextInner {
     pub(crate) uid: u64,
     pub(crate) async_events: AsyncEvents,
     /// Fatal flag and sinks, under one lock (see [`ContextInner::add_fatal_sink`]).
-    sinks: Mutex<(bool, Vec<Weak<dyn FatalSink>>)>,
+    sinks: Mutex<Sinks>,
     pub(crate) device: Arc<DeviceInner>,
+}
+
+/// The objects to tell when the device goes fatal, held weakly: a dropped object's entry is
+/// pruned when the list has doubled since the last pruning, so adding one costs O(1) amortized
+/// however many objects the context holds.
+#[derive(Default)]
+struct Sinks {
+    fatal: bool,
+    list: Vec<Weak<dyn FatalSink>>,
+    prune_at: usize,
 }
 
 impl ContextInner {
@@ -49,13 +59,16 @@ impl ContextInner {
     /// Adds a sink; one added after the device went fatal hears of it at once.
     pub(crate) fn add_fatal_sink(&self, sink: Arc<dyn FatalSink>) {
         let mut s = self.sinks.lock();
-        if s.0 {
+        if s.fatal {
             drop(s);
             return sink.fatal();
         }
-        s.1.retain(|w| w.strong_count() > 0);
+        if s.list.len() >= s.prune_at {
+            s.list.retain(|w| w.strong_count() > 0);
+            s.prune_at = (2 * s.list.len()).max(64);
+        }
         let weak: Weak<dyn FatalSink> = Arc::downgrade(&sink) as Weak<dyn FatalSink>;
-        s.1.push(weak);
+        s.list.push(weak);
     }
 }
 
@@ -73,8 +86,8 @@ impl ContextEvents for ContextInner {
     fn fatal(&self) {
         let sinks: Vec<_> = {
             let mut s = self.sinks.lock();
-            s.0 = true;
-            s.1.iter().filter_map(Weak::upgrade).collect()
+            s.fatal = true;
+            s.list.iter().filter_map(Weak::upgrade).collect()
         };
         for s in sinks {
             s.fatal();
@@ -92,7 +105,7 @@ impl Context {
             uctx,
             uid: next_uid(),
             async_events: AsyncEvents::new()?,
-            sinks: Mutex::new((false, Vec::new())),
+            sinks: Mutex::new(Sinks::default()),
             device,
         });
         let weak: Weak<dyn ContextEvents> = Arc::downgrade(&inner) as Weak<dyn ContextEvents>;

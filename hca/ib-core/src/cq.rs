@@ -113,19 +113,24 @@ impl CqEvents {
     }
 }
 
-impl CqEventHandler for CqEvents {
-    fn completion(&self) -> bool {
-        let Some(_d) = self.enter() else { return false };
-        let Some(fired) = self.machine.fire() else { return false };
-        self.deliver(fired);
-        true
+impl CqEvents {
+    /// Spends the arm with `spend` (the provider calls this inside its fence) and returns the
+    /// delivery of what it reached, for the provider to drop once the fence is released.
+    fn spend(self: &Arc<Self>, spend: impl FnOnce(&ArmMachine<HwArm>) -> Option<Fired>) -> Option<CqDelivery> {
+        if !self.deliveries.begin() {
+            return None;
+        }
+        let fired = spend(&self.machine);
+        let _end_if_none = fired.is_none().then(|| self.deliveries.adopt());
+        Some(CqDelivery(Some((self.clone(), fired?))))
     }
 
-    fn recover_dropped(&self) -> bool {
-        let Some(_d) = self.enter() else { return false };
-        let Some(fired) = self.machine.recover_dropped() else { return false };
-        self.deliver(fired);
-        true
+    fn completion(self: &Arc<Self>) -> Option<CqDelivery> {
+        self.spend(ArmMachine::fire)
+    }
+
+    fn recover_dropped(self: &Arc<Self>) -> Option<CqDelivery> {
+        self.spend(ArmMachine::recover_dropped)
     }
 
     fn error(&self, error: CqError) -> bool {
@@ -140,6 +145,31 @@ impl CqEventHandler for CqEvents {
         let element = AsyncElement::Cq(self.cq.clone());
         self.ctx.async_events.dispatch(AsyncEvent { event_type: AsyncEventType::CqErr, element });
         true
+    }
+}
+
+/// A CQ's fired arm on its way to the consumers ([`CqEventHandler::completion`]): the arm is
+/// spent; dropping this delivers the event (channel, notify requests, dispatcher). A provider
+/// holds it until its fence over the CQ-notification ring is released, so the consumer it wakes
+/// never finds that fence still held when it re-arms. A destroy of the CQ waits for it (as for
+/// any delivery in flight, with a bound), so drop it promptly.
+#[must_use = "dropping it delivers the event: drop it once the provider's fence is released"]
+pub struct CqDelivery(Option<(Arc<CqEvents>, Fired)>);
+
+impl CqDelivery {
+    /// A delivery that reaches no consumer: what a provider's own handler (a self-test's) returns
+    /// for a report it took.
+    pub fn none() -> Self {
+        Self(None)
+    }
+}
+
+impl Drop for CqDelivery {
+    fn drop(&mut self) {
+        if let Some((events, fired)) = self.0.take() {
+            let _end = events.deliveries.adopt();
+            events.deliver(fired);
+        }
     }
 }
 
@@ -410,12 +440,12 @@ impl LateEvents {
 }
 
 impl CqEventHandler for LateEvents {
-    fn completion(&self) -> bool {
-        self.get().is_some_and(|e| e.completion())
+    fn completion(&self) -> Option<CqDelivery> {
+        self.get().and_then(|e| e.completion())
     }
 
-    fn recover_dropped(&self) -> bool {
-        self.get().is_some_and(|e| e.recover_dropped())
+    fn recover_dropped(&self) -> Option<CqDelivery> {
+        self.get().and_then(|e| e.recover_dropped())
     }
 
     fn error(&self, error: CqError) -> bool {

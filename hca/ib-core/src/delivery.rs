@@ -33,12 +33,24 @@ impl Deliveries {
     /// Starts a delivery; `None` once the object is retired (the event is for an object being
     /// destroyed: it reaches nobody).
     pub(crate) fn enter(&self) -> Option<Delivering<'_>> {
+        self.begin().then(|| Delivering(self))
+    }
+
+    /// Starts a delivery that outlives this borrow (a [`crate::provider::CqDelivery`] held
+    /// until the provider's fence is released); `false` once retired. End it by dropping
+    /// [`Deliveries::adopt`].
+    pub(crate) fn begin(&self) -> bool {
         let mut s = self.state.lock();
         if s.1 {
-            return None;
+            return false;
         }
         s.0 += 1;
-        Some(Delivering(self))
+        true
+    }
+
+    /// The guard of a delivery started with [`Deliveries::begin`]: dropping it ends it.
+    pub(crate) fn adopt(&self) -> Delivering<'_> {
+        Delivering(self)
     }
 
     /// Whether the object was retired (its destroy began).

@@ -8,10 +8,15 @@
 //! [`EventQueue::set_nonblocking`] or the consumer's own `fcntl`) a wait with nothing pending
 //! fails with [`Error::WouldBlock`] (libibverbs: `EAGAIN`). Reading the fd directly consumes
 //! counts behind the queue's back: the fd is for `poll`/`epoll`, the queue is read through it.
+//!
+//! A waiter in [`EventQueue::wait`] sleeps on a condvar of the queue's lock, not in `poll(2)` on
+//! the fd: a push made under the lock then wakes it only once the lock is free, so the woken
+//! thread never runs into the lock its waker still holds (one context switch per event, as a
+//! condvar ping-pong, instead of three when both share a CPU).
 
 use crate::error::{Error, Result};
 use crate::sys::EventFd;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
@@ -20,6 +25,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub(crate) struct EventQueue<T> {
     state: Mutex<State<T>>,
+    /// Waiters in [`EventQueue::wait`]; notified under `state`.
+    cv: Condvar,
     fd: EventFd,
 }
 
@@ -33,20 +40,24 @@ impl<T> EventQueue<T> {
     /// An empty queue. Errors: [`Error::NoResources`] without a free fd.
     pub(crate) fn new() -> Result<Self> {
         let state = Mutex::new(State { items: VecDeque::new(), fatal: false });
-        Ok(Self { state, fd: EventFd::new()? })
+        Ok(Self { state, cv: Condvar::new(), fd: EventFd::new()? })
     }
 
-    /// Queues `item` and makes the fd readable.
+    /// Queues `item`, makes the fd readable and wakes one waiter.
     pub(crate) fn push(&self, item: T) {
         let mut s = self.state.lock();
         s.items.push_back(item);
         self.fd.signal();
+        self.cv.notify_one();
     }
 
     /// Takes the oldest event without waiting; `on_take` runs under the queue's lock (so a purge
     /// either removes the event or sees it taken).
     pub(crate) fn take(&self, on_take: impl FnOnce(&T)) -> Option<T> {
-        let mut s = self.state.lock();
+        self.take_locked(&mut self.state.lock(), on_take)
+    }
+
+    fn take_locked(&self, s: &mut MutexGuard<'_, State<T>>, on_take: impl FnOnce(&T)) -> Option<T> {
         let item = s.items.pop_front()?;
         if !self.fd.consume() {
             tracing::warn!("event queue fd lost a count: read directly by the consumer?");
@@ -61,19 +72,19 @@ impl<T> EventQueue<T> {
     /// [`Error::DeviceFatal`] once fatal and empty; [`Error::Timeout`].
     pub(crate) fn wait(&self, timeout: Duration, on_take: impl Fn(&T)) -> Result<T> {
         let deadline = crate::time::deadline_after(timeout);
+        let mut s = self.state.lock();
         loop {
-            if let Some(item) = self.take(&on_take) {
+            if let Some(item) = self.take_locked(&mut s, &on_take) {
                 return Ok(item);
             }
-            if self.state.lock().fatal {
+            if s.fatal {
                 return Err(Error::DeviceFatal);
             }
             if self.fd.is_nonblocking() {
                 return Err(Error::WouldBlock);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.fd.readable_within(left) {
-                return self.take(&on_take).ok_or(Error::Timeout);
+            if Instant::now() >= deadline || self.cv.wait_until(&mut s, deadline).timed_out() {
+                return self.take_locked(&mut s, &on_take).ok_or(Error::Timeout);
             }
         }
     }
@@ -98,6 +109,7 @@ impl<T> EventQueue<T> {
         if !s.fatal {
             s.fatal = true;
             self.fd.signal();
+            self.cv.notify_all();
         }
     }
 

@@ -16,6 +16,7 @@
 use crate::arm::ArmKind;
 use crate::async_event::AsyncEventType;
 use crate::attr::{Gid, QpAttr, QpAttrMask, QpCap, QpType};
+pub use crate::cq::CqDelivery;
 use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::error::Result;
 use crate::wr::{RecvWr, SendWr, Wc};
@@ -224,9 +225,9 @@ pub trait CqOps: Send + Sync + 'static {
     /// Whether the ring holds CQEs not yet polled (err towards `true` when unsure).
     fn has_unpolled(&self) -> bool;
     /// Runs `change` once the device's completion reports written so far have been consumed
-    /// (delivered through [`CqEventHandler::completion`]) and with none consumed while it runs;
-    /// calls `change` exactly once. A provider whose device reports nothing ahead of an arm
-    /// just calls it.
+    /// (passed to [`CqEventHandler::completion`]) and with none consumed while it runs; calls
+    /// `change` exactly once. The deliveries the consumed reports returned are dropped after
+    /// the fence. A provider whose device reports nothing ahead of an arm just calls it.
     fn fenced(&self, change: &mut dyn FnMut());
     /// Destroys the CQ on the device; after this returns the provider calls no handler of it.
     /// Memory is freed when the last reference goes.
@@ -260,13 +261,15 @@ pub enum CqError {
 
 /// What the core does with a CQ's events (given to [`DeviceOps::create_cq`]).
 pub trait CqEventHandler: Send + Sync {
-    /// The device fired the CQ's arm. Returns `false` if the core had not armed it or no longer
-    /// has the CQ (the provider counts the report as spurious).
-    fn completion(&self) -> bool;
+    /// The device fired the CQ's arm: the core spends its arm now (call it inside the fence of
+    /// [`CqOps::fenced`]) and returns the event's delivery, which reaches the consumers when it is
+    /// dropped — after the fence is released. `None` if the core had not armed the CQ or no
+    /// longer has it (the provider counts the report as spurious).
+    fn completion(&self) -> Option<CqDelivery>;
     /// Reports that the device may have lost this CQ's completion report (its report ring was
-    /// full): the core re-arms what it believes armed and fires if CQEs are queued. Returns
-    /// whether an event fired.
-    fn recover_dropped(&self) -> bool;
+    /// full): the core re-arms what it believes armed and fires if CQEs are queued. Returns the
+    /// event's delivery if one fired (as [`CqEventHandler::completion`]).
+    fn recover_dropped(&self) -> Option<CqDelivery>;
     /// The CQ erred. Returns `false` if the core no longer has the CQ.
     fn error(&self, error: CqError) -> bool;
 }

@@ -48,6 +48,10 @@ pub enum PlatformError {
     Unsupported(&'static str),
 }
 
+/// An interrupt handler a backend may run on the raising thread
+/// ([`Platform::set_vector_handler`]).
+pub type VectorHandler = Arc<dyn Fn() + Send + Sync>;
+
 /// DMA memory resolved once, when it was allocated: the same accesses as the platform's
 /// `dma_*` methods, by byte offset into one allocation, without a lookup per access (design
 /// decision 20). Offsets are bounded by the caller ([`crate::dma::DmaBuf`] checks them first);
@@ -104,6 +108,15 @@ pub trait Platform: Send + Sync + 'static {
     /// Waits up to `timeout` for MSI-X `vector` and returns how many interrupts arrived since the
     /// last call (eventfd semantics); 0 on timeout.
     fn wait_vector(&self, vector: u16, timeout: Duration) -> u32;
+    /// Runs `handler` on the thread that raises MSI-X `vector`, as a CPU runs an interrupt
+    /// handler, instead of waking a [`Platform::wait_vector`] waiter (`None` takes it back).
+    /// Returns whether the backend can: the in-process model can; under qtest and VFIO an
+    /// interrupt is an eventfd and the default says no. Interrupts the handler does not get (a
+    /// masked vector, one raised from inside the handler) still reach `wait_vector`, so a driver
+    /// keeps its vector thread either way.
+    fn set_vector_handler(&self, _vector: u16, _handler: Option<VectorHandler>) -> bool {
+        false
+    }
     /// Maps `len` bytes of this process's memory at `addr` (both page-aligned) for the device
     /// (an IOMMU mapping under VFIO, the model's address space in process) and returns their
     /// device address; [`Platform::unmap_user`] takes the mapping away.

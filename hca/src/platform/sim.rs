@@ -1,7 +1,7 @@
 //! The in-process backend: the device model of `pvrdma-sim`. DMA accessors compile down to copies
 //! into the model's guest memory.
 
-use super::{DmaWindow, Iova, Platform, PlatformError};
+use super::{DmaWindow, Iova, Platform, PlatformError, VectorHandler};
 use pvrdma_sim::mem::MemError;
 use pvrdma_sim::{SimConfig, SimDevice, UAR_BASE_PFN};
 use std::sync::Arc;
@@ -99,6 +99,9 @@ impl Platform for SimPlatform {
     }
     fn wait_vector(&self, vector: u16, timeout: Duration) -> u32 {
         self.dev.vectors().wait(vector, timeout)
+    }
+    fn set_vector_handler(&self, vector: u16, handler: Option<VectorHandler>) -> bool {
+        self.dev.vectors().set_handler(vector, handler)
     }
     unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
         // SAFETY: the caller's promise (live until `unmap_user`) is `map_external`'s contract.

@@ -3,4 +3,5 @@
 mod control;
 mod datapath;
 mod hostile;
+mod inline;
 mod minidrv;

@@ -250,7 +250,7 @@ impl SCqInner {
             fire
         };
         if fired {
-            self.events.completion();
+            drop(self.events.completion());
         }
         fired
     }

@@ -54,6 +54,10 @@ pub struct Opts {
     /// Give up when no completion arrives for this many seconds (1 .. 3600).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout_s: u64,
+    /// Run both ends' threads on this CPU (as `taskset -c CPU`): every hand-off between them
+    /// is then a context switch, which an idle second CPU's slow wake-up hides otherwise.
+    #[arg(long = "pin", value_name = "CPU")]
+    pin: Option<usize>,
 }
 
 const RECV_WRID: u64 = 1;
@@ -143,8 +147,8 @@ fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
     let start = Instant::now();
     let (s, c) = (server.clone(), client.clone());
     let (o1, o2) = (o.clone(), o.clone());
-    let srv = thread::spawn(move || s.run(&o1, false));
-    let cli = thread::spawn(move || c.run(&o2, true));
+    let srv = thread::spawn(move || pinned(o1.pin, || s.run(&o1, false)));
+    let cli = thread::spawn(move || pinned(o2.pin, || c.run(&o2, true)));
     let cr = cli.join().map_err(|_| "client thread panicked".to_string())?;
     let sr = srv.join().map_err(|_| "server thread panicked".to_string())?;
     let (sr, cr) = match (sr, cr) {
@@ -155,6 +159,17 @@ fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
     let cpu = process_cpu_time().saturating_sub(cpu0);
     print_report(o, wall, cpu, &sr, &cr);
     Ok(())
+}
+
+/// Runs `f` on the calling thread, pinned to `cpu` first if one is given (checked by
+/// [`validate`]).
+fn pinned(cpu: Option<usize>, f: impl FnOnce() -> Result<EndReport, Failure>) -> Result<EndReport, Failure> {
+    if let Some(id) = cpu {
+        if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
+            return Err(format!("cannot pin to CPU {id}").into());
+        }
+    }
+    f()
 }
 
 /// The errors, the one that stopped the run first: an end that only stopped because its peer
@@ -169,6 +184,12 @@ fn first_failure(server: Option<Failure>, client: Option<Failure>) -> String {
 fn validate(dev: &Device, o: &Opts) -> Result<(), String> {
     if o.size == 0 || o.iters == 0 || o.rx_depth == 0 {
         return Err("size, iters and rx-depth must be positive".into());
+    }
+    if let Some(cpu) = o.pin {
+        let cpus: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+        if !cpus.contains(&cpu) {
+            return Err(format!("--pin {cpu}: not a CPU this process may run on (it may use {cpus:?})"));
+        }
     }
     if Mtu::from_bytes(o.mtu).is_none() {
         return Err(format!("invalid MTU {} (256, 512, 1024, 2048, 4096)", o.mtu));

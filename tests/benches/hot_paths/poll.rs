@@ -1,84 +1,16 @@
-//! The hot paths beside the limits they stand for, measured in the same run (design decision 19):
-//! every sample runs the project and its baseline back to back, and the summary table at the end
-//! gives the median of each per operation, in nanoseconds, and their ratio.
-//!
-//! | pair | project | baseline |
-//! |---|---|---|
-//! | `poll_cq_b1`, `poll_cq_b16` | `Cq::poll` of 1 or 16 CQEs per call from a CQ the model filled | a raw ring of 64-byte entries laid out as the CQ ring: one acquire load of the producer index, a 64-byte copy per entry, one release store of the consumer index, under one uncontended lock (a thread-safe poll takes one) |
-//! | `req_notify` | `Cq::req_notify(NEXT_COMPLETION)` of a kernel CQ | one bare UAR write of the same arm value through the same platform |
-//!
-//! Run: `cargo bench -p tests --bench hot_paths` (criterion's own report per pair, then the table).
+//! `poll_cq` at batch 1 and 16 beside a raw ring read, and `req_notify` beside a bare UAR write.
 
-use criterion::{Criterion, SamplingMode};
+use crate::pair;
+use criterion::Criterion;
 use ib_core::{NotifyFlags, Wc};
 use parking_lot::Mutex;
 use pvrdma_abi::wqe::{wc_opcode, Cqe};
 use pvrdma_sim::SimConfig;
-use std::cell::RefCell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tests::fixture::{pv, rc_qp};
 use zerocopy::IntoBytes;
-
-/// Per-sample nanoseconds per operation of one pair.
-#[derive(Default)]
-struct Row {
-    name: &'static str,
-    /// What one operation is (a CQE polled, an arm).
-    unit: &'static str,
-    project: Vec<f64>,
-    baseline: Vec<f64>,
-}
-
-thread_local! {
-    static ROWS: RefCell<Vec<Row>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Benchmarks `project` (criterion's figure, per call) and runs `baseline` for as many calls
-/// right after it in every sample; each closure makes `n` calls of `per_call` operations each and
-/// returns the time they took. The table reports nanoseconds per operation.
-fn pair(
-    c: &mut Criterion,
-    name: &'static str,
-    (per_call, unit): (u64, &'static str),
-    mut project: impl FnMut(u64) -> Duration,
-    mut baseline: impl FnMut(u64) -> Duration,
-) {
-    ROWS.with(|r| r.borrow_mut().push(Row { name, unit, ..Default::default() }));
-    let mut g = c.benchmark_group("hot_paths");
-    g.sampling_mode(SamplingMode::Flat);
-    g.bench_function(name, |b| {
-        b.iter_custom(|n| {
-            let p = project(n);
-            let q = baseline(n);
-            ROWS.with(|r| {
-                let mut r = r.borrow_mut();
-                let row = r.last_mut().expect("the row pushed above");
-                let ops = (n * per_call) as f64;
-                row.project.push(p.as_nanos() as f64 / ops);
-                row.baseline.push(q.as_nanos() as f64 / ops);
-            });
-            p
-        })
-    });
-    g.finish();
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn summary() {
-    println!("\n{:<14} {:<10} {:>12} {:>12} {:>8}", "pair", "per", "project ns", "baseline ns", "ratio");
-    ROWS.with(|rows| {
-        for row in rows.borrow_mut().iter_mut() {
-            let (p, q) = (median(&mut row.project), median(&mut row.baseline));
-            println!("{:<14} {:<10} {:>12.1} {:>12.1} {:>7.2}x", row.name, row.unit, p, q, p / q);
-        }
-    });
-}
 
 /// A ring of 64-byte entries laid out as the CQ ring: a ring-state word pair, then the entries.
 struct RawRing {
@@ -118,7 +50,7 @@ impl RawRing {
 
 const RING: u32 = 4096;
 
-fn poll_pairs(c: &mut Criterion) {
+pub fn poll_pairs(c: &mut Criterion) {
     let (dev, sim) = hca::open_sim(SimConfig::default()).expect("the model");
     let cq = dev.create_cq(RING, None).expect("a CQ");
     let pd = dev.alloc_pd().expect("a PD");
@@ -176,7 +108,7 @@ fn poll_pairs(c: &mut Criterion) {
     black_box(cqe.as_bytes());
 }
 
-fn req_notify_pair(c: &mut Criterion) {
+pub fn req_notify_pair(c: &mut Criterion) {
     let (dev, _sim) = hca::open_sim(SimConfig::default()).expect("the model");
     let cq = dev.create_cq(64, None).expect("a CQ");
     let arm = doorbell::DoorbellOp::CqArmNext
@@ -205,10 +137,3 @@ fn req_notify_pair(c: &mut Criterion) {
     );
 }
 
-fn main() {
-    let mut c = Criterion::default().configure_from_args();
-    poll_pairs(&mut c);
-    req_notify_pair(&mut c);
-    c.final_summary();
-    summary();
-}

@@ -1,0 +1,239 @@
+//! `post_send` and its doorbell beside writing the same WQE bytes into a ring.
+//!
+//! On hardware the doorbell is a posted write: the CPU goes on while the HCA fetches the WQE. The
+//! model runs the device inside the UAR write instead, so the project's side runs over a platform
+//! that holds the QP's doorbell as a posted write would (one store) and hands it to the model
+//! after the batch, untimed; the model then sends the batch and the receiver's CQEs are polled,
+//! also untimed.
+
+use crate::pair;
+use criterion::Criterion;
+use hca::platform::sim::SimPlatform;
+use hca::platform::{DmaWindow, Iova, Platform, PlatformError, VectorHandler};
+use ib_core::{access, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WrOpcode};
+use parking_lot::Mutex;
+use pvrdma_abi::wqe::{Sge as WqeSge, SqWqeHdr};
+use pvrdma_sim::SimConfig;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tests::fixture::{connect, gid};
+use zerocopy::IntoBytes;
+
+/// The model, with UAR writes held while `posted` is set (the last one kept, as the device would
+/// see only the latest producer index anyway).
+struct PostedDoorbells {
+    sim: SimPlatform,
+    posted: AtomicBool,
+    held: AtomicU64,
+}
+
+impl PostedDoorbells {
+    /// Hands the held doorbell, if any, to the model.
+    fn flush(&self) {
+        self.posted.store(false, Ordering::SeqCst);
+        let v = self.held.swap(u64::MAX, Ordering::SeqCst);
+        if v != u64::MAX {
+            self.sim.uar_write(v >> 32, v as u32);
+        }
+    }
+}
+
+impl Platform for PostedDoorbells {
+    fn name(&self) -> String {
+        self.sim.name()
+    }
+    fn pci_id(&self) -> (u16, u16) {
+        self.sim.pci_id()
+    }
+    fn reg_read(&self, offset: u32) -> u32 {
+        self.sim.reg_read(offset)
+    }
+    fn reg_write(&self, offset: u32, value: u32) {
+        self.sim.reg_write(offset, value)
+    }
+    fn uar_write(&self, offset: u64, value: u32) {
+        if self.posted.load(Ordering::Relaxed) {
+            self.held.store(offset << 32 | u64::from(value), Ordering::Relaxed);
+        } else {
+            self.sim.uar_write(offset, value)
+        }
+    }
+    fn uar_base_pfn(&self) -> u64 {
+        self.sim.uar_base_pfn()
+    }
+    fn uar_pages(&self) -> u32 {
+        self.sim.uar_pages()
+    }
+    fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError> {
+        self.sim.dma_alloc(len)
+    }
+    fn dma_free(&self, iova: Iova) {
+        self.sim.dma_free(iova)
+    }
+    fn dma_window(&self, iova: Iova) -> Option<Arc<dyn DmaWindow>> {
+        self.sim.dma_window(iova)
+    }
+    fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
+        self.sim.dma_read(iova, buf)
+    }
+    fn dma_write(&self, iova: Iova, data: &[u8]) -> Result<(), PlatformError> {
+        self.sim.dma_write(iova, data)
+    }
+    fn dma_load_u32(&self, iova: Iova) -> Result<u32, PlatformError> {
+        self.sim.dma_load_u32(iova)
+    }
+    fn dma_store_u32(&self, iova: Iova, value: u32) -> Result<(), PlatformError> {
+        self.sim.dma_store_u32(iova, value)
+    }
+    fn wait_vector(&self, vector: u16, timeout: Duration) -> u32 {
+        self.sim.wait_vector(vector, timeout)
+    }
+    fn set_vector_handler(&self, vector: u16, handler: Option<VectorHandler>) -> bool {
+        self.sim.set_vector_handler(vector, handler)
+    }
+    unsafe fn map_user(&self, _addr: usize, _len: usize) -> Result<Iova, PlatformError> {
+        Err(PlatformError::Unsupported("not in this benchmark"))
+    }
+    fn unmap_user(&self, _iova: Iova) {}
+}
+
+/// An SQ of WQE slots laid out as the device's (header, then the SGE), under the kind of lock a
+/// thread-safe post takes, with a producer index and a word standing for the doorbell.
+struct RawSq {
+    slots: Mutex<Vec<[u8; SLOT]>>,
+    prod: AtomicU32,
+    doorbell: AtomicU32,
+}
+
+const SLOT: usize = 128;
+const DEPTH: u32 = 64;
+const MSG: u32 = 64;
+
+impl RawSq {
+    fn post(&self, wqe: &[u8]) {
+        let mut slots = self.slots.lock();
+        let p = self.prod.load(Ordering::Relaxed);
+        let n = slots.len();
+        slots[p as usize % n][..wqe.len()].copy_from_slice(wqe);
+        self.prod.store(p.wrapping_add(1), Ordering::Release);
+        drop(slots);
+        self.doorbell.store(p, Ordering::Relaxed);
+    }
+}
+
+struct Bench {
+    posted: Arc<PostedDoorbells>,
+    a: Qp,
+    b: Qp,
+    mr_a: Mr,
+    mr_b: Mr,
+    cq_a: ib_core::Cq,
+    cq_b: ib_core::Cq,
+    _dev: ib_core::Device,
+}
+
+fn setup() -> Bench {
+    let posted = Arc::new(PostedDoorbells {
+        sim: SimPlatform::new(SimConfig::default()),
+        posted: AtomicBool::new(false),
+        held: AtomicU64::new(u64::MAX),
+    });
+    let dev = hca::probe(posted.clone(), hca::ProbeOptions::default()).expect("the model");
+    let pd = dev.alloc_pd().expect("a PD");
+    let cq_a = dev.create_cq(4 * DEPTH, None).expect("a CQ");
+    let cq_b = dev.create_cq(4 * DEPTH, None).expect("a CQ");
+    let cap = QpCap { max_send_wr: DEPTH, max_recv_wr: DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = |cq| {
+        let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+        pd.create_qp(&attr).expect("a QP")
+    };
+    let (a, b) = (qp(&cq_a), qp(&cq_b));
+    connect(&a, b.qpn(), gid(&dev));
+    connect(&b, a.qpn(), gid(&dev));
+    let mr_a = pd.alloc_mr(4096, access::LOCAL_WRITE).expect("an MR");
+    let mr_b = pd.alloc_mr(4096, access::LOCAL_WRITE).expect("an MR");
+    Bench { posted, a, b, mr_a, mr_b, cq_a, cq_b, _dev: dev }
+}
+
+impl Bench {
+    /// Posts `batch` receives on `b`, then times `batch` sends on `a`; then (untimed) rings the
+    /// held doorbell and polls both ends' CQEs.
+    fn round(&self, batch: u32) -> Duration {
+        let rsge = [Sge { addr: self.mr_b.addr(), length: MSG, lkey: self.mr_b.lkey() }];
+        for k in 0..batch {
+            self.b.post_recv(&RecvWr { wr_id: u64::from(k), sg_list: &rsge }).expect("post_recv");
+        }
+        let sge = [Sge { addr: self.mr_a.addr(), length: MSG, lkey: self.mr_a.lkey() }];
+        self.posted.posted.store(true, Ordering::SeqCst);
+        let t = Instant::now();
+        for k in 0..batch {
+            let wr = SendWr { wr_id: u64::from(k), sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
+            self.a.post_send(black_box(&wr)).expect("post_send");
+        }
+        let spent = t.elapsed();
+        self.posted.flush();
+        drain(&self.cq_a, batch);
+        drain(&self.cq_b, batch);
+        spent
+    }
+}
+
+/// Polls `n` successful CQEs from `cq`, within a bound.
+fn drain(cq: &ib_core::Cq, n: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut wc = [Wc::default(); 32];
+    let mut got = 0;
+    while got < n {
+        let k = cq.poll(&mut wc).expect("poll");
+        assert!(wc[..k].iter().all(|w| w.status == ib_core::WcStatus::Success), "a send failed");
+        got += k as u32;
+        assert!(Instant::now() < deadline, "the batch did not complete");
+    }
+}
+
+/// The WQE the project writes for one 64-byte SEND: header, then one SGE.
+fn wqe_bytes() -> Vec<u8> {
+    let mut hdr = SqWqeHdr::default();
+    hdr.wr_id.set(7);
+    hdr.num_sge.set(1);
+    hdr.total_len.set(MSG);
+    let mut sge = WqeSge::default();
+    sge.addr.set(0x1000);
+    sge.length.set(MSG);
+    sge.lkey.set(0x100);
+    [hdr.as_bytes(), sge.as_bytes()].concat()
+}
+
+pub fn post_pairs(c: &mut Criterion) {
+    let b = setup();
+    let raw = RawSq {
+        slots: Mutex::new(vec![[0; SLOT]; DEPTH as usize]),
+        prod: AtomicU32::new(0),
+        doorbell: AtomicU32::new(0),
+    };
+    let wqe = wqe_bytes();
+    assert!(wqe.len() <= SLOT);
+    for batch in [1u32, 32] {
+        let name = if batch == 1 { "post_send_b1" } else { "post_send_b32" };
+        pair(
+            c,
+            name,
+            (u64::from(batch), "WQE"),
+            |n| (0..n).map(|_| b.round(batch)).sum(),
+            |n| {
+                // Timed per batch, as the project's side is (the clock's cost is in both).
+                let mut spent = Duration::ZERO;
+                for _ in 0..n {
+                    let t = Instant::now();
+                    for _ in 0..batch {
+                        raw.post(black_box(&wqe));
+                    }
+                    spent += t.elapsed();
+                }
+                spent
+            },
+        );
+    }
+}
