@@ -22,7 +22,7 @@ use std::any::Any;
 use rustc_hash::FxHashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Bytes of one CQE.
 pub const CQE_SIZE: u64 = 64;
@@ -190,15 +190,14 @@ impl CqInner {
             let _ = db.cq_poll(&self.db_handle);
             avail = self.pending(&ring)?;
         }
-        if avail > 0 {
+        if avail > 0 && self.empty_polls.load(Ordering::Relaxed) != 0 {
             self.empty_polls.store(0, Ordering::Relaxed);
         }
         let n = avail.min(wc.len().try_into().unwrap_or(u32::MAX));
         let qps = self.qps.read();
+        let mut cqe = Cqe::new_zeroed();
         for (k, slot) in (0..n).zip(wc.iter_mut()) {
-            let mut b = [0u8; CQE_SIZE as usize];
-            ring.read(k, &mut b)?;
-            let cqe = Cqe::read_from_bytes(&b).map_err(|_| Error::DeviceFatal)?;
+            ring.read(k, cqe.as_mut_bytes())?;
             *slot = translate(&cqe, |h| qps.contains(&h));
         }
         drop(qps);

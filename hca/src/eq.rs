@@ -5,8 +5,11 @@
 //! the tables of live CQs and QPs by handle, each with the verbs core's handler for its events.
 //! Each vector is serviced on its own thread that waits with a bound ([`SERVICE_INTERVAL`]) and
 //! drains its ring on every wake-up, interrupt or not, so a ring the device filled without raising
-//! (QEMU drops the interrupt when its ring is full) never stalls. No thread ever posts a command
-//! (design decision 2). Nothing the device writes is trusted: an entry naming no live object, or
+//! (QEMU drops the interrupt when its ring is full) never stalls. Where the platform can run a
+//! handler on the raising thread (the in-process model), vector 2's handler runs there instead,
+//! so a completion event costs no hand-off to the vector thread (design decision 20; decision 2
+//! asked for a thread per vector, which stays for what the handler does not get). No handler
+//! ever posts a command (design decision 2). Nothing the device writes is trusted: an entry naming no live object, or
 //! of a type the driver does not know, is counted and dropped, never passed up.
 
 use crate::health::{Count, Health};

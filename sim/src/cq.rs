@@ -102,7 +102,7 @@ pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
     }
     let mut pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;
     let state_page = pages.remove(0);
-    let entries = RingPages::new(pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
+    let entries = RingPages::new(&core.mem, pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
     let ring = Producer::new(&core.mem, entries, state_page).ok_or(Errno::EINVAL)?;
     let st = CqState { ring, arm: ArmState::Disarmed, error: false, dead: false };
     let mut objs = core.objects.lock();
@@ -138,21 +138,19 @@ impl Cq {
             return;
         }
         if st.error {
-            core.stat(|s| s.cqes_dropped_overflow += 1);
+            core.count(|c| &c.cqes_dropped_overflow);
             return;
         }
         match (st.ring.push(&core.mem, cqe.as_bytes()), profile) {
-            (Push::Written, _) => core.stat(|s| s.cqes_written += 1),
+            (Push::Written, _) => core.count(|c| &c.cqes_written),
             (Push::Full | Push::Fault, Profile::Qemu72) => {
-                core.stat(|s| s.cqes_dropped_overflow += 1);
+                core.count(|c| &c.cqes_dropped_overflow);
                 return;
             }
             (Push::Full, Profile::Ibta) => {
                 st.error = true;
-                core.stat(|s| {
-                    s.cq_overflows += 1;
-                    s.cqes_dropped_overflow += 1;
-                });
+                core.count(|c| &c.cq_overflows);
+                core.count(|c| &c.cqes_dropped_overflow);
                 core.post_async_event(EqeType::CqErr, self.handle);
                 fx.errored_cqs.push(self.uid);
                 return;
@@ -161,10 +159,8 @@ impl Cq {
                 // The driver's cons_head is garbage: the CQ is unusable, but this is not an
                 // overflow, so no CQ_ERR (design decision 7).
                 st.error = true;
-                core.stat(|s| {
-                    s.cq_ring_faults += 1;
-                    s.cqes_dropped_overflow += 1;
-                });
+                core.count(|c| &c.cq_ring_faults);
+                core.count(|c| &c.cqes_dropped_overflow);
                 fx.errored_cqs.push(self.uid);
                 return;
             }
@@ -197,7 +193,7 @@ impl Cq {
     /// ownership). `POLL` only counts.
     pub fn doorbell(&self, core: &Core, arm: Option<CqArmRequest>, poll: bool) {
         if poll {
-            core.stat(|s| s.cq_polls += 1);
+            core.count(|c| &c.cq_polls);
         }
         let mut st = self.st.lock();
         match arm {

@@ -72,7 +72,8 @@ pub enum Profile {
 pub struct SimConfig {
     /// Conformance profile.
     pub profile: Profile,
-    /// Modelled one-way wire latency of the loopback port (zero: deliver as soon as possible).
+    /// Modelled one-way wire latency of the loopback port. Zero: the thread that rings the send
+    /// doorbell delivers the packet before the write returns (`port.rs`).
     pub link_latency: Duration,
     /// Bytes of guest memory the driver may allocate.
     pub mem_limit: u64,
@@ -105,57 +106,84 @@ impl Default for SimConfig {
     }
 }
 
-/// Counters a test can read (all since the device was created; RESET does not clear them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SimStats {
+/// Declares the device's counters once: [`SimStats`], the snapshot a test reads, and the live
+/// atomic counters behind it (no lock on the data path).
+macro_rules! sim_stats {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Counters a test can read (all since the device was created; RESET does not clear
+        /// them).
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct SimStats {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Interrupts raised per vector (0 command, 1 async, 2 CQ).
+            pub interrupts: [u64; MAX_INTERRUPTS as usize],
+        }
+
+        /// The live counters, one atomic each.
+        #[derive(Default)]
+        pub(crate) struct Counters {
+            $(pub $name: AtomicU64,)*
+            pub interrupts: [AtomicU64; MAX_INTERRUPTS as usize],
+        }
+
+        impl Counters {
+            fn snapshot(&self) -> SimStats {
+                SimStats {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                    interrupts: std::array::from_fn(|v| self.interrupts[v].load(Ordering::Relaxed)),
+                }
+            }
+        }
+    };
+}
+
+sim_stats! {
     /// Commands executed (`REQUEST` writes of 0 with a DSR loaded).
-    pub commands: u64,
+    commands,
     /// Commands that answered a nonzero `err` (or whose slot was unreadable).
-    pub failed_commands: u64,
+    failed_commands,
     /// `REQUEST` writes ignored: no DSR, or the device is broken.
-    pub ignored_requests: u64,
+    ignored_requests,
     /// BAR2 writes.
-    pub doorbells: u64,
+    doorbells,
     /// BAR2 writes refused: unowned page, foreign or unknown handle, SRQ or unknown offset,
     /// broken device.
-    pub refused_doorbells: u64,
+    refused_doorbells,
     /// CQ doorbells with the POLL bit.
-    pub cq_polls: u64,
+    cq_polls,
     /// CQEs written to CQ rings.
-    pub cqes_written: u64,
+    cqes_written,
     /// CQEs dropped: the CQ was full (overflow) or already in error.
-    pub cqes_dropped_overflow: u64,
+    cqes_dropped_overflow,
     /// CQ overflows (IBTA profile: each puts a CQ in error and posts CQ_ERR).
-    pub cq_overflows: u64,
+    cq_overflows,
     /// CQs put in error by an out-of-range `cons_head`.
-    pub cq_ring_faults: u64,
+    cq_ring_faults,
     /// CQ-notification entries written.
-    pub cq_notifications: u64,
+    cq_notifications,
     /// CQ-notification entries dropped (ring full or broken).
-    pub notifications_dropped: u64,
+    notifications_dropped,
     /// Async events written.
-    pub async_events: u64,
+    async_events,
     /// Async events dropped (ring full or broken).
-    pub async_events_dropped: u64,
-    /// Interrupts raised per vector (0 command, 1 async, 2 CQ).
-    pub interrupts: [u64; MAX_INTERRUPTS as usize],
+    async_events_dropped,
     /// Interrupts suppressed by `REG_IMR`.
-    pub interrupts_masked: u64,
+    interrupts_masked,
     /// QP ring faults (an index out of range or ring memory gone): the QP went to ERR.
-    pub qp_ring_faults: u64,
+    qp_ring_faults,
     /// Packets put on the wire.
-    pub packets_sent: u64,
+    packets_sent,
     /// Packets delivered into a receive WQE.
-    pub packets_delivered: u64,
+    packets_delivered,
     /// Packets that had to wait for a receive WQE (RNR).
-    pub packets_parked: u64,
+    packets_parked,
     /// Packets whose delivery failed (the sender completed with an error).
-    pub packets_failed: u64,
+    packets_failed,
     /// Packets dropped because their sender was gone or had flushed them.
-    pub packets_dropped: u64,
+    packets_dropped,
     /// Times a QP's SQ drain paused: its SQ depth of sends outstanding, `qp_bytes_in_flight`, or
     /// the device's wire budget (`device_packets_in_flight`, `device_bytes_in_flight`) reached.
-    pub sq_throttled: u64,
+    sq_throttled,
 }
 
 /// The device's life cycle.
@@ -214,7 +242,7 @@ pub(crate) struct Core {
     pub objects: Mutex<Objects>,
     pub gids: Mutex<Vec<Option<Gid>>>,
     pub port: PortQueue,
-    stats: Mutex<SimStats>,
+    stats: Counters,
     uids: AtomicU64,
 }
 
@@ -256,7 +284,7 @@ impl SimDevice {
             objects: Mutex::new(Objects::new(seed)),
             gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
             port,
-            stats: Mutex::new(SimStats::default()),
+            stats: Counters::default(),
             uids: AtomicU64::new(1),
         });
         let thread_core = core.clone();
@@ -337,7 +365,7 @@ impl SimDevice {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
-        self.core.stats.lock().clone()
+        self.core.stats.snapshot()
     }
 
     /// The configuration the device was created with.
@@ -427,8 +455,8 @@ impl Core {
     }
 
     /// Bumps counters.
-    pub(crate) fn stat(&self, f: impl FnOnce(&mut SimStats)) {
-        f(&mut self.stats.lock());
+    pub(crate) fn count(&self, counter: impl FnOnce(&Counters) -> &AtomicU64) {
+        counter(&self.stats).fetch_add(1, Ordering::Relaxed);
     }
 
     /// A number unique over the device's life (objects' `uid`).
@@ -448,10 +476,10 @@ impl Core {
             return;
         }
         if self.imr.load(Ordering::Acquire) & (1 << v) != 0 {
-            self.stat(|s| s.interrupts_masked += 1);
+            self.count(|c| &c.interrupts_masked);
             return;
         }
-        self.stat(|s| s.interrupts[v as usize] += 1);
+        self.count(|c| &c.interrupts[v as usize]);
         self.vectors.raise(v);
     }
 
@@ -587,12 +615,12 @@ impl Core {
         let cs = self.cmd.lock();
         let dsr = match cs.dsr {
             Some(dsr) if self.state() != DeviceState::Broken => dsr,
-            _ => return self.stat(|s| s.ignored_requests += 1),
+            _ => return self.count(|c| &c.ignored_requests),
         };
-        self.stat(|s| s.commands += 1);
+        self.count(|c| &c.commands);
         let mut req = [0u8; cmd::MAX_REQUEST];
         if self.mem.read(dsr.cmd_slot, &mut req).is_err() {
-            self.stat(|s| s.failed_commands += 1);
+            self.count(|c| &c.failed_commands);
             self.regs.lock().err = crate::errno::Errno::EFAULT.reg_value();
             return self.raise(IntrVector::Response);
         }
@@ -606,7 +634,7 @@ impl Core {
         self.regs.lock().err = err_reg;
         let _ = self.mem.store_u32(ack_at, out.ack);
         if out.err != 0 {
-            self.stat(|s| s.failed_commands += 1);
+            self.count(|c| &c.failed_commands);
         }
         self.raise(IntrVector::Response);
     }

@@ -25,7 +25,9 @@ pub mod limits {
     pub const MAX_QP_WR: u32 = 1024;
     /// SGEs per work request.
     pub const MAX_SGE: u32 = 4;
-    /// CQs.
+    /// CQs (131,072; handles travel in 24 bits). A CQ of one page of
+    /// CQEs costs the driver 16 KiB of guest memory (ring-state page, entry page, page directory
+    /// and table), so `mem_limit` bounds the count first: 65,536 such CQs take 1 GiB.
     pub const MAX_CQ: u32 = 1 << 17;
     /// Entries per CQ (a power of two).
     pub const MAX_CQE: u32 = 4096;
@@ -112,7 +114,7 @@ fn load_ring(mem: &GuestMemory, info: &RingPageInfo, entry_size: u32) -> Option<
     let mut pages = pdir::resolve(mem, info.pdir_dma.get(), 0, n as usize).ok()?;
     let state = pages.remove(0);
     let elems = (n - 1) * PAGE_SIZE as u32 / entry_size;
-    let entries = RingPages::new(pages, entry_size, elems)?;
+    let entries = RingPages::new(mem, pages, entry_size, elems)?;
     Producer::new(mem, entries, state)
 }
 

@@ -32,9 +32,9 @@ impl Core {
             Some(ev) => ev.async_ring.push(&self.mem, eqe.as_bytes()),
             None => return,
         };
-        self.stat(|s| match pushed {
-            Push::Written => s.async_events += 1,
-            Push::Full | Push::Fault => s.async_events_dropped += 1,
+        self.count(|c| match pushed {
+            Push::Written => &c.async_events,
+            Push::Full | Push::Fault => &c.async_events_dropped,
         });
         self.raise(IntrVector::Async);
     }
@@ -49,7 +49,7 @@ impl Core {
             None => Push::Fault,
         };
         let written = pushed == Push::Written;
-        self.stat(|s| if written { s.cq_notifications += 1 } else { s.notifications_dropped += 1 });
+        self.count(|c| if written { &c.cq_notifications } else { &c.notifications_dropped });
         written
     }
 }

@@ -16,7 +16,7 @@
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -43,9 +43,16 @@ struct Region {
     len: u64,
 }
 
+/// The words of a region the map owns, and whether the region is still allocated (a [`Span`]
+/// resolved to them faults once it is not, as an access through the map would).
+struct OwnedWords {
+    live: AtomicBool,
+    words: Box<[AtomicU32]>,
+}
+
 /// The words of a region.
 enum Words {
-    Owned(Arc<[AtomicU32]>),
+    Owned(Arc<OwnedWords>),
     /// `count` words at `ptr`, the consumer's (see [`GuestMemory::map_external`]).
     External { ptr: std::ptr::NonNull<AtomicU32>, count: usize },
 }
@@ -60,7 +67,7 @@ unsafe impl Sync for Words {}
 impl Region {
     fn words(&self) -> &[AtomicU32] {
         match &self.words {
-            Words::Owned(w) => w,
+            Words::Owned(w) => &w.words,
             Words::External { ptr, count } => {
                 // Page-aligned at map time; live while the region is in the map, which the
                 // caller's borrow of the map's read lock guarantees (`map_external`'s contract).
@@ -109,7 +116,8 @@ impl GuestMemory {
         // One guard page between regions keeps an overrun from landing in a neighbour.
         let stride = size.checked_add(PAGE).ok_or(exhausted)?;
         let iova = self.next.fetch_add(stride, Ordering::Relaxed);
-        let words = Words::Owned((0..size / 4).map(|_| AtomicU32::new(0)).collect());
+        let words = (0..size / 4).map(|_| AtomicU32::new(0)).collect();
+        let words = Words::Owned(Arc::new(OwnedWords { live: AtomicBool::new(true), words }));
         self.regions.write().insert(iova, Region { words, len: size });
         Ok(iova)
     }
@@ -142,7 +150,8 @@ impl GuestMemory {
     pub fn free(&self, iova: u64) -> bool {
         match self.regions.write().remove(&iova) {
             Some(r) => {
-                if matches!(r.words, Words::Owned(_)) {
+                if let Words::Owned(w) = &r.words {
+                    w.live.store(false, Ordering::Release);
                     self.used.fetch_sub(r.len, Ordering::Relaxed);
                 }
                 true
@@ -180,6 +189,19 @@ impl GuestMemory {
             Some(Region { words: Words::Owned(w), .. }) => Some(Window { words: w.clone() }),
             _ => None,
         }
+    }
+
+    /// `[iova, iova + len)` resolved once for the device (a ring's page, as QEMU maps ring pages
+    /// when the ring is created): reached directly when it lies in a region the model
+    /// allocated, through the map otherwise (a consumer's mapped pages, which may be unmapped at
+    /// any time). Either way an access fails once the memory is freed or unmapped, as a lookup
+    /// would. Never fails itself: a span outside guest memory faults on every access.
+    pub fn span(&self, iova: u64, len: u64) -> Span {
+        let direct = self.with_region(iova, len, |r, off| match &r.words {
+            Words::Owned(w) => Some(SpanKind::Direct { words: w.clone(), off, len: len as usize }),
+            Words::External { .. } => None,
+        });
+        Span(direct.ok().flatten().unwrap_or(SpanKind::Mapped { iova, len }))
     }
 
     /// Fills `len` bytes at `iova` with zero, word by word in place (no buffer of `len` bytes).
@@ -250,38 +272,133 @@ impl GuestMemory {
 /// bytes from the region's start; an access past its end panics, so callers bound them first.
 #[derive(Clone)]
 pub struct Window {
-    words: Arc<[AtomicU32]>,
+    words: Arc<OwnedWords>,
 }
 
 impl Window {
     /// Bytes in the region.
     pub fn len(&self) -> u64 {
-        self.words.len() as u64 * 4
+        self.words.words.len() as u64 * 4
     }
 
     /// Whether the region is empty (never: regions are whole pages).
     pub fn is_empty(&self) -> bool {
-        self.words.is_empty()
+        self.words.words.is_empty()
     }
 
     /// Copies `buf.len()` bytes at `off` into `buf`.
     pub fn read(&self, off: usize, buf: &mut [u8]) {
-        read_words(&self.words, off, buf);
+        read_words(&self.words.words, off, buf);
     }
 
     /// Copies `data` to `off`.
     pub fn write(&self, off: usize, data: &[u8]) {
-        write_words(&self.words, off, data);
+        write_words(&self.words.words, off, data);
     }
 
     /// Loads the 32-bit word at `off` (4-byte aligned) with acquire ordering.
     pub fn load_u32(&self, off: usize) -> u32 {
-        self.words[off / 4].load(Ordering::Acquire)
+        self.words.words[off / 4].load(Ordering::Acquire)
     }
 
     /// Stores the 32-bit word at `off` (4-byte aligned) with release ordering.
     pub fn store_u32(&self, off: usize, v: u32) {
-        self.words[off / 4].store(v, Ordering::Release);
+        self.words.words[off / 4].store(v, Ordering::Release);
+    }
+}
+
+/// A span of guest memory resolved once ([`GuestMemory::span`]). Offsets are bytes from its
+/// start; an access past its end is an error.
+#[derive(Clone, Debug)]
+pub struct Span(SpanKind);
+
+#[derive(Clone)]
+enum SpanKind {
+    /// In a region the model allocated, reached without the map.
+    Direct {
+        words: Arc<OwnedWords>,
+        /// Byte offset of the span in the region.
+        off: usize,
+        len: usize,
+    },
+    /// Reached through the map at every access.
+    Mapped { iova: u64, len: u64 },
+}
+
+impl std::fmt::Debug for SpanKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpanKind::Direct { off, len, .. } => write!(f, "Direct(+{off:#x}, {len})"),
+            SpanKind::Mapped { iova, len } => write!(f, "Mapped({iova:#x}, {len})"),
+        }
+    }
+}
+
+impl Span {
+    /// The words and byte offset of `[at, at + len)` of a direct span that is still allocated;
+    /// `Ok(None)` for a mapped span.
+    fn direct(&self, at: usize, len: usize) -> Result<Option<(&[AtomicU32], usize)>, MemError> {
+        let SpanKind::Direct { words, off, len: span } = &self.0 else { return Ok(None) };
+        let end = at.checked_add(len).filter(|&e| e <= *span);
+        if end.is_none() || !words.live.load(Ordering::Acquire) {
+            return Err(MemError::OutOfRange { iova: (off + at) as u64, len: len as u64 });
+        }
+        Ok(Some((&words.words, off + at)))
+    }
+
+    fn iova(&self, at: usize, len: usize) -> Result<u64, MemError> {
+        let SpanKind::Mapped { iova, len: span } = &self.0 else {
+            return Err(MemError::OutOfRange { iova: 0, len: len as u64 });
+        };
+        let bad = MemError::OutOfRange { iova: *iova, len: len as u64 };
+        let end = (at as u64).checked_add(len as u64).ok_or(bad)?;
+        if end > *span {
+            return Err(bad);
+        }
+        Ok(iova + at as u64)
+    }
+
+    /// Copies `buf.len()` bytes at byte `at` of the span into `buf`.
+    pub fn read(&self, mem: &GuestMemory, at: usize, buf: &mut [u8]) -> Result<(), MemError> {
+        match self.direct(at, buf.len())? {
+            Some((words, off)) => {
+                read_words(words, off, buf);
+                Ok(())
+            }
+            None => mem.read(self.iova(at, buf.len())?, buf),
+        }
+    }
+
+    /// Copies `data` to byte `at` of the span.
+    pub fn write(&self, mem: &GuestMemory, at: usize, data: &[u8]) -> Result<(), MemError> {
+        match self.direct(at, data.len())? {
+            Some((words, off)) => {
+                write_words(words, off, data);
+                Ok(())
+            }
+            None => mem.write(self.iova(at, data.len())?, data),
+        }
+    }
+
+    /// Loads the word at byte `at` (4-byte aligned in guest memory) with acquire ordering.
+    pub fn load_u32(&self, mem: &GuestMemory, at: usize) -> Result<u32, MemError> {
+        match self.direct(at, 4)? {
+            Some((words, off)) if off % 4 == 0 => Ok(words[off / 4].load(Ordering::Acquire)),
+            Some((_, off)) => Err(MemError::Misaligned(off as u64)),
+            None => mem.load_u32(self.iova(at, 4)?),
+        }
+    }
+
+    /// Stores the word at byte `at` (4-byte aligned in guest memory) with release ordering.
+    pub fn store_u32(&self, mem: &GuestMemory, at: usize, v: u32) -> Result<(), MemError> {
+        match self.direct(at, 4)? {
+            Some((words, off)) if off % 4 == 0 => {
+                words[off / 4].store(v, Ordering::Release);
+                Ok(())
+            }
+            Some((_, off)) => Err(MemError::Misaligned(off as u64)),
+            None => mem.store_u32(self.iova(at, 4)?, v),
+        }
     }
 }
 

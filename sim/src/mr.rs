@@ -17,6 +17,7 @@ use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::verbs::{access, mr_flags};
 use pvrdma_abi::wqe::{wc_status, Sge};
 use pvrdma_abi::PAGE_SIZE;
+use smallvec::SmallVec;
 use std::sync::Arc;
 use zerocopy::little_endian::U32;
 
@@ -167,9 +168,9 @@ struct Checked {
 
 /// Checks every non-empty SGE: the lkey exists, the MR is in `pd`, the range lies inside the MR,
 /// the MR has memory, and it grants `need` access bits. Failure: `LOC_PROT_ERR`.
-fn check(core: &Core, pd: u32, sges: &[Sge], need: u32) -> Result<Vec<Checked>, u32> {
+fn check(core: &Core, pd: u32, sges: &[Sge], need: u32) -> Result<SmallVec<[Checked; 4]>, u32> {
     let objs = core.objects.lock();
-    let mut out = Vec::with_capacity(sges.len());
+    let mut out = SmallVec::new();
     for sge in sges.iter().filter(|s| s.length.get() != 0) {
         let (addr, len) = (sge.addr.get(), sge.length.get());
         let mr = objs

@@ -356,7 +356,7 @@ pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
                 let len = pkt.payload.len() as u64;
                 match deliver(core, pkt, fx) {
                     Some(pkt) => {
-                        core.stat(|s| s.packets_parked += 1);
+                        core.count(|c| &c.packets_parked);
                         core.port.park_front(pkt.dest, VecDeque::from([pkt]));
                     }
                     None => core.port.release(len, fx),
@@ -384,12 +384,12 @@ pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
 /// WQE.
 fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
     let Some(src) = core.qp(pkt.src).filter(|q| q.uid == pkt.src_uid) else {
-        core.stat(|s| s.packets_dropped += 1);
+        core.count(|c| &c.packets_dropped);
         return None;
     };
     if !src.send_pending(pkt.seq) {
         // The sender flushed or reset meanwhile: it no longer waits for an answer.
-        core.stat(|s| s.packets_dropped += 1);
+        core.count(|c| &c.packets_dropped);
         return None;
     }
     let bound = core.gids.lock().iter().any(|g| g.as_ref() == Some(&pkt.dgid));
@@ -400,11 +400,11 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
     let status = match outcome {
         crate::qp::Rx::Park => return Some(pkt),
         crate::qp::Rx::Delivered => {
-            core.stat(|s| s.packets_delivered += 1);
+            core.count(|c| &c.packets_delivered);
             wc_status::SUCCESS
         }
         crate::qp::Rx::Fail(status) => {
-            core.stat(|s| s.packets_failed += 1);
+            core.count(|c| &c.packets_failed);
             status
         }
     };

@@ -35,10 +35,12 @@ use pvrdma_abi::wqe::{
     SqWqeHdr,
 };
 use std::collections::VecDeque;
+use crate::mem::GuestMemory;
+use smallvec::SmallVec;
 use std::sync::Arc;
 use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U32, U64};
-use zerocopy::{FromBytes, FromZeros};
+use zerocopy::{FromZeros, IntoBytes};
 
 const SQ_HDR: usize = core::mem::size_of::<SqWqeHdr>();
 const RQ_HDR: usize = core::mem::size_of::<RqWqeHdr>();
@@ -154,8 +156,8 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let state_page = pdir::resolve(&core.mem, dir, 0, 1)?[0];
     let sq = pdir::resolve(&core.mem, dir, 1, sq_pages as usize)?;
     let rq = pdir::resolve(&core.mem, dir, 1 + send_chunks as usize, rq_pages as usize)?;
-    let sq = RingPages::new(sq, sstride, swr).ok_or(Errno::EINVAL)?;
-    let rq = RingPages::new(rq, rstride, rwr).ok_or(Errno::EINVAL)?;
+    let sq = RingPages::new(&core.mem, sq, sstride, swr).ok_or(Errno::EINVAL)?;
+    let rq = RingPages::new(&core.mem, rq, rstride, rwr).ok_or(Errno::EINVAL)?;
 
     let mut attrs = QpAttr::new_zeroed();
     attrs.qp_state = U32::new(qp_state::RESET);
@@ -184,8 +186,8 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         sq_sig_all: req.sq_sig_all != 0,
         max_send_sge: ssge,
         max_recv_sge: rsge,
-        sq: Consumer::new(sq, state_page, Half::Tx),
-        rq: Consumer::new(rq, state_page, Half::Rx),
+        sq: Consumer::new(&core.mem, sq, state_page, Half::Tx),
+        rq: Consumer::new(&core.mem, rq, state_page, Half::Rx),
         st: Mutex::new(st),
     };
     objs.qps.insert(handle, Arc::new(qp));
@@ -387,7 +389,7 @@ impl Qp {
                 || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight);
             if qp_full || !core.port.try_reserve(self.handle, len) {
                 st.throttled = true;
-                core.stat(|s| s.sq_throttled += 1);
+                core.count(|c| &c.sq_throttled);
                 return;
             }
             if self.sq.consume(&core.mem, slot).is_err() {
@@ -427,7 +429,7 @@ impl Qp {
                         solicited: flags & send_flags::SOLICITED != 0,
                         payload,
                     };
-                    core.stat(|s| s.packets_sent += 1);
+                    core.count(|c| &c.packets_sent);
                     core.port.transmit(packet, core.cfg.link_latency);
                 }
                 Err(status) => {
@@ -450,22 +452,20 @@ impl Qp {
     }
 
     /// Reads the send WQE at `slot`: its header and its first `min(num_sge, max_send_sge)` SGEs.
-    fn read_sq_wqe(&self, core: &Core, slot: Slot) -> Option<(SqWqeHdr, Vec<Sge>)> {
-        let mut raw = [0u8; SQ_HDR];
-        self.sq.read(&core.mem, slot, &mut raw).ok()?;
-        let hdr = SqWqeHdr::read_from_bytes(&raw).ok()?;
+    fn read_sq_wqe(&self, core: &Core, slot: Slot) -> Option<(SqWqeHdr, Sges)> {
+        let mut hdr = SqWqeHdr::new_zeroed();
+        self.sq.read(&core.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
         let n = hdr.num_sge.get().min(self.max_send_sge) as usize;
-        let sges = read_sges(core, slot.addr + SQ_HDR as u64, n)?;
+        let sges = read_sges(&core.mem, &self.sq, slot, SQ_HDR, n)?;
         Some((hdr, sges))
     }
 
     /// Reads the receive WQE at `slot` like [`Qp::read_sq_wqe`].
-    fn read_rq_wqe(&self, core: &Core, slot: Slot) -> Option<(RqWqeHdr, Vec<Sge>)> {
-        let mut raw = [0u8; RQ_HDR];
-        self.rq.read(&core.mem, slot, &mut raw).ok()?;
-        let hdr = RqWqeHdr::read_from_bytes(&raw).ok()?;
+    fn read_rq_wqe(&self, core: &Core, slot: Slot) -> Option<(RqWqeHdr, Sges)> {
+        let mut hdr = RqWqeHdr::new_zeroed();
+        self.rq.read(&core.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
         let n = hdr.num_sge.get().min(self.max_recv_sge) as usize;
-        let sges = read_sges(core, slot.addr + RQ_HDR as u64, n)?;
+        let sges = read_sges(&core.mem, &self.rq, slot, RQ_HDR, n)?;
         Some((hdr, sges))
     }
 
@@ -607,7 +607,7 @@ impl Qp {
 
     /// A ring index out of range (or ring memory gone): QP_FATAL, then ERR.
     fn fault(&self, core: &Core, st: &mut MutexGuard<'_, QpState>, fx: &mut Effects) {
-        core.stat(|s| s.qp_ring_faults += 1);
+        core.count(|c| &c.qp_ring_faults);
         core.post_async_event(EqeType::QpFatal, self.handle);
         if st.state != qp_state::ERR {
             self.enter_error(core, st, fx);
@@ -627,15 +627,15 @@ impl Qp {
                 Ok(Some(slot)) => slot,
                 Ok(None) => return,
                 Err(_) => {
-                    core.stat(|s| s.qp_ring_faults += 1);
+                    core.count(|c| &c.qp_ring_faults);
                     return;
                 }
             };
             let mut wr_id = [0u8; 8];
-            if ring.read(&core.mem, slot, &mut wr_id).is_err()
+            if ring.read(&core.mem, slot, 0, &mut wr_id).is_err()
                 || ring.consume(&core.mem, slot).is_err()
             {
-                core.stat(|s| s.qp_ring_faults += 1);
+                core.count(|c| &c.qp_ring_faults);
                 return;
             }
             let cqe = Cqe {
@@ -652,8 +652,14 @@ impl Qp {
 }
 
 /// Reads `n` SGEs at `addr` (inside one WQE slot, already range-checked by the ring).
-fn read_sges(core: &Core, addr: u64, n: usize) -> Option<Vec<Sge>> {
-    let mut raw = vec![0u8; n * SGE];
-    core.mem.read(addr, &mut raw).ok()?;
-    Some(raw.chunks_exact(SGE).filter_map(|c| Sge::read_from_bytes(c).ok()).collect())
+/// The SGEs of one WQE (at most the device's `MAX_SGE` of them, kept inline).
+type Sges = SmallVec<[Sge; limits::MAX_SGE as usize]>;
+
+fn read_sges(mem: &GuestMemory, ring: &Consumer, slot: Slot, at: usize, n: usize) -> Option<Sges> {
+    (0..n)
+        .map(|k| {
+            let mut sge = Sge::new_zeroed();
+            ring.read(mem, slot, at + k * SGE, sge.as_mut_bytes()).ok().map(|()| sge)
+        })
+        .collect()
 }

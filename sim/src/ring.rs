@@ -5,7 +5,7 @@
 //! index the driver wrote: every load is range-checked with the ABI helpers, and a bad index is
 //! reported as [`RingFault`] for the caller to turn into an object error, never a panic.
 
-use crate::mem::GuestMemory;
+use crate::mem::{GuestMemory, Span};
 use pvrdma_abi::ring::{idx_inc, idx_slot, idx_valid, ring_count};
 use pvrdma_abi::PAGE_SIZE;
 
@@ -35,10 +35,12 @@ impl Half {
     }
 }
 
-/// The entry pages of a ring: `elems` entries of `stride` bytes, packed from the first page.
+/// The entry pages of a ring: `elems` entries of `stride` bytes, packed from the first page,
+/// each page resolved once when the ring is created (as QEMU maps a ring's pages at creation).
 #[derive(Debug)]
 pub struct RingPages {
     pages: Vec<u64>,
+    spans: Vec<Span>,
     stride: u32,
     elems: u32,
 }
@@ -46,8 +48,8 @@ pub struct RingPages {
 impl RingPages {
     /// Entry pages for `elems` entries (a power of two) of `stride` bytes (a power of two of at
     /// most one page, so an entry never straddles pages). `None` if the geometry is invalid or
-    /// `pages` cannot hold the entries.
-    pub fn new(pages: Vec<u64>, stride: u32, elems: u32) -> Option<Self> {
+    /// `pages` cannot hold the entries. A page outside guest memory faults when it is used.
+    pub fn new(mem: &GuestMemory, pages: Vec<u64>, stride: u32, elems: u32) -> Option<Self> {
         if !elems.is_power_of_two() || !stride.is_power_of_two() || stride as usize > PAGE_SIZE {
             return None;
         }
@@ -55,17 +57,63 @@ impl RingPages {
         if bytes > pages.len() as u64 * PAGE {
             return None;
         }
-        Some(Self { pages, stride, elems })
+        let used = bytes.div_ceil(PAGE) as usize;
+        let spans = pages[..used].iter().map(|&p| mem.span(p, PAGE)).collect();
+        Some(Self { pages, spans, stride, elems })
     }
 
     /// Device address of entry `slot` (`0 .. elems`).
     pub fn slot_addr(&self, slot: u32) -> Option<u64> {
+        let (page, off) = self.locate(slot)?;
+        Some(self.pages[page] + off as u64)
+    }
+
+    /// (page, byte offset in it) of entry `slot`.
+    fn locate(&self, slot: u32) -> Option<(usize, usize)> {
         if slot >= self.elems {
             return None;
         }
-        let off = u64::from(slot) * u64::from(self.stride);
-        let page = self.pages.get((off / PAGE) as usize)?;
-        Some(page + off % PAGE)
+        let off = slot as usize * self.stride as usize;
+        Some((off / PAGE_SIZE, off % PAGE_SIZE))
+    }
+
+    /// Copies `buf.len()` bytes at byte `at` of entry `slot` (within its stride).
+    fn read(&self, mem: &GuestMemory, slot: u32, at: usize, buf: &mut [u8]) -> Result<(), RingFault> {
+        let (page, off) = self.locate(slot).ok_or(RingFault)?;
+        if at.checked_add(buf.len()).is_none_or(|end| end > self.stride as usize) {
+            return Err(RingFault);
+        }
+        self.spans[page].read(mem, off + at, buf).map_err(|_| RingFault)
+    }
+
+    /// Writes `data` (at most one stride) into entry `slot`.
+    fn write(&self, mem: &GuestMemory, slot: u32, data: &[u8]) -> Result<(), RingFault> {
+        let (page, off) = self.locate(slot).ok_or(RingFault)?;
+        let len = data.len().min(self.stride as usize);
+        self.spans[page].write(mem, off, &data[..len]).map_err(|_| RingFault)
+    }
+}
+
+/// A ring's two index words in its ring-state page, resolved once.
+#[derive(Debug)]
+struct Indices {
+    state: Span,
+    prod: usize,
+    cons: usize,
+}
+
+impl Indices {
+    fn new(mem: &GuestMemory, state_page: u64, half: Half) -> Self {
+        let (p, c) = half.offsets();
+        Self { state: mem.span(state_page, 16), prod: p as usize, cons: c as usize }
+    }
+
+    fn load(&self, mem: &GuestMemory, at: usize) -> Result<u32, RingFault> {
+        self.state.load_u32(mem, at).map_err(|_| RingFault)
+    }
+
+    fn store(&self, mem: &GuestMemory, at: usize, v: u32) -> Result<(), RingFault> {
+        self.state.store_u32(mem, at, v).map_err(|_| RingFault)
     }
 }
 
@@ -86,8 +134,7 @@ pub enum Push {
 #[derive(Debug)]
 pub struct Producer {
     entries: RingPages,
-    prod_at: u64,
-    cons_at: u64,
+    idx: Indices,
     prod: u32,
 }
 
@@ -96,19 +143,19 @@ impl Producer {
     /// `prod_tail` found there (zero on a fresh ring); `None` if it is out of range or the page is
     /// not guest memory.
     pub fn new(mem: &GuestMemory, entries: RingPages, state_page: u64) -> Option<Self> {
-        let (p, c) = Half::Rx.offsets();
-        let prod = mem.load_u32(state_page + p).ok()?;
+        let idx = Indices::new(mem, state_page, Half::Rx);
+        let prod = idx.load(mem, idx.prod).ok()?;
         if !idx_valid(prod, entries.elems) {
             return None;
         }
-        Some(Self { entries, prod_at: state_page + p, cons_at: state_page + c, prod })
+        Some(Self { entries, idx, prod })
     }
 
     /// Writes `entry` (at most one stride) into the next slot, then stores the new producer index
     /// with release ordering. Never overwrites an entry the driver has not consumed.
     pub fn push(&mut self, mem: &GuestMemory, entry: &[u8]) -> Push {
         let n = self.entries.elems;
-        let Ok(cons) = mem.load_u32(self.cons_at) else {
+        let Ok(cons) = self.idx.load(mem, self.idx.cons) else {
             return Push::Fault;
         };
         match ring_count(self.prod, cons, n) {
@@ -116,15 +163,14 @@ impl Producer {
             Some(used) if used >= n => return Push::Full,
             Some(_) => {}
         }
-        let Some(addr) = idx_slot(self.prod, n).and_then(|s| self.entries.slot_addr(s)) else {
+        let Some(slot) = idx_slot(self.prod, n) else {
             return Push::Fault;
         };
-        let len = entry.len().min(self.entries.stride as usize);
-        if mem.write(addr, &entry[..len]).is_err() {
+        if self.entries.write(mem, slot, entry).is_err() {
             return Push::Fault;
         }
         let next = idx_inc(self.prod, n);
-        if mem.store_u32(self.prod_at, next).is_err() {
+        if self.idx.store(mem, self.idx.prod, next).is_err() {
             return Push::Fault;
         }
         self.prod = next;
@@ -147,22 +193,20 @@ pub struct Slot {
 #[derive(Debug)]
 pub struct Consumer {
     entries: RingPages,
-    prod_at: u64,
-    cons_at: u64,
+    idx: Indices,
 }
 
 impl Consumer {
     /// A consumer over `entries` using the `half` index pair of the ring-state page.
-    pub fn new(entries: RingPages, state_page: u64, half: Half) -> Self {
-        let (p, c) = half.offsets();
-        Self { entries, prod_at: state_page + p, cons_at: state_page + c }
+    pub fn new(mem: &GuestMemory, entries: RingPages, state_page: u64, half: Half) -> Self {
+        Self { entries, idx: Indices::new(mem, state_page, half) }
     }
 
     /// The next posted entry, `None` if the ring is empty.
     pub fn next(&self, mem: &GuestMemory) -> Result<Option<Slot>, RingFault> {
         let n = self.entries.elems;
-        let prod = mem.load_u32(self.prod_at).map_err(|_| RingFault)?;
-        let cons = mem.load_u32(self.cons_at).map_err(|_| RingFault)?;
+        let prod = self.idx.load(mem, self.idx.prod)?;
+        let cons = self.idx.load(mem, self.idx.cons)?;
         match ring_count(prod, cons, n) {
             None => Err(RingFault),
             Some(0) => Ok(None),
@@ -174,18 +218,16 @@ impl Consumer {
         }
     }
 
-    /// Copies the first `buf.len()` bytes (at most one stride) of the entry at `slot`.
-    pub fn read(&self, mem: &GuestMemory, slot: Slot, buf: &mut [u8]) -> Result<(), RingFault> {
-        if buf.len() > self.entries.stride as usize {
-            return Err(RingFault);
-        }
-        mem.read(slot.addr, buf).map_err(|_| RingFault)
+    /// Copies `buf.len()` bytes at byte `at` of the entry at `slot` (within one stride).
+    pub fn read(&self, mem: &GuestMemory, slot: Slot, at: usize, buf: &mut [u8]) -> Result<(), RingFault> {
+        let s = idx_slot(slot.idx, self.entries.elems).ok_or(RingFault)?;
+        self.entries.read(mem, s, at, buf)
     }
 
     /// Marks `slot` consumed: stores the following index into `cons_head` with release ordering.
     pub fn consume(&self, mem: &GuestMemory, slot: Slot) -> Result<(), RingFault> {
         let next = idx_inc(slot.idx, self.entries.elems);
-        mem.store_u32(self.cons_at, next).map_err(|_| RingFault)
+        self.idx.store(mem, self.idx.cons, next)
     }
 
     /// Number of entries.
@@ -203,7 +245,7 @@ mod tests {
         let mem = GuestMemory::new(1 << 20);
         let state = mem.alloc(4096).unwrap();
         let page = mem.alloc(4096).unwrap();
-        let pages = RingPages::new(vec![page], 4, 2).unwrap();
+        let pages = RingPages::new(&mem, vec![page], 4, 2).unwrap();
         let mut p = Producer::new(&mem, pages, state).unwrap();
         assert_eq!(p.push(&mem, &1u32.to_le_bytes()), Push::Written);
         assert_eq!(p.push(&mem, &2u32.to_le_bytes()), Push::Written);
@@ -215,8 +257,8 @@ mod tests {
         assert_eq!(mem.load_u32(page).unwrap(), 3);
         mem.store_u32(state + 12, 0xdead_beef).unwrap();
         assert_eq!(p.push(&mem, &4u32.to_le_bytes()), Push::Fault);
-        assert!(RingPages::new(vec![page], 4, 3).is_none());
-        assert!(RingPages::new(vec![page], 64, 128).is_none());
+        assert!(RingPages::new(&mem, vec![page], 4, 3).is_none());
+        assert!(RingPages::new(&mem, vec![page], 64, 128).is_none());
     }
 
     #[test]
@@ -224,7 +266,7 @@ mod tests {
         let mem = GuestMemory::new(1 << 20);
         let state = mem.alloc(4096).unwrap();
         let page = mem.alloc(4096).unwrap();
-        let c = Consumer::new(RingPages::new(vec![page], 128, 4).unwrap(), state, Half::Tx);
+        let c = Consumer::new(&mem, RingPages::new(&mem, vec![page], 128, 4).unwrap(), state, Half::Tx);
         assert_eq!(c.next(&mem), Ok(None));
         mem.store_u32(state, 1).unwrap();
         let s = c.next(&mem).unwrap().unwrap();
@@ -235,5 +277,25 @@ mod tests {
         assert_eq!(c.next(&mem), Err(RingFault));
         mem.store_u32(state, 6).unwrap();
         assert_eq!(c.next(&mem), Err(RingFault));
+    }
+
+    #[test]
+    fn pages_resolved_at_creation_fault_once_freed() {
+        let mem = GuestMemory::new(1 << 20);
+        let (state, page) = (mem.alloc(4096).unwrap(), mem.alloc(4096).unwrap());
+        let mut p = Producer::new(&mem, RingPages::new(&mem, vec![page], 64, 4).unwrap(), state).unwrap();
+        assert_eq!(p.push(&mem, &[1; 64]), Push::Written);
+        assert!(mem.free(page));
+        assert_eq!(p.push(&mem, &[2; 64]), Push::Fault, "an entry page the driver freed");
+        let (state2, page2) = (mem.alloc(4096).unwrap(), mem.alloc(4096).unwrap());
+        let c = Consumer::new(&mem, RingPages::new(&mem, vec![page2], 64, 4).unwrap(), state2, Half::Rx);
+        mem.store_u32(state2 + 8, 1).unwrap();
+        let s = c.next(&mem).unwrap().unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(c.read(&mem, s, 60, &mut b), Err(RingFault), "a read past the stride");
+        assert!(mem.free(state2));
+        assert_eq!(c.next(&mem), Err(RingFault), "a ring-state page the driver freed");
+        let never = Consumer::new(&mem, RingPages::new(&mem, vec![0x1000], 64, 4).unwrap(), 0x2000, Half::Tx);
+        assert_eq!(never.next(&mem), Err(RingFault), "pages that were never guest memory");
     }
 }

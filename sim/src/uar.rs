@@ -46,10 +46,10 @@ impl Owner {
 impl Core {
     /// Handles a BAR2 write; runs to completion before returning.
     pub(crate) fn doorbell(&self, offset: u64, value: u32) {
-        self.stat(|s| s.doorbells += 1);
+        self.count(|c| &c.doorbells);
         let accepted = self.state() != DeviceState::Broken && self.ring_doorbell(offset, value);
         if !accepted {
-            self.stat(|s| s.refused_doorbells += 1);
+            self.count(|c| &c.refused_doorbells);
         }
     }
 

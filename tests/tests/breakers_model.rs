@@ -269,7 +269,15 @@ fn reset_while_traffic_flows_keeps_the_port_alive() {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         });
     }
+    let name = dev.name();
     drop(dev);
+    // The reset may have made the device fatal: the fatal fan-out's thread holds the old driver
+    // instance until it is done, and its teardown resets the function. Probe again once it has
+    // let go, as a new driver waits for the old one to release a PCI function.
+    let t = Instant::now();
+    while ib_core::device_list().iter().any(|d| d.name == name) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let dev2 = hca::probe(std::sync::Arc::new(sim.clone()), Default::default()).expect("re-probe after RESET");
     real_send_works(&dev2);
 }

@@ -53,9 +53,12 @@ impl Context {
 }
 
 impl CompChannel {
-    /// Queues one event for `cq` (the fired arm's).
-    pub(crate) fn push(&self, cq: &CqRef) {
-        self.inner.queue.push(cq.clone());
+    /// Queues one event for `cq` (the fired arm's) unless `retired` says its destroy began,
+    /// asked under the queue's lock: a destroy retires the CQ, then purges the channel, so the
+    /// event is either never queued or purged before any consumer can have it after the
+    /// destroy. Returns whether it was queued.
+    pub(crate) fn push_unless(&self, cq: &CqRef, retired: impl FnOnce() -> bool) -> bool {
+        self.inner.queue.push_unless(cq.clone(), retired)
     }
 
     /// Removes the untaken events of `cq` (being destroyed); returns how many.

@@ -78,15 +78,11 @@ impl CqEvents {
     /// Acts on what a fired (or erred) arm reached.
     pub(crate) fn deliver(&self, fired: Fired) {
         if fired.channel {
-            self.events.fetch_add(1, Ordering::Relaxed);
-            if let Some(ch) = &self.channel {
-                ch.push(&self.cq);
-                // A destroy from inside this CQ's own callback cannot wait for this delivery:
-                // if it retired the CQ meanwhile, its purge may already have run, so the event
-                // just pushed is purged here (either purge, or both, removes it).
-                if self.deliveries.is_retired() {
-                    ch.purge(&self.cq);
-                }
+            // A destroy from inside this CQ's own callback cannot wait for this delivery: the
+            // push looks, under the channel's lock, whether the destroy began.
+            let queued = self.channel.as_ref().is_some_and(|ch| ch.push_unless(&self.cq, || self.deliveries.is_retired()));
+            if queued {
+                self.events.fetch_add(1, Ordering::Relaxed);
             }
         }
         if fired.upcall {

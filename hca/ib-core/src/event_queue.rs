@@ -45,10 +45,20 @@ impl<T> EventQueue<T> {
 
     /// Queues `item`, makes the fd readable and wakes one waiter.
     pub(crate) fn push(&self, item: T) {
+        self.push_unless(item, || false);
+    }
+
+    /// [`EventQueue::push`] unless `skip` says no, asked under the queue's lock: a purge made
+    /// after whatever `skip` reads has changed finds the item queued. Returns whether it queued.
+    pub(crate) fn push_unless(&self, item: T, skip: impl FnOnce() -> bool) -> bool {
         let mut s = self.state.lock();
+        if skip() {
+            return false;
+        }
         s.items.push_back(item);
         self.fd.signal();
         self.cv.notify_one();
+        true
     }
 
     /// Takes the oldest event without waiting; `on_take` runs under the queue's lock (so a purge
