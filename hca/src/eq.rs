@@ -19,7 +19,6 @@ use doorbell::Owner;
 use ib_core::provider::{CqDelivery, CqError, CqEventHandler, QpEventHandler};
 use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
-use smallvec::SmallVec;
 use pvrdma_abi::event::{Cqne, Eqe, EqeType};
 use pvrdma_abi::regs::{IntrVector, REG_VERSION};
 use std::collections::{HashMap, VecDeque};
@@ -45,9 +44,26 @@ pub const ASYNC_RING_ELEMS: u32 = 4096 / 8;
 /// CQ-notification ring entries: one page of 4-byte [`Cqne`]s.
 pub const NOTIFY_RING_ELEMS: u32 = 4096 / 4;
 
-/// The arms one drain fired, delivered once the ring's lock is released (inline up to a few: a
-/// drain usually fires one).
-type Deliveries = SmallVec<[CqDelivery; 4]>;
+/// The arms one drain fired, delivered (dropped) once the ring's lock is released. A drain
+/// usually fires one, kept inline; more go to a vector, allocated only then.
+#[derive(Default)]
+struct Deliveries {
+    first: Option<CqDelivery>,
+    rest: Vec<CqDelivery>,
+}
+
+impl Deliveries {
+    fn push(&mut self, d: CqDelivery) {
+        match self.first {
+            None => self.first = Some(d),
+            Some(_) => self.rest.push(d),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+}
 
 /// What the event paths know of a CQ besides its core handler.
 #[derive(Default)]
@@ -199,8 +215,12 @@ impl EventRings {
         if self.health.is_fatal() {
             return change();
         }
-        let mut fired = Deliveries::new();
         let mut ring = self.notify_ring.lock();
+        if ring.pending() == Ok(0) {
+            // Nothing to drain (every arm of a CQ already armed lands here): no delivery to hold.
+            return change();
+        }
+        let mut fired = Deliveries::default();
         let out = match self.drain_locked(&mut ring, &mut fired) {
             Ok(()) => {
                 let out = change();
@@ -245,7 +265,9 @@ impl EventRings {
         self.health.count(Count::NotifyRingFull);
         let cqs = self.cqs.read();
         let before = fired.len();
-        fired.extend(cqs.values().filter_map(|e| e.handler.recover_dropped()));
+        for d in cqs.values().filter_map(|e| e.handler.recover_dropped()) {
+            fired.push(d);
+        }
         let n = fired.len() - before;
         tracing::warn!(cqs = cqs.len(), fired = n, "CQ-notification ring was full: recovered the armed CQs");
     }
@@ -253,7 +275,9 @@ impl EventRings {
     fn notify_cq(&self, handle: u32, fired: &mut Deliveries) {
         let delivery = self.cq_handler(handle).and_then(|h| h.completion());
         self.health.count(if delivery.is_some() { Count::CqEvent } else { Count::Spurious });
-        fired.extend(delivery);
+        if let Some(d) = delivery {
+            fired.push(d);
+        }
     }
 
     /// Consumes every async-event entry and passes each, by the object it names, to the core, in

@@ -5,7 +5,8 @@
 //! | pair | project | baseline |
 //! |---|---|---|
 //! | `poll_cq_b1`, `poll_cq_b16` | `Cq::poll` of 1 or 16 CQEs per call from a CQ the model filled | a raw ring of 64-byte entries laid out as the CQ ring: one acquire load of the producer index, a 64-byte copy per entry, one release store of the consumer index, under one uncontended lock (a thread-safe poll takes one) |
-//! | `req_notify` | `Cq::req_notify(NEXT_COMPLETION)` of a kernel CQ | one bare UAR write of the same arm value through the same platform |
+//! | `req_notify` | `Cq::req_notify(NEXT_COMPLETION)` of a kernel CQ already armed (rings nothing) | one bare UAR write of the same arm value through the same platform |
+//! | `req_notify_spent` | the same after an event spent the arm (rings the arm doorbell), each arm timed alone | each bare write timed alone |
 //! | `post_send_b1`, `post_send_b32` | `Qp::post_send` of a 64-byte SEND, its doorbell included (a posted write, as on hardware: the model runs it after the batch, untimed) | the same WQE bytes (header and SGE) written into a ring, a release store of the producer index and a store standing for the doorbell |
 //! | `event_rt_64B`, `event_rt_64B_pinned` | a 64-byte RC ping-pong between two threads sleeping on completion channels (arm, wait, ack, poll, post), unpinned and both threads on CPU 0 | two threads handing a token back and forth through a `Mutex` and `Condvar` |
 //! | `busy_rt_64B`, `busy_rt_4096B` | the same ping-pong busy-polling, link latency 0 | a software loopback: the payload copy, one 64-byte entry and an index update into the other end's ring, and a poll that copies it back |
@@ -87,7 +88,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn summary() {
     println!("\n{:<20} {:<12} {:>12} {:>12} {:>8}", "pair", "per", "project ns", "baseline ns", "ratio");
     ROWS.with(|rows| {
-        for row in rows.borrow_mut().iter_mut() {
+        for row in rows.borrow_mut().iter_mut().filter(|r| !r.project.is_empty()) {
             let (p, q) = (median(&mut row.project), median(&mut row.baseline));
             println!("{:<20} {:<12} {:>12.1} {:>12.1} {:>7.2}x", row.name, row.unit, p, q, p / q);
         }
