@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
+use zerocopy::little_endian::U32;
+use zerocopy::FromBytes;
 
 /// Device addresses start here, so that 0 and small values are never valid.
 pub const IOVA_BASE: u64 = 0x1_0000_0000;
@@ -405,6 +407,15 @@ impl Span {
 /// Copies `buf.len()` bytes at byte `off` of `words` into `buf`: one load per word touched,
 /// whole words copied as words.
 fn read_words(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
+    if off % 4 == 0 {
+        // Whole words (a CQE, a WQE header): one load and one 4-byte store each.
+        if let Ok(dst) = <[U32]>::mut_from_bytes(buf) {
+            for (d, w) in dst.iter_mut().zip(&words[off / 4..]) {
+                *d = U32::new(w.load(Ordering::Relaxed));
+            }
+            return;
+        }
+    }
     let head = ((4 - off % 4) % 4).min(buf.len());
     let (first, rest) = buf.split_at_mut(head);
     if head > 0 {
@@ -426,6 +437,14 @@ fn read_words(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
 
 /// Copies `data` to byte `off` of `words`: whole words stored as words, partial words merged.
 fn write_words(words: &[AtomicU32], off: usize, data: &[u8]) {
+    if off % 4 == 0 {
+        if let Ok(src) = <[U32]>::ref_from_bytes(data) {
+            for (s, w) in src.iter().zip(&words[off / 4..]) {
+                w.store(s.get(), Ordering::Relaxed);
+            }
+            return;
+        }
+    }
     let head = ((4 - off % 4) % 4).min(data.len());
     let (first, rest) = data.split_at(head);
     if head > 0 {

@@ -106,6 +106,8 @@ pub struct PortQueue {
     max_bytes: u64,
     /// Link latency 0: doorbells' threads deliver; the port thread takes only hand-offs.
     inline: bool,
+    /// When every packet is due at latency 0 (so that path reads no clock).
+    epoch: Instant,
 }
 
 /// One unit of the port's work, taken by whoever holds the port.
@@ -125,6 +127,7 @@ impl PortQueue {
             max_packets,
             max_bytes,
             inline,
+            epoch: Instant::now(),
         }
     }
 
@@ -171,7 +174,8 @@ impl PortQueue {
     /// from now (saturating: a latency too long to represent never arrives).
     pub fn transmit(&self, pkt: Packet, latency: Duration) {
         let mut w = self.wire.lock();
-        w.in_flight.push_back((osdep::deadline_after(latency), pkt));
+        let at = if self.inline { self.epoch } else { osdep::deadline_after(latency) };
+        w.in_flight.push_back((at, pkt));
         if !self.inline {
             self.cond.notify_all();
         }
@@ -249,8 +253,10 @@ impl PortQueue {
                 }
                 w.handoff = false;
             }
+            // At latency 0 a packet in flight is its sender's to deliver until handed off (a
+            // notify): waiting for its due time would spin.
             let wait_until = match w.in_flight.front() {
-                Some((at, _)) if !w.busy => (*at).min(now + IDLE_WAIT),
+                Some((at, _)) if !w.busy && !self.inline => (*at).min(now + IDLE_WAIT),
                 _ => now + IDLE_WAIT,
             };
             self.idle.notify_all();
@@ -266,7 +272,7 @@ impl PortQueue {
         if w.busy || w.stop {
             return None;
         }
-        Self::take_due(&mut w, Instant::now())
+        Self::take_due(&mut w, self.now())
     }
 
     /// Gives the port back after a job and the effects it had; the port thread takes whatever is
@@ -274,7 +280,7 @@ impl PortQueue {
     pub(crate) fn give_back(&self) {
         let mut w = self.wire.lock();
         w.busy = false;
-        Self::mark_handoff(&mut w);
+        self.mark_handoff(&mut w);
         if self.inline && w.handoff {
             self.cond.notify_all();
         }
@@ -288,14 +294,23 @@ impl PortQueue {
             return;
         }
         let mut w = self.wire.lock();
-        if Self::mark_handoff(&mut w) {
+        if self.mark_handoff(&mut w) {
             self.cond.notify_all();
         }
     }
 
+    /// The time packets are due against: any, at latency 0 (every packet is due when sent).
+    fn now(&self) -> Instant {
+        if self.inline {
+            self.epoch
+        } else {
+            Instant::now()
+        }
+    }
+
     /// Marks work left due with the port free as the port thread's; whether it newly did.
-    fn mark_handoff(w: &mut Wire) -> bool {
-        let due = !w.kicks.is_empty() || w.in_flight.front().is_some_and(|(at, _)| *at <= Instant::now());
+    fn mark_handoff(&self, w: &mut Wire) -> bool {
+        let due = !w.kicks.is_empty() || w.in_flight.front().is_some_and(|(at, _)| *at <= self.now());
         let newly = !w.handoff && !w.busy && due;
         w.handoff |= newly;
         newly
