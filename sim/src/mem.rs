@@ -407,7 +407,7 @@ impl Span {
 /// Copies `buf.len()` bytes at byte `off` of `words` into `buf`: one load per word touched,
 /// whole words copied as words.
 fn read_words(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
-    if off % 4 == 0 {
+    if off & 3 == 0 {
         // Whole words (a CQE, a WQE header): one load and one 4-byte store each.
         if let Ok(dst) = <[U32]>::mut_from_bytes(buf) {
             for (d, w) in dst.iter_mut().zip(&words[off / 4..]) {
@@ -437,7 +437,7 @@ fn read_words(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
 
 /// Copies `data` to byte `off` of `words`: whole words stored as words, partial words merged.
 fn write_words(words: &[AtomicU32], off: usize, data: &[u8]) {
-    if off % 4 == 0 {
+    if off & 3 == 0 {
         if let Ok(src) = <[U32]>::ref_from_bytes(data) {
             for (s, w) in src.iter().zip(&words[off / 4..]) {
                 w.store(s.get(), Ordering::Relaxed);

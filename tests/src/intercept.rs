@@ -1,8 +1,13 @@
 //! A test platform: the model underneath, with hooks on the paths tests intercept (register reads
 //! and writes, UAR writes, waits for a vector) and every other access passed straight through.
+//! Unlike the model's own platform it runs no interrupt handler on the raising thread (every
+//! interrupt reaches `wait_vector`, so a hook sees it) and, unless the hooks ask for it
+//! ([`Hooks::direct_dma`]), resolves no DMA window (every access goes through the copy
+//! accessors, as under qtest).
 
 use hca::platform::sim::SimPlatform;
-use hca::platform::{Iova, Platform, PlatformError};
+use hca::platform::{DmaWindow, Iova, Platform, PlatformError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a test does on the intercepted paths; each default passes the access through.
@@ -22,6 +27,11 @@ pub trait Hooks: Send + Sync + 'static {
     /// A wait for MSI-X `vector`.
     fn wait_vector(&self, sim: &SimPlatform, vector: u16, timeout: Duration) -> u32 {
         sim.wait_vector(vector, timeout)
+    }
+    /// Whether DMA buffers are resolved to the model's memory once, as with the model's own
+    /// platform (`false`: every access through the copy accessors).
+    fn direct_dma(&self) -> bool {
+        false
     }
 }
 
@@ -67,6 +77,9 @@ impl<H: Hooks> Platform for Intercept<H> {
     }
     fn dma_free(&self, iova: Iova) {
         self.sim.dma_free(iova)
+    }
+    fn dma_window(&self, iova: Iova) -> Option<Arc<dyn DmaWindow>> {
+        self.hooks.direct_dma().then(|| self.sim.dma_window(iova)).flatten()
     }
     fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
         self.sim.dma_read(iova, buf)

@@ -151,11 +151,10 @@ fn rnr_and_wire_budget_storm_qemu72() {
 }
 
 /// B never posts receives: A's packets park on the wire, filling the device budget, so C's sends
-/// to D starve. Moving B to ERR (a command) fails A's parked packets (RETRY_EXC_ERR), which frees
+/// to D starve. `release` (a command on B) fails A's parked packets (RETRY_EXC_ERR), which frees
 /// the budget and resumes C: both happen through the command's effects (handed to the port
 /// thread at latency 0). Every completion must arrive, bounded, with an event on C's channel.
-#[test]
-fn modify_to_err_of_a_parked_receiver_releases_the_budget_and_starved_senders_resume() {
+fn parked_receiver_released_by(release: impl Fn(Side)) {
     for _ in 0..50 {
         let cfg = SimConfig { device_packets_in_flight: 4, ..Default::default() };
         let (dev, _sim) = hca::open_sim(cfg).unwrap();
@@ -177,7 +176,7 @@ fn modify_to_err_of_a_parked_receiver_releases_the_budget_and_starved_senders_re
         }
         let mut wc = [Wc::default(); 16];
         assert_eq!(c.cq.poll(&mut wc).unwrap(), 0, "C starved behind B's parked packets");
-        b.qp.modify_to_err().unwrap();
+        release(b);
         let ev = ch.get_cq_event(Duration::from_secs(5)).expect("C's completion event");
         ev.ack_events(1);
         let wa = poll_n(&a.cq, 4);
@@ -189,38 +188,18 @@ fn modify_to_err_of_a_parked_receiver_releases_the_budget_and_starved_senders_re
     }
 }
 
-/// Same, but B's QP is destroyed (DESTROY_QP's effects fail the parked packets).
+#[test]
+fn modify_to_err_of_a_parked_receiver_releases_the_budget_and_starved_senders_resume() {
+    parked_receiver_released_by(|b| b.qp.modify_to_err().unwrap());
+}
+
 #[test]
 fn destroy_of_a_parked_receiver_releases_the_budget_and_starved_senders_resume() {
-    for _ in 0..50 {
-        let cfg = SimConfig { device_packets_in_flight: 4, ..Default::default() };
-        let (dev, _sim) = hca::open_sim(cfg).unwrap();
-        let pd = dev.alloc_pd().unwrap();
-        let ch = dev.create_comp_channel().unwrap();
-        let (a, b) = (side(&dev, &pd, None, 16), side(&dev, &pd, None, 16));
-        let (c, d) = (side(&dev, &pd, Some(&ch), 16), side(&dev, &pd, None, 16));
-        connect_pair(&dev, &a, &b);
-        connect_pair(&dev, &c, &d);
-        for i in 0..4 {
-            a.send(i, true);
-        }
-        for i in 0..8 {
-            d.recv(i);
-        }
-        c.cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
-        for i in 0..8 {
-            c.send(i, true);
-        }
+    parked_receiver_released_by(|b| {
         let Side { qp, cq, mr } = b;
         qp.destroy(None).map_err(|(_, e)| e).unwrap();
         drop((cq, mr));
-        let ev = ch.get_cq_event(Duration::from_secs(5)).expect("C's completion event");
-        ev.ack_events(1);
-        let wa = poll_n(&a.cq, 4);
-        assert!(wa[0].status == WcStatus::RetryExcErr && wa.iter().all(|w| matches!(w.status, WcStatus::RetryExcErr | WcStatus::WrFlushErr)), "{wa:?}");
-        let wcs = poll_n(&c.cq, 8);
-        assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
-    }
+    });
 }
 
 /// Churn: traffic with events (channel + MANY_INSTANCE upcall + notify requests) while another

@@ -2,14 +2,15 @@
 //!
 //! On hardware the doorbell is a posted write: the CPU goes on while the HCA fetches the WQE. The
 //! model runs the device inside the UAR write instead, so the project's side runs over a platform
-//! that holds the QP's doorbell as a posted write would (one store) and hands it to the model
-//! after the batch, untimed; the model then sends the batch and the receiver's CQEs are polled,
-//! also untimed.
+//! (`tests::intercept`) that holds the QP's doorbell as a posted write would (one store) and hands
+//! it to the model after the batch, untimed; the model then sends the batch and the receiver's
+//! CQEs are polled, also untimed. The vector-2 handler is not given to the model there, which
+//! the batch's unarmed CQs do not need.
 
 use crate::pair;
 use criterion::Criterion;
 use hca::platform::sim::SimPlatform;
-use hca::platform::{DmaWindow, Iova, Platform, PlatformError, VectorHandler};
+use hca::platform::Platform;
 use ib_core::{access, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WrOpcode};
 use parking_lot::Mutex;
 use pvrdma_abi::wqe::{Sge as WqeSge, SqWqeHdr};
@@ -19,84 +20,39 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tests::fixture::{connect, gid};
+use tests::intercept::{Hooks, Intercept};
 use zerocopy::IntoBytes;
 
-/// The model, with UAR writes held while `posted` is set (the last one kept, as the device would
-/// see only the latest producer index anyway).
+/// UAR writes held while `posted` is set (the last one kept, as the device would see only the
+/// latest producer index anyway); DMA resolved once, as with the model's own platform.
+#[derive(Default)]
 struct PostedDoorbells {
-    sim: SimPlatform,
     posted: AtomicBool,
     held: AtomicU64,
 }
 
-impl PostedDoorbells {
-    /// Hands the held doorbell, if any, to the model.
-    fn flush(&self) {
-        self.posted.store(false, Ordering::SeqCst);
-        let v = self.held.swap(u64::MAX, Ordering::SeqCst);
-        if v != u64::MAX {
-            self.sim.uar_write(v >> 32, v as u32);
-        }
-    }
-}
-
-impl Platform for PostedDoorbells {
-    fn name(&self) -> String {
-        self.sim.name()
-    }
-    fn pci_id(&self) -> (u16, u16) {
-        self.sim.pci_id()
-    }
-    fn reg_read(&self, offset: u32) -> u32 {
-        self.sim.reg_read(offset)
-    }
-    fn reg_write(&self, offset: u32, value: u32) {
-        self.sim.reg_write(offset, value)
-    }
-    fn uar_write(&self, offset: u64, value: u32) {
+impl Hooks for PostedDoorbells {
+    fn uar_write(&self, sim: &SimPlatform, offset: u64, value: u32) {
         if self.posted.load(Ordering::Relaxed) {
             self.held.store(offset << 32 | u64::from(value), Ordering::Relaxed);
         } else {
-            self.sim.uar_write(offset, value)
+            sim.uar_write(offset, value)
         }
     }
-    fn uar_base_pfn(&self) -> u64 {
-        self.sim.uar_base_pfn()
+    fn direct_dma(&self) -> bool {
+        true
     }
-    fn uar_pages(&self) -> u32 {
-        self.sim.uar_pages()
+}
+
+impl PostedDoorbells {
+    /// Hands the held doorbell, if any, to the model.
+    fn flush(&self, sim: &SimPlatform) {
+        self.posted.store(false, Ordering::SeqCst);
+        let v = self.held.swap(u64::MAX, Ordering::SeqCst);
+        if v != u64::MAX {
+            sim.uar_write(v >> 32, v as u32);
+        }
     }
-    fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError> {
-        self.sim.dma_alloc(len)
-    }
-    fn dma_free(&self, iova: Iova) {
-        self.sim.dma_free(iova)
-    }
-    fn dma_window(&self, iova: Iova) -> Option<Arc<dyn DmaWindow>> {
-        self.sim.dma_window(iova)
-    }
-    fn dma_read(&self, iova: Iova, buf: &mut [u8]) -> Result<(), PlatformError> {
-        self.sim.dma_read(iova, buf)
-    }
-    fn dma_write(&self, iova: Iova, data: &[u8]) -> Result<(), PlatformError> {
-        self.sim.dma_write(iova, data)
-    }
-    fn dma_load_u32(&self, iova: Iova) -> Result<u32, PlatformError> {
-        self.sim.dma_load_u32(iova)
-    }
-    fn dma_store_u32(&self, iova: Iova, value: u32) -> Result<(), PlatformError> {
-        self.sim.dma_store_u32(iova, value)
-    }
-    fn wait_vector(&self, vector: u16, timeout: Duration) -> u32 {
-        self.sim.wait_vector(vector, timeout)
-    }
-    fn set_vector_handler(&self, vector: u16, handler: Option<VectorHandler>) -> bool {
-        self.sim.set_vector_handler(vector, handler)
-    }
-    unsafe fn map_user(&self, _addr: usize, _len: usize) -> Result<Iova, PlatformError> {
-        Err(PlatformError::Unsupported("not in this benchmark"))
-    }
-    fn unmap_user(&self, _iova: Iova) {}
 }
 
 /// An SQ of WQE slots laid out as the device's (header, then the SGE), under the kind of lock a
@@ -124,7 +80,7 @@ impl RawSq {
 }
 
 struct Bench {
-    posted: Arc<PostedDoorbells>,
+    posted: Arc<Intercept<PostedDoorbells>>,
     a: Qp,
     b: Qp,
     mr_a: Mr,
@@ -135,11 +91,8 @@ struct Bench {
 }
 
 fn setup() -> Bench {
-    let posted = Arc::new(PostedDoorbells {
-        sim: SimPlatform::new(SimConfig::default()),
-        posted: AtomicBool::new(false),
-        held: AtomicU64::new(u64::MAX),
-    });
+    let hooks = PostedDoorbells { held: AtomicU64::new(u64::MAX), ..Default::default() };
+    let posted = Arc::new(Intercept { sim: SimPlatform::new(SimConfig::default()), hooks });
     let dev = hca::probe(posted.clone(), hca::ProbeOptions::default()).expect("the model");
     let pd = dev.alloc_pd().expect("a PD");
     let cq_a = dev.create_cq(4 * DEPTH, None).expect("a CQ");
@@ -166,14 +119,14 @@ impl Bench {
             self.b.post_recv(&RecvWr { wr_id: u64::from(k), sg_list: &rsge }).expect("post_recv");
         }
         let sge = [Sge { addr: self.mr_a.addr(), length: MSG, lkey: self.mr_a.lkey() }];
-        self.posted.posted.store(true, Ordering::SeqCst);
+        self.posted.hooks.posted.store(true, Ordering::SeqCst);
         let t = Instant::now();
         for k in 0..batch {
             let wr = SendWr { wr_id: u64::from(k), sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
             self.a.post_send(black_box(&wr)).expect("post_send");
         }
         let spent = t.elapsed();
-        self.posted.flush();
+        self.posted.hooks.flush(&self.posted.sim);
         drain(&self.cq_a, batch);
         drain(&self.cq_b, batch);
         spent
