@@ -7,7 +7,7 @@ use pvrdma_sim::{ArmState, SimConfig, SimDevice};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tests::events::{cqe, drain, wait_for};
 use tests::fixture::*;
 
@@ -211,12 +211,19 @@ fn policy_changes_while_completions_arrive_never_lose_one() {
     let r = record.clone();
     cq.set_upcall(UpcallPolicy::Disable, move |cq, _| r(drain(cq))).unwrap();
     let (go_last, last) = mpsc::channel::<()>();
+    // Policy changes made so far: the device waits for one per 400 completions, so the changes
+    // race the completions however fast the upcalls consume them.
+    let changes = Arc::new(AtomicU64::new(0));
     let device = {
-        let (cq_h, consumed) = (cq.handle(), consumed.clone());
+        let (cq_h, consumed, changes) = (cq.handle(), consumed.clone(), changes.clone());
         std::thread::spawn(move || {
             for i in 0..N {
                 if i == N - LAST {
                     last.recv().unwrap();
+                }
+                let paced = Instant::now();
+                while i < N - LAST && changes.load(Ordering::SeqCst) < i / 400 && paced.elapsed() < WAIT {
+                    std::thread::yield_now();
                 }
                 // Stay within the CQ: an overflow is a different test.
                 while i - consumed.load(Ordering::SeqCst) >= 200 {
@@ -232,6 +239,7 @@ fn policy_changes_while_completions_arrive_never_lose_one() {
         cq.modify_upcall(policies[k % 3]).unwrap();
         record(drain(&cq)); // change, then poll once more
         k += 1;
+        changes.store(k as u64, Ordering::SeqCst);
         std::thread::sleep(Duration::from_micros(20 * (k as u64 % 4)));
     }
     cq.modify_upcall(UpcallPolicy::ManyInstance).unwrap();

@@ -306,3 +306,32 @@ fn single_instance_reenable_racing_the_pending_upcall_keeps_the_next_upcall() {
         assert_eq!(m.take_upcall(), Some(NotifyStatus::Success));
     });
 }
+
+/// The completion-channel client (`Cq::req_notify`), which arms before every poll: the repeated
+/// arm takes the fast path (nothing changes, no fence) unless an event spent the first one. Once
+/// the device is done, a CQE left unpolled must have a channel event waiting for the consumer.
+#[test]
+fn repeated_channel_arms_then_repoll_leave_no_sleeper_beside_a_queued_cqe() {
+    model(|| {
+        let m = Arc::new(ArmMachine::new(FakeCq::new()));
+        let events = Arc::new(AtomicU32::new(0));
+        let dev = {
+            let (m, events) = (m.clone(), events.clone());
+            loom::thread::spawn(move || {
+                for _ in 0..2 {
+                    if m.hw().publish(false) && m.fire().is_some_and(|f| f.channel) {
+                        events.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            })
+        };
+        while m.hw().poll_one() {}
+        m.arm_channel(ArmKind::Next);
+        m.arm_channel(ArmKind::Next);
+        while m.hw().poll_one() {}
+        dev.join().unwrap();
+        if m.hw().has_unpolled() {
+            assert!(events.load(Ordering::Acquire) > 0, "lost wake-up: a CQE unpolled and no channel event");
+        }
+    });
+}
