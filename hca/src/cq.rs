@@ -31,6 +31,9 @@ pub const CQE_SIZE: u64 = 64;
 #[derive(Clone)]
 pub struct Cq(pub(crate) Arc<CqInner>);
 
+/// CQEs copied out of the ring per access.
+const POLL_RUN: usize = 16;
+
 /// An empty streak of polls rings the POLL doorbell on its first poll and every this many after
 /// (a power of two).
 const POLL_KICK_EVERY: u32 = 64;
@@ -195,10 +198,12 @@ impl CqInner {
         }
         let n = avail.min(wc.len().try_into().unwrap_or(u32::MAX));
         let qps = self.qps.read();
-        let mut cqe = Cqe::new_zeroed();
-        for (k, slot) in (0..n).zip(wc.iter_mut()) {
-            ring.read(k, cqe.as_mut_bytes())?;
-            *slot = translate(&cqe, |h| qps.contains(&h));
+        if n == 1 {
+            let mut cqe = Cqe::new_zeroed();
+            ring.read(0, cqe.as_mut_bytes())?;
+            wc[0] = translate(&cqe, |h| qps.contains(&h));
+        } else {
+            self.read_runs(&ring, n, wc, |h| qps.contains(&h))?;
         }
         drop(qps);
         ring.advance(n)?;
@@ -206,6 +211,26 @@ impl CqInner {
             return Err(Error::CqOverrun);
         }
         Ok(n as usize)
+    }
+
+    /// Translates the `n` CQEs after the consumer index into `wc`, copying them out of the ring
+    /// [`POLL_RUN`] at a time.
+    fn read_runs(&self, ring: &DevRing, n: u32, wc: &mut [Wc], on_cq: impl Fn(u32) -> bool) -> Result<()> {
+        let mut cqes = [Cqe::new_zeroed(); POLL_RUN];
+        let mut k = 0;
+        while k < n {
+            let want = ((n - k) as usize).min(POLL_RUN);
+            let got = ring.read_run(k, cqes[..want].as_mut_bytes())?;
+            if got == 0 {
+                return Err(Error::DeviceFatal);
+            }
+            let slots = wc.iter_mut().skip(k as usize);
+            for (cqe, slot) in cqes.iter().take(got as usize).zip(slots) {
+                *slot = translate(cqe, &on_cq);
+            }
+            k += got;
+        }
+        Ok(())
     }
 
     /// Removes the queued CQEs of QP `qp` (destroyed), keeping the others in order (as Linux's

@@ -344,10 +344,18 @@ impl EventRings {
     }
 
     /// Why the device must be declared fatal before the async ring's entries are taken, if it
-    /// must: a DEVICE_FATAL entry waiting (read, not consumed) or an unreadable ring. The async
+    /// must: a DEVICE_FATAL entry waiting (read, not consumed, or already taken by a destroy
+    /// into the entries waiting for this thread) or an unreadable ring. The async
     /// thread looks before it takes the object lock, which a destroy holds across a command that
     /// a dead device never answers: declaring the device fatal at once ends that wait.
     fn fatal_pending(&self) -> Option<&'static str> {
+        let taken = self.deferred.lock().iter().find_map(|e| match e {
+            AsyncEntry::Fatal(reason) => Some(*reason),
+            _ => None,
+        });
+        if taken.is_some() {
+            return taken;
+        }
         let fatal = EqeType::DeviceFatal as u32;
         match self.read_async(false) {
             Err(_) => Some(BAD_ASYNC_RING),

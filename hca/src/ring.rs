@@ -142,6 +142,19 @@ impl DevRing {
         self.buf.data().read(at, &mut out[..n])
     }
 
+    /// Copies the entries from `k` places after the consumer index into `out`, as many as fit
+    /// (`out.len()` is a multiple of the entry size) and lie before the ring wraps, in one
+    /// access; returns how many.
+    pub fn read_run(&self, k: u32, out: &mut [u8]) -> Result<u32> {
+        let idx = self.cons.wrapping_add(k) & idx_mask(self.elems);
+        let slot = idx_slot(idx, self.elems).ok_or(Error::DeviceFatal)?;
+        let fit = (out.len() as u64 / self.entry_size) as u32;
+        let n = fit.min(self.elems - slot);
+        let at = self.entry_offset(idx)?;
+        self.buf.data().read(at, &mut out[..(u64::from(n) * self.entry_size) as usize])?;
+        Ok(n)
+    }
+
     /// Overwrites the entry `k` places after the consumer index (used to compact a CQ).
     pub fn write(&self, k: u32, data: &[u8]) -> Result<()> {
         let at = self.entry_offset(self.cons.wrapping_add(k))?;

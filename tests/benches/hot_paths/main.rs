@@ -10,7 +10,7 @@
 //! | `post_send_b1`, `post_send_b32` | `Qp::post_send` of a 64-byte SEND, its doorbell included (a posted write, as on hardware: the model runs it after the batch, untimed) | the same WQE bytes (header and SGE) written into a ring, a release store of the producer index and a store standing for the doorbell |
 //! | `event_rt_64B`, `event_rt_64B_pinned` | a 64-byte RC ping-pong between two threads sleeping on completion channels (arm, wait, ack, poll, post), unpinned and both threads on CPU 0 | two threads handing a token back and forth through a `Mutex` and `Condvar` |
 //! | `busy_rt_64B`, `busy_rt_4096B` | the same ping-pong busy-polling, link latency 0 | a software loopback: the payload copy, one 64-byte entry and an index update into the other end's ring, and a poll that copies it back |
-//! | `cq_create_65536`, `ucontext_create_512` | creating the last thousand of 65,536 CQs (the last 64 of 512 user contexts) | the first thousand (the first 64): flat means 1.0 |
+//! | `cq_create_65536`, `ucontext_create_512` | creating the last thousand of 65,536 CQs, each round in a fresh process (the last 64 of 512 user contexts) | the first thousand (the first 64): flat means 1.0 |
 //!
 //! The run also prints what a CQ and a QP cost (DMA memory and process heap). Run:
 //! `cargo bench -p tests --bench hot_paths` (criterion's own report per pair, then the table).
@@ -101,6 +101,9 @@ mod round_trip;
 mod scale;
 
 fn main() {
+    if std::env::var_os(scale::CQ_ROUND_ENV).is_some() {
+        return scale::cq_round_child();
+    }
     let mut c = Criterion::default().configure_from_args();
     poll::poll_pairs(&mut c);
     poll::req_notify_pair(&mut c);

@@ -113,13 +113,33 @@ fn commands_per_second(span: Duration) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
+/// Set in a child run of this benchmark that makes one [`cq_round`] and prints it.
+pub const CQ_ROUND_ENV: &str = "HOT_PATHS_CQ_ROUND";
+
+/// The child's side: one CQ round, printed as `last first dma heap`.
+pub fn cq_round_child() {
+    let (l, f, dma, heap) = cq_round();
+    println!("{l} {f} {dma} {heap}");
+}
+
+/// One CQ round in a fresh process: a round after another gets the memory the last one freed
+/// back from the allocator, whose state, not the stack's, would then set the ratio.
+fn cq_round_fresh() -> (f64, f64, u64, u64) {
+    let exe = std::env::current_exe().expect("this benchmark's path");
+    let out = std::process::Command::new(exe).env(CQ_ROUND_ENV, "1").output().expect("a child round");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(out.status.success() && v.len() == 4, "child round failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    (v[0], v[1], v[2] as u64, v[3] as u64)
+}
+
 pub fn scale_rows() {
     let (mut last, mut first, mut mem) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let (l, f, dma, rss) = cq_round();
+        let (l, f, dma, heap) = cq_round_fresh();
         last.push(l);
         first.push(f);
-        mem.push((dma, rss));
+        mem.push((dma, heap));
     }
     row("cq_create_65536", "CQ (last/1st)", last, first);
     let (mut last, mut first) = (Vec::new(), Vec::new());

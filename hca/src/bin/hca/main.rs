@@ -11,6 +11,7 @@ mod devinfo;
 mod pingpong;
 mod sys;
 
+use args::number;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use ib_core::Device;
@@ -34,8 +35,10 @@ struct ModelOpts {
     /// Behaviour of the built-in model: `ibta` (IBTA semantics) or `qemu72` (QEMU 7.2's quirks).
     #[arg(long, global = true, default_value = "ibta", value_parser = parse_profile)]
     profile: Profile,
-    /// One-way latency of the model's loopback port, in microseconds.
-    #[arg(long, global = true, default_value_t = 50)]
+    /// One-way latency of the model's loopback port, in microseconds. 0: the sender's doorbell
+    /// delivers at once. Otherwise the port thread sleeps until a packet is due, and a sleep
+    /// oversleeps by the host's timer slack (50-100 µs in a VM).
+    #[arg(long, global = true, default_value_t = 50, value_parser = number::<u64>)]
     link_latency_us: u64,
 }
 

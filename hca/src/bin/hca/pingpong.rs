@@ -54,9 +54,10 @@ pub struct Opts {
     /// Give up when no completion arrives for this many seconds (1 .. 3600).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout_s: u64,
-    /// Run both ends' threads on this CPU (as `taskset -c CPU`): every hand-off between them
-    /// is then a context switch, which an idle second CPU's slow wake-up hides otherwise.
-    #[arg(long = "pin", value_name = "CPU")]
+    /// Run both ends' threads on this CPU (as `taskset -c CPU`): a hand-off between them is
+    /// then a context switch on one CPU rather than a wake-up of an idle second one (slow in a
+    /// VM), so the figure counts the hand-offs themselves.
+    #[arg(long = "pin", value_name = "CPU", value_parser = number::<usize>)]
     pin: Option<usize>,
 }
 
