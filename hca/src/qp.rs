@@ -60,9 +60,13 @@ impl WorkQueue {
         Ok(self.offset + u64::from(slot) * u64::from(self.stride))
     }
 
-    /// Publishes one more WQE (release store of the producer index).
-    fn publish(&mut self, words: &RecordWords) -> Result<()> {
+    /// Counts the WQE just written at [`WorkQueue::next_slot`] (not yet visible to the device).
+    fn advance(&mut self) {
         self.prod = idx_inc(self.prod, self.cnt);
+    }
+
+    /// Makes the WQEs written so far visible (release store of the producer index).
+    fn publish(&self, words: &RecordWords) -> Result<()> {
         self.record.publish_prod(words, self.prod)
     }
 
@@ -201,19 +205,9 @@ fn destroy_qp(dev: &DeviceInner, handle: u32) {
     }
 }
 
-impl QpOps for Qp {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn qp_num(&self) -> u32 {
-        self.handle
-    }
-
-    /// Writes the WQE into the next SQ slot, publishes the producer index, rings the SQ doorbell.
-    fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        self.dev.live()?;
-        let mut sq = self.sq.lock();
+impl Qp {
+    /// Writes one send WQE into the next SQ slot and counts it (not yet published).
+    fn write_send(&self, sq: &mut WorkQueue, wr: &SendWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, sq.max_sge)?;
         let slot = sq.next_slot(&self.words)?;
         let mut hdr = SqWqeHdr::default();
@@ -231,14 +225,12 @@ impl QpOps for Qp {
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        sq.publish(&self.words)?;
-        drop(sq);
-        self.db.qp_send(&self.db_handle).map_err(doorbell_error)
+        sq.advance();
+        Ok(())
     }
 
-    fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
-        self.dev.live()?;
-        let mut rq = self.rq.lock();
+    /// Writes one receive WQE into the next RQ slot and counts it (not yet published).
+    fn write_recv(&self, rq: &mut WorkQueue, wr: &RecvWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, rq.max_sge)?;
         let slot = rq.next_slot(&self.words)?;
         let mut hdr = RqWqeHdr::default();
@@ -246,9 +238,56 @@ impl QpOps for Qp {
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        rq.publish(&self.words)?;
-        drop(rq);
-        self.db.qp_recv(&self.db_handle).map_err(doorbell_error)
+        rq.advance();
+        Ok(())
+    }
+}
+
+/// Runs `write` on each work request in order until one fails: (how many were written, the
+/// failure).
+fn post_each<W>(wrs: &[W], mut write: impl FnMut(&W) -> Result<()>) -> (usize, Option<Error>) {
+    for (k, wr) in wrs.iter().enumerate() {
+        if let Err(e) = write(wr) {
+            return (k, Some(e));
+        }
+    }
+    (wrs.len(), None)
+}
+
+impl QpOps for Qp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn qp_num(&self) -> u32 {
+        self.handle
+    }
+
+    /// Writes the WQEs into the next SQ slots in order, publishes the producer index once and
+    /// rings the SQ doorbell once (as `ibv_post_send` with a chain: a batch costs one doorbell).
+    fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, Error)> {
+        self.dev.live().map_err(|e| (0, e))?;
+        let mut sq = self.sq.lock();
+        let (posted, failed) = post_each(wrs, |wr| self.write_send(&mut sq, wr));
+        if posted > 0 {
+            sq.publish(&self.words).map_err(|e| (0, e))?;
+            drop(sq);
+            self.db.qp_send(&self.db_handle).map_err(|e| (0, doorbell_error(e)))?;
+        }
+        failed.map_or(Ok(()), |e| Err((posted, e)))
+    }
+
+    /// As [`Qp::post_send`], for the RQ.
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, Error)> {
+        self.dev.live().map_err(|e| (0, e))?;
+        let mut rq = self.rq.lock();
+        let (posted, failed) = post_each(wrs, |wr| self.write_recv(&mut rq, wr));
+        if posted > 0 {
+            rq.publish(&self.words).map_err(|e| (0, e))?;
+            drop(rq);
+            self.db.qp_recv(&self.db_handle).map_err(|e| (0, doorbell_error(e)))?;
+        }
+        failed.map_or(Ok(()), |e| Err((posted, e)))
     }
 
     /// MODIFY_QP with the core's attributes in the device's layout. pvrdma is RoCE: an address
@@ -503,10 +542,12 @@ mod tests {
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
         let w = RecordWords::new(&p, &buf, Owner::Kernel).unwrap();
         assert_eq!(sq.next_slot(&w), Ok(4096));
+        sq.advance();
+        assert_eq!(sq.next_slot(&w), Ok(4096 + 128), "counted before it is published");
+        sq.advance();
+        assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(0), "nothing visible yet");
         sq.publish(&w).unwrap();
-        assert_eq!(sq.next_slot(&w), Ok(4096 + 128));
-        sq.publish(&w).unwrap();
-        assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(2));
+        assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(2), "both at once");
         assert_eq!(sq.next_slot(&w), Err(Error::QueueFull));
         buf.data().store_u32(TX_CONS_HEAD, 1).unwrap(); // the device took one
         assert_eq!(sq.next_slot(&w), Ok(4096));

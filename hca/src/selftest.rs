@@ -171,9 +171,9 @@ impl Loopback {
     /// One message a -> b; returns once both CQEs are polled.
     fn message(&self) -> ib_core::Result<()> {
         let sge = |off: u64| [Sge { addr: self.mr.addr() + off, length: 8, lkey: self.mr.lkey() }];
-        self.b.post_recv(&RecvWr { wr_id: 1, sg_list: &sge(0) })?;
+        self.b.post_recv(&[RecvWr { wr_id: 1, sg_list: &sge(0) }]).map_err(|(_, e)| e)?;
         let send = SendWr { wr_id: 2, sg_list: &sge(64), opcode: WrOpcode::Send, signaled: true, solicited: false };
-        self.a.post_send(&send)?;
+        self.a.post_send(&[send]).map_err(|(_, e)| e)?;
         let (mut got, mut wc) = (0, [Wc::default(); 2]);
         let done = poll_until(COMPLETION_WAIT, || {
             let n = self.cq.poll(&mut wc).unwrap_or(0);

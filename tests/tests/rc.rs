@@ -60,3 +60,37 @@ fn user_context_qps_ring_their_own_page() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     assert_eq!(sim.device().stats().refused_doorbells, 0);
 }
+
+/// `ibv_post_send`/`ibv_post_recv` with a chain: the list is posted in order with one doorbell;
+/// the first request that cannot be posted stops it (`bad_wr`), and those before it complete.
+#[test]
+fn a_list_posts_with_one_doorbell_and_stops_at_its_first_bad_request() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (scq, rcq) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());
+    let p = pair(&dev, &pd, (&scq, &scq), (&rcq, &rcq));
+    let doorbells = || sim.device().stats().doorbells;
+    let rsge = [ib_core::Sge { addr: p.mr_b.addr(), length: 64, lkey: p.mr_b.lkey() }];
+    let recvs: Vec<_> = (0..8).map(|i| ib_core::RecvWr { wr_id: i, sg_list: &rsge }).collect();
+    let before = doorbells();
+    p.b.post_recv_list(&recvs).unwrap();
+    assert_eq!(doorbells() - before, 1, "eight receives, one RECV doorbell");
+    assert_eq!(p.a.post_send_list(&[]), Ok(()));
+    assert_eq!(doorbells() - before, 1, "an empty list rings nothing");
+    let sge = [ib_core::Sge { addr: p.mr_a.addr(), length: 8, lkey: p.mr_a.lkey() }];
+    let three = [sge[0]; 3];
+    let send = |wr_id, sg_list| ib_core::SendWr { wr_id, sg_list, opcode: WrOpcode::Send, signaled: true, solicited: false };
+    let sends = [send(10, &sge[..]), send(11, &sge[..]), send(12, &three[..]), send(13, &sge[..])];
+    let Err((bad, e)) = p.a.post_send_list(&sends) else { panic!("three SGEs on a QP of two") };
+    assert_eq!(bad, 2, "bad_wr is the third request");
+    assert!(matches!(e, ib_core::Error::InvalidArgument(_)), "{e:?}");
+    assert_eq!(doorbells() - before, 2, "the two before it went with one SEND doorbell");
+    let done: Vec<u64> = poll_n(&scq, 2).iter().map(|w| w.wr_id).collect();
+    assert_eq!(done, vec![10, 11]);
+    assert_eq!(poll_n(&rcq, 2).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1]);
+    // More than the SQ holds: the list stops where the queue is full.
+    let many: Vec<_> = (0..20).map(|i| send(100 + i, &sge[..])).collect();
+    let depth = cap().max_send_wr as usize;
+    let r = p.a.post_send_list(&many);
+    assert!(matches!(r, Err((k, ib_core::Error::QueueFull)) if k >= depth), "{r:?}");
+}

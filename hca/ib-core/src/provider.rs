@@ -240,10 +240,12 @@ pub trait QpOps: Send + Sync + 'static {
     fn as_any(&self) -> &dyn Any;
     /// The QP number.
     fn qp_num(&self) -> u32;
-    /// Posts a send work request (state rules already checked by the core).
-    fn post_send(&self, wr: &SendWr<'_>) -> Result<()>;
-    /// Posts a receive work request (state rules already checked by the core).
-    fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()>;
+    /// Posts send work requests in order, ringing the device once for all of them (state rules
+    /// already checked by the core). On failure: the index of the first request not posted and
+    /// why; those before it are posted (libibverbs's `bad_wr`).
+    fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, crate::Error)>;
+    /// Posts receive work requests, as [`QpOps::post_send`].
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, crate::Error)>;
     /// Modifies the QP (transition and mask already checked by the core).
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()>;
     /// Asks the device for the QP's attributes (`mask`: those wanted; the device may return more).

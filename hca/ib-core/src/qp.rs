@@ -339,12 +339,21 @@ impl Qp {
     /// posted and completes with `WR_FLUSH_ERR`; [`Error::InvalidArgument`] for more SGEs than the
     /// QP takes; [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
-        self.pd.ctx.live()?;
+        self.post_send_list(std::slice::from_ref(wr)).map_err(|(_, e)| e)
+    }
+
+    /// Posts send work requests in order with one doorbell for all (`ibv_post_send` with a chain
+    /// of work requests). An empty list posts nothing.
+    ///
+    /// Errors: `(index, error)` for the first request not posted (libibverbs's `bad_wr`), with
+    /// the errors of [`Qp::post_send`]; the requests before it are posted and will complete.
+    pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, Error)> {
+        self.pd.ctx.live().map_err(|e| (0, e))?;
         let cached = self.cached.read();
         if cached.state < QpState::Rts {
-            return Err(Error::InvalidState);
+            return Err((0, Error::InvalidState));
         }
-        self.ops().post_send(wr)
+        self.ops().post_send(wrs)
     }
 
     /// Posts one receive work request (IBTA 11.4.1.2).
@@ -352,12 +361,18 @@ impl Qp {
     /// Errors: [`Error::InvalidState`] in RESET; in ERR the request is posted and completes with
     /// `WR_FLUSH_ERR`; [`Error::InvalidArgument`]; [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
-        self.pd.ctx.live()?;
+        self.post_recv_list(std::slice::from_ref(wr)).map_err(|(_, e)| e)
+    }
+
+    /// Posts receive work requests in order with one doorbell for all (`ibv_post_recv` with a
+    /// chain). Errors: as [`Qp::post_send_list`], with the errors of [`Qp::post_recv`].
+    pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, Error)> {
+        self.pd.ctx.live().map_err(|e| (0, e))?;
         let cached = self.cached.read();
         if cached.state == QpState::Reset {
-            return Err(Error::InvalidState);
+            return Err((0, Error::InvalidState));
         }
-        self.ops().post_recv(wr)
+        self.ops().post_recv(wrs)
     }
 
     /// Destroys the QP (`ibv_destroy_qp`), waiting up to `wait` for the async events taken for it

@@ -326,11 +326,13 @@ impl QpOps for SQp {
     fn qp_num(&self) -> u32 {
         self.0.num
     }
-    fn post_send(&self, _wr: &SendWr<'_>) -> Result<()> {
-        self.0.send_cq.publish(false);
+    fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, ib_core::Error)> {
+        for _ in wrs {
+            self.0.send_cq.publish(false);
+        }
         Ok(())
     }
-    fn post_recv(&self, _wr: &RecvWr<'_>) -> Result<()> {
+    fn post_recv(&self, _wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, ib_core::Error)> {
         Ok(())
     }
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
