@@ -191,24 +191,25 @@ impl<H: CqHw> ArmMachine<H> {
     /// The completion-channel client arms for `kind` (`Cq::req_notify`, IBTA 11.4.2.5): joins it
     /// into the channel's want and the hardware arm, ringing the doorbell only if the arm grows
     /// (NEXT after SOLICITED upgrades; a repeated arm rings nothing). Nothing is armed once the CQ
-    /// is closed or in error.
-    pub fn arm_channel(&self, kind: ArmKind) {
+    /// is closed or in error; returns the error, if any (read under the same lock as the arm).
+    pub fn arm_channel(&self, kind: ArmKind) -> Option<NotifyStatus> {
         {
             // Already armed for at least this (the consumer that arms before every poll): nothing
             // would change, so nothing needs the fence. An event spending the arm meanwhile is an
             // event after this arm.
             let st = lock(&self.st);
-            if st.closed || st.error.is_some() || (st.channel >= Some(kind) && st.hw >= st.channel) {
-                return;
+            if st.error.is_some() || st.closed || (st.channel >= Some(kind) && st.hw >= st.channel) {
+                return st.error;
             }
         }
         self.arming(|st| {
             if st.closed || st.error.is_some() {
-                return;
+                return st.error;
             }
             st.channel = st.channel.max(Some(kind));
             let want = st.wanted();
             self.ensure(st, want);
+            None
         })
     }
 

@@ -54,6 +54,16 @@ impl CqHw for HwArm {
     }
 }
 
+/// The error an arm of a CQ in error returns: [`Error::DeviceFatal`] on a fatal device or an
+/// unusable CQ, [`Error::CqOverrun`] once the CQ overflowed (an erred CQ raises no more events:
+/// arming it would sleep for ever).
+fn cq_error(status: NotifyStatus) -> Error {
+    match status {
+        NotifyStatus::Failure => Error::DeviceFatal,
+        _ => Error::CqOverrun,
+    }
+}
+
 /// What the provider reports a CQ's events to.
 pub(crate) struct CqEvents {
     pub(crate) cq: CqRef,
@@ -316,7 +326,7 @@ impl Cq {
     /// [`Error::CqOverrun`] once the CQ overflowed; [`Error::DeviceFatal`] on a fatal device or
     /// an unusable CQ.
     pub fn req_notify(&self, flags: NotifyFlags) -> Result<bool> {
-        self.live()?;
+        self.inner.ctx.live()?;
         let kind = if flags.contains(NotifyFlags::NEXT_COMPLETION) {
             ArmKind::Next
         } else if flags.contains(NotifyFlags::SOLICITED) {
@@ -325,7 +335,9 @@ impl Cq {
         } else {
             return Err(Error::InvalidArgument("notify flags need NEXT_COMPLETION or SOLICITED"));
         };
-        self.inner.events.machine.arm_channel(kind);
+        if let Some(error) = self.inner.events.machine.arm_channel(kind) {
+            return Err(cq_error(error));
+        }
         Ok(flags.contains(NotifyFlags::REPORT_MISSED_EVENTS) && self.inner.ops.has_unpolled())
     }
 
@@ -352,17 +364,6 @@ impl Cq {
             Ok(())
         } else {
             Err(Error::Unsupported("solicited-only arming on this device"))
-        }
-    }
-
-    /// Errors: [`Error::DeviceFatal`] on a fatal device or an unusable CQ; [`Error::CqOverrun`]
-    /// once the CQ overflowed (an erred CQ raises no more events: arming it would sleep for ever).
-    fn live(&self) -> Result<()> {
-        self.inner.ctx.live()?;
-        match self.inner.events.machine.error() {
-            Some(NotifyStatus::Failure) => Err(Error::DeviceFatal),
-            Some(_) => Err(Error::CqOverrun),
-            None => Ok(()),
         }
     }
 
