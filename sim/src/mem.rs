@@ -46,10 +46,21 @@ struct Region {
 }
 
 /// The words of a region the map owns, and whether the region is still allocated (a [`Span`]
-/// resolved to them faults once it is not, as an access through the map would).
+/// resolved to them faults once it is not, as an access through the map would). The region
+/// counts against the map's limit until the last holder lets go of its words, not only until it
+/// is freed: a device object still holding a freed ring page keeps it charged, so a driver cannot
+/// make the model hold more than `limit` by freeing what the device resolved.
 struct OwnedWords {
     live: AtomicBool,
     words: Box<[AtomicU32]>,
+    /// The map's count of bytes allocated, charged for these words until they drop.
+    used: Arc<AtomicU64>,
+}
+
+impl Drop for OwnedWords {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.words.len() as u64 * 4, Ordering::Relaxed);
+    }
 }
 
 /// The words of a region.
@@ -84,7 +95,7 @@ impl Region {
 pub struct GuestMemory {
     regions: RwLock<BTreeMap<u64, Region>>,
     next: AtomicU64,
-    used: AtomicU64,
+    used: Arc<AtomicU64>,
     limit: u64,
 }
 
@@ -94,7 +105,7 @@ impl GuestMemory {
         Self {
             regions: RwLock::new(BTreeMap::new()),
             next: AtomicU64::new(IOVA_BASE),
-            used: AtomicU64::new(0),
+            used: Arc::new(AtomicU64::new(0)),
             limit,
         }
     }
@@ -119,7 +130,8 @@ impl GuestMemory {
         let stride = size.checked_add(PAGE).ok_or(exhausted)?;
         let iova = self.next.fetch_add(stride, Ordering::Relaxed);
         let words = (0..size / 4).map(|_| AtomicU32::new(0)).collect();
-        let words = Words::Owned(Arc::new(OwnedWords { live: AtomicBool::new(true), words }));
+        let used = self.used.clone();
+        let words = Words::Owned(Arc::new(OwnedWords { live: AtomicBool::new(true), words, used }));
         self.regions.write().insert(iova, Region { words, len: size });
         Ok(iova)
     }
@@ -153,8 +165,8 @@ impl GuestMemory {
         match self.regions.write().remove(&iova) {
             Some(r) => {
                 if let Words::Owned(w) = &r.words {
+                    // Uncharged when the last holder drops the words (`OwnedWords`).
                     w.live.store(false, Ordering::Release);
-                    self.used.fetch_sub(r.len, Ordering::Relaxed);
                 }
                 true
             }
@@ -162,7 +174,8 @@ impl GuestMemory {
         }
     }
 
-    /// Bytes allocated now.
+    /// Bytes allocated and not yet released: a freed region the device still holds (a ring page
+    /// of a live object) stays counted until the object lets go of it.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
