@@ -229,6 +229,28 @@ impl Qp {
         Ok(())
     }
 
+    /// Writes `wrs` into `queue` in order with `write` until one fails, publishes the producer
+    /// index once and rings `doorbell` once if any was written. Errors: (index of the first
+    /// request not posted, why); 0 if publishing or the doorbell failed.
+    fn post<W>(
+        &self,
+        queue: &Mutex<WorkQueue>,
+        wrs: &[W],
+        write: impl Fn(&Self, &mut WorkQueue, &W) -> Result<()>,
+        doorbell: impl FnOnce() -> std::result::Result<(), doorbell::DoorbellError>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        self.dev.live().map_err(|e| (0, e))?;
+        let mut q = queue.lock();
+        let failed = wrs.iter().enumerate().find_map(|(k, wr)| write(self, &mut q, wr).err().map(|e| (k, e)));
+        let posted = failed.as_ref().map_or(wrs.len(), |(k, _)| *k);
+        if posted > 0 {
+            q.publish(&self.words).map_err(|e| (0, e))?;
+            drop(q);
+            doorbell().map_err(|e| (0, doorbell_error(e)))?;
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
     /// Writes one receive WQE into the next RQ slot and counts it (not yet published).
     fn write_recv(&self, rq: &mut WorkQueue, wr: &RecvWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, rq.max_sge)?;
@@ -243,17 +265,6 @@ impl Qp {
     }
 }
 
-/// Runs `write` on each work request in order until one fails: (how many were written, the
-/// failure).
-fn post_each<W>(wrs: &[W], mut write: impl FnMut(&W) -> Result<()>) -> (usize, Option<Error>) {
-    for (k, wr) in wrs.iter().enumerate() {
-        if let Err(e) = write(wr) {
-            return (k, Some(e));
-        }
-    }
-    (wrs.len(), None)
-}
-
 impl QpOps for Qp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -266,28 +277,12 @@ impl QpOps for Qp {
     /// Writes the WQEs into the next SQ slots in order, publishes the producer index once and
     /// rings the SQ doorbell once (as `ibv_post_send` with a chain: a batch costs one doorbell).
     fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, Error)> {
-        self.dev.live().map_err(|e| (0, e))?;
-        let mut sq = self.sq.lock();
-        let (posted, failed) = post_each(wrs, |wr| self.write_send(&mut sq, wr));
-        if posted > 0 {
-            sq.publish(&self.words).map_err(|e| (0, e))?;
-            drop(sq);
-            self.db.qp_send(&self.db_handle).map_err(|e| (0, doorbell_error(e)))?;
-        }
-        failed.map_or(Ok(()), |e| Err((posted, e)))
+        self.post(&self.sq, wrs, Self::write_send, || self.db.qp_send(&self.db_handle))
     }
 
     /// As [`Qp::post_send`], for the RQ.
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, Error)> {
-        self.dev.live().map_err(|e| (0, e))?;
-        let mut rq = self.rq.lock();
-        let (posted, failed) = post_each(wrs, |wr| self.write_recv(&mut rq, wr));
-        if posted > 0 {
-            rq.publish(&self.words).map_err(|e| (0, e))?;
-            drop(rq);
-            self.db.qp_recv(&self.db_handle).map_err(|e| (0, doorbell_error(e)))?;
-        }
-        failed.map_or(Ok(()), |e| Err((posted, e)))
+        self.post(&self.rq, wrs, Self::write_recv, || self.db.qp_recv(&self.db_handle))
     }
 
     /// MODIFY_QP with the core's attributes in the device's layout. pvrdma is RoCE: an address
