@@ -29,7 +29,6 @@ use doorbell::encoding::CqArmRequest;
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp};
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::wqe::{wc_status, Cqe};
 use std::sync::Arc;
 use zerocopy::little_endian::U32;
@@ -82,10 +81,13 @@ struct CqState {
     dead: bool,
 }
 
-/// CREATE_CQ: `cqe` entries (a power of two, 1 ..= `MAX_CQE`) over `nchunks` pages, at least
-/// `1 + ceil(cqe * 64 / 4096)`. The new CQ is disarmed.
+/// CREATE_CQ: `cqe` entries (a power of two, 1 ..= `MAX_CQE`) over exactly
+/// `nchunks = 1 + ceil(cqe * 64 / 4096)` pages (the ring-state page, then the entries), the count
+/// Linux's `pvrdma_create_cq` sends. QEMU 7.2 refuses `nchunks` 0 or above 128; an exact count
+/// is stricter (the largest CQ, 4096 CQEs, takes 65).
 ///
-/// Errors: `EINVAL` for an unknown context, a bad size or chunk count, a misaligned page, or a
+/// Errors: `EINVAL` for an unknown context, a bad size, a chunk count other than that one, a
+/// misaligned page, or a
 /// ring-state page whose `prod_tail` is out of range, or pages outside guest memory (as QEMU
 /// 7.2); `ENOMEM` when `max_cq` exist.
 pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
@@ -97,7 +99,7 @@ pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
         return Err(Errno::EINVAL);
     }
     let needed = 1 + pdir::pages_for(u64::from(cqe) * u64::from(CQE_SIZE)).unwrap_or(0) as usize;
-    if nchunks < needed || nchunks > PAGE_DIR_MAX_PAGES {
+    if nchunks != needed {
         return Err(Errno::EINVAL);
     }
     let mut pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;

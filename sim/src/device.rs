@@ -551,7 +551,9 @@ impl Core {
         }
     }
 
-    /// REG_DSRHIGH: loads the DSR and writes its caps; a failure leaves the device Broken.
+    /// REG_DSRHIGH: loads the DSR and writes its caps; a failure leaves the device Broken with
+    /// ERR reading 0xffff (even after an earlier ACTIVATE), so ACTIVATE and REQUEST are refused
+    /// visibly until RESET.
     fn load_dsr(&self, high: u32) {
         let mut cs = self.cmd.lock();
         let (addr, mac) = {
@@ -567,7 +569,10 @@ impl Core {
             _ => {
                 cs.dsr = None;
                 *self.events.lock() = None;
-                self.regs.lock().state = DeviceState::Broken;
+                // ERR must not keep the 0 of an earlier ACTIVATE: the device is not working.
+                let mut r = self.regs.lock();
+                r.state = DeviceState::Broken;
+                r.err = ERR_INACTIVE;
             }
         }
     }

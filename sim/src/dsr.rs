@@ -50,8 +50,9 @@ pub mod limits {
     /// each message). QEMU 7.2 reports 1024 but does not enforce it; the model reports what it
     /// enforces.
     pub const MAX_MSG_SZ: u32 = 1 << 24;
-    /// Most pages (ring-state page included) a DSR ring may have: one page table, as QEMU reads.
-    pub const MAX_DSR_RING_PAGES: u32 = 1 + 512;
+    /// Most pages (ring-state page included) a DSR ring may have. The ring lives in one page
+    /// table (512 entries), and QEMU 7.2 refuses more than 511, so the model does too.
+    pub const MAX_DSR_RING_PAGES: u32 = 511;
 }
 
 /// The MAC address the function has until the driver writes `MACL`/`MACH`.
@@ -110,7 +111,7 @@ fn load_ring(mem: &GuestMemory, info: &RingPageInfo, entry_size: u32) -> Option<
     if !(2..=limits::MAX_DSR_RING_PAGES).contains(&n) {
         return None;
     }
-    debug_assert!(n as usize <= 1 + PDIR_ENTRIES);
+    debug_assert!(n as usize <= PDIR_ENTRIES);
     let mut pages = pdir::resolve(mem, info.pdir_dma.get(), 0, n as usize).ok()?;
     let state = pages.remove(0);
     let elems = (n - 1) * PAGE_SIZE as u32 / entry_size;

@@ -13,7 +13,6 @@ use crate::errno::{CmdResult, Errno};
 use crate::mem::GuestMemory;
 use crate::pdir;
 use pvrdma_abi::cmd::{CreateMr, CreateMrResp, DestroyMr, NoopResp};
-use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::verbs::{access, mr_flags};
 use pvrdma_abi::wqe::{wc_status, Sge};
 use pvrdma_abi::PAGE_SIZE;
@@ -106,8 +105,10 @@ impl Mr {
 /// CREATE_MR.
 ///
 /// Errors: `EINVAL` for an unknown PD, unknown flag or access bits, a fast-register MR (not
-/// modelled), a zero or too large length, too few chunks, a misaligned page, or a page directory
-/// or page outside guest memory (as QEMU 7.2); `ENOMEM` when `max_mr` exist.
+/// modelled), a zero or too large length, a chunk count other than the pages `[start, start +
+/// length)` spans (Linux's `ib_umem` count; QEMU 7.2 wants `ceil(length / 4096)`, the same for a
+/// page-aligned `start`, and cannot describe an MR whose start is not), a misaligned page, or a
+/// page directory or page outside guest memory (as QEMU 7.2); `ENOMEM` when `max_mr` exist.
 pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     let (pd, flags, acc) = (req.pd_handle.get(), req.flags.get(), req.access_flags.get());
     if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 {
@@ -127,7 +128,7 @@ pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
         let first_off = start % PAGE;
         let needed = pdir::pages_for(first_off + length).ok_or(Errno::EINVAL)? as usize;
         let nchunks = req.nchunks.get() as usize;
-        if nchunks < needed || nchunks > PAGE_DIR_MAX_PAGES {
+        if nchunks != needed {
             return Err(Errno::EINVAL);
         }
         let pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;

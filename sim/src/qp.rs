@@ -28,7 +28,6 @@ use pvrdma_abi::cmd::{
     CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
 };
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::verbs::{mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
@@ -115,7 +114,10 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// CREATE_QP.
 ///
 /// Errors: `EINVAL` for a non-RC type, an SRQ, bad queue sizes (powers of two up to
-/// `MAX_QP_WR`, at most `MAX_SGE` SGEs), too few chunks for the rings, an unknown PD or CQ, or a
+/// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
+/// (`send_chunks` the SQ's pages, `total_chunks` one ring-state page plus the SQ's and the RQ's, as
+/// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an
+/// unknown PD or CQ, or a
 /// misaligned page or a page outside guest memory (QEMU answers `EINVAL` there too); `EPERM` if a
 /// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist.
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
@@ -149,7 +151,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let (total, send_chunks) =
         (u64::from(req.total_chunks.get()), u64::from(req.send_chunks.get()));
     let recv_chunks = total.checked_sub(1 + send_chunks).ok_or(Errno::EINVAL)?;
-    if send_chunks < sq_pages || recv_chunks < rq_pages || total > PAGE_DIR_MAX_PAGES as u64 {
+    if send_chunks != sq_pages || recv_chunks != rq_pages {
         return Err(Errno::EINVAL);
     }
     let dir = req.pdir_dma.get();

@@ -1,6 +1,7 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
 mod control;
+mod counts;
 mod datapath;
 mod hostile;
 mod inline;
