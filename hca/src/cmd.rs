@@ -88,6 +88,9 @@ impl CmdTransport for PlatformTransport {
             }
             let n = self.platform.wait_vector(IntrVector::Response as u16, left.min(SERVICE_INTERVAL));
             self.health.count_interrupts(IntrVector::Response as u16, n);
+            if n == 0 {
+                self.health.check_registers(self.platform.as_ref());
+            }
             *pending = pending.saturating_add(n);
         }
     }

@@ -20,12 +20,12 @@ use ib_core::provider::{CqDelivery, CqError, CqEventHandler, QpEventHandler};
 use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::event::{Cqne, Eqe, EqeType};
-use pvrdma_abi::regs::{IntrVector, REG_VERSION};
+use pvrdma_abi::regs::IntrVector;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zerocopy::FromBytes;
 
 /// How long a vector thread sleeps before draining its ring anyway (and, for the async thread,
@@ -422,11 +422,9 @@ impl EventRings {
         forget();
     }
 
-    /// The bounded health check: a register reading all-ones means the device is gone.
+    /// The bounded health check ([`Health::check_registers`]).
     pub fn health_check(&self) {
-        if !self.health.is_fatal() && self.platform.reg_read(REG_VERSION) == u32::MAX {
-            self.health.set_fatal("device registers read all-ones");
-        }
+        self.health.check_registers(self.platform.as_ref());
     }
 
     /// Asks the vector threads to exit (they notice within [`SERVICE_INTERVAL`]) and takes the
@@ -501,15 +499,19 @@ pub fn spawn_threads(rings: &Arc<EventRings>, name: &str) -> Result<Vec<JoinHand
         .collect()
 }
 
+/// A vector thread. The async thread also runs the health check every [`SERVICE_INTERVAL`] on
+/// its clock, interrupts or not: a dead device stormed with interrupts is still found.
 fn service(rings: &EventRings, vector: IntrVector) {
+    let mut next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
     while !rings.stopped() {
         let n = rings.platform.wait_vector(vector as u16, SERVICE_INTERVAL);
         match vector {
             IntrVector::Async => {
                 rings.health.count_interrupts(vector as u16, n);
                 rings.drain_async();
-                if n == 0 {
+                if Instant::now() >= next_check {
                     rings.health_check();
+                    next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
                 }
             }
             IntrVector::Cq => rings.cq_interrupt(n),

@@ -26,6 +26,7 @@
 //! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
 //! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.
 
+use crate::budget::HostBudget;
 use crate::cmd;
 use crate::cq::CqStatus;
 use crate::dsr::{self, DsrInfo, DEFAULT_MAC};
@@ -91,6 +92,10 @@ pub struct SimConfig {
     /// the default `mem_limit`: what the model buffers for all QPs together stays well under the
     /// guest memory the driver may allocate.
     pub device_bytes_in_flight: u64,
+    /// Most host memory the device's objects may cost (`budget.rs`): page lists, resolved ring
+    /// pages, queues and the structures themselves. A create that would pass it fails with
+    /// `ENOMEM`. Default 256 MiB, a quarter of the default `mem_limit`.
+    pub host_budget: u64,
 }
 
 impl Default for SimConfig {
@@ -102,6 +107,7 @@ impl Default for SimConfig {
             qp_bytes_in_flight: 64 << 20,
             device_packets_in_flight: 16 << 10,
             device_bytes_in_flight: 256 << 20,
+            host_budget: 256 << 20,
         }
     }
 }
@@ -117,6 +123,10 @@ macro_rules! sim_stats {
             $($(#[$doc])* pub $name: u64,)*
             /// Interrupts raised per vector (0 command, 1 async, 2 CQ).
             pub interrupts: [u64; MAX_INTERRUPTS as usize],
+            /// Host bytes the device's objects cost now (`SimConfig::host_budget`).
+            pub host_bytes: u64,
+            /// The host-memory budget in bytes.
+            pub host_budget: u64,
         }
 
         /// The live counters, one atomic each.
@@ -131,6 +141,8 @@ macro_rules! sim_stats {
                 SimStats {
                     $($name: self.$name.load(Ordering::Relaxed),)*
                     interrupts: std::array::from_fn(|v| self.interrupts[v].load(Ordering::Relaxed)),
+                    host_bytes: 0,
+                    host_budget: 0,
                 }
             }
         }
@@ -242,6 +254,7 @@ pub(crate) struct Core {
     pub objects: Mutex<Objects>,
     pub gids: Mutex<Vec<Option<Gid>>>,
     pub port: PortQueue,
+    pub budget: Arc<HostBudget>,
     stats: Counters,
     uids: AtomicU64,
 }
@@ -265,6 +278,7 @@ impl SimDevice {
             cfg.device_bytes_in_flight,
             cfg.link_latency.is_zero(),
         );
+        let budget = HostBudget::new(cfg.host_budget);
         let core = Arc::new(Core {
             mem: GuestMemory::new(cfg.mem_limit),
             cfg,
@@ -284,6 +298,7 @@ impl SimDevice {
             objects: Mutex::new(Objects::new(seed)),
             gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
             port,
+            budget,
             stats: Counters::default(),
             uids: AtomicU64::new(1),
         });
@@ -365,7 +380,12 @@ impl SimDevice {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
-        self.core.stats.snapshot()
+        let budget = &self.core.budget;
+        SimStats {
+            host_bytes: budget.used(),
+            host_budget: budget.limit(),
+            ..self.core.stats.snapshot()
+        }
     }
 
     /// The configuration the device was created with.

@@ -15,6 +15,7 @@
 //! in-flight WQE with `WR_FLUSH_ERR` (completions with an error status are always written,
 //! signaled or not).
 
+use crate::budget::Charge;
 use crate::cq::Cq;
 use crate::device::{Core, Effects};
 use crate::dsr::limits;
@@ -66,6 +67,7 @@ pub struct Qp {
     sq: Consumer,
     rq: Consumer,
     st: Mutex<QpState>,
+    _charge: Charge,
 }
 
 #[derive(Debug)]
@@ -119,7 +121,8 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an
 /// unknown PD or CQ, or a
 /// misaligned page or a page outside guest memory (QEMU answers `EINVAL` there too); `EPERM` if a
-/// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist.
+/// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist or the host budget is
+/// spent.
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     if req.qp_type != qp_type::RC || req.is_srq != 0 {
         return Err(Errno::EINVAL);
@@ -160,6 +163,9 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let rq = pdir::resolve(&core.mem, dir, 1 + send_chunks as usize, rq_pages as usize)?;
     let sq = RingPages::new(&core.mem, sq, sstride, swr).ok_or(Errno::EINVAL)?;
     let rq = RingPages::new(&core.mem, rq, rstride, rwr).ok_or(Errno::EINVAL)?;
+    // Its rings' page lists, and its in-flight queue at full SQ depth.
+    let queues = u64::from(swr) * size_of::<InFlight>() as u64;
+    let charge = core.budget.charge_object::<Qp>(sq.host_bytes() + rq.host_bytes() + queues)?;
 
     let mut attrs = QpAttr::new_zeroed();
     attrs.qp_state = U32::new(qp_state::RESET);
@@ -191,6 +197,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         sq: Consumer::new(&core.mem, sq, state_page, Half::Tx),
         rq: Consumer::new(&core.mem, rq, state_page, Half::Rx),
         st: Mutex::new(st),
+        _charge: charge,
     };
     objs.qps.insert(handle, Arc::new(qp));
     Ok(CreateQpResp {

@@ -1,5 +1,6 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
+mod budget;
 mod control;
 mod counts;
 mod datapath;
