@@ -450,8 +450,13 @@ pub fn query_port(_core: &Core, req: &QueryPort) -> CmdResult<QueryPortResp> {
     Ok(QueryPortResp { attrs, ..Default::default() })
 }
 
-/// QUERY_PKEY: 0xffff for every index, as QEMU answers.
-pub fn query_pkey(_core: &Core, _req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
+/// QUERY_PKEY: 0xffff at index 0 of port 1, the one entry of the table. Errors: `EINVAL` for
+/// another port or index (QEMU 7.2 refuses a port past 1 or an index past 1, and answers 0xffff
+/// for the index 1 its one-entry table lacks; the model refuses it).
+pub fn query_pkey(_core: &Core, req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
+    if req.port_num != 1 || u32::from(req.index) >= u32::from(limits::PKEY_TBL_LEN) {
+        return Err(Errno::EINVAL);
+    }
     Ok(QueryPkeyResp { pkey: U16::new(PVRDMA_PKEY), ..Default::default() })
 }
 

@@ -114,3 +114,13 @@ fn a_refused_count_answers_einval_in_the_response_and_in_err() {
     d.create_pd(0);
     assert_eq!(d.dev.reg_read(REG_ERR), 0);
 }
+
+#[test]
+fn pkey_queries_past_the_one_entry_table_or_port_1_are_refused() {
+    let mut d = Drv::new(SimConfig::default());
+    let q = |port_num: u8, index: u8| QueryPkey { port_num, index, ..Default::default() };
+    assert_eq!(d.ok(q(1, 0)).pkey.get(), 0xffff);
+    for (port, index) in [(1, 1), (1, 255), (0, 0), (2, 0)] {
+        assert_eq!(d.err(q(port, index)), EINVAL, "port {port} index {index}");
+    }
+}
