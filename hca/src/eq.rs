@@ -298,6 +298,10 @@ impl EventRings {
                 if let Some(g) = self.objects.try_lock_for(SERVICE_INTERVAL) {
                     break g;
                 }
+                self.health_check();
+                if self.health.is_fatal() {
+                    return;
+                }
                 if let Some(reason) = self.fatal_pending() {
                     self.health.set_fatal(reason);
                     return;
@@ -499,8 +503,10 @@ pub fn spawn_threads(rings: &Arc<EventRings>, name: &str) -> Result<Vec<JoinHand
         .collect()
 }
 
-/// A vector thread. The async thread also runs the health check every [`SERVICE_INTERVAL`] on
-/// its clock, interrupts or not: a dead device stormed with interrupts is still found.
+/// A vector thread. Both threads also run the health check every [`SERVICE_INTERVAL`] on their
+/// own clocks, interrupts or not: a dead device stormed with interrupts is still found, and the
+/// CQ thread, which never runs consumer code, finds it while the async thread runs a consumer's
+/// async-event handler.
 fn service(rings: &EventRings, vector: IntrVector) {
     let mut next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
     while !rings.stopped() {
@@ -509,13 +515,13 @@ fn service(rings: &EventRings, vector: IntrVector) {
             IntrVector::Async => {
                 rings.health.count_interrupts(vector as u16, n);
                 rings.drain_async();
-                if Instant::now() >= next_check {
-                    rings.health_check();
-                    next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
-                }
             }
             IntrVector::Cq => rings.cq_interrupt(n),
             IntrVector::Response => {}
+        }
+        if Instant::now() >= next_check {
+            rings.health_check();
+            next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
         }
     }
 }
