@@ -669,3 +669,76 @@ impl Drv {
         d
     }
 }
+
+#[test]
+#[ignore = "bug: a WQE's total_len (the driver's own count of its SGE bytes) is never checked against the SGEs"]
+fn a_wqe_whose_total_len_disagrees_with_its_sges_fails() {
+    for (send_total, recv_total) in [(1000u32, 0u32), (0, 0), (3, 64), (u32::MAX, 64)] {
+        let p = Pair::new(SimConfig::default(), 16);
+        let d = &p.d;
+        d.recv(&p.b, 9, &[sge(p.dst.va, 64, p.dst.lkey)]);
+        d.dev.mem().write(p.b.rq + 12, &recv_total.to_le_bytes()).unwrap();
+        let s = sge(p.src.va, 4, p.src.lkey);
+        d.post_send_wqe(&p.a, 7, wr_opcode::SEND, pvrdma_abi::verbs::send_flags::SIGNALED, 0, &[s]);
+        d.dev.mem().write(p.a.sq + 12, &send_total.to_le_bytes()).unwrap();
+        d.qp_doorbell(&p.a, pvrdma_abi::uar::UAR_QP_SEND);
+        d.settle();
+        let c = d.wait_cqes(&p.cq_a, 1);
+        let r = d.wait_cqes(&p.cq_b, 1);
+        // The send's SGEs hold 4 bytes, the receive's 64: any other total_len is a lie.
+        let bad = send_total != 4 || recv_total != 64;
+        assert!(bad);
+        let statuses = (c.first().map(|c| c.status.get()), r.first().map(|c| c.status.get()));
+        assert_ne!(statuses, (Some(wc_status::SUCCESS), Some(wc_status::SUCCESS)), "total_len {send_total}/{recv_total}");
+    }
+}
+
+#[test]
+#[ignore = "bug: CREATE_BIND succeeds for a gid_type the device does not report (RoCE v2 flag 2, 0, 0x80) though caps.gid_types is RoCE v1 only"]
+fn a_bind_of_a_gid_type_the_device_does_not_have_is_refused() {
+    let mut d = Drv::new(SimConfig::default());
+    let bind = |gid_type: u8| CreateBind { index: U32::new(1), new_gid: GID0, gid_type, ..Default::default() };
+    d.ok(bind(pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1));
+    for t in [pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2, 0, 0x80] {
+        assert_eq!(d.err(bind(t)), EINVAL, "gid_type {t}");
+    }
+}
+
+#[test]
+fn sixteen_mib_messages_from_one_aliased_page_stay_within_the_wire_budget() {
+    let wire = 48 * MIB;
+    let cfg = SimConfig { device_bytes_in_flight: wire, mem_limit: 64 * MIB, ..SimConfig::default() };
+    let mut d = Drv::new(cfg);
+    d.bind_gid(0, GID0);
+    let pd = d.create_pd(0);
+    let cq = d.create_cq(0, 64);
+    let msg = 16 * MIB;
+    // A 16 MiB MR over one page (4,096 entries naming it).
+    let (dir, _) = aliased_pdir(&d);
+    let mr = d.ok(CreateMr {
+        length: U64::new(msg),
+        pdir_dma: U64::new(dir),
+        pd_handle: U32::new(pd),
+        nchunks: U32::new((msg / PAGE) as u32),
+        ..Default::default()
+    });
+    let before = rss();
+    // 32 QPs each send one 16 MiB message to a peer that never posts a receive (packets park).
+    let mut qps = Vec::new();
+    for _ in 0..32 {
+        let a = d.create_qp(pd, cq.handle, cq.handle, 4);
+        let b = d.create_qp(pd, cq.handle, cq.handle, 4);
+        d.connect(a.qpn, b.qpn);
+        d.connect(b.qpn, a.qpn);
+        d.send(&a, 1, 0, &[sge(0, msg as u32, mr.lkey.get())]);
+        qps.push((a, b));
+    }
+    d.settle();
+    let grown = rss().saturating_sub(before);
+    let parked: usize = qps.iter().map(|(_, b)| d.dev.parked_packets(b.qpn)).sum();
+    assert!(parked as u64 * msg <= wire + msg, "{parked} messages of 16 MiB parked");
+    eprintln!("{parked} parked 16 MiB messages, RSS +{grown}");
+    assert!(parked >= 2, "the attack parked {parked} messages");
+    let bound = wire + msg + d.dev.stats().host_bytes + 96 * MIB;
+    assert!(grown < bound, "RSS grew {grown} bytes (bound {bound}) with {parked} parked");
+}
