@@ -263,3 +263,28 @@ fn a_cq_upcall_gets_failure_fast_when_the_device_dies_under_a_storm() {
     assert_eq!(status, NotifyStatus::Failure);
     assert!(at - died < FAST, "upcall after {:?}", at - died);
 }
+
+#[test]
+fn a_qp_destroy_waiting_for_an_ack_ends_fast_when_the_device_dies_under_a_storm() {
+    let (dev, sim) = hca::open_sim_with(Default::default(), opts()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let qp = tests::fixture::rc_qp(&pd, &cq, &cq);
+    sim.device().inject_async_event(EqeType::QpFatal, qp.qpn());
+    let unacked = dev.get_async_event(LONG).unwrap();
+    assert_eq!(unacked.event_type, ib_core::AsyncEventType::QpFatal);
+    let storm = Storm::start(&sim, &[1, 2]);
+    let d = sim.device().clone();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        d.set_dead(true);
+        Instant::now()
+    });
+    let r = qp.destroy(Some(LONG)).map_err(|(_, e)| e);
+    let died = killer.join().unwrap();
+    let after = died.elapsed();
+    drop(storm);
+    assert!(matches!(r, Ok(()) | Err(Error::DeviceFatal)), "{r:?}");
+    assert!(after < FAST, "the destroy ended {after:?} after the device died");
+    unacked.ack();
+}
