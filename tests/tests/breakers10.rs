@@ -288,3 +288,23 @@ fn a_qp_destroy_waiting_for_an_ack_ends_fast_when_the_device_dies_under_a_storm(
     assert!(after < FAST, "the destroy ended {after:?} after the device died");
     unacked.ack();
 }
+
+#[test]
+fn closing_everything_on_a_dead_stormed_device_ends_fast() {
+    let (dev, sim) = hca::open_sim_with(Default::default(), opts()).unwrap();
+    let ch = dev.create_comp_channel().unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cqs: Vec<_> = (0..4).map(|_| dev.create_cq(16, Some(&ch)).unwrap()).collect();
+    let qps: Vec<_> = cqs.iter().map(|cq| tests::fixture::rc_qp(&pd, cq, cq)).collect();
+    let storm = Storm::start(&sim, &[0, 1, 2]);
+    sim.device().set_dead(true);
+    let t = Instant::now();
+    drop(qps);
+    drop(cqs);
+    drop(pd);
+    drop(ch);
+    drop(dev);
+    let took = t.elapsed();
+    drop(storm);
+    assert!(took < FAST, "closing took {took:?}");
+}
