@@ -1,5 +1,6 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
+mod breakers10;
 mod budget;
 mod control;
 mod counts;
