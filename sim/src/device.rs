@@ -154,7 +154,7 @@ sim_stats! {
     commands,
     /// Commands that answered a nonzero `err` (or whose slot was unreadable).
     failed_commands,
-    /// `REQUEST` writes ignored: no DSR, or the device is broken.
+    /// `REQUEST` writes ignored: a value other than 0, no DSR, or the device is broken.
     ignored_requests,
     /// BAR2 writes.
     doorbells,
@@ -350,6 +350,8 @@ impl SimDevice {
                 Ok(DeviceCtl::Unquiesce) | Err(_) => {}
             },
             REG_REQUEST if value == 0 => core.request(),
+            // QEMU runs a command only for 0; anything else is dropped, and counted.
+            REG_REQUEST => core.count(|c| &c.ignored_requests),
             REG_ICR => core.regs.lock().icr = value,
             REG_IMR => core.imr.store(value, Ordering::Release),
             REG_MACL => core.regs.lock().mac[..4].copy_from_slice(&value.to_le_bytes()),
@@ -654,8 +656,12 @@ impl Core {
         self.settle(fx);
         let err_reg = if out.err == 0 { 0 } else { (-i32::from(out.err)) as u32 };
         let ack_at = dsr.resp_slot + core::mem::offset_of!(RespHdr, ack) as u64;
-        // The slot was checked at DSR load; if the driver freed it since, the response is lost.
-        let _ = self.mem.write(dsr.resp_slot, &out.resp);
+        // The slot was checked at DSR load; if the driver freed it since, the response is lost,
+        // and ERR says so rather than the command's success.
+        let err_reg = match self.mem.write(dsr.resp_slot, &out.resp) {
+            Ok(()) => err_reg,
+            Err(_) => crate::errno::Errno::EFAULT.reg_value(),
+        };
         self.regs.lock().err = err_reg;
         let _ = self.mem.store_u32(ack_at, out.ack);
         if out.err != 0 {

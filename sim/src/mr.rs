@@ -104,7 +104,8 @@ impl Mr {
     }
 }
 
-/// CREATE_MR.
+/// CREATE_MR. A DMA MR carries `start`, `length`, `nchunks` and `pdir_dma` all 0, as Linux's
+/// `pvrdma_get_dma_mr` sends it.
 ///
 /// Errors: `EINVAL` for an unknown PD, unknown flag or access bits, a fast-register MR (not
 /// modelled), a zero or too large length, a chunk count other than the pages `[start, start +
@@ -124,6 +125,10 @@ pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     }
     let (start, length) = (req.start.get(), req.length.get());
     let (region, charge) = if flags & mr_flags::DMA != 0 {
+        // A DMA MR describes no memory: every count it carries must say so (Linux sends zeros).
+        if start != 0 || length != 0 || req.nchunks.get() != 0 || req.pdir_dma.get() != 0 {
+            return Err(Errno::EINVAL);
+        }
         (None, core.budget.charge_object::<Mr>(0)?)
     } else {
         if length == 0 || length > crate::dsr::limits::MAX_MR_SIZE {

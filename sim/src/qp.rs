@@ -227,7 +227,10 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQD/SQE, a `cur_qp_state` that
 /// does not match, a missing or bad RTR attribute, a port other than 1, a P_Key index other than
-/// 0, or an MTU above the port's (1024).
+/// 0, or an MTU above the port's (1024); an attribute past its IBTA field (`retry_cnt` and
+/// `rnr_retry` 3 bits, `timeout`, `alt_timeout` and `min_rnr_timer` 5 bits, PSNs 24 bits) or past
+/// the caps (`max_rd_atomic`, `max_dest_rd_atomic`); an alternate path whose port, P_Key index or
+/// GID does not exist; `CAP` (a pvrdma QP is not resized) or an unknown mask bit.
 pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopResp> {
     use qp_state::*;
     let qp = core.qp(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
@@ -254,6 +257,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     if !legal {
         return Err(Errno::EINVAL);
     }
+    check_counts(core, mask, a)?;
     if mask & m::PORT != 0 && a.port_num != 1 {
         return Err(Errno::EINVAL);
     }
@@ -285,6 +289,43 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         fx.kicks.push(qp.handle);
     }
     Ok(NoopResp::default())
+}
+
+/// Whether a WQE's `total_len` agrees with its SGEs: 0 (unstated: Linux's driver writes 0) or
+/// exactly the sum of their lengths. Another value fails the WQE with `LOC_LEN_ERR`.
+fn total_len_agrees(stated: u32, sges: &[Sge]) -> bool {
+    stated == 0 || u64::from(stated) == sges.iter().map(|s| u64::from(s.length.get())).sum::<u64>()
+}
+
+/// Every attribute `mask` selects fits its field and the device's caps (IBTA 11.2.5 and the
+/// `ibv_qp_attr` fields' widths); the mask names only attributes MODIFY_QP takes.
+fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
+    const KNOWN: u32 = (m::DEST_QPN << 1) - 1;
+    const PSN_MAX: u32 = (1 << 24) - 1;
+    let over = |bit: u32, value: u32, max: u32| mask & bit != 0 && value > max;
+    let bad = mask & !KNOWN != 0
+        || mask & m::CAP != 0
+        || over(m::RETRY_CNT, a.retry_cnt.into(), 7)
+        || over(m::RNR_RETRY, a.rnr_retry.into(), 7)
+        || over(m::TIMEOUT, a.timeout.into(), 31)
+        || over(m::MIN_RNR_TIMER, a.min_rnr_timer.into(), 31)
+        || over(m::SQ_PSN, a.sq_psn.get(), PSN_MAX)
+        || over(m::RQ_PSN, a.rq_psn.get(), PSN_MAX)
+        || over(m::MAX_QP_RD_ATOMIC, a.max_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
+        || over(m::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.into(), limits::MAX_QP_RD_ATOM);
+    if bad {
+        return Err(Errno::EINVAL);
+    }
+    if mask & m::ALT_PATH != 0 {
+        let fits = a.alt_port_num == 1
+            && a.alt_pkey_index.get() < limits::PKEY_TBL_LEN
+            && a.alt_timeout <= 31;
+        if !fits {
+            return Err(Errno::EINVAL);
+        }
+        check_av(core, &a.alt_ah_attr)?;
+    }
+    Ok(())
 }
 
 /// Copies the attributes `mask` selects.
@@ -420,6 +461,8 @@ impl Qp {
                 || hdr.num_sge.get() > self.max_send_sge
             {
                 Err(wc_status::LOC_QP_OP_ERR)
+            } else if !total_len_agrees(hdr.total_len.get(), &sges) {
+                Err(wc_status::LOC_LEN_ERR)
             } else {
                 mr::gather(core, self.pd, &sges)
             };
@@ -504,6 +547,8 @@ impl Qp {
         }
         let status = if hdr.num_sge.get() > self.max_recv_sge {
             Err(wc_status::LOC_QP_OP_ERR)
+        } else if !total_len_agrees(hdr.total_len.get(), &sges) {
+            Err(wc_status::LOC_LEN_ERR)
         } else {
             mr::scatter(core, self.pd, &sges, &pkt.payload)
         };

@@ -1,7 +1,6 @@
 //! Issue 10, second round of attacks (breaker) on the driver: liveness is checked on a clock, not
 //! when things are quiet. With the device dead (registers all-ones) under interrupt storms on any
 //! vector, every waiter gets `DeviceFatal` within a second, never a `Timeout` after seconds.
-//! Tests marked `#[ignore = "bug: ..."]` fail today and describe the bug.
 
 use hca::ProbeOptions;
 use ib_core::{Error, NotifyFlags, NotifyKind, NotifyStatus};
@@ -139,7 +138,6 @@ fn a_cq_destroy_waiting_for_an_ack_ends_fast_when_the_device_dies_under_a_storm(
 }
 
 #[test]
-#[ignore = "bug: a command on a dead device under a vector-0 storm fails Error::Device(WrongAck), not DeviceFatal (hca/src/cmd.rs Commands::post classifies before any register check)"]
 fn a_command_on_a_dead_device_under_a_vector_0_storm_fails_device_fatal() {
     let mut wrong = Vec::new();
     for round in 0..10 {
@@ -159,7 +157,6 @@ fn a_command_on_a_dead_device_under_a_vector_0_storm_fails_device_fatal() {
 }
 
 #[test]
-#[ignore = "bug: in polling mode a command on a dead device waits the whole cmd_timeout (4 s) before failing (the ack poll never looks at the registers or the fatal flag)"]
 fn a_polling_command_on_a_dead_device_fails_fast() {
     let o = ProbeOptions { cmd_wait: hca::WaitMode::Polling, ..opts() };
     let (dev, sim) = hca::open_sim_with(Default::default(), o).unwrap();
@@ -172,7 +169,6 @@ fn a_polling_command_on_a_dead_device_fails_fast() {
 }
 
 #[test]
-#[ignore = "bug: a consumer's async-event handler that blocks stalls the health check (it runs on the async thread), so a channel waiter on a dead device gets Timeout"]
 fn a_blocked_async_event_handler_does_not_stop_the_health_check() {
     let (dev, sim) = hca::open_sim_with(Default::default(), opts()).unwrap();
     let entered = Arc::new(AtomicBool::new(false));
@@ -217,7 +213,6 @@ fn a_device_that_dies_between_commands_fails_the_next_ones_fast_under_a_cq_storm
 }
 
 #[test]
-#[ignore = "bug: in polling mode a create blocked on a dead device holds the object lock, and the async thread's drain_async waits for that lock without checking the registers (hca/src/eq.rs drain_async), so a channel waiter gets Timeout"]
 fn a_polling_create_blocked_on_a_dead_device_does_not_starve_the_health_check() {
     let o = ProbeOptions { cmd_wait: hca::WaitMode::Polling, ..opts() };
     let (dev, sim) = hca::open_sim_with(Default::default(), o).unwrap();
