@@ -13,7 +13,7 @@
 //! refuses GID index 0 of the backend's table, so the driver binds the IPv4-mapped GID),
 //! `PVRDMA_QEMU_OUT` (where QEMU logs go; default the peer's folder, removed afterwards).
 
-use hca::platform::qtest::{QtestOptions, QtestPlatform};
+use hca::platform::qtest::{QtestOptions, QtestPlatform, DEFAULT_IO_TIMEOUT};
 use hca::ProbeOptions;
 use ib_core::Device;
 use std::io::{Read, Write};
@@ -21,7 +21,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Guest RAM of each QEMU, in MiB.
@@ -50,7 +50,7 @@ pub fn backend_gid() -> [u8; 16] {
 
 /// The QEMU process and its files; dropping it kills QEMU and removes them.
 struct Proc {
-    child: Child,
+    child: Mutex<Child>,
     dir: PathBuf,
     ram_file: PathBuf,
     log_dir: PathBuf,
@@ -69,6 +69,11 @@ impl Proc {
         )
     }
 
+    /// How QEMU ended, if it has.
+    fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.child.lock().ok()?.try_wait().ok().flatten()
+    }
+
     fn accept(&mut self, l: &UnixListener) -> Result<UnixStream, String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -80,7 +85,7 @@ impl Proc {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(format!("qtest accept: {e}")),
             }
-            if let Ok(Some(st)) = self.child.try_wait() {
+            if let Some(st) = self.exited() {
                 return Err(format!(
                     "QEMU exited ({st}) before qtest connected:\n{}",
                     self.output()
@@ -100,8 +105,10 @@ impl Drop for Proc {
     fn drop(&mut self) {
         // QEMU does not exit when the qtest client leaves, and pvrdma's unrealize waits for its
         // completion thread: kill it.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Ok(child) = self.child.get_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_file(&self.ram_file);
         if self.keep_logs {
             let _ = std::fs::remove_file(self.dir.join("mad.sock"));
@@ -135,6 +142,16 @@ impl QemuPeer {
     /// (`shared_ram`) or through qtest reads and writes only (as a driver on another machine
     /// would).
     pub fn start_with(tag: &str, shared_ram: bool) -> Result<Self, String> {
+        Self::start_opts(tag, shared_ram, DEFAULT_IO_TIMEOUT)
+    }
+
+    /// [`QemuPeer::start`] with every qtest round trip bounded by `io_timeout` (a QEMU that
+    /// stops answering is then found dead that soon) and guest RAM mapped.
+    pub fn start_bounded(tag: &str, io_timeout: Duration) -> Result<Self, String> {
+        Self::start_opts(tag, true, io_timeout)
+    }
+
+    fn start_opts(tag: &str, shared_ram: bool, io_timeout: Duration) -> Result<Self, String> {
         let t0 = Instant::now();
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let id = format!("pvrdma-{}-{n}-{tag}", std::process::id());
@@ -166,7 +183,7 @@ impl QemuPeer {
             .spawn()
             .map_err(|e| format!("cannot start QEMU: {e}"))?;
         let mut proc = Proc {
-            child,
+            child: Mutex::new(child),
             dir,
             ram_file,
             log_dir,
@@ -175,6 +192,7 @@ impl QemuPeer {
         };
         let stream = proc.accept(&qtest_listener)?;
         let mut opts = QtestOptions::new(RAM_MB << 20);
+        opts.io_timeout = io_timeout;
         if shared_ram {
             opts = opts.with_ram_file(&proc.ram_file);
         }
@@ -190,6 +208,11 @@ impl QemuPeer {
     /// QEMU's stderr and log, for failure messages.
     pub fn qemu_output(&self) -> String {
         self.proc.output()
+    }
+
+    /// How QEMU ended (`Some` once it has exited: crashed, or killed), with its output.
+    pub fn exit_status(&self) -> Option<String> {
+        self.proc.exited().map(|st| format!("{st}"))
     }
 
     /// The platform (for its counters and raw qtest access).

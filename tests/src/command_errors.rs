@@ -1,0 +1,626 @@
+//! Command errors and hostile counts, sent below the driver ([`crate::raw_device`]) to the model
+//! and to QEMU 7.2's pvrdma: spoiled DSRs, destroys of handles that do not exist, an unknown
+//! opcode, CQ sizes and chunk counts that disagree with what they describe, SGE counts above the
+//! caps, a read of the UAR BAR and the interrupt mask register.
+//!
+//! One function per case ([`CASES`]); each records what the device answered step by step
+//! ([`Step`]). On QEMU each case runs in a QEMU of its own, every qtest round trip bounded by
+//! [`QEMU_IO_BOUND`]: a crash (QEMU exited) or a hang (no answer within the bound) is the
+//! recorded answer, not a failure, and the stage prints the record (`QEMU-CASE` lines). On the
+//! model every step must match its [`Expect`]: the model refuses cleanly (response `err` 22,
+//! `REG_ERR` = -22) and stays usable; a refused DSR leaves it broken (`REG_ERR` 0xffff, requests
+//! unanswered and counted in `ignored_requests`).
+
+use crate::differential::{report_line, Side};
+use crate::fixture::{cap, pair};
+use crate::qemu::{backend_gid, QemuPeer};
+use crate::raw_device::{RawDevice, Reply};
+use crate::sge_tamper::SgeTamper;
+use hca::platform::sim::SimPlatform;
+use hca::{Platform, ProbeOptions};
+use ib_core::{Cq, WcStatus, WrOpcode};
+use pvrdma_abi::cmd::{ack_for, opcode as op, CmdRequest, CreateCq, CreateMr, CreatePd, CreateQp};
+use pvrdma_abi::cmd::{DestroyCq, DestroyMr, DestroyPd, DestroyQp, QueryPort};
+use pvrdma_abi::regs::REG_IMR;
+use pvrdma_abi::verbs::qp_type;
+use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, Cqe};
+use pvrdma_abi::PAGE_SIZE;
+use pvrdma_sim::Profile;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bound on each qtest round trip of a case on QEMU: a QEMU that does not answer within it is
+/// recorded as hung.
+pub const QEMU_IO_BOUND: Duration = Duration::from_secs(5);
+/// A handle no object has (the devices hand out small handles).
+pub const NO_SUCH_HANDLE: u32 = 0x1234;
+/// An opcode past every command either device knows.
+pub const UNKNOWN_OPCODE: u32 = 0x40;
+/// `errno` EINVAL, the model's answer to every refused command.
+pub const EINVAL: u8 = 22;
+
+/// What the device did at one step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Obs {
+    /// A register read.
+    Reg(u32),
+    /// A command's answer.
+    Reply(Reply),
+    /// A work request's completion status (`None`: no completion within the bound).
+    Completion(Option<WcStatus>),
+    /// A model counter's increase.
+    Count(u64),
+    /// The model has no BAR2 read: the platform interface offers UAR writes only.
+    NoReadPath,
+    /// QEMU exited (how) — its answer to this step.
+    Crashed(String),
+    /// QEMU stopped answering qtest within [`QEMU_IO_BOUND`] while still running.
+    Hung(String),
+}
+
+fn hex_errno(v: u32) -> String {
+    if v >= 0x8000_0000 { format!("{v:#x} ({})", v as i32) } else { format!("{v:#x}") }
+}
+
+impl fmt::Display for Obs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let irq = |b: bool| if b { "irq" } else { "no irq" };
+        match self {
+            Obs::Reg(v) => write!(f, "{}", hex_errno(*v)),
+            Obs::Reply(r) if r.ack == 0 => {
+                write!(f, "no response, REG_ERR {}, {}", hex_errno(r.reg_err), irq(r.irq))
+            }
+            Obs::Reply(r) => write!(
+                f,
+                "ack {:#x} err {} REG_ERR {}, {}",
+                r.ack,
+                r.err,
+                hex_errno(r.reg_err),
+                irq(r.irq)
+            ),
+            Obs::Completion(Some(s)) => write!(f, "CQE {s:?}"),
+            Obs::Completion(None) => write!(f, "no CQE"),
+            Obs::Count(n) => write!(f, "+{n}"),
+            Obs::NoReadPath => write!(f, "no read path"),
+            Obs::Crashed(how) => write!(f, "QEMU CRASHED ({how})"),
+            Obs::Hung(why) => write!(f, "QEMU HUNG ({why})"),
+        }
+    }
+}
+
+/// What the model must answer at a step.
+#[derive(Clone, Copy, Debug)]
+pub enum Expect {
+    /// The register reads this value.
+    Reg(u32),
+    /// Success for this opcode: its ack, err 0, `REG_ERR` 0, the interrupt.
+    Ok(u32),
+    /// [`Expect::Ok`] with the interrupt present or masked as given.
+    OkIrq(u32, bool),
+    /// Refused: the opcode's ack, err 22, `REG_ERR` -22, the interrupt.
+    Refused(u32),
+    /// No response written (a broken device).
+    NoReply,
+    /// The counter rose by this much.
+    Count(u64),
+    /// A completion with an error status.
+    CqeError,
+    /// A successful completion.
+    CqeSuccess,
+    /// Nothing to compare (the model cannot take this step).
+    NotApplicable,
+}
+
+impl Expect {
+    /// Whether `obs` is what the model must answer.
+    pub fn matches(self, obs: &Obs) -> bool {
+        let ok = |r: &Reply, o: u32| r.ack == ack_for(o) && r.err == 0 && r.reg_err == 0;
+        match (self, obs) {
+            (Expect::Reg(v), Obs::Reg(got)) => v == *got,
+            (Expect::Ok(o), Obs::Reply(r)) => ok(r, o) && r.irq,
+            (Expect::OkIrq(o, irq), Obs::Reply(r)) => ok(r, o) && r.irq == irq,
+            (Expect::Refused(o), Obs::Reply(r)) => {
+                r.ack == ack_for(o) && r.err == EINVAL && r.reg_err == (-i32::from(EINVAL)) as u32 && r.irq
+            }
+            (Expect::NoReply, Obs::Reply(r)) => r.ack == 0,
+            (Expect::Count(n), Obs::Count(got)) => n == *got,
+            (Expect::CqeError, Obs::Completion(Some(s))) => *s != WcStatus::Success,
+            (Expect::CqeSuccess, Obs::Completion(Some(s))) => *s == WcStatus::Success,
+            (Expect::NotApplicable, Obs::NoReadPath) => true,
+            _ => false,
+        }
+    }
+}
+
+/// One step of a case: what was done, what the device did, what the model must do.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The step.
+    pub what: &'static str,
+    /// The device's answer.
+    pub obs: Obs,
+    /// The model's required answer.
+    pub model: Expect,
+}
+
+/// The case stopped: the device crashed or hung (recorded as its last step).
+#[derive(Debug)]
+pub struct Stopped;
+
+/// A case's result so far.
+pub type Outcome = Result<(), Stopped>;
+
+/// One device for one case, and the steps recorded on it. Fields drop in order: the raw device,
+/// then the model or QEMU.
+pub struct Run {
+    /// The side.
+    pub side: Side,
+    /// The device, driven by hand.
+    pub dev: RawDevice,
+    sim: Option<SimPlatform>,
+    peer: Option<QemuPeer>,
+    steps: Vec<Step>,
+}
+
+impl Run {
+    /// A fresh model with `profile`.
+    pub fn model(profile: Profile) -> Run {
+        let sim = SimPlatform::new(pvrdma_sim::SimConfig { profile, ..Default::default() });
+        let dev = RawDevice::new(Arc::new(sim.clone())).expect("model DMA memory");
+        Run { side: Side::Model(profile), dev, sim: Some(sim), peer: None, steps: Vec::new() }
+    }
+
+    /// A fresh QEMU 7.2 for case `name`. Panics with QEMU's output if it does not start.
+    pub fn qemu(name: &str) -> Run {
+        let peer = QemuPeer::start_bounded(name, QEMU_IO_BOUND).unwrap_or_else(|e| panic!("{e}"));
+        let platform: Arc<dyn Platform> = peer.platform().clone();
+        let dev = RawDevice::new(platform).unwrap_or_else(|e| panic!("QEMU DMA memory: {e}"));
+        Run { side: Side::Qemu72, dev, sim: None, peer: Some(peer), steps: Vec::new() }
+    }
+
+    /// The steps recorded.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// QEMU's crash or hang, if the qtest connection is gone.
+    fn fault(&self) -> Option<Obs> {
+        let peer = self.peer.as_ref()?;
+        let q = peer.platform();
+        if !q.is_dead() {
+            return None;
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Some(st) = peer.exit_status() {
+                return Some(Obs::Crashed(st));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Obs::Hung(q.dead_reason().unwrap_or_default()))
+    }
+
+    /// Records `obs` for step `what` (or QEMU's crash or hang instead, which stops the case).
+    pub fn record(&mut self, what: &'static str, obs: Obs, model: Expect) -> Outcome {
+        match self.fault() {
+            Some(f) => {
+                self.steps.push(Step { what, obs: f, model });
+                Err(Stopped)
+            }
+            None => {
+                self.steps.push(Step { what, obs, model });
+                Ok(())
+            }
+        }
+    }
+
+    /// Posts `req` and records its answer.
+    pub fn post<C: CmdRequest>(&mut self, what: &'static str, req: C, model: Expect) -> Outcome {
+        let (reply, _) = self.dev.post(req);
+        self.record(what, Obs::Reply(reply), model)
+    }
+
+    /// The model's `ignored_requests` (0 on QEMU, which has no such counter).
+    fn ignored_requests(&self) -> u64 {
+        self.sim.as_ref().map_or(0, |s| s.device().stats().ignored_requests)
+    }
+
+    /// Panics with `what` and the device's answer unless `reply` is a success.
+    fn must(&self, what: &str, reply: Reply, opcode: u32) {
+        assert!(
+            reply.ack == ack_for(opcode) && reply.err == 0 && self.fault().is_none(),
+            "{:?}: setup step {what} failed: {}",
+            self.side,
+            Obs::Reply(reply)
+        );
+    }
+
+    /// Loads a correct DSR and activates (setup: panics if the device refuses).
+    pub fn up(&mut self) {
+        self.dev.load_dsr(|_, _| {});
+        let err = self.dev.activate();
+        assert_eq!(err, 0, "{:?}: REG_ERR after a good DSR and ACTIVATE", self.side);
+    }
+
+    /// A PD of the kernel (setup).
+    pub fn pd(&self) -> u32 {
+        let (r, resp) = self.dev.post(CreatePd::default());
+        self.must("CREATE_PD", r, op::CREATE_PD);
+        resp.map_or(0, |p| p.pd_handle.get())
+    }
+
+    /// A CQ of 16 entries in exactly the pages it needs (setup).
+    pub fn cq(&self) -> u32 {
+        let (r, resp) = self.dev.post(self.create_cq(16, cq_chunks(16), u64::from(cq_chunks(16))));
+        self.must("CREATE_CQ", r, op::CREATE_CQ);
+        resp.map_or(0, |c| c.cq_handle.get())
+    }
+
+    /// CREATE_CQ of `cqe` entries claiming `nchunks` pages, its directory listing `listed`.
+    pub fn create_cq(&self, cqe: u32, nchunks: u32, listed: u64) -> CreateCq {
+        CreateCq { pdir_dma: self.listed(listed).into(), cqe: cqe.into(), nchunks: nchunks.into(), ..Default::default() }
+    }
+
+    /// A page directory over `n` fresh pages.
+    pub fn listed(&self, n: u64) -> u64 {
+        let pages = self.dev.pages(n.max(1));
+        let list: Vec<u64> = (0..n).map(|i| pages.page(i)).collect();
+        self.dev.pdir(&list)
+    }
+
+    /// Records that a following good command (CREATE_PD) works.
+    pub fn still_usable(&mut self) -> Outcome {
+        self.post("then CREATE_PD", CreatePd::default(), Expect::Ok(op::CREATE_PD))
+    }
+
+    /// Reads 32 bits at byte `offset` of BAR2: a qtest `readl` on QEMU; the model has no path.
+    fn uar_read(&self, offset: u64) -> Obs {
+        let Some(peer) = &self.peer else { return Obs::NoReadPath };
+        let q = peer.platform();
+        let line = format!("readl {:#x}", q.bar_addresses()[2] + offset);
+        match q.raw_command(&line) {
+            Ok(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
+                .map_or_else(|_| Obs::Hung(format!("bad readl answer {v:?}")), Obs::Reg),
+            Err(e) => Obs::Hung(e.to_string()),
+        }
+    }
+
+    /// One line for the stage's report.
+    pub fn report(&self, name: &str) -> String {
+        let pkg = std::env::var("PVRDMA_QEMU_PACKAGE").unwrap_or_else(|_| "?".into());
+        let steps: Vec<String> = self.steps.iter().map(|s| format!("{} = {}", s.what, s.obs)).collect();
+        format!("QEMU-CASE {name} [qemu-system-x86 {pkg}]: {}\n", steps.join("; "))
+    }
+
+    /// Asserts every step is what the model must answer.
+    pub fn check_model(&self, name: &str) {
+        for s in &self.steps {
+            assert!(
+                s.model.matches(&s.obs),
+                "{:?} {name}: step `{}` answered {} but the model must answer {:?}\nall steps: {:#?}",
+                self.side,
+                s.what,
+                s.obs,
+                s.model,
+                self.steps
+            );
+        }
+    }
+}
+
+/// Pages (ring state included) a CQ of `cqe` entries needs.
+pub fn cq_chunks(cqe: u32) -> u32 {
+    1 + (u64::from(cqe) * size_of::<Cqe>() as u64).div_ceil(PAGE_SIZE as u64) as u32
+}
+
+/// Pages for `wr` work requests of `stride` bytes.
+fn queue_pages(wr: u32, stride: Option<u32>) -> u16 {
+    let bytes = u64::from(wr) * u64::from(stride.unwrap_or(u32::MAX));
+    bytes.div_ceil(PAGE_SIZE as u64).min(u64::from(u16::MAX)) as u16
+}
+
+/// CREATE_QP (RC, 16 WRs each way) on `pd` and `cq` with these SGE counts; the chunk counts
+/// agree exactly with the rings unless `total` overrides them (then `send_chunks` is 1).
+fn create_qp(r: &Run, pd: u32, cq: u32, sge: (u32, u32), total: Option<u16>) -> CreateQp {
+    let sq = queue_pages(16, sq_wqe_stride(sge.0));
+    let rq = queue_pages(16, rq_wqe_stride(sge.1));
+    let (total, send) = match total {
+        Some(t) => (t, 1),
+        None => (1 + sq + rq, sq),
+    };
+    CreateQp {
+        pdir_dma: r.listed(u64::from(total)).into(),
+        pd_handle: pd.into(),
+        send_cq_handle: cq.into(),
+        recv_cq_handle: cq.into(),
+        max_send_wr: 16.into(),
+        max_recv_wr: 16.into(),
+        max_send_sge: sge.0.into(),
+        max_recv_sge: sge.1.into(),
+        total_chunks: total.into(),
+        send_chunks: send.into(),
+        qp_type: qp_type::RC,
+        ..Default::default()
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
+// The cases
+
+/// A case: its name (the test's, on both sides) and its body.
+pub struct Case {
+    /// The test name (`cmd::<name>` in `qemu_model` and `qemu_real`).
+    pub name: &'static str,
+    /// The body.
+    pub run: fn(&mut Run) -> Outcome,
+}
+
+macro_rules! cases {
+    ($($name:ident),* $(,)?) => {
+        /// Every case, in the README table's order.
+        pub const CASES: &[Case] = &[$(Case { name: stringify!($name), run: $name }),*];
+    };
+}
+
+cases!(
+    dsr_ring_zero_pages,
+    dsr_ring_513_pages,
+    destroy_unknown_cq,
+    destroy_unknown_qp,
+    destroy_unknown_mr,
+    destroy_unknown_pd,
+    unknown_opcode,
+    create_cq_zero_cqe,
+    create_cq_cqe_over_max,
+    create_cq_zero_chunks,
+    create_cq_one_chunk,
+    create_cq_600_chunks,
+    create_qp_600_chunks,
+    create_mr_two_chunks_for_one_page,
+    create_qp_send_sge_over_caps,
+    create_qp_recv_sge_over_caps,
+    wqe_num_sge_over_qp,
+    uar_bar_read,
+    imr_register,
+);
+
+/// Runs case `name` on the model with both profiles and checks every step.
+pub fn on_model(name: &str) {
+    let case = CASES.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
+    for profile in [Profile::Ibta, Profile::Qemu72] {
+        let mut r = Run::model(profile);
+        let _ = (case.run)(&mut r);
+        r.check_model(name);
+    }
+}
+
+/// Runs case `name` on a QEMU of its own and reports the record; QEMU's crash or hang is an
+/// answer. Panics only if QEMU does not start or a setup step fails.
+pub fn on_qemu(name: &str) -> Vec<Step> {
+    let case = CASES.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
+    let t0 = Instant::now();
+    let mut r = Run::qemu(name);
+    let _ = (case.run)(&mut r);
+    let mut line = r.report(name);
+    line.insert_str(line.len() - 1, &format!(" ({} ms)", t0.elapsed().as_millis()));
+    report_line(&line);
+    r.steps
+}
+
+/// A DSR whose CQ-notification ring has `num_pages` 0.
+pub fn dsr_ring_zero_pages(r: &mut Run) -> Outcome {
+    spoiled_dsr(r, 0)
+}
+
+/// A DSR whose CQ-notification ring has `num_pages` 513, listed over two page tables (one
+/// table holds 512 entries; QEMU reads only the first).
+pub fn dsr_ring_513_pages(r: &mut Run) -> Outcome {
+    spoiled_dsr(r, 513)
+}
+
+fn spoiled_dsr(r: &mut Run, num_pages: u32) -> Outcome {
+    let ignored = r.ignored_requests();
+    r.dev.load_dsr(|d, dsr| dsr.cq_ring_pages = d.ring_info(num_pages, u64::from(num_pages).max(2)));
+    let err = r.dev.reg_err();
+    r.record("REG_ERR after the DSR write", Obs::Reg(err), Expect::Reg(0xffff))?;
+    let err = r.dev.activate();
+    r.record("REG_ERR after ACTIVATE", Obs::Reg(err), Expect::Reg(0xffff))?;
+    r.post("QUERY_PORT", QueryPort { port_num: 1, ..Default::default() }, Expect::NoReply)?;
+    if r.sim.is_some() {
+        let n = r.ignored_requests() - ignored;
+        r.record("model ignored_requests", Obs::Count(n), Expect::Count(1))?;
+    }
+    Ok(())
+}
+
+/// DESTROY_CQ of a handle no CQ has.
+pub fn destroy_unknown_cq(r: &mut Run) -> Outcome {
+    r.up();
+    let req = DestroyCq { cq_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
+    r.post("DESTROY_CQ 0x1234", req, Expect::Refused(op::DESTROY_CQ))?;
+    r.still_usable()
+}
+
+/// DESTROY_QP of a handle no QP has.
+pub fn destroy_unknown_qp(r: &mut Run) -> Outcome {
+    r.up();
+    let req = DestroyQp { qp_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
+    r.post("DESTROY_QP 0x1234", req, Expect::Refused(op::DESTROY_QP))?;
+    r.still_usable()
+}
+
+/// DESTROY_MR of a handle no MR has.
+pub fn destroy_unknown_mr(r: &mut Run) -> Outcome {
+    r.up();
+    let req = DestroyMr { mr_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
+    r.post("DESTROY_MR 0x1234", req, Expect::Refused(op::DESTROY_MR))?;
+    r.still_usable()
+}
+
+/// DESTROY_PD of a handle no PD has.
+pub fn destroy_unknown_pd(r: &mut Run) -> Outcome {
+    r.up();
+    let req = DestroyPd { pd_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
+    r.post("DESTROY_PD 0x1234", req, Expect::Refused(op::DESTROY_PD))?;
+    r.still_usable()
+}
+
+/// A request with opcode [`UNKNOWN_OPCODE`].
+pub fn unknown_opcode(r: &mut Run) -> Outcome {
+    r.up();
+    let reply = r.dev.post_opcode(UNKNOWN_OPCODE);
+    r.record("opcode 0x40", Obs::Reply(reply), Expect::Refused(UNKNOWN_OPCODE))?;
+    r.still_usable()
+}
+
+/// CREATE_CQ of 0 entries (two pages).
+pub fn create_cq_zero_cqe(r: &mut Run) -> Outcome {
+    r.up();
+    let req = r.create_cq(0, 2, 2);
+    r.post("CREATE_CQ cqe 0", req, Expect::Refused(op::CREATE_CQ))?;
+    r.still_usable()
+}
+
+/// CREATE_CQ of the next power of two above the device's `max_cqe`, in exactly its pages.
+pub fn create_cq_cqe_over_max(r: &mut Run) -> Outcome {
+    r.up();
+    let cqe = (r.dev.caps().max_cqe.get() + 1).next_power_of_two();
+    let req = r.create_cq(cqe, cq_chunks(cqe), u64::from(cq_chunks(cqe)));
+    r.post("CREATE_CQ cqe > max_cqe", req, Expect::Refused(op::CREATE_CQ))?;
+    r.still_usable()
+}
+
+/// CREATE_CQ of 16 entries claiming 0 pages.
+pub fn create_cq_zero_chunks(r: &mut Run) -> Outcome {
+    bad_cq_chunks(r, 0, "CREATE_CQ cqe 16 nchunks 0")
+}
+
+/// CREATE_CQ of 16 entries claiming 1 page (the ring state alone: no room for a CQE).
+pub fn create_cq_one_chunk(r: &mut Run) -> Outcome {
+    bad_cq_chunks(r, 1, "CREATE_CQ cqe 16 nchunks 1")
+}
+
+/// CREATE_CQ of 16 entries claiming (and listing) 600 pages.
+pub fn create_cq_600_chunks(r: &mut Run) -> Outcome {
+    bad_cq_chunks(r, 600, "CREATE_CQ cqe 16 nchunks 600")
+}
+
+fn bad_cq_chunks(r: &mut Run, nchunks: u32, what: &'static str) -> Outcome {
+    r.up();
+    let req = r.create_cq(16, nchunks, u64::from(nchunks.max(2)));
+    r.post(what, req, Expect::Refused(op::CREATE_CQ))?;
+    r.still_usable()
+}
+
+/// CREATE_QP claiming (and listing) 600 pages, 1 of them for the SQ.
+pub fn create_qp_600_chunks(r: &mut Run) -> Outcome {
+    r.up();
+    let (pd, cq) = (r.pd(), r.cq());
+    let req = create_qp(r, pd, cq, (1, 1), Some(600));
+    r.post("CREATE_QP total_chunks 600 send_chunks 1", req, Expect::Refused(op::CREATE_QP))?;
+    r.still_usable()
+}
+
+/// CREATE_MR of 4096 bytes claiming (and listing) 2 pages.
+pub fn create_mr_two_chunks_for_one_page(r: &mut Run) -> Outcome {
+    r.up();
+    let pd = r.pd();
+    let req = CreateMr {
+        start: 0x10_0000u64.into(),
+        length: 4096u64.into(),
+        pdir_dma: r.listed(2).into(),
+        pd_handle: pd.into(),
+        access_flags: 1.into(),
+        nchunks: 2.into(),
+        ..Default::default()
+    };
+    r.post("CREATE_MR length 4096 nchunks 2", req, Expect::Refused(op::CREATE_MR))?;
+    r.still_usable()
+}
+
+/// CREATE_QP with `max_send_sge` one above the device's `max_sge` (chunks agreeing).
+pub fn create_qp_send_sge_over_caps(r: &mut Run) -> Outcome {
+    sge_over_caps(r, true)
+}
+
+/// CREATE_QP with `max_recv_sge` one above the device's `max_sge` (chunks agreeing).
+pub fn create_qp_recv_sge_over_caps(r: &mut Run) -> Outcome {
+    sge_over_caps(r, false)
+}
+
+fn sge_over_caps(r: &mut Run, send: bool) -> Outcome {
+    r.up();
+    let over = r.dev.caps().max_sge.get() + 1;
+    let (pd, cq) = (r.pd(), r.cq());
+    let sge = if send { (over, 1) } else { (1, over) };
+    let req = create_qp(r, pd, cq, sge, None);
+    let what = if send { "CREATE_QP max_send_sge = max_sge + 1" } else { "CREATE_QP max_recv_sge = max_sge + 1" };
+    r.post(what, req, Expect::Refused(op::CREATE_QP))?;
+    r.still_usable()
+}
+
+/// The `wr_id` of the send whose WQE is given too many SGEs.
+const TAMPERED: u64 = 0x5ee_0bad;
+
+/// A send WQE whose `num_sge` (3) is above its QP's `max_send_sge` (2), written by a hostile user
+/// (the driver never writes one; [`SgeTamper`] rewrites it on its way to DMA memory). The QPs are
+/// the driver's, brought to RTS through the same platform.
+pub fn wqe_num_sge_over_qp(r: &mut Run) -> Outcome {
+    let tamper = SgeTamper { inner: r.dev.platform().clone(), wr_id: TAMPERED, num_sge: cap().max_send_sge + 1 };
+    let opts = ProbeOptions { gid: Some(backend_gid()), ..Default::default() };
+    let dev = hca::probe(Arc::new(tamper), opts).unwrap_or_else(|e| panic!("{:?}: probe: {e}", r.side));
+    let pd = dev.alloc_pd().expect("alloc_pd");
+    let cq = dev.create_cq(32, None).expect("create_cq");
+    let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    p.recv_b(1, 0, 64);
+    p.send_a(TAMPERED, 0, b"three SGEs", WrOpcode::Send, false);
+    let got = completions(&cq, 2);
+    let status = |id: u64| got.iter().find(|w| w.0 == id).map(|w| w.1);
+    r.record("send CQE", Obs::Completion(status(TAMPERED)), Expect::CqeError)?;
+    let after = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
+    after.recv_b(2, 0, 64);
+    after.send_a(3, 0, b"after", WrOpcode::Send, false);
+    let got = completions(&cq, 2);
+    let worst = got.iter().map(|w| w.1).find(|s| *s != WcStatus::Success).or(got.first().map(|w| w.1));
+    r.record("then a good send on a new QP pair", Obs::Completion(worst), Expect::CqeSuccess)
+}
+
+/// Up to `n` completions of `cq` as (wr_id, status), within 2 s.
+fn completions(cq: &Cq, n: usize) -> Vec<(u64, WcStatus)> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut out = Vec::new();
+    let mut wc = [ib_core::Wc::default(); 8];
+    while out.len() < n && Instant::now() < deadline {
+        match cq.poll(&mut wc) {
+            Ok(0) => std::thread::sleep(Duration::from_millis(2)),
+            Ok(k) => out.extend(wc[..k].iter().map(|w| (w.wr_id, w.status))),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// A 32-bit read of the first UAR page (QEMU 7.2 gives BAR2 no read callback).
+pub fn uar_bar_read(r: &mut Run) -> Outcome {
+    r.up();
+    let obs = r.uar_read(0);
+    r.record("readl BAR2 + 0", obs, Expect::NotApplicable)?;
+    r.still_usable()
+}
+
+/// `REG_IMR`: read back, and which masks silence the command interrupt (the model: bit n masks
+/// vector n only).
+pub fn imr_register(r: &mut Run) -> Outcome {
+    r.up();
+    let port = QueryPort { port_num: 1, ..Default::default() };
+    let p = r.dev.platform().clone();
+    p.reg_write(REG_IMR, 0x1);
+    r.record("IMR after writing 0x1", Obs::Reg(p.reg_read(REG_IMR)), Expect::Reg(0x1))?;
+    r.post("QUERY_PORT with IMR 0x1", port, Expect::OkIrq(op::QUERY_PORT, false))?;
+    p.reg_write(REG_IMR, 0x4);
+    r.record("IMR after writing 0x4", Obs::Reg(p.reg_read(REG_IMR)), Expect::Reg(0x4))?;
+    r.post("QUERY_PORT with IMR 0x4", port, Expect::OkIrq(op::QUERY_PORT, true))?;
+    p.reg_write(REG_IMR, 0);
+    r.post("QUERY_PORT with IMR 0", port, Expect::Ok(op::QUERY_PORT))
+}
