@@ -100,7 +100,7 @@ pub enum Expect {
     OkIrq(u32, bool),
     /// Refused: the opcode's ack, err 22, `REG_ERR` -22, the interrupt.
     Refused(u32),
-    /// No response written (a broken device).
+    /// No response written and no interrupt (a broken device).
     NoReply,
     /// The counter rose by this much.
     Count(u64),
@@ -123,7 +123,7 @@ impl Expect {
             (Expect::Refused(o), Obs::Reply(r)) => {
                 r.ack == ack_for(o) && r.err == EINVAL && r.reg_err == (-i32::from(EINVAL)) as u32 && r.irq
             }
-            (Expect::NoReply, Obs::Reply(r)) => r.ack == 0,
+            (Expect::NoReply, Obs::Reply(r)) => r.ack == 0 && !r.irq,
             (Expect::Count(n), Obs::Count(got)) => n == *got,
             (Expect::CqeError, Obs::Completion(Some(s))) => *s != WcStatus::Success,
             (Expect::CqeSuccess, Obs::Completion(Some(s))) => *s == WcStatus::Success,
@@ -286,11 +286,10 @@ impl Run {
         }
     }
 
-    /// One line for the stage's report.
-    pub fn report(&self, name: &str) -> String {
-        let pkg = std::env::var("PVRDMA_QEMU_PACKAGE").unwrap_or_else(|_| "?".into());
+    /// The steps as `what = answer; ...`.
+    pub fn render(&self) -> String {
         let steps: Vec<String> = self.steps.iter().map(|s| format!("{} = {}", s.what, s.obs)).collect();
-        format!("QEMU-CASE {name} [qemu-system-x86 {pkg}]: {}\n", steps.join("; "))
+        steps.join("; ")
     }
 
     /// Asserts every step is what the model must answer.
@@ -348,63 +347,99 @@ fn create_qp(r: &Run, pd: u32, cq: u32, sge: (u32, u32), total: Option<u16>) -> 
 // -------------------------------------------------------------------------------------------------
 // The cases
 
-/// A case: its name (the test's, on both sides) and its body.
+/// A case: its name (the test's, on both sides), its body, and what QEMU 7.2 answered at each
+/// step when it was recorded (the README table's QEMU column).
 pub struct Case {
     /// The test name (`cmd::<name>` in `qemu_model` and `qemu_real`).
     pub name: &'static str,
     /// The body.
     pub run: fn(&mut Run) -> Outcome,
+    /// QEMU 7.2's answers, one per step, as [`Obs`] displays them.
+    pub qemu72: &'static [&'static str],
 }
 
+/// The command interrupt came, `err` 0, `REG_ERR` 0.
+macro_rules! ok {
+    ($ack:literal) => {
+        concat!("ack ", $ack, " err 0 REG_ERR 0x0, irq")
+    };
+}
+/// Refused with EINVAL, as the model refuses.
+macro_rules! einval {
+    ($ack:literal) => {
+        concat!("ack ", $ack, " err 22 REG_ERR 0xffffffea (-22), irq")
+    };
+}
+const PD_OK: &str = ok!("0x80000002");
+/// QEMU's answer to a request while no DSR is loaded, or of an opcode past its table.
+const NO_RESPONSE: &str = "no response, REG_ERR 0xffff, irq";
+
 macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident => [$($qemu:expr),* $(,)?]),* $(,)?) => {
         /// Every case, in the README table's order.
-        pub const CASES: &[Case] = &[$(Case { name: stringify!($name), run: $name }),*];
+        pub const CASES: &[Case] = &[$(Case { name: stringify!($name), run: $name, qemu72: &[$($qemu),*] }),*];
     };
 }
 
+// QEMU 7.2 (Debian 1:7.2+dfsg-7+deb12u18+b2) as recorded by tests/qemu/run.sh.
 cases!(
-    dsr_ring_zero_pages,
-    dsr_ring_513_pages,
-    destroy_unknown_cq,
-    destroy_unknown_qp,
-    destroy_unknown_mr,
-    destroy_unknown_pd,
-    unknown_opcode,
-    create_cq_zero_cqe,
-    create_cq_cqe_over_max,
-    create_cq_zero_chunks,
-    create_cq_one_chunk,
-    create_cq_600_chunks,
-    create_qp_600_chunks,
-    create_mr_two_chunks_for_one_page,
-    create_qp_send_sge_over_caps,
-    create_qp_recv_sge_over_caps,
-    wqe_num_sge_over_qp,
-    uar_bar_read,
-    imr_register,
+    dsr_ring_zero_pages => ["0xffff", "0x0", NO_RESPONSE],
+    dsr_ring_513_pages => ["0xffff", "0x0", NO_RESPONSE],
+    destroy_unknown_cq => [einval!("0x80000008"), PD_OK],
+    destroy_unknown_qp => [einval!("0x8000000c"), PD_OK],
+    destroy_unknown_mr => [ok!("0x80000005"), PD_OK],
+    destroy_unknown_pd => [ok!("0x80000003"), PD_OK],
+    unknown_opcode => [NO_RESPONSE, PD_OK],
+    create_cq_zero_cqe => [ok!("0x80000006"), PD_OK],
+    create_cq_cqe_over_max => [einval!("0x80000006"), PD_OK],
+    create_cq_zero_chunks => [einval!("0x80000006"), PD_OK],
+    create_cq_one_chunk => [ok!("0x80000006"), PD_OK],
+    create_cq_600_chunks => [einval!("0x80000006"), PD_OK],
+    create_qp_600_chunks => [einval!("0x80000009"), PD_OK],
+    create_mr_two_chunks_for_one_page => [einval!("0x80000004"), PD_OK],
+    create_qp_send_sge_over_caps => [ok!("0x80000009"), PD_OK],
+    create_qp_recv_sge_over_caps => [ok!("0x80000009"), PD_OK],
+    wqe_num_sge_over_qp => ["CQE GeneralErr", "CQE Success"],
+    uar_bar_read => ["0xffffffff (-1)", PD_OK],
+    imr_register => ["0x1", "ack 0x80000000 err 0 REG_ERR 0x0, no irq", "0x4",
+        "ack 0x80000000 err 0 REG_ERR 0x0, no irq", ok!("0x80000000")],
 );
+
+fn case(name: &str) -> &'static Case {
+    CASES.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"))
+}
 
 /// Runs case `name` on the model with both profiles and checks every step.
 pub fn on_model(name: &str) {
-    let case = CASES.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
     for profile in [Profile::Ibta, Profile::Qemu72] {
         let mut r = Run::model(profile);
-        let _ = (case.run)(&mut r);
+        let _ = (case(name).run)(&mut r);
+        eprintln!("MODEL-CASE {name} {profile:?}: {}", r.render());
         r.check_model(name);
     }
 }
 
-/// Runs case `name` on a QEMU of its own and reports the record; QEMU's crash or hang is an
-/// answer. Panics only if QEMU does not start or a setup step fails.
+/// Runs case `name` on a QEMU of its own and reports the record. A crash or a hang is an answer;
+/// any other answer must be the one recorded ([`Case::qemu72`]). Panics also if QEMU does not
+/// start or a setup step fails.
 pub fn on_qemu(name: &str) -> Vec<Step> {
-    let case = CASES.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
+    let c = case(name);
     let t0 = Instant::now();
     let mut r = Run::qemu(name);
-    let _ = (case.run)(&mut r);
-    let mut line = r.report(name);
-    line.insert_str(line.len() - 1, &format!(" ({} ms)", t0.elapsed().as_millis()));
-    report_line(&line);
+    let started = t0.elapsed();
+    let _ = (c.run)(&mut r);
+    let pkg = std::env::var("PVRDMA_QEMU_PACKAGE").unwrap_or_else(|_| "?".into());
+    report_line(&format!(
+        "QEMU-CASE {name} [qemu-system-x86 {pkg}; start {} ms, case {} ms]: {}\n",
+        started.as_millis(),
+        (t0.elapsed() - started).as_millis(),
+        r.render()
+    ));
+    let fault = r.steps.iter().any(|s| matches!(s.obs, Obs::Crashed(_) | Obs::Hung(_)));
+    if !fault {
+        let got: Vec<String> = r.steps.iter().map(|s| s.obs.to_string()).collect();
+        assert_eq!(got, c.qemu72, "{name}: QEMU answered other than recorded (update the case table and README)");
+    }
     r.steps
 }
 
