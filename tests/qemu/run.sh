@@ -45,7 +45,7 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-qemu_ok || missing+=(qemu-system-x86)
+qemu_ok || [[ " ${missing[*]} " == *" qemu-system-x86 "* ]] || missing+=(qemu-system-x86)
 # Each apt command writes its own log, and only the failing command's own log decides whether
 # the failure was a fetch (SKIPPED) or anything else (FAILED).
 apt_log() { echo "$WORK/out/apt-$1.log"; }
