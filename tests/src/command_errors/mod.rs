@@ -56,6 +56,8 @@ pub enum Obs {
     Crashed(String),
     /// QEMU stopped answering qtest within [`QEMU_IO_BOUND`] while still running.
     Hung(String),
+    /// qtest refused the access or answered something unreadable (the connection still up).
+    QtestError(String),
 }
 
 fn hex_errno(v: u32) -> String {
@@ -84,6 +86,7 @@ impl fmt::Display for Obs {
             Obs::NoReadPath => write!(f, "no read path"),
             Obs::Crashed(how) => write!(f, "QEMU CRASHED ({how})"),
             Obs::Hung(why) => write!(f, "QEMU HUNG ({why})"),
+            Obs::QtestError(e) => write!(f, "qtest error ({e})"),
         }
     }
 }
@@ -285,8 +288,8 @@ impl Run {
         let line = format!("readl {:#x}", q.bar_addresses()[2] + offset);
         match q.raw_command(&line) {
             Ok(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
-                .map_or_else(|_| Obs::Hung(format!("bad readl answer {v:?}")), Obs::Reg),
-            Err(e) => Obs::Hung(e.to_string()),
+                .map_or_else(|_| Obs::QtestError(format!("readl answered {v:?}")), Obs::Reg),
+            Err(e) => Obs::QtestError(e.to_string()),
         }
     }
 
