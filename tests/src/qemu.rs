@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 /// Guest RAM of each QEMU, in MiB.
 pub const RAM_MB: u64 = 128;
-/// Bound on QEMU's start (connect to the MAD stub and to qtest).
+/// Bound on QEMU's start (connect to the MAD stub and to qtest, and answer a first qtest command).
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Size of QEMU 7.2's `RdmaCmMuxMsg` on x86_64.
 const MAD_MSG_SIZE: usize = 360;
@@ -78,8 +78,9 @@ impl Proc {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             match l.accept() {
-                Ok((s, _)) => {
+                Ok((mut s, _)) => {
                     s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                    self.wait_machine(&mut s, deadline)?;
                     return Ok(s);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -97,6 +98,30 @@ impl Proc {
                 ));
             }
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Proc {
+    /// Waits, until `deadline`, for QEMU to answer a first qtest command (`endianness`): it
+    /// answers only once its machine is built, which under load takes longer than the bound the
+    /// platform then puts on every round trip.
+    fn wait_machine(&self, s: &mut UnixStream, deadline: Instant) -> Result<(), String> {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let io = |e: std::io::Error| format!("qtest first answer: {e}\n{}", self.output());
+        s.set_read_timeout(Some(left)).map_err(io)?;
+        s.write_all(b"endianness\n").map_err(io)?;
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while b[0] != b'\n' {
+            s.read_exact(&mut b).map_err(io)?;
+            line.push(b[0]);
+        }
+        s.set_read_timeout(None).map_err(io)?;
+        if line.starts_with(b"OK") {
+            Ok(())
+        } else {
+            Err(format!("qtest first answer: {:?}", String::from_utf8_lossy(&line)))
         }
     }
 }
