@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 /// Guest RAM of each QEMU, in MiB.
 pub const RAM_MB: u64 = 128;
-/// Bound on QEMU's start (connect to the MAD stub and to qtest, and answer a first qtest command).
+/// Bound on QEMU's start: connect to the MAD stub and to qtest, and answer a first qtest
+/// command.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Size of QEMU 7.2's `RdmaCmMuxMsg` on x86_64.
 const MAD_MSG_SIZE: usize = 360;
@@ -107,7 +108,9 @@ impl Proc {
     /// answers only once its machine is built, which under load takes longer than the bound the
     /// platform then puts on every round trip.
     fn wait_machine(&self, s: &mut UnixStream, deadline: Instant) -> Result<(), String> {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
         let io = |e: std::io::Error| format!("qtest first answer: {e}\n{}", self.output());
         s.set_read_timeout(Some(left)).map_err(io)?;
         s.write_all(b"endianness\n").map_err(io)?;
@@ -121,7 +124,10 @@ impl Proc {
         if line.starts_with(b"OK") {
             Ok(())
         } else {
-            Err(format!("qtest first answer: {:?}", String::from_utf8_lossy(&line)))
+            Err(format!(
+                "qtest first answer: {:?}",
+                String::from_utf8_lossy(&line)
+            ))
         }
     }
 }
