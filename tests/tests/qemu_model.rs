@@ -58,3 +58,46 @@ fn model_bad_dma_address() {
 fn model_qp_attributes() {
     both(differential::qp_attributes);
 }
+
+/// One test per case of `tests::command_errors`, on the model (both profiles): each refused
+/// cleanly, the device usable afterwards (a refused DSR: broken, requests unanswered).
+macro_rules! command_cases {
+    ($($name:ident),* $(,)?) => {
+        mod cmd {
+            $(#[test]
+            fn $name() {
+                tests::command_errors::on_model(stringify!($name));
+            })*
+
+            /// The names above are exactly the module's cases.
+            #[test]
+            fn all_cases_listed() {
+                let listed = [$(stringify!($name)),*];
+                let cases: Vec<&str> = tests::command_errors::CASES.iter().map(|c| c.name).collect();
+                assert_eq!(listed.as_slice(), cases.as_slice());
+            }
+        }
+    };
+}
+
+command_cases!(
+    dsr_ring_zero_pages,
+    dsr_ring_513_pages,
+    destroy_unknown_cq,
+    destroy_unknown_qp,
+    destroy_unknown_mr,
+    destroy_unknown_pd,
+    unknown_opcode,
+    create_cq_zero_cqe,
+    create_cq_cqe_over_max,
+    create_cq_zero_chunks,
+    create_cq_one_chunk,
+    create_cq_600_chunks,
+    create_qp_600_chunks,
+    create_mr_two_chunks_for_one_page,
+    create_qp_send_sge_over_caps,
+    create_qp_recv_sge_over_caps,
+    wqe_num_sge_over_qp,
+    uar_bar_read,
+    imr_register,
+);
