@@ -111,24 +111,4 @@ macro_rules! command_cases {
     };
 }
 
-command_cases!(
-    dsr_ring_zero_pages,
-    dsr_ring_513_pages,
-    destroy_unknown_cq,
-    destroy_unknown_qp,
-    destroy_unknown_mr,
-    destroy_unknown_pd,
-    unknown_opcode,
-    create_cq_zero_cqe,
-    create_cq_cqe_over_max,
-    create_cq_zero_chunks,
-    create_cq_one_chunk,
-    create_cq_600_chunks,
-    create_qp_600_chunks,
-    create_mr_two_chunks_for_one_page,
-    create_qp_send_sge_over_caps,
-    create_qp_recv_sge_over_caps,
-    wqe_num_sge_over_qp,
-    uar_bar_read,
-    imr_register,
-);
+tests::with_command_cases!(command_cases);
