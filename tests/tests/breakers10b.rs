@@ -54,7 +54,7 @@ fn a_create_qp_response_with_other_queue_sizes_is_refused() {
 }
 
 #[test]
-#[ignore = "bug: CREATE_QP's QPN is checked for 24 bits only; QPN 0 (SMI) is taken for an RC QP (hca/src/qp.rs:166, hca/src/device.rs:113)"]
+#[ignore = "bug: CREATE_QP's QPN is checked for 24 bits only; QPN 0 (SMI) is taken for an RC QP (hca/src/qp.rs:165, hca/src/device.rs:113)"]
 fn a_create_qp_response_naming_qp0_or_qp1_is_refused() {
     for qpn in [0u32, 1] {
         let plat = Arc::new(Rewrite::new(opcode::CREATE_QP, 16, move |_| qpn));
