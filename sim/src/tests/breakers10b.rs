@@ -217,7 +217,10 @@ fn qp_in(d: &mut Drv, state: u32) -> u32 {
 #[ignore = "bug: MODIFY_QP takes attributes the transition does not (IBTA 11.2.5: RTS->RTS DEST_QPN/AV/PSNs/MTU, RESET->INIT AV, QKEY on RC) (sim/src/qp.rs:247-274)"]
 fn attributes_a_transition_does_not_take_are_refused() {
     // (from, to, attribute): none is an optional or required attribute of that RC transition.
-    let cases: [(u32, u32, &str, u32); 17] = [
+    let cases: [(u32, u32, &str, u32); 20] = [
+        (qp_state::RESET, qp_state::INIT, "CUR_STATE", m::CUR_STATE),
+        (qp_state::RESET, qp_state::INIT, "MIN_RNR_TIMER", m::MIN_RNR_TIMER),
+        (qp_state::INIT, qp_state::INIT, "MAX_QP_RD_ATOMIC", m::MAX_QP_RD_ATOMIC),
         (qp_state::RESET, qp_state::INIT, "QKEY (UD only)", m::QKEY),
         (qp_state::RESET, qp_state::INIT, "DEST_QPN", m::DEST_QPN),
         (qp_state::RESET, qp_state::INIT, "AV", m::AV),
@@ -242,6 +245,7 @@ fn attributes_a_transition_does_not_take_are_refused() {
         let qp = qp_in(&mut d, from);
         let mut a = rtr(qp + 100);
         a.qp_state = U32::new(to);
+        a.cur_qp_state = U32::new(from);
         a.port_num = 1;
         if d.modify(qp, m::STATE | bit, a) != EINVAL {
             accepted.push(format!("{from}->{to} {what}"));
