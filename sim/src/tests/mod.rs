@@ -1,6 +1,7 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
 mod breakers10;
+mod breakers10b;
 mod budget;
 mod control;
 mod counts;
