@@ -8,7 +8,10 @@
 //! starts at page 1, the RQ at page `1 + send_chunks`. The device's consumer indices are
 //! untrusted and validated before a slot is reused.
 
+mod owed;
+
 use crate::cq::Cq;
+use owed::{Owed, Posted};
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
 use crate::dma::DmaBuf;
@@ -20,7 +23,7 @@ use ib_core::provider::{CqOps, QpCreate, QpEventHandler, QpOps};
 use ib_core::{AhAttr, Error, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use ib_core::{RecvWr, Result, SendWr, Sge, WrOpcode};
 use parking_lot::Mutex;
-use pvrdma_abi::cmd::{CreateQp, DestroyQp, ModifyQp, QueryQp};
+use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::verbs as abi;
@@ -30,8 +33,8 @@ use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 use zerocopy::IntoBytes;
 
-/// One work queue's geometry and the driver's producer index.
-struct WorkQueue {
+/// One work queue's geometry, the driver's producer index and the WQEs owed a completion.
+pub(crate) struct WorkQueue {
     /// Slots (a power of two).
     cnt: u32,
     /// Bytes per slot.
@@ -42,6 +45,16 @@ struct WorkQueue {
     prod: u32,
     /// Which ring-state half is this queue's (who writes which index).
     record: DriverProduced,
+    owed: Owed,
+}
+
+/// A work queue as the QP and its CQs share it (the CQ retires what a CQE completes).
+pub(crate) type SharedWq = Arc<Mutex<WorkQueue>>;
+
+/// Retires the WQE of `wq` a CQE with `wr_id` completes; its total length, or `None` if no WQE
+/// with that `wr_id` is owed a completion ([`owed`]).
+pub(crate) fn complete(wq: &SharedWq, wr_id: u64) -> Option<u32> {
+    wq.lock().owed.complete(wr_id).map(|p| p.len)
 }
 
 impl WorkQueue {
@@ -51,18 +64,20 @@ impl WorkQueue {
 
     /// The slot the next WQE goes to. Errors: [`Error::QueueFull`];
     /// [`Error::DeviceFatal`] if the device's consumer index is out of range.
-    fn next_slot(&self, words: &RecordWords) -> Result<u64> {
+    fn next_slot(&mut self, words: &RecordWords) -> Result<u64> {
         let used = self.record.in_use(words, self.prod).map_err(record_error)?;
-        if used >= self.cnt {
+        if used >= self.cnt || !self.owed.reserve() {
             return Err(Error::QueueFull);
         }
         let slot = idx_slot(self.prod, self.cnt).ok_or(Error::DeviceFatal)?;
         Ok(self.offset + u64::from(slot) * u64::from(self.stride))
     }
 
-    /// Counts the WQE just written at [`WorkQueue::next_slot`] (not yet visible to the device).
-    fn advance(&mut self) {
+    /// Counts the WQE just written at [`WorkQueue::next_slot`] (not yet visible to the device)
+    /// and records it as owed a completion.
+    fn advance(&mut self, posted: Posted) {
         self.prod = idx_inc(self.prod, self.cnt);
+        self.owed.push(posted);
     }
 
     /// Makes the WQEs written so far visible (release store of the producer index).
@@ -96,6 +111,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         max_sge: send_sge,
         prod: 0,
         record: DriverProduced::send_queue(scnt),
+        owed: Owed::new(scnt),
     };
     let mut rq = WorkQueue {
         cnt: rcnt,
@@ -104,6 +120,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         max_sge: recv_sge,
         prod: 0,
         record: DriverProduced::recv_queue(rcnt),
+        owed: Owed::new(rcnt),
     };
     rq.offset = ((1 + sq.pages()) * PAGE_SIZE) as u64;
     Ok((sq, rq))
@@ -118,8 +135,10 @@ pub struct Qp {
     db_handle: QpHandle,
     buf: PagedBuf,
     words: RecordWords,
-    sq: Mutex<WorkQueue>,
-    rq: Mutex<WorkQueue>,
+    sq: SharedWq,
+    rq: SharedWq,
+    /// Every send asks for a completion (`sq_sig_all`).
+    sig_all: bool,
     db: Doorbells,
 }
 
@@ -127,7 +146,8 @@ impl Qp {
     /// Creates an RC QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
     ///
     /// Errors: [`Error::InvalidArgument`] for sizes that do not fit, CQs of another context;
-    /// [`Error::BadResponse`] for a QP handle beyond 24 bits (the QP is destroyed);
+    /// [`Error::BadResponse`] for a QP handle beyond 24 bits or queue sizes other than asked (the
+    /// QP is destroyed), or QPN 0 or 1 (not destroyed: that would name the special QP);
     /// [`Error::DeviceFatal`] for a live one; DMA and command errors.
     pub(crate) fn create(pd: &Pd, init: &QpCreate<'_>, events: Arc<dyn QpEventHandler>) -> Result<Qp> {
         let dev = &pd.dev;
@@ -163,20 +183,37 @@ impl Qp {
             ..Default::default()
         })?;
         let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
-            .inspect_err(|_| destroy_qp(dev, resp.qpn.get()))?;
+            .inspect_err(|_| {
+                destroy_qp(dev, resp.qpn.get());
+            })?;
         let handle = db_handle.raw();
+        if handle <= GSI_QPN {
+            // QP0/QP1 are the port's special QPs: DESTROY_QP would name them, not this one.
+            tracing::error!(qpn = handle, "CREATE_QP answered QP0/QP1 for an RC QP: refused");
+            std::mem::forget(buf);
+            return Err(Error::BadResponse("CREATE_QP: QPN 0 or 1 for an RC QP"));
+        }
         if let Err(e) = dev.eq.register_qp(handle, events) {
             // The device named a live QP: nothing is destroyed (DESTROY_QP would hit the other QP)
             // and the ring memory is leaked rather than freed under a device that may write it.
             std::mem::forget(buf);
             return Err(e);
         }
+        if let Err(e) = check_sizes(&resp, &sq, &rq) {
+            // The handle is fresh (registered just now): DESTROY_QP names only this QP.
+            if !destroy_qp(dev, handle) {
+                std::mem::forget(buf);
+            }
+            dev.eq.unregister_qp(handle);
+            return Err(e);
+        }
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
-        send_cq.attach_qp(handle);
-        recv_cq.attach_qp(handle);
+        let (sq, rq) = (Arc::new(Mutex::new(sq)), Arc::new(Mutex::new(rq)));
+        send_cq.attach_qp(handle, Some(sq.clone()), None);
+        recv_cq.attach_qp(handle, None, Some(rq.clone()));
         tracing::debug!(qpn = handle, "QP created");
-        let (sq, rq) = (Mutex::new(sq), Mutex::new(rq));
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, db })
+        let sig_all = init.sq_sig_all;
+        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db })
     }
 }
 
@@ -198,11 +235,29 @@ impl Qp {
     }
 }
 
-fn destroy_qp(dev: &DeviceInner, handle: u32) {
+/// DESTROY_QP; whether the device took it.
+fn destroy_qp(dev: &DeviceInner, handle: u32) -> bool {
     let cmd = DestroyQp { qp_handle: handle.into(), ..Default::default() };
-    if let Err(e) = dev.cmd.post(cmd) {
-        tracing::warn!(qpn = handle, error = %e, "DESTROY_QP failed");
+    dev.cmd.post(cmd).inspect_err(|e| tracing::warn!(qpn = handle, error = %e, "DESTROY_QP failed")).is_ok()
+}
+
+/// QPN of the GSI QP (QP1); QP0 is the SMI's. Neither is ever an RC QP (IBTA 10.2.4.2).
+const GSI_QPN: u32 = 1;
+
+/// Refuses a CREATE_QP answer whose queue sizes differ from the request: the rings were sized
+/// and laid out (page counts, `send_chunks`) for exactly what was asked, so a device working to
+/// other sizes would read WQEs from the wrong place or past the ring. QEMU 7.2 and the model
+/// echo the request.
+///
+/// Errors: [`Error::BadResponse`].
+fn check_sizes(resp: &CreateQpResp, sq: &WorkQueue, rq: &WorkQueue) -> Result<()> {
+    let asked = [sq.cnt, rq.cnt, sq.max_sge, rq.max_sge];
+    let got = [resp.max_send_wr.get(), resp.max_recv_wr.get(), resp.max_send_sge.get(), resp.max_recv_sge.get()];
+    if asked == got {
+        return Ok(());
     }
+    tracing::error!(?asked, ?got, "CREATE_QP answered other queue sizes: QP refused");
+    Err(Error::BadResponse("CREATE_QP: queue sizes differ from the request"))
 }
 
 impl Qp {
@@ -225,7 +280,7 @@ impl Qp {
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        sq.advance();
+        sq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: wr.signaled || self.sig_all });
         Ok(())
     }
 
@@ -234,7 +289,7 @@ impl Qp {
     /// request not posted, why); 0 if publishing or the doorbell failed.
     fn post<W>(
         &self,
-        queue: &Mutex<WorkQueue>,
+        queue: &SharedWq,
         wrs: &[W],
         write: impl Fn(&Self, &mut WorkQueue, &W) -> Result<()>,
         doorbell: impl FnOnce() -> std::result::Result<(), doorbell::DoorbellError>,
@@ -260,7 +315,7 @@ impl Qp {
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        rq.advance();
+        rq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: true });
         Ok(())
     }
 }
@@ -330,6 +385,7 @@ impl Qp {
         for wq in [&self.sq, &self.rq] {
             let mut q = wq.lock();
             q.prod = 0;
+            q.owed.clear();
             q.record.reset(&self.words)?;
         }
         Ok(())
@@ -381,14 +437,41 @@ fn ah_to_device(a: &AhAttr) -> abi::AhAttr {
     d
 }
 
+/// The largest PSN and QPN (24 bits, IBTA 9.7.1, 9.2).
+const MAX_24BIT: u32 = (1 << 24) - 1;
+
+/// Checks the fields of a QUERY_QP answer that every device answers at their offsets (QEMU 7.2
+/// lays its backend's `ibv_qp_attr` over the rest, `QueryQpLayout` in the README, so those carry
+/// no rule): the states are ones the driver knows, `path_mtu` is 0 (not set yet) or an MTU
+/// code, `path_mig_state` one of MIGRATED/REARM/ARMED, and the PSNs and destination QPN fit
+/// their 24 bits.
+///
+/// Errors: [`Error::BadResponse`] naming the field.
+fn check_query(d: &abi::QpAttr) -> Result<()> {
+    let checks = [
+        (QpState::from_raw(d.cur_qp_state.get()).is_none(), "QUERY_QP: unknown current QP state"),
+        (d.path_mtu.get() > Mtu::MTU_4096.0, "QUERY_QP: path_mtu not an MTU code"),
+        (d.path_mig_state.get() > 2, "QUERY_QP: unknown path_mig_state"),
+        (d.rq_psn.get() > MAX_24BIT || d.sq_psn.get() > MAX_24BIT, "QUERY_QP: PSN beyond 24 bits"),
+        (d.dest_qp_num.get() > MAX_24BIT, "QUERY_QP: dest_qp_num beyond 24 bits"),
+    ];
+    match checks.iter().find(|(bad, _)| *bad) {
+        Some((_, what)) => Err(Error::BadResponse(what)),
+        None => Ok(()),
+    }
+}
+
 /// The core's QP attributes from the device's answer.
 ///
-/// Errors: [`Error::BadResponse`] for a state the driver does not know.
+/// Errors: [`Error::BadResponse`] for a state the driver does not know or a field
+/// [`check_query`] refuses.
 fn from_device(d: &abi::QpAttr) -> Result<QpAttr> {
     let state = |v: u32| QpState::from_raw(v).ok_or(Error::BadResponse("QUERY_QP: unknown QP state"));
+    let qp_state = state(d.qp_state.get())?;
+    check_query(d)?;
     Ok(QpAttr {
-        qp_state: state(d.qp_state.get())?,
-        cur_qp_state: QpState::from_raw(d.cur_qp_state.get()).unwrap_or_default(),
+        qp_state,
+        cur_qp_state: state(d.cur_qp_state.get())?,
         path_mtu: Mtu(d.path_mtu.get()),
         path_mig_state: d.path_mig_state.get(),
         qkey: d.qkey.get(),
@@ -476,7 +559,12 @@ impl Drop for Qp {
             self.send_cq.detach_qp(h);
             self.recv_cq.detach_qp(h);
         };
-        self.dev.eq.destroy_object(|| destroy_qp(&self.dev, h), forget);
+        self.dev.eq.destroy_object(
+            || {
+                destroy_qp(&self.dev, h);
+            },
+            forget,
+        );
     }
 }
 
@@ -536,10 +624,11 @@ mod tests {
         let (mut sq, rq) = queues(&cap(2, 1, 1, 1)).unwrap();
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
         let w = RecordWords::new(&p, &buf, Owner::Kernel).unwrap();
+        let unsignaled = Posted { wr_id: 0, len: 0, signaled: false };
         assert_eq!(sq.next_slot(&w), Ok(4096));
-        sq.advance();
+        sq.advance(unsignaled);
         assert_eq!(sq.next_slot(&w), Ok(4096 + 128), "counted before it is published");
-        sq.advance();
+        sq.advance(unsignaled);
         assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(0), "nothing visible yet");
         sq.publish(&w).unwrap();
         assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(2), "both at once");
