@@ -36,7 +36,7 @@ impl DeviceOps for Pvrdma {
         fw_ver_string(self.inner.attr.fw_ver)
     }
 
-    /// QUERY_PORT, its answer checked field by field ([`check_port_attr`]).
+    /// QUERY_PORT, its answer checked field by field before any of it reaches the consumer.
     ///
     /// Errors: [`Error::BadResponse`] for a value outside its field; command errors.
     fn query_port(&self, port: u8) -> Result<PortAttr> {
@@ -181,5 +181,49 @@ pub(crate) fn check_port_attr(a: &PortAttrAbi, dev: &DeviceAttr) -> std::result:
     match checks.iter().find(|(bad, _)| *bad) {
         Some((_, what)) => Err(what),
         None => Ok((max_mtu, active_mtu)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QEMU 7.2's QUERY_PORT answer (its `query_port` over rxe, no guest driver on function 0).
+    fn qemu72() -> PortAttrAbi {
+        let mut a = PortAttrAbi::default();
+        a.state.set(port_state::DOWN);
+        a.max_mtu.set(mtu::MTU_4096);
+        a.active_mtu.set(mtu::MTU_1024);
+        a.gid_tbl_len.set(255);
+        a.max_msg_sz.set(1024);
+        a.pkey_tbl_len.set(1);
+        (a.active_width, a.active_speed, a.phys_state) = (1, 1, 5);
+        a
+    }
+
+    #[test]
+    fn qemu_72s_answer_passes_and_garbage_does_not() {
+        let caps = DeviceAttr { gid_tbl_len: 255, ..Default::default() };
+        assert_eq!(check_port_attr(&qemu72(), &caps), Ok((4096, 1024)));
+        let bad: [fn(&mut PortAttrAbi); 10] = [
+            |a| a.state.set(0),
+            |a| a.state.set(6),
+            |a| a.max_mtu.set(6),
+            |a| a.active_mtu.set(mtu::MTU_4096 + 1),
+            |a| a.gid_tbl_len.set(256),
+            |a| a.pkey_tbl_len.set(0),
+            |a| a.phys_state = 0,
+            |a| a.active_width = 3,
+            |a| a.active_speed = 0,
+            |a| a.max_vl_num = 6,
+        ];
+        for (k, f) in bad.iter().enumerate() {
+            let mut a = qemu72();
+            f(&mut a);
+            assert!(check_port_attr(&a, &caps).is_err(), "case {k}");
+        }
+        let mut above = qemu72();
+        (above.max_mtu, above.active_mtu) = (mtu::MTU_1024.into(), mtu::MTU_2048.into());
+        assert!(check_port_attr(&above, &caps).is_err(), "active above max");
     }
 }

@@ -142,6 +142,7 @@ fn handles_and_keys_the_device_answers_twice_are_refused() {
         ("lkey", opcode::CREATE_MR, 20),
         ("rkey", opcode::CREATE_MR, 24),
         ("PD handle", opcode::CREATE_PD, 16),
+        ("user context handle", opcode::CREATE_UC, 16),
     ] {
         let mut first = None;
         let plat = Arc::new(Rewrite::new(op, off, move |h| *first.get_or_insert(h)));
@@ -150,6 +151,9 @@ fn handles_and_keys_the_device_answers_twice_are_refused() {
         let twice = if op == opcode::CREATE_MR {
             let _first = pd.alloc_mr(4096, 0).unwrap();
             pd.alloc_mr(4096, 0).is_ok()
+        } else if op == opcode::CREATE_UC {
+            let _first = dev.alloc_ucontext().unwrap();
+            dev.alloc_ucontext().is_ok()
         } else {
             dev.alloc_pd().is_ok()
         };
@@ -197,4 +201,38 @@ fn an_async_ring_producer_index_past_the_ring_is_fatal_fast() {
     assert!(t.elapsed() < std::time::Duration::from_secs(1), "{:?}", t.elapsed());
     assert!(matches!(got, Ok(ib_core::AsyncEventType::DeviceFatal) | Err(Error::DeviceFatal)), "{got:?}");
     assert!(dev.is_fatal());
+}
+
+#[test]
+fn handles_and_keys_are_taken_again_once_destroyed() {
+    // A device reusing a handle or key after its object's DESTROY is correct (QEMU 7.2 reuses
+    // table slots at once): the refusal is for live ones only.
+    let (dev, _sim) = hca::open_sim(Default::default()).unwrap();
+    for _ in 0..3 {
+        let ctx = dev.alloc_ucontext().unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let mr = pd.alloc_mr(4096, 0).unwrap();
+        drop((mr, pd, ctx));
+    }
+    assert!(!dev.is_fatal());
+}
+
+#[test]
+fn a_sender_with_only_unsignaled_sends_is_never_refused_by_the_driver() {
+    // The driver keeps the WQEs owed a completion; unsignaled sends owe none, so a consumer that
+    // never asks for one (hand_offs' ping-pongs) can post for ever.
+    let (dev, _sim) = hca::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (scq, rcq) = (dev.create_cq(16, None).unwrap(), dev.create_cq(16, None).unwrap());
+    let q = rc_qp(&pd, &scq, &rcq);
+    connect(&q, q.qpn(), gid(&dev));
+    let wait = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for i in 0..200u64 {
+        let wr = ib_core::SendWr { wr_id: i, sg_list: &[], opcode: ib_core::WrOpcode::Send, signaled: false, solicited: false };
+        q.post_recv(&RecvWr { wr_id: i, sg_list: &[] }).unwrap();
+        q.post_send(&wr).unwrap();
+        let wc = poll_n(&rcq, 1)[0];
+        assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, i));
+        assert!(std::time::Instant::now() < wait);
+    }
 }
