@@ -43,7 +43,8 @@ impl Mr {
     /// Allocates `len` bytes of DMA pages, lists them in a page directory and registers them
     /// with CREATE_MR (start = the IOVA of the first page).
     ///
-    /// Errors: [`Error::InvalidArgument`] for more pages than a directory holds; DMA and command
+    /// Errors: [`Error::InvalidArgument`] for more pages than a directory holds; those of
+    /// [`register`] (a handle or key the device answered while it is live); DMA and command
     /// errors.
     pub(crate) fn alloc(pd: &Pd, len: usize, access: u32) -> Result<Mr> {
         let npages = pages(len)?;
@@ -64,7 +65,7 @@ impl Mr {
     ///
     /// Errors: [`Error::Unsupported`] where the platform cannot map host memory (qtest);
     /// [`Error::InvalidArgument`] for a range that wraps or needs more pages than a directory
-    /// holds; DMA and command errors.
+    /// holds; those of [`register`]; DMA and command errors.
     pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {
         let first = mem.addr() & !(PAGE - 1);
         let end = mem.addr().checked_add(mem.len()).ok_or(Error::InvalidArgument("MR wraps"))?;

@@ -332,6 +332,8 @@ impl QpOps for Qp {
 
     /// Writes the WQEs into the next SQ slots in order, publishes the producer index once and
     /// rings the SQ doorbell once (as `ibv_post_send` with a chain: a batch costs one doorbell).
+    /// Each is recorded as owed a completion; [`Error::QueueFull`] when the ring is full, or when
+    /// twice its depth in signaled work still awaits its completions.
     fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, Error)> {
         self.post(&self.sq, wrs, Self::write_send, || self.db.qp_send(&self.db_handle))
     }
