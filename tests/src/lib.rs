@@ -11,3 +11,4 @@ pub mod notify_relay;
 pub mod differential;
 pub mod qemu;
 pub mod rewrite;
+pub mod soak;
