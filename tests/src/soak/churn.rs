@@ -135,7 +135,8 @@ impl Worker<'_> {
         let h = cq.handle();
         cq.destroy(Some(WAIT)).unwrap_or_else(|(_, e)| who.fail(format!("destroy CQ {h}: {e}")));
         self.stats.cqs_destroyed += 1;
-        let fresh = group::new_cq(&g.ctx, &g.ch);
+        let mut pick = fastrand::Rng::with_seed(u64::from(d[11]));
+        let fresh = group::new_cq(&g.ctx, &g.ch, &mut pick);
         g.cqs.insert(ci, fresh);
         for (k, &pi) in users.iter().enumerate() {
             self.new_pair(gi, pi, d[11].wrapping_add(k as u32));

@@ -7,15 +7,18 @@ use super::ledger::{QpLedger, Wire, SLOT};
 use ib_core::{access, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType};
 use std::collections::HashMap;
 
-/// Send and receive queue depth of every QP (the test never has more outstanding per queue).
+/// Largest send and receive queue depth of a QP (the test never has more outstanding per queue
+/// than its QP's depth).
 pub const DEPTH: u32 = 16;
+/// The depths a QP is created with: small ones wrap their rings often.
+const DEPTHS: [u32; 5] = [1, 2, 5, 8, DEPTH];
 /// CQs per group.
 pub const CQS: usize = 3;
 /// RC pairs per group.
 pub const PAIRS: usize = 6;
-/// CQEs per CQ: more than every queue of a group can have outstanding (2 × 12 QPs × 16), so no
-/// CQ can overflow.
-pub const CQ_SIZE: u32 = 1024;
+/// CQEs per CQ, at least what every queue of a group can have outstanding (2 × 12 QPs × 16), so
+/// no CQ can overflow.
+const CQ_SIZES: [u32; 3] = [384, 500, 1024];
 
 /// A CQ and what the test asked of it.
 pub struct CqSlot {
@@ -35,6 +38,8 @@ pub struct End {
     pub mr: Mr,
     /// Its outstanding work requests.
     pub ledger: QpLedger,
+    /// Its send and receive queue depth.
+    pub depth: u32,
     /// Free send slots.
     pub send_free: Vec<u32>,
     /// Free receive slots.
@@ -109,7 +114,7 @@ pub fn new_group(dev: &Device, kernel: bool, pick: &mut fastrand::Rng) -> Group 
     let ctx = if kernel { (**dev).clone() } else { dev.alloc_ucontext().expect("alloc_ucontext") };
     let pd = ctx.alloc_pd().expect("alloc_pd");
     let ch = ctx.create_comp_channel().expect("create_comp_channel");
-    let cqs = (0..CQS).map(|_| new_cq(&ctx, &ch)).collect();
+    let cqs = (0..CQS).map(|_| new_cq(&ctx, &ch, pick)).collect();
     let mut g = Group { ctx, pd, ch, cqs, pairs: Vec::new(), qpns: HashMap::new() };
     for slot in 0..PAIRS {
         g.pairs.push(None);
@@ -119,17 +124,19 @@ pub fn new_group(dev: &Device, kernel: bool, pick: &mut fastrand::Rng) -> Group 
     g
 }
 
-/// A CQ of `ctx` on `ch`.
-pub fn new_cq(ctx: &Context, ch: &CompChannel) -> CqSlot {
-    CqSlot { cq: ctx.create_cq(CQ_SIZE, Some(ch)).expect("create_cq"), arms: 0, events: 0 }
+/// A CQ of `ctx` on `ch`, of a size `pick` chooses.
+pub fn new_cq(ctx: &Context, ch: &CompChannel, pick: &mut fastrand::Rng) -> CqSlot {
+    let size = CQ_SIZES[pick.usize(..CQ_SIZES.len())];
+    CqSlot { cq: ctx.create_cq(size, Some(ch)).expect("create_cq"), arms: 0, events: 0 }
 }
 
 fn new_end(g: &Group, pick: &mut fastrand::Rng) -> End {
     let (scq, rcq) = (pick.usize(..CQS), pick.usize(..CQS));
+    let depth = DEPTHS[pick.usize(..DEPTHS.len())];
     let attr = QpInitAttr {
         send_cq: &g.cqs[scq].cq,
         recv_cq: &g.cqs[rcq].cq,
-        cap: QpCap { max_send_wr: DEPTH, max_recv_wr: DEPTH, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 },
+        cap: QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 },
         qp_type: QpType::Rc,
         sq_sig_all: false,
         qp_context: 0,
@@ -140,8 +147,9 @@ fn new_end(g: &Group, pick: &mut fastrand::Rng) -> End {
         ledger: QpLedger::new(qp.qpn()),
         qp,
         mr,
-        send_free: (0..DEPTH).collect(),
-        recv_free: (0..DEPTH).collect(),
+        depth,
+        send_free: (0..depth).collect(),
+        recv_free: (0..depth).collect(),
         scq,
         rcq,
         in_err: false,

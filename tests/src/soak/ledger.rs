@@ -181,7 +181,12 @@ pub struct WireRec {
 #[derive(Debug, Default)]
 pub struct Wire {
     q: VecDeque<WireRec>,
+    /// What became of the last messages to leave `q` (for the failure message).
+    history: VecDeque<(u64, &'static str)>,
 }
+
+/// Messages [`Wire`] remembers after they left it.
+const HISTORY: usize = 256;
 
 impl Wire {
     /// Records a message posted.
@@ -194,13 +199,28 @@ impl Wire {
     /// succeeded.
     pub fn delivered(&mut self, wr_id: u64) -> Result<(WireRec, Vec<WireRec>), String> {
         let Some(pos) = self.q.iter().position(|m| m.wr_id == wr_id) else {
-            return Err(format!("message {wr_id:#x} delivered but not outstanding (twice, out of order or never sent)"));
+            let past = self.history.iter().rev().find(|h| h.0 == wr_id).map_or("never sent, or long ago", |h| h.1);
+            return Err(format!(
+                "message {wr_id:#x} delivered but not outstanding: {past}; outstanding {:x?}",
+                self.q.iter().map(|m| m.wr_id).collect::<Vec<_>>()
+            ));
         };
         let skipped: Vec<WireRec> = self.q.drain(..pos).collect();
+        for m in &skipped {
+            self.remember(m.wr_id, "skipped by a later message (delivered out of order?)");
+        }
+        self.remember(wr_id, "delivered before (twice?)");
         if let Some(m) = skipped.iter().find(|m| m.ok) {
             return Err(format!("send {:#x} succeeded but its message was never delivered", m.wr_id));
         }
         Ok((self.q.pop_front().expect("found"), skipped))
+    }
+
+    fn remember(&mut self, wr_id: u64, what: &'static str) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back((wr_id, what));
     }
 
     /// Send `wr_id` succeeded: marks its message if it has not been received yet.
@@ -217,7 +237,9 @@ impl Wire {
             return Err(format!("send {:#x} succeeded but its message was never delivered", m.wr_id));
         }
         let n = self.q.len();
-        self.q.clear();
+        for m in std::mem::take(&mut self.q) {
+            self.remember(m.wr_id, "never delivered when its connection was closed (every request had completed)");
+        }
         Ok(n)
     }
 }
