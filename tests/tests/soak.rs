@@ -1,4 +1,4 @@
-//! The soak (issue 10): `SOAK_MESSAGES` messages (default 10^6 in release, 2·10^4 in debug) over
+//! The soak (issue 10): `SOAK_MESSAGES` messages (default 10^6 in release, 10^5 in debug) over
 //! RC pairs of the model — two workers, each with three groups (the kernel's context and two
 //! user contexts, each with a channel, three shared CQs and six pairs: 36 pairs, 72 QPs, 18 CQs)
 //! — stepping through a seeded random sequence: send and receive lists of random lengths, sizes,
@@ -18,9 +18,10 @@
 //! a message arrives at most once, in order, with its length, immediate data and bytes, and a send
 //! that succeeded was delivered; every arm waited for raises its event within 5 s, no CQ gets more
 //! events than arms. At the end, after everything is destroyed: every request posted completed
-//! (success or flush), and the model holds no object, the driver no user UAR page and no more DMA
+//! (success, flush, or RETRY_EXC_ERR towards a peer in ERR), and the model holds no object, the driver no user UAR page and no more DMA
 //! memory than after probe, the model's guest memory is back to its baseline; with the device
-//! closed, the driver holds no DMA memory at all.
+//! closed, the driver holds no DMA memory at all. (The driver's DMA count is the process's: this
+//! file must keep its one test, so that no other device allocates meanwhile.)
 
 use pvrdma_sim::{LiveObjects, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -59,7 +60,7 @@ fn watchdog(after: Duration, seed: u64) -> Arc<AtomicBool> {
 #[test]
 fn soak_every_request_completes_once_and_nothing_leaks() {
     let seed = env_u64("SOAK_SEED").unwrap_or_else(|| fastrand::u64(..));
-    let default_goal = if cfg!(debug_assertions) { 20_000 } else { 1_000_000 };
+    let default_goal = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
     let goal = env_u64("SOAK_MESSAGES").unwrap_or(default_goal);
     let bound = Duration::from_secs(env_u64("SOAK_SECONDS").unwrap_or(120));
     let workers = env_u64("SOAK_WORKERS").unwrap_or(WORKERS).clamp(1, 64) as u8;
