@@ -76,7 +76,7 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
     let (dev, sim) = hca::open_sim(SimConfig { link_latency, ..SimConfig::default() }).expect("probe of the model");
     let pv = hca::pvrdma(&dev).expect("a pvrdma device");
     let base_dma = hca::dma::outstanding_bytes();
-    let base_mem = sim.device().mem().used();
+    let base_mem = (sim.device().mem().used(), sim.device().mem().regions());
     assert_eq!(sim.device().live_objects(), LiveObjects::default(), "objects before the soak");
     assert_eq!(pv.uar_table().in_use(), 1, "only the kernel's UAR page before the soak");
 
@@ -123,7 +123,8 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
     assert_eq!(sim.device().live_objects(), LiveObjects::default(), "objects left in the model");
     assert_eq!(pv.uar_table().in_use(), 1, "user UAR pages left in use");
     assert_eq!(hca::dma::outstanding_bytes(), base_dma, "driver DMA bytes against the baseline after probe");
-    assert_eq!(sim.device().mem().used(), base_mem, "model guest memory against its baseline");
+    let mem = (sim.device().mem().used(), sim.device().mem().regions());
+    assert_eq!(mem, base_mem, "model guest memory (bytes, regions) against its baseline");
     let stats = sim.device().stats();
     assert_eq!((stats.cq_overflows, stats.cqes_dropped_overflow, stats.refused_doorbells), (0, 0, 0), "{stats:?}");
     assert_eq!((stats.qp_ring_faults, stats.notifications_dropped), (0, 0), "{stats:?}");

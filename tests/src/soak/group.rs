@@ -4,7 +4,7 @@
 //! by both queues of a QP).
 
 use super::ledger::{QpLedger, Wire, SLOT};
-use ib_core::{access, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType};
+use ib_core::{access, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, UserBuffer};
 use std::collections::HashMap;
 
 /// Largest send and receive queue depth of a QP (the test never has more outstanding per queue
@@ -34,7 +34,8 @@ pub struct CqSlot {
 pub struct End {
     /// The QP.
     pub qp: Qp,
-    /// `2 × DEPTH` slots of [`SLOT`] bytes: the first `DEPTH` for sends, the rest for receives.
+    /// `2 × DEPTH` slots of [`SLOT`] bytes: the first `DEPTH` for sends, the rest for receives;
+    /// over DMA memory (`alloc_mr`) or over the consumer's own memory (`reg_buffer`).
     pub mr: Mr,
     /// Its outstanding work requests.
     pub ledger: QpLedger,
@@ -142,7 +143,14 @@ fn new_end(g: &Group, pick: &mut fastrand::Rng) -> End {
         qp_context: 0,
     };
     let qp = g.pd.create_qp(&attr).expect("create_qp");
-    let mr = g.pd.alloc_mr((2 * DEPTH * SLOT) as usize, access::LOCAL_WRITE).expect("alloc_mr");
+    let len = (2 * DEPTH * SLOT) as usize;
+    // Half the MRs over DMA memory the provider allocates, half over the consumer's own pages.
+    let mr = if pick.bool() {
+        g.pd.alloc_mr(len, access::LOCAL_WRITE).expect("alloc_mr")
+    } else {
+        let buf = UserBuffer::new(len).expect("a user buffer");
+        g.pd.reg_buffer(&buf, access::LOCAL_WRITE).expect("reg_buffer")
+    };
     End {
         ledger: QpLedger::new(qp.qpn()),
         qp,
