@@ -18,9 +18,10 @@
 //! a message arrives at most once, in order, with its length, immediate data and bytes, and a send
 //! that succeeded was delivered; every arm waited for raises its event within 5 s, no CQ gets more
 //! events than arms. At the end, after everything is destroyed: every request posted completed
-//! (success, flush, or RETRY_EXC_ERR towards a peer in ERR), and the model holds no object, the driver no user UAR page and no more DMA
-//! memory than after probe, the model's guest memory is back to its baseline; with the device
-//! closed, the driver holds no DMA memory at all. (The driver's DMA count is the process's: this
+//! (success, flush, or RETRY_EXC_ERR towards a peer in ERR), and the model holds no object, the
+//! driver no user UAR page and no more DMA memory than after probe, the model's guest memory
+//! (bytes and regions) is back to its baseline; with the device closed, the driver holds no DMA
+//! memory at all. (The driver's DMA count is the process's: this
 //! file must keep its one test, so that no other device allocates meanwhile.)
 
 use pvrdma_sim::{LiveObjects, SimConfig};
@@ -116,7 +117,8 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
     assert_eq!(completed, total.sends_posted, "sends posted and completed (SOAK_SEED={seed})");
     assert_eq!(total.messages + total.recvs_flushed, total.recvs_posted, "receives (SOAK_SEED={seed})");
     if goal >= 100_000 {
-        let exercised = [total.qp_errors, total.waits, total.pair_resets, total.cqs_destroyed, total.contexts_destroyed];
+        let t = &total;
+        let exercised = [t.qp_errors, t.waits, t.pair_resets, t.cqs_destroyed, t.contexts_destroyed];
         assert!(exercised.iter().all(|&n| n > 0), "a path never taken: {total:?}");
     }
 
@@ -147,7 +149,8 @@ fn settle(what: &str, now: impl Fn() -> u64, base: u64) {
     while now() != base && t.elapsed() < WAIT {
         std::thread::sleep(Duration::from_millis(1));
     }
-    eprintln!("soak: {what}: {} over the baseline at teardown, {} after {:.2?}", first as i64 - base as i64, now() as i64 - base as i64, t.elapsed());
+    let over = |n: u64| n as i64 - base as i64;
+    eprintln!("soak: {what}: {} over the baseline at teardown, {} after {:.2?}", over(first), over(now()), t.elapsed());
 }
 
 /// Tells the other workers to stop if this one fails (its panic unwinds through here).
