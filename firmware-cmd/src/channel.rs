@@ -29,6 +29,12 @@ pub trait CmdTransport: Send + Sync {
     fn ring_request(&self);
     /// Consumes one command-completion interrupt, waiting up to `timeout`; `false` on timeout.
     fn wait_response_irq(&self, timeout: Duration) -> bool;
+    /// Whether the device is known to be gone (a liveness check the transport may rate-limit).
+    /// A polling wait asks between reads of the ack word and ends with a transport fault when it
+    /// says so, instead of waiting out its timeout. By default never.
+    fn device_gone(&self) -> bool {
+        false
+    }
 }
 
 /// How [`CmdChannel::post`] waits for the response.
@@ -103,17 +109,24 @@ impl<T: CmdTransport, K: Clock> CmdChannel<T, K> {
         Ok(resp)
     }
 
-    /// Polling ends on the first unreachable read of the ack word, as a transport fault.
+    /// Polling ends on the first unreachable read of the ack word, or when the transport finds the
+    /// device gone, as a transport fault.
     fn wait(&self, mode: WaitMode, op: u32) -> Result<(), CmdError> {
         let timeout = self.timeout;
         let mut fault = None;
         let ok = match mode {
             WaitMode::Interrupt => self.transport.wait_response_irq(timeout),
-            WaitMode::Polling => poll_until(&self.clock, timeout, || match self.transport.load_resp_u32(ACK_OFFSET) {
-                Ok(ack) => ack != 0,
-                Err(what) => {
-                    fault = Some(what);
-                    true
+            WaitMode::Polling => poll_until(&self.clock, timeout, || {
+                if self.transport.device_gone() {
+                    fault = Some("the device is gone");
+                    return true;
+                }
+                match self.transport.load_resp_u32(ACK_OFFSET) {
+                    Ok(ack) => ack != 0,
+                    Err(what) => {
+                        fault = Some(what);
+                        true
+                    }
                 }
             }),
         };

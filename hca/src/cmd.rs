@@ -25,6 +25,7 @@ pub struct PlatformTransport {
     resp_slot: DmaBuf,
     pending: Mutex<u32>,
     health: Arc<Health>,
+    next_liveness_check: Mutex<Instant>,
 }
 
 impl PlatformTransport {
@@ -36,6 +37,7 @@ impl PlatformTransport {
             resp_slot: DmaBuf::pages(platform, 1)?,
             pending: Mutex::new(0),
             health,
+            next_liveness_check: Mutex::new(Instant::now()),
         })
     }
 
@@ -67,6 +69,17 @@ impl CmdTransport for PlatformTransport {
         self.resp_slot.load_u32(offset).map_err(|_| "response slot unreachable")
     }
 
+    /// Fatal already, or the registers read all-ones: checked at most once per
+    /// [`SERVICE_INTERVAL`], as a register read may cost a round trip (qtest).
+    fn device_gone(&self) -> bool {
+        let mut next = self.next_liveness_check.lock();
+        if Instant::now() >= *next {
+            self.health.check_registers(self.platform.as_ref());
+            *next = ib_core::time::deadline_after(SERVICE_INTERVAL);
+        }
+        self.health.is_fatal()
+    }
+
     fn ring_request(&self) {
         // QEMU runs the command only when REQUEST is written with 0.
         self.platform.reg_write(REG_REQUEST, 0);
@@ -88,6 +101,9 @@ impl CmdTransport for PlatformTransport {
             }
             let n = self.platform.wait_vector(IntrVector::Response as u16, left.min(SERVICE_INTERVAL));
             self.health.count_interrupts(IntrVector::Response as u16, n);
+            if n == 0 {
+                self.health.check_registers(self.platform.as_ref());
+            }
             *pending = pending.saturating_add(n);
         }
     }
@@ -122,6 +138,11 @@ impl Commands {
             return Err(Error::DeviceFatal);
         }
         self.chan.post(req).map_err(|e| {
+            // A dead device answers a stormed wait with garbage: look before blaming the answer.
+            let transport = self.chan.transport();
+            if e.is_fatal() {
+                self.health.check_registers(transport.platform.as_ref());
+            }
             // The device went fatal while the command waited: that, not the cut wait, is why.
             if self.health.is_fatal() {
                 return Error::DeviceFatal;

@@ -20,12 +20,12 @@ use ib_core::provider::{CqDelivery, CqError, CqEventHandler, QpEventHandler};
 use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::event::{Cqne, Eqe, EqeType};
-use pvrdma_abi::regs::{IntrVector, REG_VERSION};
+use pvrdma_abi::regs::IntrVector;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zerocopy::FromBytes;
 
 /// How long a vector thread sleeps before draining its ring anyway (and, for the async thread,
@@ -298,6 +298,10 @@ impl EventRings {
                 if let Some(g) = self.objects.try_lock_for(SERVICE_INTERVAL) {
                     break g;
                 }
+                self.health_check();
+                if self.health.is_fatal() {
+                    return;
+                }
                 if let Some(reason) = self.fatal_pending() {
                     self.health.set_fatal(reason);
                     return;
@@ -422,11 +426,9 @@ impl EventRings {
         forget();
     }
 
-    /// The bounded health check: a register reading all-ones means the device is gone.
+    /// The bounded health check ([`Health::check_registers`]).
     pub fn health_check(&self) {
-        if !self.health.is_fatal() && self.platform.reg_read(REG_VERSION) == u32::MAX {
-            self.health.set_fatal("device registers read all-ones");
-        }
+        self.health.check_registers(self.platform.as_ref());
     }
 
     /// Asks the vector threads to exit (they notice within [`SERVICE_INTERVAL`]) and takes the
@@ -501,19 +503,25 @@ pub fn spawn_threads(rings: &Arc<EventRings>, name: &str) -> Result<Vec<JoinHand
         .collect()
 }
 
+/// A vector thread. Both threads also run the health check every [`SERVICE_INTERVAL`] on their
+/// own clocks, interrupts or not: a dead device stormed with interrupts is still found, and the
+/// CQ thread, which never runs consumer code, finds it while the async thread runs a consumer's
+/// async-event handler.
 fn service(rings: &EventRings, vector: IntrVector) {
+    let mut next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
     while !rings.stopped() {
         let n = rings.platform.wait_vector(vector as u16, SERVICE_INTERVAL);
         match vector {
             IntrVector::Async => {
                 rings.health.count_interrupts(vector as u16, n);
                 rings.drain_async();
-                if n == 0 {
-                    rings.health_check();
-                }
             }
             IntrVector::Cq => rings.cq_interrupt(n),
             IntrVector::Response => {}
+        }
+        if Instant::now() >= next_check {
+            rings.health_check();
+            next_check = ib_core::time::deadline_after(SERVICE_INTERVAL);
         }
     }
 }

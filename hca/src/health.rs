@@ -2,7 +2,9 @@
 //! `DeviceFatal` and the verbs core hears of it) and the counters the driver keeps itself
 //! (design decision 13: interrupts are counted in the driver, not read from sticky mailboxes).
 
+use crate::platform::Platform;
 use ib_core::provider::DeviceEventHandler;
+use pvrdma_abi::regs::REG_VERSION;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -65,6 +67,16 @@ impl Health {
         if let Some(h) = self.core.get() {
             let h = h.clone();
             off_thread("pvrdma-fatal", move || h.fatal());
+        }
+    }
+
+    /// The bounded liveness check: a register reading all-ones means the function is gone
+    /// (surprise removal, a dead device), and the device becomes fatal. Run on a clock by the
+    /// async thread and by a command waiter between its slices, so neither an interrupt storm
+    /// nor a blocked thread hides a dead device.
+    pub(crate) fn check_registers(&self, platform: &dyn Platform) {
+        if !self.is_fatal() && platform.reg_read(REG_VERSION) == u32::MAX {
+            self.set_fatal("device registers read all-ones");
         }
     }
 

@@ -20,6 +20,7 @@
 //!   not, and vector 2 is raised only if armed and the entry was written. A full CQ drops the new
 //!   CQE silently.
 
+use crate::budget::Charge;
 use crate::device::{Core, Effects};
 use crate::errno::{CmdResult, Errno};
 use crate::pdir;
@@ -29,7 +30,6 @@ use doorbell::encoding::CqArmRequest;
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp};
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::wqe::{wc_status, Cqe};
 use std::sync::Arc;
 use zerocopy::little_endian::U32;
@@ -72,6 +72,7 @@ pub struct Cq {
     /// Entries (a power of two).
     pub entries: u32,
     st: Mutex<CqState>,
+    _charge: Charge,
 }
 
 #[derive(Debug)]
@@ -82,12 +83,15 @@ struct CqState {
     dead: bool,
 }
 
-/// CREATE_CQ: `cqe` entries (a power of two, 1 ..= `MAX_CQE`) over `nchunks` pages, at least
-/// `1 + ceil(cqe * 64 / 4096)`. The new CQ is disarmed.
+/// CREATE_CQ: `cqe` entries (a power of two, 1 ..= `MAX_CQE`) over exactly
+/// `nchunks = 1 + ceil(cqe * 64 / 4096)` pages (the ring-state page, then the entries), the count
+/// Linux's `pvrdma_create_cq` sends. QEMU 7.2 refuses `nchunks` 0 or above 128; an exact count
+/// is stricter (the largest CQ, 4096 CQEs, takes 65).
 ///
-/// Errors: `EINVAL` for an unknown context, a bad size or chunk count, a misaligned page, or a
+/// Errors: `EINVAL` for an unknown context, a bad size, a chunk count other than that one, a
+/// misaligned page, or a
 /// ring-state page whose `prod_tail` is out of range, or pages outside guest memory (as QEMU
-/// 7.2); `ENOMEM` when `max_cq` exist.
+/// 7.2); `ENOMEM` when `max_cq` exist or the host budget is spent.
 pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
     let (ctx, cqe, nchunks) = (req.ctx_handle.get(), req.cqe.get(), req.nchunks.get() as usize);
     if ctx != 0 && core.objects.lock().ucs.get(ctx).is_none() {
@@ -97,17 +101,25 @@ pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
         return Err(Errno::EINVAL);
     }
     let needed = 1 + pdir::pages_for(u64::from(cqe) * u64::from(CQE_SIZE)).unwrap_or(0) as usize;
-    if nchunks < needed || nchunks > PAGE_DIR_MAX_PAGES {
+    if nchunks != needed {
         return Err(Errno::EINVAL);
     }
     let mut pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;
     let state_page = pages.remove(0);
     let entries = RingPages::new(&core.mem, pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
+    let charge = core.budget.charge_object::<Cq>(entries.host_bytes())?;
     let ring = Producer::new(&core.mem, entries, state_page).ok_or(Errno::EINVAL)?;
     let st = CqState { ring, arm: ArmState::Disarmed, error: false, dead: false };
     let mut objs = core.objects.lock();
     let handle = objs.cqs.alloc().ok_or(Errno::ENOMEM)?;
-    let cq = Cq { handle, uid: core.next_uid(), ctx, entries: cqe, st: Mutex::new(st) };
+    let cq = Cq {
+        handle,
+        uid: core.next_uid(),
+        ctx,
+        entries: cqe,
+        st: Mutex::new(st),
+        _charge: charge,
+    };
     objs.cqs.insert(handle, Arc::new(cq));
     Ok(CreateCqResp { cq_handle: U32::new(handle), cqe: U32::new(cqe), ..Default::default() })
 }

@@ -26,6 +26,7 @@
 //! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
 //! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.
 
+use crate::budget::HostBudget;
 use crate::cmd;
 use crate::cq::CqStatus;
 use crate::dsr::{self, DsrInfo, DEFAULT_MAC};
@@ -91,6 +92,10 @@ pub struct SimConfig {
     /// the default `mem_limit`: what the model buffers for all QPs together stays well under the
     /// guest memory the driver may allocate.
     pub device_bytes_in_flight: u64,
+    /// Most host memory the device's objects may cost (`budget.rs`): page lists, resolved ring
+    /// pages, queues and the structures themselves. A create that would pass it fails with
+    /// `ENOMEM`. Default 256 MiB, a quarter of the default `mem_limit`.
+    pub host_budget: u64,
 }
 
 impl Default for SimConfig {
@@ -102,6 +107,7 @@ impl Default for SimConfig {
             qp_bytes_in_flight: 64 << 20,
             device_packets_in_flight: 16 << 10,
             device_bytes_in_flight: 256 << 20,
+            host_budget: 256 << 20,
         }
     }
 }
@@ -117,6 +123,10 @@ macro_rules! sim_stats {
             $($(#[$doc])* pub $name: u64,)*
             /// Interrupts raised per vector (0 command, 1 async, 2 CQ).
             pub interrupts: [u64; MAX_INTERRUPTS as usize],
+            /// Host bytes the device's objects cost now (`SimConfig::host_budget`).
+            pub host_bytes: u64,
+            /// The host-memory budget in bytes.
+            pub host_budget: u64,
         }
 
         /// The live counters, one atomic each.
@@ -131,6 +141,8 @@ macro_rules! sim_stats {
                 SimStats {
                     $($name: self.$name.load(Ordering::Relaxed),)*
                     interrupts: std::array::from_fn(|v| self.interrupts[v].load(Ordering::Relaxed)),
+                    host_bytes: 0,
+                    host_budget: 0,
                 }
             }
         }
@@ -142,7 +154,7 @@ sim_stats! {
     commands,
     /// Commands that answered a nonzero `err` (or whose slot was unreadable).
     failed_commands,
-    /// `REQUEST` writes ignored: no DSR, or the device is broken.
+    /// `REQUEST` writes ignored: a value other than 0, no DSR, or the device is broken.
     ignored_requests,
     /// BAR2 writes.
     doorbells,
@@ -242,6 +254,7 @@ pub(crate) struct Core {
     pub objects: Mutex<Objects>,
     pub gids: Mutex<Vec<Option<Gid>>>,
     pub port: PortQueue,
+    pub budget: Arc<HostBudget>,
     stats: Counters,
     uids: AtomicU64,
 }
@@ -265,6 +278,7 @@ impl SimDevice {
             cfg.device_bytes_in_flight,
             cfg.link_latency.is_zero(),
         );
+        let budget = HostBudget::new(cfg.host_budget);
         let core = Arc::new(Core {
             mem: GuestMemory::new(cfg.mem_limit),
             cfg,
@@ -284,6 +298,7 @@ impl SimDevice {
             objects: Mutex::new(Objects::new(seed)),
             gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
             port,
+            budget,
             stats: Counters::default(),
             uids: AtomicU64::new(1),
         });
@@ -335,6 +350,8 @@ impl SimDevice {
                 Ok(DeviceCtl::Unquiesce) | Err(_) => {}
             },
             REG_REQUEST if value == 0 => core.request(),
+            // QEMU runs a command only for 0; anything else is dropped, and counted.
+            REG_REQUEST => core.count(|c| &c.ignored_requests),
             REG_ICR => core.regs.lock().icr = value,
             REG_IMR => core.imr.store(value, Ordering::Release),
             REG_MACL => core.regs.lock().mac[..4].copy_from_slice(&value.to_le_bytes()),
@@ -365,7 +382,12 @@ impl SimDevice {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
-        self.core.stats.snapshot()
+        let budget = &self.core.budget;
+        SimStats {
+            host_bytes: budget.used(),
+            host_budget: budget.limit(),
+            ..self.core.stats.snapshot()
+        }
     }
 
     /// The configuration the device was created with.
@@ -556,7 +578,9 @@ impl Core {
         }
     }
 
-    /// REG_DSRHIGH: loads the DSR and writes its caps; a failure leaves the device Broken.
+    /// REG_DSRHIGH: loads the DSR and writes its caps; a failure leaves the device Broken with
+    /// ERR reading 0xffff (even after an earlier ACTIVATE), so ACTIVATE and REQUEST are refused
+    /// visibly until RESET.
     fn load_dsr(&self, high: u32) {
         let mut cs = self.cmd.lock();
         let (addr, mac) = {
@@ -572,7 +596,10 @@ impl Core {
             _ => {
                 cs.dsr = None;
                 *self.events.lock() = None;
-                self.regs.lock().state = DeviceState::Broken;
+                // ERR must not keep the 0 of an earlier ACTIVATE: the device is not working.
+                let mut r = self.regs.lock();
+                r.state = DeviceState::Broken;
+                r.err = ERR_INACTIVE;
             }
         }
     }
@@ -634,8 +661,12 @@ impl Core {
         self.settle(fx);
         let err_reg = if out.err == 0 { 0 } else { (-i32::from(out.err)) as u32 };
         let ack_at = dsr.resp_slot + core::mem::offset_of!(RespHdr, ack) as u64;
-        // The slot was checked at DSR load; if the driver freed it since, the response is lost.
-        let _ = self.mem.write(dsr.resp_slot, &out.resp);
+        // The slot was checked at DSR load; if the driver freed it since, the response is lost,
+        // and ERR says so rather than the command's success.
+        let err_reg = match self.mem.write(dsr.resp_slot, &out.resp) {
+            Ok(()) => err_reg,
+            Err(_) => crate::errno::Errno::EFAULT.reg_value(),
+        };
         self.regs.lock().err = err_reg;
         let _ = self.mem.store_u32(ack_at, out.ack);
         if out.err != 0 {

@@ -6,7 +6,7 @@ use crate::mem::GuestMemory;
 use crate::pdir;
 use crate::ring::{Producer, RingPages};
 use pvrdma_abi::cmd::SLOT_SIZE;
-use pvrdma_abi::dsr::{DeviceCaps, Dsr, RingPageInfo, DEVICE_MODE_ROCE, GID_TYPE_FLAG_ROCE_V1};
+use pvrdma_abi::dsr::{DeviceCaps, Dsr, RingPageInfo, DEVICE_MODE_ROCE};
 use pvrdma_abi::event::{Cqne, Eqe};
 use pvrdma_abi::pdir::PDIR_ENTRIES;
 use pvrdma_abi::{PAGE_SIZE, PCI_DEVICE_ID_VMWARE_PVRDMA, PCI_VENDOR_ID_VMWARE};
@@ -35,6 +35,10 @@ pub mod limits {
     pub const MAX_MR: u32 = 4096;
     /// PDs.
     pub const MAX_PD: u32 = 1024;
+    /// RDMA READ and atomic operations one QP may have outstanding, as initiator and as
+    /// responder (`max_qp_init_rd_atom`, `max_qp_rd_atom`); MODIFY_QP refuses more. Reported and
+    /// enforced (16, as mlx4); the operations themselves come with RDMA READ.
+    pub const MAX_QP_RD_ATOM: u32 = 16;
     /// Address handles (reported only: no UD yet).
     pub const MAX_AH: u32 = 64;
     /// Bytes one MR may span: what one page directory can describe (512 * 512 pages of 4 KiB).
@@ -43,6 +47,8 @@ pub mod limits {
     pub const GID_TBL_LEN: u32 = 16;
     /// Entries of the port's P_Key table.
     pub const PKEY_TBL_LEN: u16 = 1;
+    /// The GID types the port supports (`caps.gid_types`), `PVRDMA_GID_TYPE_FLAG_*` bits.
+    pub const GID_TYPES: u8 = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1;
     /// UAR pages of BAR2.
     pub const MAX_UAR: u32 =
         (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32;
@@ -50,8 +56,9 @@ pub mod limits {
     /// each message). QEMU 7.2 reports 1024 but does not enforce it; the model reports what it
     /// enforces.
     pub const MAX_MSG_SZ: u32 = 1 << 24;
-    /// Most pages (ring-state page included) a DSR ring may have: one page table, as QEMU reads.
-    pub const MAX_DSR_RING_PAGES: u32 = 1 + 512;
+    /// Most pages (ring-state page included) a DSR ring may have. The ring lives in one page
+    /// table (512 entries), and QEMU 7.2 refuses more than 511, so the model does too.
+    pub const MAX_DSR_RING_PAGES: u32 = 511;
 }
 
 /// The MAC address the function has until the driver writes `MACL`/`MACH`.
@@ -110,7 +117,7 @@ fn load_ring(mem: &GuestMemory, info: &RingPageInfo, entry_size: u32) -> Option<
     if !(2..=limits::MAX_DSR_RING_PAGES).contains(&n) {
         return None;
     }
-    debug_assert!(n as usize <= 1 + PDIR_ENTRIES);
+    debug_assert!(n as usize <= PDIR_ENTRIES);
     let mut pages = pdir::resolve(mem, info.pdir_dma.get(), 0, n as usize).ok()?;
     let state = pages.remove(0);
     let elems = (n - 1) * PAGE_SIZE as u32 / entry_size;
@@ -145,12 +152,15 @@ pub fn caps(mac: [u8; 6]) -> DeviceCaps {
         max_mr: U32::new(MAX_MR),
         max_pd: U32::new(MAX_PD),
         max_ah: U32::new(MAX_AH),
+        max_qp_rd_atom: U32::new(MAX_QP_RD_ATOM),
+        max_qp_init_rd_atom: U32::new(MAX_QP_RD_ATOM),
+        max_res_rd_atom: U32::new(MAX_QP_RD_ATOM * MAX_QP),
         max_uar: U32::new(MAX_UAR),
         gid_tbl_len: U32::new(GID_TBL_LEN),
         max_pkeys: U16::new(PKEY_TBL_LEN),
         phys_port_cnt: 1,
         mode: DEVICE_MODE_ROCE,
-        gid_types: GID_TYPE_FLAG_ROCE_V1,
+        gid_types: GID_TYPES,
         ..DeviceCaps::default()
     }
 }

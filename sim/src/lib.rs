@@ -9,9 +9,11 @@
 //! Module layout mirrors the driver's: `device` (registers, state, lock order), `dsr`, `cmd`
 //! (command dispatch), one module per object (`uc`, `pd`, `mr`, `cq`, `qp`), `ring` (device-side
 //! ring access), `pdir` (page directories), `uar` (doorbells and ownership), `port` (loopback
-//! wire and GID table), `event` (async and CQ-notification rings).
+//! wire and GID table), `event` (async and CQ-notification rings), `budget` (host memory the
+//! objects cost).
 #![deny(unsafe_code)]
 
+mod budget;
 mod cmd;
 mod cq;
 mod device;

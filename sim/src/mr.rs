@@ -8,12 +8,12 @@
 //! A DMA MR (`mr_flags::DMA`) gets keys but no memory: on QEMU 7.2 it carries no data, and here
 //! every access through it fails with `LOC_PROT_ERR`.
 
+use crate::budget::Charge;
 use crate::device::Core;
 use crate::errno::{CmdResult, Errno};
 use crate::mem::GuestMemory;
 use crate::pdir;
 use pvrdma_abi::cmd::{CreateMr, CreateMrResp, DestroyMr, NoopResp};
-use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::verbs::{access, mr_flags};
 use pvrdma_abi::wqe::{wc_status, Sge};
 use pvrdma_abi::PAGE_SIZE;
@@ -46,6 +46,7 @@ pub struct Mr {
     pub rkey: u32,
     /// Pages backing it; `None` for a DMA MR.
     region: Option<Region>,
+    _charge: Charge,
 }
 
 #[derive(Debug)]
@@ -103,11 +104,17 @@ impl Mr {
     }
 }
 
-/// CREATE_MR.
+/// CREATE_MR. A DMA MR carries `start`, `length`, `nchunks` and `pdir_dma` all 0, as Linux's
+/// `pvrdma_get_dma_mr` sends it.
 ///
 /// Errors: `EINVAL` for an unknown PD, unknown flag or access bits, a fast-register MR (not
-/// modelled), a zero or too large length, too few chunks, a misaligned page, or a page directory
-/// or page outside guest memory (as QEMU 7.2); `ENOMEM` when `max_mr` exist.
+/// modelled), a zero or too large length, a chunk count other than the pages `[start, start +
+/// length)` spans (Linux's `ib_umem` count; QEMU 7.2 wants `ceil(length / 4096)`, the same for a
+/// page-aligned `start`, and cannot describe an MR whose start is not), a misaligned page, or a
+/// page directory or page outside guest memory (as QEMU 7.2); `ENOMEM` when `max_mr` exist or
+/// the host budget cannot pay for its page list (8 bytes per page, charged before the page
+/// directory is read: a page list is read once, at registration, so what the guest writes to
+/// its page tables afterwards changes nothing).
 pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     let (pd, flags, acc) = (req.pd_handle.get(), req.flags.get(), req.access_flags.get());
     if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 {
@@ -117,8 +124,12 @@ pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
         return Err(Errno::EINVAL);
     }
     let (start, length) = (req.start.get(), req.length.get());
-    let region = if flags & mr_flags::DMA != 0 {
-        None
+    let (region, charge) = if flags & mr_flags::DMA != 0 {
+        // A DMA MR describes no memory: every count it carries must say so (Linux sends zeros).
+        if start != 0 || length != 0 || req.nchunks.get() != 0 || req.pdir_dma.get() != 0 {
+            return Err(Errno::EINVAL);
+        }
+        (None, core.budget.charge_object::<Mr>(0)?)
     } else {
         if length == 0 || length > crate::dsr::limits::MAX_MR_SIZE {
             return Err(Errno::EINVAL);
@@ -127,11 +138,12 @@ pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
         let first_off = start % PAGE;
         let needed = pdir::pages_for(first_off + length).ok_or(Errno::EINVAL)? as usize;
         let nchunks = req.nchunks.get() as usize;
-        if nchunks < needed || nchunks > PAGE_DIR_MAX_PAGES {
+        if nchunks != needed {
             return Err(Errno::EINVAL);
         }
+        let charge = core.budget.charge_object::<Mr>(8 * needed as u64)?;
         let pages = pdir::resolve(&core.mem, req.pdir_dma.get(), 0, needed)?;
-        Some(Region { pages, first_off })
+        (Some(Region { pages, first_off }), charge)
     };
     let mut objs = core.objects.lock();
     let handle = objs.mrs.alloc().ok_or(Errno::ENOMEM)?;
@@ -139,7 +151,7 @@ pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     objs.lkeys.insert(lkey, handle);
     let rkey = objs.new_key();
     objs.rkeys.insert(rkey, handle);
-    let mr = Mr { pd, start, length, access: acc, lkey, rkey, region };
+    let mr = Mr { pd, start, length, access: acc, lkey, rkey, region, _charge: charge };
     objs.mrs.insert(handle, Arc::new(mr));
     Ok(CreateMrResp {
         mr_handle: U32::new(handle),

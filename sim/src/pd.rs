@@ -1,6 +1,7 @@
 //! Protection domains (CREATE_PD / DESTROY_PD). A PD belongs to a context (0 = the kernel); a QP
 //! and an MR belong to the context of their PD.
 
+use crate::budget::Charge;
 use crate::device::Core;
 use crate::errno::{CmdResult, Errno};
 use pvrdma_abi::cmd::{CreatePd, CreatePdResp, DestroyPd, NoopResp};
@@ -13,17 +14,20 @@ pub struct Pd {
     pub handle: u32,
     /// Owning context handle, 0 for the kernel.
     pub ctx: u32,
+    _charge: Charge,
 }
 
-/// CREATE_PD. Errors: `EINVAL` for an unknown context; `ENOMEM` when `max_pd` exist.
+/// CREATE_PD. Errors: `EINVAL` for an unknown context; `ENOMEM` when `max_pd` exist or the
+/// host budget is spent.
 pub fn create(core: &Core, req: &CreatePd) -> CmdResult<CreatePdResp> {
     let ctx = req.ctx_handle.get();
+    let charge = core.budget.charge_object::<Pd>(0)?;
     let mut objs = core.objects.lock();
     if ctx != 0 && objs.ucs.get(ctx).is_none() {
         return Err(Errno::EINVAL);
     }
     let handle = objs.pds.alloc().ok_or(Errno::ENOMEM)?;
-    objs.pds.insert(handle, Pd { handle, ctx });
+    objs.pds.insert(handle, Pd { handle, ctx, _charge: charge });
     Ok(CreatePdResp { pd_handle: U32::new(handle), ..Default::default() })
 }
 

@@ -450,16 +450,23 @@ pub fn query_port(_core: &Core, req: &QueryPort) -> CmdResult<QueryPortResp> {
     Ok(QueryPortResp { attrs, ..Default::default() })
 }
 
-/// QUERY_PKEY: 0xffff for every index, as QEMU answers.
-pub fn query_pkey(_core: &Core, _req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
+/// QUERY_PKEY: 0xffff at index 0 of port 1, the one entry of the table. Errors: `EINVAL` for
+/// another port or index (QEMU 7.2 refuses a port past 1 or an index past 1, and answers 0xffff
+/// for the index 1 its one-entry table lacks; the model refuses it).
+pub fn query_pkey(_core: &Core, req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
+    if req.port_num != 1 || u32::from(req.index) >= u32::from(limits::PKEY_TBL_LEN) {
+        return Err(Errno::EINVAL);
+    }
     Ok(QueryPkeyResp { pkey: U16::new(PVRDMA_PKEY), ..Default::default() })
 }
 
 /// CREATE_BIND: puts `new_gid` at `index` of the GID table (replacing what was there).
-/// Errors: `EINVAL` for an index at or past `GID_TBL_LEN` or an all-zero GID.
+/// Errors: `EINVAL` for an index at or past `GID_TBL_LEN`, an all-zero GID, or a `gid_type` that
+/// is not exactly one of the types `caps.gid_types` reports (Linux sends one flag).
 pub fn create_bind(core: &Core, req: &CreateBind) -> CmdResult<NoopResp> {
     let index = req.index.get() as usize;
-    if req.new_gid == [0u8; 16] {
+    let one_type = req.gid_type.count_ones() == 1 && req.gid_type & limits::GID_TYPES != 0;
+    if req.new_gid == [0u8; 16] || !one_type {
         return Err(Errno::EINVAL);
     }
     let mut gids = core.gids.lock();
@@ -467,12 +474,18 @@ pub fn create_bind(core: &Core, req: &CreateBind) -> CmdResult<NoopResp> {
     Ok(NoopResp::default())
 }
 
-/// DESTROY_BIND: empties entry `index`. Errors: `EINVAL` for a bad index, `ENOENT` if the entry
-/// is already empty.
+/// DESTROY_BIND: empties entry `index`. `dest_gid` names the GID the driver believes is there
+/// (all-zero: unstated; no bound GID is all-zero). Errors: `EINVAL` for a bad index or a
+/// `dest_gid` the entry does not hold (QEMU 7.2 ignores it), `ENOENT` if the entry is already
+/// empty.
 pub fn destroy_bind(core: &Core, req: &DestroyBind) -> CmdResult<NoopResp> {
     let mut gids = core.gids.lock();
     let slot = gids.get_mut(req.index.get() as usize).ok_or(Errno::EINVAL)?;
-    slot.take().ok_or(Errno::ENOENT)?;
+    let held = slot.ok_or(Errno::ENOENT)?;
+    if req.dest_gid != [0u8; 16] && req.dest_gid != held {
+        return Err(Errno::EINVAL);
+    }
+    *slot = None;
     Ok(NoopResp::default())
 }
 

@@ -15,6 +15,7 @@
 //! in-flight WQE with `WR_FLUSH_ERR` (completions with an error status are always written,
 //! signaled or not).
 
+use crate::budget::Charge;
 use crate::cq::Cq;
 use crate::device::{Core, Effects};
 use crate::dsr::limits;
@@ -28,7 +29,6 @@ use pvrdma_abi::cmd::{
     CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
 };
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::verbs::{mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
@@ -67,6 +67,7 @@ pub struct Qp {
     sq: Consumer,
     rq: Consumer,
     st: Mutex<QpState>,
+    _charge: Charge,
 }
 
 #[derive(Debug)]
@@ -115,9 +116,13 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// CREATE_QP.
 ///
 /// Errors: `EINVAL` for a non-RC type, an SRQ, bad queue sizes (powers of two up to
-/// `MAX_QP_WR`, at most `MAX_SGE` SGEs), too few chunks for the rings, an unknown PD or CQ, or a
+/// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
+/// (`send_chunks` the SQ's pages, `total_chunks` one ring-state page plus the SQ's and the RQ's, as
+/// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an
+/// unknown PD or CQ, or a
 /// misaligned page or a page outside guest memory (QEMU answers `EINVAL` there too); `EPERM` if a
-/// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist.
+/// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist or the host budget is
+/// spent.
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     if req.qp_type != qp_type::RC || req.is_srq != 0 {
         return Err(Errno::EINVAL);
@@ -149,7 +154,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let (total, send_chunks) =
         (u64::from(req.total_chunks.get()), u64::from(req.send_chunks.get()));
     let recv_chunks = total.checked_sub(1 + send_chunks).ok_or(Errno::EINVAL)?;
-    if send_chunks < sq_pages || recv_chunks < rq_pages || total > PAGE_DIR_MAX_PAGES as u64 {
+    if send_chunks != sq_pages || recv_chunks != rq_pages {
         return Err(Errno::EINVAL);
     }
     let dir = req.pdir_dma.get();
@@ -158,6 +163,9 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let rq = pdir::resolve(&core.mem, dir, 1 + send_chunks as usize, rq_pages as usize)?;
     let sq = RingPages::new(&core.mem, sq, sstride, swr).ok_or(Errno::EINVAL)?;
     let rq = RingPages::new(&core.mem, rq, rstride, rwr).ok_or(Errno::EINVAL)?;
+    // Its rings' page lists, and its in-flight queue at full SQ depth.
+    let queues = u64::from(swr) * size_of::<InFlight>() as u64;
+    let charge = core.budget.charge_object::<Qp>(sq.host_bytes() + rq.host_bytes() + queues)?;
 
     let mut attrs = QpAttr::new_zeroed();
     attrs.qp_state = U32::new(qp_state::RESET);
@@ -189,6 +197,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         sq: Consumer::new(&core.mem, sq, state_page, Half::Tx),
         rq: Consumer::new(&core.mem, rq, state_page, Half::Rx),
         st: Mutex::new(st),
+        _charge: charge,
     };
     objs.qps.insert(handle, Arc::new(qp));
     Ok(CreateQpResp {
@@ -218,7 +227,10 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQD/SQE, a `cur_qp_state` that
 /// does not match, a missing or bad RTR attribute, a port other than 1, a P_Key index other than
-/// 0, or an MTU above the port's (1024).
+/// 0, or an MTU above the port's (1024); an attribute past its IBTA field (`retry_cnt` and
+/// `rnr_retry` 3 bits, `timeout`, `alt_timeout` and `min_rnr_timer` 5 bits, PSNs 24 bits) or past
+/// the caps (`max_rd_atomic`, `max_dest_rd_atomic`); an alternate path whose port, P_Key index or
+/// GID does not exist; `CAP` (a pvrdma QP is not resized) or an unknown mask bit.
 pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopResp> {
     use qp_state::*;
     let qp = core.qp(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
@@ -245,6 +257,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     if !legal {
         return Err(Errno::EINVAL);
     }
+    check_counts(core, mask, a)?;
     if mask & m::PORT != 0 && a.port_num != 1 {
         return Err(Errno::EINVAL);
     }
@@ -276,6 +289,43 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         fx.kicks.push(qp.handle);
     }
     Ok(NoopResp::default())
+}
+
+/// Whether a WQE's `total_len` agrees with its SGEs: 0 (unstated: Linux's driver writes 0) or
+/// exactly the sum of their lengths. Another value fails the WQE with `LOC_LEN_ERR`.
+fn total_len_agrees(stated: u32, sges: &[Sge]) -> bool {
+    stated == 0 || u64::from(stated) == sges.iter().map(|s| u64::from(s.length.get())).sum::<u64>()
+}
+
+/// Every attribute `mask` selects fits its field and the device's caps (IBTA 11.2.5 and the
+/// `ibv_qp_attr` fields' widths); the mask names only attributes MODIFY_QP takes.
+fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
+    const KNOWN: u32 = (m::DEST_QPN << 1) - 1;
+    const PSN_MAX: u32 = (1 << 24) - 1;
+    let over = |bit: u32, value: u32, max: u32| mask & bit != 0 && value > max;
+    let bad = mask & !KNOWN != 0
+        || mask & m::CAP != 0
+        || over(m::RETRY_CNT, a.retry_cnt.into(), 7)
+        || over(m::RNR_RETRY, a.rnr_retry.into(), 7)
+        || over(m::TIMEOUT, a.timeout.into(), 31)
+        || over(m::MIN_RNR_TIMER, a.min_rnr_timer.into(), 31)
+        || over(m::SQ_PSN, a.sq_psn.get(), PSN_MAX)
+        || over(m::RQ_PSN, a.rq_psn.get(), PSN_MAX)
+        || over(m::MAX_QP_RD_ATOMIC, a.max_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
+        || over(m::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.into(), limits::MAX_QP_RD_ATOM);
+    if bad {
+        return Err(Errno::EINVAL);
+    }
+    if mask & m::ALT_PATH != 0 {
+        let fits = a.alt_port_num == 1
+            && a.alt_pkey_index.get() < limits::PKEY_TBL_LEN
+            && a.alt_timeout <= 31;
+        if !fits {
+            return Err(Errno::EINVAL);
+        }
+        check_av(core, &a.alt_ah_attr)?;
+    }
+    Ok(())
 }
 
 /// Copies the attributes `mask` selects.
@@ -411,6 +461,8 @@ impl Qp {
                 || hdr.num_sge.get() > self.max_send_sge
             {
                 Err(wc_status::LOC_QP_OP_ERR)
+            } else if !total_len_agrees(hdr.total_len.get(), &sges) {
+                Err(wc_status::LOC_LEN_ERR)
             } else {
                 mr::gather(core, self.pd, &sges)
             };
@@ -495,6 +547,8 @@ impl Qp {
         }
         let status = if hdr.num_sge.get() > self.max_recv_sge {
             Err(wc_status::LOC_QP_OP_ERR)
+        } else if !total_len_agrees(hdr.total_len.get(), &sges) {
+            Err(wc_status::LOC_LEN_ERR)
         } else {
             mr::scatter(core, self.pd, &sges, &pkt.payload)
         };

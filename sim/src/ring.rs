@@ -62,6 +62,11 @@ impl RingPages {
         Some(Self { pages, spans, stride, elems })
     }
 
+    /// Host bytes its page lists take (charged to the device's host budget).
+    pub fn host_bytes(&self) -> u64 {
+        (self.pages.capacity() * size_of::<u64>() + self.spans.capacity() * size_of::<Span>()) as u64
+    }
+
     /// Device address of entry `slot` (`0 .. elems`).
     pub fn slot_addr(&self, slot: u32) -> Option<u64> {
         let (page, off) = self.locate(slot)?;

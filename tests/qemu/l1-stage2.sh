@@ -23,7 +23,7 @@ cd /tmp
 t0=$(date +%s.%N)
 args=(--ignored --test-threads="$TEST_THREADS")
 [ -n "$TEST_FILTER" ] && args+=("$TEST_FILTER")
-PVRDMA_IBDEV=rxe0 PVRDMA_NETDEV=eth0 PVRDMA_GID_IPV4=10.0.2.15 PVRDMA_QEMU_OUT=$WORK/out/qemu \
+PVRDMA_IBDEV=rxe0 PVRDMA_NETDEV=eth0 PVRDMA_GID_IPV4=10.0.2.15 PVRDMA_QEMU_OUT=$WORK/out/qemu PVRDMA_QEMU_PACKAGE=$QEMU_PKG \
   RUST_BACKTRACE=1 "$TESTBIN" "${args[@]}" > "$WORK/out/tests.log" 2>&1
 rc=$?
 ts "tests done after $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s, exit $rc"

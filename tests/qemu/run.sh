@@ -6,14 +6,21 @@
 # into it, creates rxe0 and runs the test binary built here. Each test starts its own QEMU 7.2 (no
 # guest OS: -S and -qtest) and drives its pvrdma function with the driver over qtest.
 #
-# Exit status: 0 when every real-device test passed; non-zero on any failure (a package that
-# installs wrong, QEMU that is not 7.2 or lacks pvrdma, a VM that does not boot, a timeout, a
-# failing test). The one exception: a package that cannot be fetched prints "SKIPPED: <reason>" on
-# a line of its own and exits 0.
+# The stage expects exactly the tests named in expected-tests.txt (next to this script): the
+# binary's own list (`--list --ignored`) must equal it, and a run passes only when every one of
+# them printed `ok`. A run in which a test did not run, or none ran, fails.
+#
+# Exit status: 0 when every expected real-device test ran and passed; 1 on any failure (a package
+# that installs wrong, QEMU that is not 7.2 or lacks pvrdma, a VM that does not boot, a timeout, a
+# failing or missing test, a test list that does not match); 3 for a partial debug run
+# (TEST_FILTER set: the tests that ran passed, but the stage did not run them all). The one
+# exception: a package that cannot be fetched — judged from the output of the apt command that
+# failed, and only of that one — prints "SKIPPED: <reason>" on a line of its own and exits 0.
 #
 # Environment: RUNS (how many times to boot L1 and run the tests, default 1), L1_TIMEOUT (seconds
 # per boot, default 420), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
-# default /tmp/pvrdma-qemu), TEST_FILTER (a test-name filter passed to the test binary).
+# default /tmp/pvrdma-qemu), TEST_FILTER (a test-name filter passed to the test binary, for
+# debugging: such a run never passes the stage).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -38,14 +45,18 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-qemu_ok || missing+=(qemu-system-x86)
-apt_log="$WORK/out/apt.log"
-apt_fetch_failed() { grep -qE 'Failed to fetch|Unable to fetch|Temporary failure resolving|Could not resolve|Unable to connect' "$apt_log"; }
+qemu_ok || [[ " ${missing[*]} " == *" qemu-system-x86 "* ]] || missing+=(qemu-system-x86)
+# Each apt command writes its own log, and only the failing command's own log decides whether
+# the failure was a fetch (SKIPPED) or anything else (FAILED).
+apt_log() { echo "$WORK/out/apt-$1.log"; }
+apt_fetch_failed() { grep -qE 'Failed to fetch|Unable to fetch|Temporary failure resolving|Could not resolve|Unable to connect' "$1"; }
+APT_OPTS=(-q -o DPkg::Lock::Timeout=300)
 updated=0
 apt_update() {
   [ "$updated" = 1 ] && return 0
   lap "apt-get update"
-  apt-get update -q >"$apt_log" 2>&1 || { apt_fetch_failed && skip "apt-get update cannot reach Debian's archive ($(grep -m1 -E 'Failed|Unable|resolv' "$apt_log"))"; fail "apt-get update failed (see $apt_log)"; }
+  local log; log=$(apt_log update)
+  apt-get "${APT_OPTS[@]}" update >"$log" 2>&1 || { apt_fetch_failed "$log" && skip "apt-get update cannot reach Debian's archive ($(grep -m1 -E 'Failed|Unable|resolv' "$log"))"; fail "apt-get update failed (see $log)"; }
   updated=1
 }
 if ((${#missing[@]})); then
@@ -53,17 +64,19 @@ if ((${#missing[@]})); then
   lap "apt-get install ${missing[*]}"
   want=()
   for p in "${PKGS[@]}"; do [ "$p" = qemu-system-x86 ] && want+=('qemu-system-x86=1:7.2*') || want+=("$p"); done
-  if ! apt-get install -y -q --no-install-recommends "${want[@]}" >>"$apt_log" 2>&1; then
-    apt_fetch_failed && skip "a package cannot be fetched ($(grep -m1 -E 'Failed to fetch|Unable to fetch' "$apt_log"))"
-    grep -qE "Version '1:7\.2\*' for 'qemu-system-x86' was not found" "$apt_log" && fail "Debian offers no qemu-system-x86 1:7.2*: $(apt-cache policy qemu-system-x86 | tr '\n' ' ')"
-    tail -20 "$apt_log" >&2; fail "apt-get install failed"
+  log=$(apt_log install)
+  if ! apt-get "${APT_OPTS[@]}" install -y --no-install-recommends "${want[@]}" >"$log" 2>&1; then
+    apt_fetch_failed "$log" && skip "a package cannot be fetched ($(grep -m1 -E 'Failed to fetch|Unable to fetch' "$log"))"
+    grep -qE "Version '1:7\.2\*' for 'qemu-system-x86' was not found" "$log" && fail "Debian offers no qemu-system-x86 1:7.2*: $(apt-cache policy qemu-system-x86 | tr '\n' ' ')"
+    tail -20 "$log" >&2; fail "apt-get install failed (see $log)"
   fi
 fi
 qemu_ok || fail "qemu-system-x86 is $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null), not 1:7.2*"
 QEMU_VERSION=$(qemu-system-x86_64 --version | head -1)
 echo "$QEMU_VERSION" | grep -qE 'version 7\.2(\.|[^0-9])' || fail "qemu-system-x86_64 --version says: $QEMU_VERSION"
 qemu-system-x86_64 -device help 2>/dev/null | grep -q '"pvrdma"' || fail "this QEMU has no pvrdma device (-device help does not list it)"
-lap "$QEMU_VERSION, with pvrdma"
+QEMU_PKG=$(dpkg-query -W -f='${Version}' qemu-system-x86)
+lap "$QEMU_VERSION, with pvrdma; Debian package qemu-system-x86 $QEMU_PKG"
 
 # --- 2. The L1 kernel: Debian's image package, downloaded and unpacked (not installed) -------------
 KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
@@ -72,9 +85,11 @@ if [ -z "$KPKG" ]; then apt_update; KPKG=$(apt-cache depends linux-image-amd64 |
 KDEB=$(ls "$WORK/debs/${KPKG}"_*.deb 2>/dev/null | head -1 || true)
 if [ -z "$KDEB" ]; then
   lap "download $KPKG"
-  (cd "$WORK/debs" && apt-get download -q "$KPKG" >>"$apt_log" 2>&1) || {
+  log=$(apt_log download-1)
+  (cd "$WORK/debs" && apt-get "${APT_OPTS[@]}" download "$KPKG" >"$log" 2>&1) || {
     apt_update
-    (cd "$WORK/debs" && apt-get download -q "$KPKG" >>"$apt_log" 2>&1) || { apt_fetch_failed && skip "the kernel package $KPKG cannot be fetched"; fail "apt-get download $KPKG failed"; }
+    log=$(apt_log download-2)
+    (cd "$WORK/debs" && apt-get "${APT_OPTS[@]}" download "$KPKG" >"$log" 2>&1) || { apt_fetch_failed "$log" && skip "the kernel package $KPKG cannot be fetched"; fail "apt-get download $KPKG failed (see $log)"; }
   }
   KDEB=$(ls "$WORK/debs/${KPKG}"_*.deb | head -1)
 fi
@@ -105,6 +120,16 @@ TESTBIN=$(grep -o '"executable":"[^"]*qemu_real[^"]*"' "$BUILD_LOG.json" | tail 
 mkdir -p "$WORK/bin" && cp "$TESTBIN" "$WORK/bin/qemu_real" || fail "cannot copy the test binary"
 TESTBIN="$WORK/bin/qemu_real"
 echo "   $TESTBIN"
+# The tests this stage must run: the binary's list has to be the committed one.
+EXPECTED_FILE="$HERE/expected-tests.txt"
+mapfile -t EXPECTED < <(grep -vE '^\s*(#|$)' "$EXPECTED_FILE" | sort)
+mapfile -t LISTED < <("$TESTBIN" --list --ignored --format terse 2>/dev/null | sed -n 's/: test$//p' | sort)
+((${#EXPECTED[@]})) || fail "$EXPECTED_FILE names no test"
+if [ "${EXPECTED[*]}" != "${LISTED[*]}" ]; then
+  diff <(printf '%s\n' "${EXPECTED[@]}") <(printf '%s\n' "${LISTED[@]}") >&2 || true
+  fail "the real-device tests in the binary (> above) differ from $EXPECTED_FILE (< above)"
+fi
+echo "   ${#EXPECTED[@]} expected tests (tests/qemu/expected-tests.txt)"
 
 # --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
 cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
@@ -122,7 +147,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "interrupted" >&2; exit 130' INT TERM
 failures=0
+partial=0
 declare -a summary
+# Says which expected tests printed `ok` in the log $1: "all N expected tests passed", "partial
+# debug run: ..." (TEST_FILTER set, no expected test failed) or "MISSING ..." (some did not pass).
+check_ran() {
+  local ok=() missing=() extra=() t
+  mapfile -t ok < <(sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' "$1" | sort -u)
+  for t in "${EXPECTED[@]}"; do printf '%s\n' "${ok[@]}" | grep -qxF -- "$t" || missing+=("$t"); done
+  for t in "${ok[@]}"; do printf '%s\n' "${EXPECTED[@]}" | grep -qxF -- "$t" || extra+=("$t"); done
+  if ((${#extra[@]})); then echo "UNEXPECTED tests ran: ${extra[*]}"; return; fi
+  if ((${#missing[@]} == 0)); then echo "all ${#EXPECTED[@]} expected tests passed"; return; fi
+  if [ -n "${TEST_FILTER:-}" ] && ((${#ok[@]})) && ! grep -qE '^test .* \.\.\. FAILED$' "$1"; then
+    echo "partial debug run: ${#ok[@]} of ${#EXPECTED[@]} expected tests ran and passed (TEST_FILTER=$TEST_FILTER)"; return
+  fi
+  echo "MISSING: ${#missing[@]} of ${#EXPECTED[@]} expected tests did not pass: ${missing[*]}"
+}
 for run in $(seq 1 "$RUNS"); do
   rm -rf "$WORK/out/tests.log" "$WORK/out/tests.rc" "$WORK/out/qemu"
   cat > "$WORK/l1-env" <<EOV
@@ -130,6 +170,7 @@ WORK=$WORK
 TESTBIN=$TESTBIN
 TEST_THREADS=$TEST_THREADS
 TEST_FILTER=${TEST_FILTER:-}
+QEMU_PKG=$QEMU_PKG
 EOV
   CONSOLE="$WORK/out/l1-console-$run.log"
   lap "run $run/$RUNS: boot L1 (TCG, kernel $KV) and run the tests there (bound: ${L1_TIMEOUT}s)"
@@ -163,11 +204,19 @@ EOV
   [ -f "$WORK/out/qemu/timings.txt" ] && sort "$WORK/out/qemu/timings.txt"
   [ "$rc" = 0 ] || { echo "---- failing output ----"; sed -n '/^failures:/,$p' "$WORK/out/tests.log" | head -80; }
   result=$(grep -m1 '^test result:' "$WORK/out/tests.log" || echo "no result line")
-  summary+=("run $run: L1 wall $(( te - tb )) ms, rxe0 ready at ${ready:-?} s of L1 uptime, tests ${testsdur:-?} s: $result")
-  [ "$rc" = 0 ] || failures=$((failures + 1))
+  verdict=$(check_ran "$WORK/out/tests.log")
+  summary+=("run $run: L1 wall $(( te - tb )) ms, rxe0 ready at ${ready:-?} s of L1 uptime, tests ${testsdur:-?} s: $result; $verdict")
+  if [ "$rc" != 0 ] || [[ "$verdict" != "all "* ]]; then
+    [ "$rc" = 0 ] && [[ "$verdict" == "partial "* ]] && partial=$((partial + 1)) || failures=$((failures + 1))
+  fi
 done
 trap - EXIT INT TERM
 lap "done"
 printf '%s\n' "${summary[@]}"
+echo "QEMU under test: Debian package qemu-system-x86 $QEMU_PKG"
 [ "$failures" = 0 ] || fail "$failures of $RUNS real-QEMU runs failed (logs in $WORK/out)"
-echo "real-QEMU stage: $RUNS of $RUNS runs passed"
+if [ "$partial" != 0 ]; then
+  echo "PARTIAL DEBUG RUN (TEST_FILTER=$TEST_FILTER): not a stage pass" >&2
+  exit 3
+fi
+echo "real-QEMU stage: $RUNS of $RUNS runs passed, each running all ${#EXPECTED[@]} expected tests"

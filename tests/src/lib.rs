@@ -1,6 +1,7 @@
 //! Cross-crate integration tests live in `tests/`; helpers they share live here.
 
 pub mod abi_sizes;
+pub mod command_errors;
 pub mod cprobe;
 pub mod events;
 pub mod faults;
@@ -10,5 +11,7 @@ pub mod lowest_free;
 pub mod notify_relay;
 pub mod differential;
 pub mod qemu;
+pub mod raw_device;
 pub mod rewrite;
+pub mod sge_tamper;
 pub mod soak;

@@ -13,7 +13,7 @@
 //! refuses GID index 0 of the backend's table, so the driver binds the IPv4-mapped GID),
 //! `PVRDMA_QEMU_OUT` (where QEMU logs go; default the peer's folder, removed afterwards).
 
-use hca::platform::qtest::{QtestOptions, QtestPlatform};
+use hca::platform::qtest::{QtestOptions, QtestPlatform, DEFAULT_IO_TIMEOUT};
 use hca::ProbeOptions;
 use ib_core::Device;
 use std::io::{Read, Write};
@@ -21,12 +21,13 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Guest RAM of each QEMU, in MiB.
 pub const RAM_MB: u64 = 128;
-/// Bound on QEMU's start (connect to the MAD stub and to qtest).
+/// Bound on QEMU's start: connect to the MAD stub and to qtest, and answer a first qtest
+/// command.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Size of QEMU 7.2's `RdmaCmMuxMsg` on x86_64.
 const MAD_MSG_SIZE: usize = 360;
@@ -50,7 +51,7 @@ pub fn backend_gid() -> [u8; 16] {
 
 /// The QEMU process and its files; dropping it kills QEMU and removes them.
 struct Proc {
-    child: Child,
+    child: Mutex<Child>,
     dir: PathBuf,
     ram_file: PathBuf,
     log_dir: PathBuf,
@@ -69,18 +70,24 @@ impl Proc {
         )
     }
 
+    /// How QEMU ended, if it has.
+    fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.child.lock().ok()?.try_wait().ok().flatten()
+    }
+
     fn accept(&mut self, l: &UnixListener) -> Result<UnixStream, String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             match l.accept() {
-                Ok((s, _)) => {
+                Ok((mut s, _)) => {
                     s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                    self.wait_machine(&mut s, deadline)?;
                     return Ok(s);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(format!("qtest accept: {e}")),
             }
-            if let Ok(Some(st)) = self.child.try_wait() {
+            if let Some(st) = self.exited() {
                 return Err(format!(
                     "QEMU exited ({st}) before qtest connected:\n{}",
                     self.output()
@@ -96,12 +103,43 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// Waits, until `deadline`, for QEMU to answer a first qtest command (`endianness`): it
+    /// answers only once its machine is built, which under load takes longer than the bound the
+    /// platform then puts on every round trip.
+    fn wait_machine(&self, s: &mut UnixStream, deadline: Instant) -> Result<(), String> {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let io = |e: std::io::Error| format!("qtest first answer: {e}\n{}", self.output());
+        s.set_read_timeout(Some(left)).map_err(io)?;
+        s.write_all(b"endianness\n").map_err(io)?;
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while b[0] != b'\n' {
+            s.read_exact(&mut b).map_err(io)?;
+            line.push(b[0]);
+        }
+        s.set_read_timeout(None).map_err(io)?;
+        if line.starts_with(b"OK") {
+            Ok(())
+        } else {
+            Err(format!(
+                "qtest first answer: {:?}",
+                String::from_utf8_lossy(&line)
+            ))
+        }
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         // QEMU does not exit when the qtest client leaves, and pvrdma's unrealize waits for its
         // completion thread: kill it.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Ok(child) = self.child.get_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_file(&self.ram_file);
         if self.keep_logs {
             let _ = std::fs::remove_file(self.dir.join("mad.sock"));
@@ -135,6 +173,16 @@ impl QemuPeer {
     /// (`shared_ram`) or through qtest reads and writes only (as a driver on another machine
     /// would).
     pub fn start_with(tag: &str, shared_ram: bool) -> Result<Self, String> {
+        Self::start_opts(tag, shared_ram, DEFAULT_IO_TIMEOUT)
+    }
+
+    /// [`QemuPeer::start`] with every qtest round trip bounded by `io_timeout` (a QEMU that
+    /// stops answering is then found dead that soon) and guest RAM mapped.
+    pub fn start_bounded(tag: &str, io_timeout: Duration) -> Result<Self, String> {
+        Self::start_opts(tag, true, io_timeout)
+    }
+
+    fn start_opts(tag: &str, shared_ram: bool, io_timeout: Duration) -> Result<Self, String> {
         let t0 = Instant::now();
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let id = format!("pvrdma-{}-{n}-{tag}", std::process::id());
@@ -166,7 +214,7 @@ impl QemuPeer {
             .spawn()
             .map_err(|e| format!("cannot start QEMU: {e}"))?;
         let mut proc = Proc {
-            child,
+            child: Mutex::new(child),
             dir,
             ram_file,
             log_dir,
@@ -175,6 +223,7 @@ impl QemuPeer {
         };
         let stream = proc.accept(&qtest_listener)?;
         let mut opts = QtestOptions::new(RAM_MB << 20);
+        opts.io_timeout = io_timeout;
         if shared_ram {
             opts = opts.with_ram_file(&proc.ram_file);
         }
@@ -190,6 +239,11 @@ impl QemuPeer {
     /// QEMU's stderr and log, for failure messages.
     pub fn qemu_output(&self) -> String {
         self.proc.output()
+    }
+
+    /// How QEMU ended (`Some` once it has exited: crashed, or killed), with its output.
+    pub fn exit_status(&self) -> Option<String> {
+        self.proc.exited().map(|st| format!("{st}"))
     }
 
     /// The platform (for its counters and raw qtest access).

@@ -212,3 +212,29 @@ fn fatal_async_event_during_destroy_churn() {
     t.join().unwrap();
     assert!(start.elapsed() < Duration::from_secs(20));
 }
+
+#[test]
+fn a_stormed_async_vector_does_not_starve_the_health_check() {
+    let (dev, sim) = hca::open_sim_with(Default::default(), short_timeouts()).unwrap();
+    let ch = dev.create_comp_channel().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let storm = {
+        let (sim, stop) = (sim.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                sim.device().vectors().raise(1);
+                std::thread::yield_now();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    sim.device().set_dead(true);
+    let t = Instant::now();
+    let got = ch.get_cq_event(Duration::from_secs(3)).map(|c| c.handle());
+    let waited = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    storm.join().unwrap();
+    assert_eq!(got, Err(Error::DeviceFatal));
+    // The check runs every 50 ms whatever the vector does; a second is generous on a loaded CI.
+    assert!(waited < Duration::from_secs(1), "DeviceFatal after {waited:?}");
+}

@@ -58,3 +58,26 @@ fn model_bad_dma_address() {
 fn model_qp_attributes() {
     both(differential::qp_attributes);
 }
+
+/// One test per case of `tests::command_errors`, on the model (both profiles): each refused
+/// cleanly, the device usable afterwards (a refused DSR: broken, requests unanswered).
+macro_rules! command_cases {
+    ($($name:ident),* $(,)?) => {
+        mod cmd {
+            $(#[test]
+            fn $name() {
+                tests::command_errors::on_model(stringify!($name));
+            })*
+
+            /// The names above are exactly the module's cases.
+            #[test]
+            fn all_cases_listed() {
+                let listed = [$(stringify!($name)),*];
+                let cases: Vec<&str> = tests::command_errors::CASES.iter().map(|c| c.name).collect();
+                assert_eq!(listed.as_slice(), cases.as_slice());
+            }
+        }
+    };
+}
+
+tests::with_command_cases!(command_cases);

@@ -87,3 +87,28 @@ fn qemu_bad_dma_address() {
 fn qemu_qp_attributes() {
     differential::qp_attributes(&Target::qemu("qp_attributes"));
 }
+
+/// One test per case of `tests::command_errors`, each in a QEMU of its own: the stage prints
+/// what QEMU answered (`QEMU-CASE` lines); a crash or a hang is an answer, not a failure.
+macro_rules! command_cases {
+    ($($name:ident),* $(,)?) => {
+        mod cmd {
+            $(#[test]
+            #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
+            fn $name() {
+                let steps = tests::command_errors::on_qemu(stringify!($name));
+                assert!(!steps.is_empty(), "no step recorded");
+            })*
+
+            /// The names above are exactly the module's cases (runs without QEMU).
+            #[test]
+            fn all_cases_listed() {
+                let listed = [$(stringify!($name)),*];
+                let cases: Vec<&str> = tests::command_errors::CASES.iter().map(|c| c.name).collect();
+                assert_eq!(listed.as_slice(), cases.as_slice());
+            }
+        }
+    };
+}
+
+tests::with_command_cases!(command_cases);

@@ -158,7 +158,8 @@ impl Drv {
     }
 
     pub fn bind_gid(&mut self, index: u32, gid: Gid) {
-        self.ok(CreateBind { index: U32::new(index), new_gid: gid, ..Default::default() });
+        let gid_type = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1;
+        self.ok(CreateBind { index: U32::new(index), new_gid: gid, gid_type, ..Default::default() });
     }
 
     pub fn create_uc(&mut self, page: u32) -> u32 {

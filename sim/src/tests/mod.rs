@@ -1,6 +1,10 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
+mod breakers10;
+mod breakers10b;
+mod budget;
 mod control;
+mod counts;
 mod datapath;
 mod hostile;
 mod inline;

@@ -1,0 +1,208 @@
+//! Issue 10, third round of attacks (breaker) on the driver: garbage the device writes into a
+//! command's response and into a CQE. Nothing the device writes is believed.
+
+use hca::ProbeOptions;
+use ib_core::{Error, QpInitAttr, QpType, RecvWr, Sge, WcStatus};
+use pvrdma_abi::cmd::opcode;
+use pvrdma_abi::wqe::{wc_opcode, Cqe};
+use std::sync::Arc;
+use tests::fixture::*;
+use tests::rewrite::Rewrite;
+use zerocopy::little_endian::{U32, U64};
+
+/// The probe's self-test creates QPs, which a rewriting device would break: declare the encoding.
+fn opts() -> ProbeOptions {
+    ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() }
+}
+
+fn qp_attr<'a>(cq: &'a ib_core::Cq) -> QpInitAttr<'a> {
+    QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 }
+}
+
+#[test]
+#[ignore = "bug: a CREATE_CQ response whose cqe differs from the request is only logged (hca/src/cq.rs:101)"]
+fn a_create_cq_response_with_another_cqe_is_refused() {
+    for (what, f) in [("twice", (|c| c * 2) as fn(u32) -> u32), ("half", |c: u32| c / 2), ("zero", |_| 0), ("u32::MAX", |_| u32::MAX)] {
+        let plat = Arc::new(Rewrite::new(opcode::CREATE_CQ, 20, f));
+        let dev = hca::probe(plat, opts()).unwrap();
+        let got = dev.create_cq(16, None).map(|c| c.handle());
+        assert!(matches!(got, Err(Error::BadResponse(_))), "cqe {what}: {got:?}");
+    }
+}
+
+#[test]
+#[ignore = "bug: a CREATE_QP response's queue sizes are never compared with the request (hca/src/qp.rs:150-165)"]
+fn a_create_qp_response_with_other_queue_sizes_is_refused() {
+    // Offsets in CreateQpResp: max_send_wr 20, max_recv_wr 24, max_send_sge 28, max_recv_sge 32.
+    let mut accepted = Vec::new();
+    for (what, off, f) in [
+        ("max_send_wr 1", 20u64, (|_| 1) as fn(u32) -> u32),
+        ("max_recv_wr 1", 24, |_| 1),
+        ("max_send_sge 0", 28, |_| 0),
+        ("max_recv_sge 0", 32, |_| 0),
+        ("max_send_wr u32::MAX", 20, |_| u32::MAX),
+    ] {
+        let plat = Arc::new(Rewrite::new(opcode::CREATE_QP, off, f));
+        let dev = hca::probe(plat, opts()).unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(16, None).unwrap();
+        if pd.create_qp(&qp_attr(&cq)).is_ok() {
+            accepted.push(what);
+        }
+    }
+    assert_eq!(accepted, Vec::<&str>::new());
+}
+
+#[test]
+#[ignore = "bug: CREATE_QP's QPN is checked for 24 bits only; QPN 0 (SMI) is taken for an RC QP (hca/src/qp.rs:165, hca/src/device.rs:113)"]
+fn a_create_qp_response_naming_qp0_or_qp1_is_refused() {
+    for qpn in [0u32, 1] {
+        let plat = Arc::new(Rewrite::new(opcode::CREATE_QP, 16, move |_| qpn));
+        let dev = hca::probe(plat, opts()).unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(16, None).unwrap();
+        match pd.create_qp(&qp_attr(&cq)) {
+            Err(_) => {}
+            Ok(q) => panic!("the driver took QPN {} for an RC QP", q.qpn()),
+        }
+    }
+}
+
+#[test]
+#[ignore = "bug: a receive CQE's byte_len larger than the posted buffer reaches the consumer as success (hca/src/wc.rs:63)"]
+fn a_receive_cqe_longer_than_the_posted_buffer_is_not_success() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let q = rc_qp(&pd, &cq, &cq);
+    let mr = pd.alloc_mr(4096, ib_core::access::LOCAL_WRITE).unwrap();
+    connect(&q, q.qpn(), gid(&dev));
+    let sge = Sge { addr: mr.addr(), length: 64, lkey: mr.lkey() };
+    q.post_recv(&RecvWr { wr_id: 7, sg_list: &[sge] }).unwrap();
+    let mut lies = Vec::new();
+    for byte_len in [65u32, 4097, 1 << 20, u32::MAX] {
+        let cqe = Cqe {
+            wr_id: U64::new(7),
+            qp: U64::new(u64::from(q.qpn())),
+            opcode: U32::new(wc_opcode::RECV),
+            byte_len: U32::new(byte_len),
+            src_qp: U32::new(q.qpn()),
+            port_num: 1,
+            ..Default::default()
+        };
+        assert!(sim.device().post_cqe(cq.handle(), &cqe, false));
+        let wc = poll_n(&cq, 1)[0];
+        if wc.status == WcStatus::Success && wc.byte_len > 64 {
+            lies.push(byte_len);
+        }
+    }
+    assert_eq!(lies, Vec::<u32>::new(), "byte_len past the 64-byte buffer reported as success");
+}
+
+/// A CQE naming `q` with `opcode` from `src_qp`, success, one byte.
+fn cqe_for(q: &ib_core::Qp, opcode: u32, src_qp: u32) -> Cqe {
+    Cqe {
+        wr_id: U64::new(5),
+        qp: U64::new(u64::from(q.qpn())),
+        opcode: U32::new(opcode),
+        byte_len: U32::new(1),
+        src_qp: U32::new(src_qp),
+        port_num: 1,
+        ..Default::default()
+    }
+}
+
+#[test]
+#[ignore = "bug: a RECV CQE on a QP's send-only CQ (and a SEND CQE on its recv-only CQ) is reported as success (hca/src/wc.rs:47, hca/src/cq.rs:204/229)"]
+fn a_cqe_on_the_cq_the_qp_does_not_complete_that_direction_into_is_not_success() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let scq = dev.create_cq(16, None).unwrap();
+    let rcq = dev.create_cq(16, None).unwrap();
+    let q = rc_qp(&pd, &scq, &rcq);
+    assert!(sim.device().post_cqe(scq.handle(), &cqe_for(&q, wc_opcode::RECV, q.qpn()), false));
+    assert!(sim.device().post_cqe(rcq.handle(), &cqe_for(&q, wc_opcode::SEND, 0), false));
+    let (on_send_cq, on_recv_cq) = (poll_n(&scq, 1)[0], poll_n(&rcq, 1)[0]);
+    assert_ne!(on_send_cq.status, WcStatus::Success, "RECV on the send CQ: {on_send_cq:?}");
+    assert_ne!(on_recv_cq.status, WcStatus::Success, "SEND on the recv CQ: {on_recv_cq:?}");
+}
+
+#[test]
+#[ignore = "bug: an RC receive CQE from a QP other than the connected peer, for a receive never posted, is success (hca/src/wc.rs:47-70)"]
+fn a_receive_cqe_for_nothing_posted_from_a_stranger_is_not_success() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let q = rc_qp(&pd, &cq, &cq);
+    connect(&q, q.qpn(), gid(&dev));
+    assert!(sim.device().post_cqe(cq.handle(), &cqe_for(&q, wc_opcode::RECV, 0x777), false));
+    let wc = poll_n(&cq, 1)[0];
+    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
+}
+
+#[test]
+#[ignore = "bug: MR handles, lkeys, rkeys and PD handles the device answers twice are taken (hca/src/mr.rs:109, hca/src/pd.rs:24)"]
+fn handles_and_keys_the_device_answers_twice_are_refused() {
+    let mut accepted = Vec::new();
+    for (what, op, off) in [
+        ("MR handle", opcode::CREATE_MR, 16u64),
+        ("lkey", opcode::CREATE_MR, 20),
+        ("rkey", opcode::CREATE_MR, 24),
+        ("PD handle", opcode::CREATE_PD, 16),
+    ] {
+        let mut first = None;
+        let plat = Arc::new(Rewrite::new(op, off, move |h| *first.get_or_insert(h)));
+        let dev = hca::probe(plat, opts()).unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let twice = if op == opcode::CREATE_MR {
+            let _first = pd.alloc_mr(4096, 0).unwrap();
+            pd.alloc_mr(4096, 0).is_ok()
+        } else {
+            dev.alloc_pd().is_ok()
+        };
+        if twice {
+            accepted.push(what);
+        }
+    }
+    assert_eq!(accepted, Vec::<&str>::new());
+}
+
+#[test]
+#[ignore = "bug: QUERY_PORT's answer reaches the consumer unchecked: state 77 becomes NOP, MTU codes 0, gid_tbl_len past the caps (hca/src/ops.rs:43-65)"]
+fn query_port_answers_outside_their_fields_are_refused() {
+    // Offsets in QueryPortResp: attrs at 16; state +0, max_mtu +4, active_mtu +8,
+    // gid_tbl_len +12, max_msg_sz +20.
+    let mut accepted = Vec::new();
+    for (what, off, v) in [
+        ("state 77", 16u64, 77u32),
+        ("max_mtu 99", 20, 99),
+        ("active_mtu 0", 24, 0),
+        ("gid_tbl_len u32::MAX", 28, u32::MAX),
+        ("gid_tbl_len 0", 28, 0),
+        ("max_msg_sz 0", 36, 0),
+    ] {
+        let plat = Arc::new(Rewrite::new(opcode::QUERY_PORT, off, move |_| v));
+        if let Ok(dev) = hca::probe(plat, opts()) {
+            if dev.query_port(1).is_ok() {
+                accepted.push(what);
+            }
+        }
+    }
+    assert_eq!(accepted, Vec::<&str>::new());
+}
+
+#[test]
+fn an_async_ring_producer_index_past_the_ring_is_fatal_fast() {
+    let (dev, sim) = hca::open_sim(Default::default()).unwrap();
+    let d = sim.device();
+    let dir = tests::rewrite::dsr(d).async_ring_pages.pdir_dma.get();
+    let table = d.mem().read_u64(dir).unwrap();
+    let state = d.mem().read_u64(table).unwrap();
+    d.mem().store_u32(state + pvrdma_abi::ring::RX_PROD_TAIL, 0xdead_beef).unwrap();
+    d.vectors().raise(1);
+    let t = std::time::Instant::now();
+    let got = dev.get_async_event(std::time::Duration::from_secs(4)).map(|e| e.event_type);
+    assert!(t.elapsed() < std::time::Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(matches!(got, Ok(ib_core::AsyncEventType::DeviceFatal) | Err(Error::DeviceFatal)), "{got:?}");
+    assert!(dev.is_fatal());
+}
