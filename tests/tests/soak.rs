@@ -20,9 +20,9 @@
 //! events than arms. At the end, after everything is destroyed: every request posted completed
 //! (success, flush, or RETRY_EXC_ERR towards a peer in ERR), and the model holds no object, the
 //! driver no user UAR page and no more DMA memory than after probe, the model's guest memory
-//! (bytes and regions) is back to its baseline; with the device closed, the driver holds no DMA
-//! memory at all. (The driver's DMA count is the process's: this
-//! file must keep its one test, so that no other device allocates meanwhile.)
+//! (bytes and regions) and the host memory its objects are charged are back to their baselines;
+//! with the device closed, the driver holds no DMA memory at all. (The driver's DMA count is the
+//! process's: this file must keep its one test, so that no other device allocates meanwhile.)
 
 use pvrdma_sim::{LiveObjects, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -78,6 +78,7 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
     let pv = hca::pvrdma(&dev).expect("a pvrdma device");
     let base_dma = hca::dma::outstanding_bytes();
     let base_mem = (sim.device().mem().used(), sim.device().mem().regions());
+    let base_host = sim.device().stats().host_bytes;
     assert_eq!(sim.device().live_objects(), LiveObjects::default(), "objects before the soak");
     assert_eq!(pv.uar_table().in_use(), 1, "only the kernel's UAR page before the soak");
 
@@ -128,6 +129,7 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
     assert_eq!(hca::dma::outstanding_bytes(), base_dma, "driver DMA bytes against the baseline after probe");
     let mem = (sim.device().mem().used(), sim.device().mem().regions());
     assert_eq!(mem, base_mem, "model guest memory (bytes, regions) against its baseline");
+    assert_eq!(sim.device().stats().host_bytes, base_host, "the model's host-memory charge against its baseline");
     let stats = sim.device().stats();
     assert_eq!((stats.cq_overflows, stats.cqes_dropped_overflow, stats.refused_doorbells), (0, 0, 0), "{stats:?}");
     assert_eq!((stats.qp_ring_faults, stats.notifications_dropped), (0, 0), "{stats:?}");
