@@ -73,7 +73,7 @@ impl Worker<'_> {
     /// destroy and a new pair in its slot.
     pub(super) fn recover(&mut self, gi: usize, pi: usize, d: &Draws) {
         self.quiesce(gi, pi);
-        if d[10] & 1 == 0 {
+        if self.shared.reset_pairs && d[10] & 1 == 0 {
             let who = self.who();
             let reset = QpAttr { qp_state: QpState::Reset, ..Default::default() };
             let dev = self.dev;

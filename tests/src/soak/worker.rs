@@ -22,6 +22,9 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// The time bound: workers stop here, goal met or not.
     pub deadline: Instant,
+    /// Recover half the pairs held in error through RESET and reconnect (else every one is
+    /// destroyed and replaced).
+    pub reset_pairs: bool,
 }
 
 impl Shared {
