@@ -9,7 +9,8 @@ use crate::eq::CqFlags;
 use crate::health::off_thread;
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
-use crate::wc::translate;
+use crate::qp::{complete, SharedWq};
+use crate::wc::{translate, Owed, Queue, Verdict};
 use crate::ring::RecordWords;
 use doorbell::record::DeviceProduced;
 use doorbell::{CqArmDoorbell, CqHandle, Owner};
@@ -19,7 +20,7 @@ use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
 use pvrdma_abi::wqe::Cqe;
 use std::any::Any;
-use rustc_hash::FxHashSet;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -57,10 +58,11 @@ pub(crate) struct CqInner {
     broken: AtomicBool,
     /// The core heard of `broken`.
     broken_reported: AtomicBool,
-    /// QPs completing into the CQ (a CQE naming another QP is not trusted). Looked up once per
-    /// CQE: Fx hashing, not SipHash (the set holds only the driver's own QPNs; a key the device
-    /// wrote only looks one up).
-    qps: RwLock<FxHashSet<u32>>,
+    /// QPs completing into the CQ, with the queues of each that complete here (a CQE naming
+    /// another QP, or a queue of the QP that completes elsewhere, is not trusted). Looked up once
+    /// per CQE: Fx hashing, not SipHash (the map holds only the driver's own QPNs; a key the
+    /// device wrote only looks one up).
+    qps: RwLock<FxHashMap<u32, QueuesOnCq>>,
     arm: CqArmDoorbell,
     destroyed: AtomicBool,
 }
@@ -70,9 +72,9 @@ impl Cq {
     /// user context (Linux `pvrdma_create_cq`), reporting to `events`. The new CQ is disarmed.
     ///
     /// Errors: [`Error::InvalidArgument`] for 0 or more than the device's `max_cqe` after
-    /// rounding; [`Error::BadResponse`] if the device answers with a handle beyond 24 bits (the CQ
-    /// is destroyed); [`Error::DeviceFatal`] if it answers with a live handle; command and DMA
-    /// failures.
+    /// rounding; [`Error::BadResponse`] if the device answers with a handle beyond 24 bits or a
+    /// `cqe` other than the ring's size (the CQ is destroyed); [`Error::DeviceFatal`] if it
+    /// answers with a live handle; command and DMA failures.
     pub(crate) fn create(
         dev: &Arc<DeviceInner>,
         uctx: Option<Arc<UctxInner>>,
@@ -96,16 +98,19 @@ impl Cq {
             ..Default::default()
         })?;
         let db_handle = doorbell_handle("CQ handle beyond 24 bits", resp.cq_handle.get(), owner, CqHandle::new)
-            .inspect_err(|_| destroy_cq(dev, resp.cq_handle.get()))?;
+            .inspect_err(|_| {
+                destroy_cq(dev, resp.cq_handle.get());
+            })?;
         let handle = db_handle.raw();
-        if resp.cqe.get() != entries {
-            tracing::warn!(handle, asked = entries, got = resp.cqe.get(), "CQ size differs");
-        }
         let flags = Arc::new(CqFlags::default());
         if let Err(e) = dev.eq.register_cq(handle, flags.clone(), events) {
             // The device may still write into this ring (it named a live handle): leak it.
             std::mem::forget(ring);
             return Err(e);
+        }
+        if resp.cqe.get() != entries {
+            refuse_size(dev, handle, entries, resp.cqe.get(), ring);
+            return Err(Error::BadResponse("CREATE_CQ: cqe differs from the request"));
         }
         let arm = CqArmDoorbell::new(&dev.uar, db_handle, dev.encoding());
         let inner = CqInner {
@@ -120,7 +125,7 @@ impl Cq {
             flags,
             broken: AtomicBool::new(false),
             broken_reported: AtomicBool::new(false),
-            qps: RwLock::new(FxHashSet::default()),
+            qps: RwLock::new(FxHashMap::default()),
             arm,
             destroyed: AtomicBool::new(false),
         };
@@ -149,11 +154,22 @@ impl Cq {
     }
 }
 
-fn destroy_cq(dev: &DeviceInner, handle: u32) {
+/// DESTROY_CQ; whether the device took it.
+fn destroy_cq(dev: &DeviceInner, handle: u32) -> bool {
     let cmd = DestroyCq { cq_handle: handle.into(), ..Default::default() };
-    if let Err(e) = dev.cmd.post(cmd) {
-        tracing::warn!(handle, error = %e, "DESTROY_CQ failed");
+    dev.cmd.post(cmd).inspect_err(|e| tracing::warn!(handle, error = %e, "DESTROY_CQ failed")).is_ok()
+}
+
+/// Undoes a CQ whose CREATE_CQ answer gave another size than asked: the ring holds exactly
+/// `asked` CQEs, so a device believing in more would write past it, and one believing in fewer
+/// would overflow early. The handle is fresh (registered just now), so DESTROY_CQ names only
+/// this CQ; it leaves the table, and the ring is freed only if the device took the DESTROY.
+fn refuse_size(dev: &DeviceInner, handle: u32, asked: u32, got: u32, ring: DevRing) {
+    tracing::error!(handle, asked, got, "CREATE_CQ answered another size: CQ refused");
+    if !destroy_cq(dev, handle) {
+        std::mem::forget(ring);
     }
+    dev.eq.unregister_cq(handle);
 }
 
 impl CqInner {
@@ -198,12 +214,13 @@ impl CqInner {
         }
         let n = avail.min(wc.len().try_into().unwrap_or(u32::MAX));
         let qps = self.qps.read();
+        let owed = OnCq(&qps);
         if n == 1 {
             let mut cqe = Cqe::new_zeroed();
             ring.read(0, cqe.as_mut_bytes())?;
-            wc[0] = translate(&cqe, |h| qps.contains(&h));
+            wc[0] = translate(&cqe, &owed);
         } else {
-            self.read_runs(&ring, n, wc, |h| qps.contains(&h))?;
+            self.read_runs(&ring, n, wc, &owed)?;
         }
         drop(qps);
         ring.advance(n)?;
@@ -215,7 +232,7 @@ impl CqInner {
 
     /// Translates the `n` CQEs after the consumer index into `wc`, copying them out of the ring
     /// [`POLL_RUN`] at a time.
-    fn read_runs(&self, ring: &DevRing, n: u32, wc: &mut [Wc], on_cq: impl Fn(u32) -> bool) -> Result<()> {
+    fn read_runs(&self, ring: &DevRing, n: u32, wc: &mut [Wc], owed: &impl Owed) -> Result<()> {
         let mut cqes = [Cqe::new_zeroed(); POLL_RUN];
         let mut k = 0;
         while k < n {
@@ -226,7 +243,7 @@ impl CqInner {
             }
             let slots = wc.iter_mut().skip(k as usize);
             for (cqe, slot) in cqes.iter().take(got as usize).zip(slots) {
-                *slot = translate(cqe, &on_cq);
+                *slot = translate(cqe, owed);
             }
             k += got;
         }
@@ -271,14 +288,53 @@ impl CqInner {
         // What the device reported for the CQ up to its DESTROY reaches it (and is dropped); the
         // handle leaves the table before the device can give it to a new CQ.
         let (dev, h) = (&self.dev, self.handle);
-        dev.eq.destroy_object(|| destroy_cq(dev, h), || dev.eq.unregister_cq(h));
+        dev.eq.destroy_object(
+            || {
+                destroy_cq(dev, h);
+            },
+            || dev.eq.unregister_cq(h),
+        );
+    }
+}
+
+/// The queues of one QP that complete into a CQ (both when it is the QP's send and recv CQ).
+#[derive(Default)]
+pub(crate) struct QueuesOnCq {
+    send: Option<SharedWq>,
+    recv: Option<SharedWq>,
+}
+
+/// A CQ's QPs as [`translate`] asks them: a CQE is believed only for a WQE owed a completion
+/// on a queue that completes into this CQ.
+struct OnCq<'a>(&'a FxHashMap<u32, QueuesOnCq>);
+
+impl Owed for OnCq<'_> {
+    fn on_cq(&self, qp: u32) -> bool {
+        self.0.contains_key(&qp)
+    }
+
+    fn retire(&self, qp: u32, queue: Queue, wr_id: u64) -> Verdict {
+        let Some(q) = self.0.get(&qp) else { return Verdict::NotOnCq };
+        let wqs = match queue {
+            Queue::Send => [q.send.as_ref(), None],
+            Queue::Recv => [q.recv.as_ref(), None],
+            Queue::Either => [q.send.as_ref(), q.recv.as_ref()],
+        };
+        if wqs.iter().all(Option::is_none) {
+            return Verdict::WrongQueue;
+        }
+        wqs.into_iter().flatten().find_map(|wq| complete(wq, wr_id)).map_or(Verdict::NotOwed, Verdict::Posted)
     }
 }
 
 impl Cq {
-    /// Records that QP `qp` completes into this CQ.
-    pub(crate) fn attach_qp(&self, qp: u32) {
-        self.0.qps.write().insert(qp);
+    /// Records that QP `qp` completes the work of `send` and/or `recv` into this CQ (called
+    /// once per queue; a CQ that is both the QP's send and recv CQ holds both).
+    pub(crate) fn attach_qp(&self, qp: u32, send: Option<SharedWq>, recv: Option<SharedWq>) {
+        let mut qps = self.0.qps.write();
+        let e = qps.entry(qp).or_default();
+        e.send = send.or(e.send.take());
+        e.recv = recv.or(e.recv.take());
     }
 
     /// Removes the CQEs of QP `qp` still queued (the QP was reset).

@@ -10,7 +10,8 @@ use crate::health::{DriverStats, Health};
 use crate::platform::Platform;
 use doorbell::{ArmEncoding, Doorbells, Owner, UarTable};
 use ib_core::{device_cap, AtomicCap, DeviceAttr, Error, Gid, Result};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
+use rustc_hash::FxHashSet;
 use pvrdma_abi::cmd::CmdRequest;
 use pvrdma_abi::dsr::{DeviceCaps, ATOMIC_OP_COMP_SWAP, ATOMIC_OP_FETCH_ADD};
 use pvrdma_abi::dsr::{BMME_FLAG_FAST_REG_WR, BMME_FLAG_LOCAL_INV, BMME_FLAG_REMOTE_INV};
@@ -34,6 +35,8 @@ pub(crate) struct DeviceInner {
     pub(crate) gid: Gid,
     pub(crate) _dsr: DmaBuf,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Handles and keys of the live PDs, MRs and user contexts.
+    pub(crate) live_ids: LiveIds,
 }
 
 impl DeviceInner {
@@ -63,6 +66,7 @@ impl DeviceInner {
             gid,
             _dsr: dsr,
             threads: Mutex::new(Vec::new()),
+            live_ids: LiveIds::default(),
         }
     }
 
@@ -95,6 +99,61 @@ impl DeviceInner {
             Err(Error::InvalidArgument("no such port"))
         }
     }
+}
+
+/// What a handle or key the device hands out names (CQs and QPs are in the event tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum IdKind {
+    Pd,
+    Ucontext,
+    MrHandle,
+    Lkey,
+    Rkey,
+}
+
+/// The handles and keys the device gave to objects that are still live. A device that answers
+/// one of them again for a new object has two objects under one name: a DESTROY, a WQE's lkey or
+/// a peer's rkey would reach either. Creation (command and claim) and destruction (command and
+/// release) each run under the one lock, so a value the device reuses after a DESTROY is
+/// claimed only once it has been released.
+#[derive(Default)]
+pub(crate) struct LiveIds(Mutex<FxHashSet<(IdKind, u32)>>);
+
+/// [`LiveIds`] locked for one creation or destruction.
+pub(crate) struct LiveGuard<'a>(MutexGuard<'a, FxHashSet<(IdKind, u32)>>);
+
+impl LiveIds {
+    pub(crate) fn lock(&self) -> LiveGuard<'_> {
+        LiveGuard(self.0.lock())
+    }
+}
+
+impl LiveGuard<'_> {
+    /// Claims every id of `ids` or none; a clash names the first id already live.
+    pub(crate) fn claim(&mut self, ids: &[(IdKind, u32)]) -> std::result::Result<(), (IdKind, u32)> {
+        if let Some(&clash) = ids.iter().find(|id| self.0.contains(id)) {
+            tracing::error!(?clash, "device answered a handle or key that is live");
+            return Err(clash);
+        }
+        self.0.extend(ids.iter().copied());
+        Ok(())
+    }
+
+    /// Releases ids claimed by [`LiveGuard::claim`] (after the object's DESTROY).
+    pub(crate) fn release(&mut self, ids: &[(IdKind, u32)]) {
+        for id in ids {
+            self.0.remove(id);
+        }
+    }
+}
+
+/// Makes the device fatal for an object handle it answered while that handle is live (as the
+/// event tables do for CQ and QP handles): its object table is not to be believed, and the
+/// DESTROY that would undo the new object would reach the live one.
+pub(crate) fn duplicate_handle(dev: &DeviceInner, what: IdKind, handle: u32) -> Error {
+    tracing::error!(?what, handle, "device returned an object handle that is in use");
+    dev.health.set_fatal("device returned an object handle that is in use");
+    Error::DeviceFatal
 }
 
 /// UAR pages to manage: BAR2's, bounded by the device's `max_uar` cap when it gives one.

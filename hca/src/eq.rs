@@ -426,7 +426,8 @@ impl EventRings {
         forget();
     }
 
-    /// The bounded health check ([`Health::check_registers`]).
+    /// The bounded health check: a register reading all-ones means the function is gone, and the
+    /// device becomes fatal.
     pub fn health_check(&self) {
         self.health.check_registers(self.platform.as_ref());
     }

@@ -7,7 +7,7 @@
 //!   (`start` = the buffer's address, which need not be page-aligned: page 0 is the page that
 //!   holds it, as Linux's `ib_umem`), so a peer's RDMA names the buffer's address.
 
-use crate::device::DeviceInner;
+use crate::device::{duplicate_handle, DeviceInner, IdKind};
 use crate::error::from_platform;
 use crate::pd::Pd;
 use crate::pdir::{PageDir, PagedBuf};
@@ -43,13 +43,20 @@ impl Mr {
     /// Allocates `len` bytes of DMA pages, lists them in a page directory and registers them
     /// with CREATE_MR (start = the IOVA of the first page).
     ///
-    /// Errors: [`Error::InvalidArgument`] for more pages than a directory holds; DMA and command
+    /// Errors: [`Error::InvalidArgument`] for more pages than a directory holds; those of
+    /// [`register`] (a handle or key the device answered while it is live); DMA and command
     /// errors.
     pub(crate) fn alloc(pd: &Pd, len: usize, access: u32) -> Result<Mr> {
         let npages = pages(len)?;
         let buf = PagedBuf::new(&pd.dev.platform, npages)?;
         let (start, dir) = (buf.data().iova(), buf.dir().dma());
-        let (handle, lkey, rkey) = register(pd, start, len, dir, npages, access)?;
+        let (handle, lkey, rkey) = match register(pd, start, len, dir, npages, access) {
+            Ok(keys) => keys,
+            Err(e) => {
+                leak_on_fatal(&e, buf);
+                return Err(e);
+            }
+        };
         Ok(Mr { dev: pd.dev.clone(), handle, lkey, rkey, addr: start, len, backing: Backing::Owned(buf) })
     }
 
@@ -58,7 +65,7 @@ impl Mr {
     ///
     /// Errors: [`Error::Unsupported`] where the platform cannot map host memory (qtest);
     /// [`Error::InvalidArgument`] for a range that wraps or needs more pages than a directory
-    /// holds; DMA and command errors.
+    /// holds; those of [`register`]; DMA and command errors.
     pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {
         let first = mem.addr() & !(PAGE - 1);
         let end = mem.addr().checked_add(mem.len()).ok_or(Error::InvalidArgument("MR wraps"))?;
@@ -71,7 +78,13 @@ impl Mr {
         let user = UserPages { platform: platform.clone(), iova };
         let list: Vec<Iova> = (0..npages).map(|i| iova + (i * PAGE) as u64).collect();
         let dir = PageDir::new(platform, &list)?;
-        let (handle, lkey, rkey) = register(pd, mem.addr() as u64, mem.len(), dir.dma(), npages, access)?;
+        let (handle, lkey, rkey) = match register(pd, mem.addr() as u64, mem.len(), dir.dma(), npages, access) {
+            Ok(keys) => keys,
+            Err(e) => {
+                leak_on_fatal(&e, (user, dir));
+                return Err(e);
+            }
+        };
         let offset = (mem.addr() - first) as u64;
         let backing = Backing::User { iova: user.take(), offset, _dir: dir };
         Ok(Mr { dev: pd.dev.clone(), handle, lkey, rkey, addr: mem.addr() as u64, len: mem.len(), backing })
@@ -94,8 +107,27 @@ fn pages(len: usize) -> Result<usize> {
     Ok(n)
 }
 
-/// CREATE_MR; returns (handle, lkey, rkey).
+/// The rkey QEMU 7.2 answers for every MR (`-1`: it gives no remote access through pvrdma). It
+/// names no MR, so it may be shared and is not claimed.
+const NO_RKEY: u32 = u32::MAX;
+
+/// The handle and keys of an MR as [`LiveIds`](crate::device::LiveIds) holds them.
+fn ids(handle: u32, lkey: u32, rkey: u32) -> Vec<(IdKind, u32)> {
+    let mut ids = vec![(IdKind::MrHandle, handle), (IdKind::Lkey, lkey)];
+    if rkey != NO_RKEY {
+        ids.push((IdKind::Rkey, rkey));
+    }
+    ids
+}
+
+/// CREATE_MR; returns (handle, lkey, rkey), each claimed as live.
+///
+/// Errors: [`Error::DeviceFatal`] for the handle of a live MR (the device is made fatal; the
+/// caller must not free the memory, the device may be using it); [`Error::BadResponse`] for the
+/// lkey or rkey of a live MR (a WQE or a peer naming it could reach either MR): the new MR is
+/// destroyed; command errors.
 fn register(pd: &Pd, start: u64, len: usize, dir: Iova, npages: usize, access: u32) -> Result<(u32, u32, u32)> {
+    let mut live = pd.dev.live_ids.lock();
     let resp = pd.dev.cmd.post(CreateMr {
         start: start.into(),
         length: (len as u64).into(),
@@ -107,8 +139,33 @@ fn register(pd: &Pd, start: u64, len: usize, dir: Iova, npages: usize, access: u
         ..Default::default()
     })?;
     let (handle, lkey, rkey) = (resp.mr_handle.get(), resp.lkey.get(), resp.rkey.get());
+    match live.claim(&ids(handle, lkey, rkey)) {
+        Ok(()) => {}
+        Err((IdKind::MrHandle, _)) => return Err(duplicate_handle(&pd.dev, IdKind::MrHandle, handle)),
+        Err(_) => {
+            if destroy_mr(&pd.dev, handle) {
+                return Err(Error::BadResponse("CREATE_MR: a key of a live MR"));
+            }
+            return Err(Error::DeviceFatal);
+        }
+    }
     tracing::debug!(handle, lkey, len, "MR registered");
     Ok((handle, lkey, rkey))
+}
+
+/// DESTROY_MR; whether the device took it.
+fn destroy_mr(dev: &DeviceInner, handle: u32) -> bool {
+    let cmd = DestroyMr { mr_handle: handle.into(), ..Default::default() };
+    dev.cmd.post(cmd).inspect_err(|e| tracing::warn!(handle, error = %e, "DESTROY_MR failed")).is_ok()
+}
+
+/// Keeps memory the device may still be using out of the allocator for good: after
+/// [`Error::DeviceFatal`] from [`register`] (a handle answered twice, or a refused MR the device
+/// would not destroy).
+fn leak_on_fatal<T>(e: &Error, memory: T) {
+    if *e == Error::DeviceFatal {
+        std::mem::forget(memory);
+    }
 }
 
 /// A user mapping undone on drop unless [`UserPages::take`]n by an MR that owns it.
@@ -169,10 +226,12 @@ impl MrOps for Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let cmd = DestroyMr { mr_handle: self.handle.into(), ..Default::default() };
-        if let Err(e) = self.dev.cmd.post(cmd) {
-            tracing::warn!(handle = self.handle, error = %e, "DESTROY_MR failed");
+        let mut live = self.dev.live_ids.lock();
+        // An MR the device did not destroy keeps its ids: the device must not answer them again.
+        if destroy_mr(&self.dev, self.handle) {
+            live.release(&ids(self.handle, self.lkey, self.rkey));
         }
+        drop(live);
         if let Backing::User { iova, .. } = self.backing {
             self.dev.platform.unmap_user(iova);
         }

@@ -11,7 +11,7 @@ use ib_core::provider::{CqEventHandler, CqOps, DeviceEventHandler, DeviceOps, Mr
 use ib_core::provider::{QpCreate, QpEventHandler, QpOps, UcontextOps, UserMemory};
 use ib_core::{port_cap, DeviceAttr, Error, Gid, GidType, LinkLayer, PortAttr, PortState, Result};
 use pvrdma_abi::cmd::{QueryPkey, QueryPort};
-use pvrdma_abi::verbs::mtu;
+use pvrdma_abi::verbs::{mtu, port_state, PortAttr as PortAttrAbi};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -36,14 +36,20 @@ impl DeviceOps for Pvrdma {
         fw_ver_string(self.inner.attr.fw_ver)
     }
 
-    /// QUERY_PORT.
+    /// QUERY_PORT, its answer checked field by field before any of it reaches the consumer.
+    ///
+    /// Errors: [`Error::BadResponse`] for a value outside its field; command errors.
     fn query_port(&self, port: u8) -> Result<PortAttr> {
         self.inner.check_port(port)?;
         let a = self.inner.cmd.post(QueryPort { port_num: port, ..Default::default() })?.attrs;
+        let (max_mtu, active_mtu) = check_port_attr(&a, &self.inner.attr).map_err(|what| {
+            tracing::error!(what, attrs = ?a, "QUERY_PORT answer refused");
+            Error::BadResponse(what)
+        })?;
         Ok(PortAttr {
             state: PortState::from_raw(a.state.get()),
-            max_mtu: mtu::bytes(a.max_mtu.get()).unwrap_or(0),
-            active_mtu: mtu::bytes(a.active_mtu.get()).unwrap_or(0),
+            max_mtu,
+            active_mtu,
             gid_tbl_len: a.gid_tbl_len.get(),
             pkey_tbl_len: a.pkey_tbl_len.get(),
             lid: a.lid.get(),
@@ -134,5 +140,90 @@ impl DeviceOps for Pvrdma {
 
     fn reg_user_mr(&self, pd: &dyn PdOps, mem: UserMemory, access: u32) -> Result<Box<dyn MrOps>> {
         Ok(Box::new(Mr::register_user(Pd::of(pd)?, mem, access)?))
+    }
+}
+
+/// The most GID table entries a port can usefully have: a QP's `sgid_index` is 8 bits.
+const MAX_GID_TBL_LEN: u32 = 256;
+
+/// Checks a QUERY_PORT answer before any of it reaches the consumer; returns (max, active) MTU in
+/// bytes. Refused, naming the field: a state outside DOWN..=ACTIVE_DEFER (NOP is a Set value,
+/// never a state); an MTU code outside 256..=4096 or an active MTU above the port's maximum; a
+/// GID table empty, beyond the device's `gid_tbl_len` cap or beyond what an 8-bit `sgid_index`
+/// reaches; an empty P_Key table; a largest message of 0 bytes; a physical state outside
+/// IBTA's 1..=7; a link width or speed that is not one IBTA encoding (one bit); an LMC above 7,
+/// a VL count code above 5 (0 is allowed: QEMU 7.2 leaves it unset), an SM SL above 15 or a
+/// subnet timeout above 31 (IBTA 14.2.5.6 PortInfo). QEMU 7.2's answers pass: state DOWN,
+/// rxe's MTUs, 255 GIDs (its cap), one P_Key, `max_msg_sz` 1024, width and speed 1.
+pub(crate) fn check_port_attr(a: &PortAttrAbi, dev: &DeviceAttr) -> std::result::Result<(u32, u32), &'static str> {
+    let state = a.state.get();
+    if !(port_state::DOWN..=port_state::ACTIVE_DEFER).contains(&state) {
+        return Err("QUERY_PORT: unknown port state");
+    }
+    let max_mtu = mtu::bytes(a.max_mtu.get()).ok_or("QUERY_PORT: max_mtu not an MTU code")?;
+    let active_mtu = mtu::bytes(a.active_mtu.get()).ok_or("QUERY_PORT: active_mtu not an MTU code")?;
+    if active_mtu > max_mtu {
+        return Err("QUERY_PORT: active_mtu above max_mtu");
+    }
+    let gids = a.gid_tbl_len.get();
+    if gids == 0 || gids > dev.gid_tbl_len || gids > MAX_GID_TBL_LEN {
+        return Err("QUERY_PORT: gid_tbl_len out of range");
+    }
+    let checks = [
+        (a.pkey_tbl_len.get() == 0, "QUERY_PORT: empty P_Key table"),
+        (a.max_msg_sz.get() == 0, "QUERY_PORT: max_msg_sz 0"),
+        (!(1..=7).contains(&a.phys_state), "QUERY_PORT: unknown phys_state"),
+        (!a.active_width.is_power_of_two(), "QUERY_PORT: active_width not one encoding"),
+        (!a.active_speed.is_power_of_two(), "QUERY_PORT: active_speed not one encoding"),
+        (a.lmc > 7 || a.max_vl_num > 5 || a.sm_sl > 15, "QUERY_PORT: lmc, max_vl_num or sm_sl out of range"),
+        (a.subnet_timeout > 31, "QUERY_PORT: subnet_timeout out of range"),
+    ];
+    match checks.iter().find(|(bad, _)| *bad) {
+        Some((_, what)) => Err(what),
+        None => Ok((max_mtu, active_mtu)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QEMU 7.2's QUERY_PORT answer (its `query_port` over rxe, no guest driver on function 0).
+    fn qemu72() -> PortAttrAbi {
+        let mut a = PortAttrAbi::default();
+        a.state.set(port_state::DOWN);
+        a.max_mtu.set(mtu::MTU_4096);
+        a.active_mtu.set(mtu::MTU_1024);
+        a.gid_tbl_len.set(255);
+        a.max_msg_sz.set(1024);
+        a.pkey_tbl_len.set(1);
+        (a.active_width, a.active_speed, a.phys_state) = (1, 1, 5);
+        a
+    }
+
+    #[test]
+    fn qemu_72s_answer_passes_and_garbage_does_not() {
+        let caps = DeviceAttr { gid_tbl_len: 255, ..Default::default() };
+        assert_eq!(check_port_attr(&qemu72(), &caps), Ok((4096, 1024)));
+        let bad: [fn(&mut PortAttrAbi); 10] = [
+            |a| a.state.set(0),
+            |a| a.state.set(6),
+            |a| a.max_mtu.set(6),
+            |a| a.active_mtu.set(mtu::MTU_4096 + 1),
+            |a| a.gid_tbl_len.set(256),
+            |a| a.pkey_tbl_len.set(0),
+            |a| a.phys_state = 0,
+            |a| a.active_width = 3,
+            |a| a.active_speed = 0,
+            |a| a.max_vl_num = 6,
+        ];
+        for (k, f) in bad.iter().enumerate() {
+            let mut a = qemu72();
+            f(&mut a);
+            assert!(check_port_attr(&a, &caps).is_err(), "case {k}");
+        }
+        let mut above = qemu72();
+        (above.max_mtu, above.active_mtu) = (mtu::MTU_1024.into(), mtu::MTU_2048.into());
+        assert!(check_port_attr(&above, &caps).is_err(), "active above max");
     }
 }

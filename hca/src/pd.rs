@@ -1,6 +1,6 @@
 //! Protection domains (Linux `pvrdma_alloc_pd`, mthca `mthca_pd.c`).
 
-use crate::device::DeviceInner;
+use crate::device::{duplicate_handle, DeviceInner, IdKind};
 use crate::uctx::UctxInner;
 use ib_core::provider::PdOps;
 use ib_core::{Error, Result};
@@ -17,11 +17,17 @@ pub struct Pd {
 
 impl Pd {
     /// CREATE_PD for the kernel (`uctx` None, context handle 0) or a user context.
+    ///
+    /// Errors: [`Error::DeviceFatal`] if the device answers the handle of a live PD (the device
+    /// is made fatal: nothing is destroyed, DESTROY_PD would reach the live PD); command errors.
     pub(crate) fn create(dev: &Arc<DeviceInner>, uctx: Option<Arc<UctxInner>>) -> Result<Pd> {
         dev.live()?;
         let ctx_handle = uctx.as_ref().map_or(0, |u| u.handle);
+        let mut live = dev.live_ids.lock();
         let resp = dev.cmd.post(CreatePd { ctx_handle: ctx_handle.into(), ..Default::default() })?;
-        Ok(Pd { dev: dev.clone(), uctx, handle: resp.pd_handle.get() })
+        let handle = resp.pd_handle.get();
+        live.claim(&[(IdKind::Pd, handle)]).map_err(|_| duplicate_handle(dev, IdKind::Pd, handle))?;
+        Ok(Pd { dev: dev.clone(), uctx, handle })
     }
 
     /// The owning context's handle, `None` for the kernel.
@@ -48,8 +54,11 @@ impl PdOps for Pd {
 impl Drop for Pd {
     fn drop(&mut self) {
         let cmd = DestroyPd { pd_handle: self.handle.into(), ..Default::default() };
-        if let Err(e) = self.dev.cmd.post(cmd) {
-            tracing::warn!(handle = self.handle, error = %e, "DESTROY_PD failed");
+        let mut live = self.dev.live_ids.lock();
+        // A PD the device did not destroy keeps its handle: the device must not answer it again.
+        match self.dev.cmd.post(cmd) {
+            Ok(_) => live.release(&[(IdKind::Pd, self.handle)]),
+            Err(e) => tracing::warn!(handle = self.handle, error = %e, "DESTROY_PD failed"),
         }
     }
 }

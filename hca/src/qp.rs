@@ -8,7 +8,12 @@
 //! starts at page 1, the RQ at page `1 + send_chunks`. The device's consumer indices are
 //! untrusted and validated before a slot is reused.
 
+mod attr;
+mod owed;
+
 use crate::cq::Cq;
+use attr::{from_device, to_device};
+use owed::{Owed, Posted};
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
 use crate::dma::DmaBuf;
@@ -17,21 +22,20 @@ use crate::ring::{record_error, RecordWords};
 use doorbell::record::DriverProduced;
 use doorbell::{Doorbells, Owner, QpHandle};
 use ib_core::provider::{CqOps, QpCreate, QpEventHandler, QpOps};
-use ib_core::{AhAttr, Error, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
+use ib_core::{Error, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use ib_core::{RecvWr, Result, SendWr, Sge, WrOpcode};
 use parking_lot::Mutex;
-use pvrdma_abi::cmd::{CreateQp, DestroyQp, ModifyQp, QueryQp};
+use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::ring::{idx_inc, idx_slot};
-use pvrdma_abi::verbs as abi;
-use pvrdma_abi::verbs::{qp_type, send_flags, AH_GRH};
+use pvrdma_abi::verbs::{qp_type, send_flags};
 use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 use zerocopy::IntoBytes;
 
-/// One work queue's geometry and the driver's producer index.
-struct WorkQueue {
+/// One work queue's geometry, the driver's producer index and the WQEs owed a completion.
+pub(crate) struct WorkQueue {
     /// Slots (a power of two).
     cnt: u32,
     /// Bytes per slot.
@@ -42,6 +46,16 @@ struct WorkQueue {
     prod: u32,
     /// Which ring-state half is this queue's (who writes which index).
     record: DriverProduced,
+    owed: Owed,
+}
+
+/// A work queue as the QP and its CQs share it (the CQ retires what a CQE completes).
+pub(crate) type SharedWq = Arc<Mutex<WorkQueue>>;
+
+/// Retires the WQE of `wq` a CQE with `wr_id` completes; its total length, or `None` if no WQE
+/// with that `wr_id` is owed a completion ([`owed`]).
+pub(crate) fn complete(wq: &SharedWq, wr_id: u64) -> Option<u32> {
+    wq.lock().owed.complete(wr_id).map(|p| p.len)
 }
 
 impl WorkQueue {
@@ -51,18 +65,20 @@ impl WorkQueue {
 
     /// The slot the next WQE goes to. Errors: [`Error::QueueFull`];
     /// [`Error::DeviceFatal`] if the device's consumer index is out of range.
-    fn next_slot(&self, words: &RecordWords) -> Result<u64> {
+    fn next_slot(&mut self, words: &RecordWords) -> Result<u64> {
         let used = self.record.in_use(words, self.prod).map_err(record_error)?;
-        if used >= self.cnt {
+        if used >= self.cnt || !self.owed.reserve() {
             return Err(Error::QueueFull);
         }
         let slot = idx_slot(self.prod, self.cnt).ok_or(Error::DeviceFatal)?;
         Ok(self.offset + u64::from(slot) * u64::from(self.stride))
     }
 
-    /// Counts the WQE just written at [`WorkQueue::next_slot`] (not yet visible to the device).
-    fn advance(&mut self) {
+    /// Counts the WQE just written at [`WorkQueue::next_slot`] (not yet visible to the device)
+    /// and records it as owed a completion.
+    fn advance(&mut self, posted: Posted) {
         self.prod = idx_inc(self.prod, self.cnt);
+        self.owed.push(posted);
     }
 
     /// Makes the WQEs written so far visible (release store of the producer index).
@@ -96,6 +112,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         max_sge: send_sge,
         prod: 0,
         record: DriverProduced::send_queue(scnt),
+        owed: Owed::new(scnt),
     };
     let mut rq = WorkQueue {
         cnt: rcnt,
@@ -104,6 +121,7 @@ fn queues(cap: &QpCap) -> Result<(WorkQueue, WorkQueue)> {
         max_sge: recv_sge,
         prod: 0,
         record: DriverProduced::recv_queue(rcnt),
+        owed: Owed::new(rcnt),
     };
     rq.offset = ((1 + sq.pages()) * PAGE_SIZE) as u64;
     Ok((sq, rq))
@@ -118,8 +136,10 @@ pub struct Qp {
     db_handle: QpHandle,
     buf: PagedBuf,
     words: RecordWords,
-    sq: Mutex<WorkQueue>,
-    rq: Mutex<WorkQueue>,
+    sq: SharedWq,
+    rq: SharedWq,
+    /// Every send asks for a completion (`sq_sig_all`).
+    sig_all: bool,
     db: Doorbells,
 }
 
@@ -127,7 +147,8 @@ impl Qp {
     /// Creates an RC QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
     ///
     /// Errors: [`Error::InvalidArgument`] for sizes that do not fit, CQs of another context;
-    /// [`Error::BadResponse`] for a QP handle beyond 24 bits (the QP is destroyed);
+    /// [`Error::BadResponse`] for a QP handle beyond 24 bits or queue sizes other than asked (the
+    /// QP is destroyed), or QPN 0 or 1 (not destroyed: that would name the special QP);
     /// [`Error::DeviceFatal`] for a live one; DMA and command errors.
     pub(crate) fn create(pd: &Pd, init: &QpCreate<'_>, events: Arc<dyn QpEventHandler>) -> Result<Qp> {
         let dev = &pd.dev;
@@ -163,20 +184,37 @@ impl Qp {
             ..Default::default()
         })?;
         let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
-            .inspect_err(|_| destroy_qp(dev, resp.qpn.get()))?;
+            .inspect_err(|_| {
+                destroy_qp(dev, resp.qpn.get());
+            })?;
         let handle = db_handle.raw();
+        if handle <= GSI_QPN {
+            // QP0/QP1 are the port's special QPs: DESTROY_QP would name them, not this one.
+            tracing::error!(qpn = handle, "CREATE_QP answered QP0/QP1 for an RC QP: refused");
+            std::mem::forget(buf);
+            return Err(Error::BadResponse("CREATE_QP: QPN 0 or 1 for an RC QP"));
+        }
         if let Err(e) = dev.eq.register_qp(handle, events) {
             // The device named a live QP: nothing is destroyed (DESTROY_QP would hit the other QP)
             // and the ring memory is leaked rather than freed under a device that may write it.
             std::mem::forget(buf);
             return Err(e);
         }
+        if let Err(e) = check_sizes(&resp, &sq, &rq) {
+            // The handle is fresh (registered just now): DESTROY_QP names only this QP.
+            if !destroy_qp(dev, handle) {
+                std::mem::forget(buf);
+            }
+            dev.eq.unregister_qp(handle);
+            return Err(e);
+        }
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
-        send_cq.attach_qp(handle);
-        recv_cq.attach_qp(handle);
+        let (sq, rq) = (Arc::new(Mutex::new(sq)), Arc::new(Mutex::new(rq)));
+        send_cq.attach_qp(handle, Some(sq.clone()), None);
+        recv_cq.attach_qp(handle, None, Some(rq.clone()));
         tracing::debug!(qpn = handle, "QP created");
-        let (sq, rq) = (Mutex::new(sq), Mutex::new(rq));
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, db })
+        let sig_all = init.sq_sig_all;
+        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db })
     }
 }
 
@@ -198,11 +236,29 @@ impl Qp {
     }
 }
 
-fn destroy_qp(dev: &DeviceInner, handle: u32) {
+/// DESTROY_QP; whether the device took it.
+fn destroy_qp(dev: &DeviceInner, handle: u32) -> bool {
     let cmd = DestroyQp { qp_handle: handle.into(), ..Default::default() };
-    if let Err(e) = dev.cmd.post(cmd) {
-        tracing::warn!(qpn = handle, error = %e, "DESTROY_QP failed");
+    dev.cmd.post(cmd).inspect_err(|e| tracing::warn!(qpn = handle, error = %e, "DESTROY_QP failed")).is_ok()
+}
+
+/// QPN of the GSI QP (QP1); QP0 is the SMI's. Neither is ever an RC QP (IBTA 10.2.4.2).
+const GSI_QPN: u32 = 1;
+
+/// Refuses a CREATE_QP answer whose queue sizes differ from the request: the rings were sized
+/// and laid out (page counts, `send_chunks`) for exactly what was asked, so a device working to
+/// other sizes would read WQEs from the wrong place or past the ring. QEMU 7.2 and the model
+/// echo the request.
+///
+/// Errors: [`Error::BadResponse`].
+fn check_sizes(resp: &CreateQpResp, sq: &WorkQueue, rq: &WorkQueue) -> Result<()> {
+    let asked = [sq.cnt, rq.cnt, sq.max_sge, rq.max_sge];
+    let got = [resp.max_send_wr.get(), resp.max_recv_wr.get(), resp.max_send_sge.get(), resp.max_recv_sge.get()];
+    if asked == got {
+        return Ok(());
     }
+    tracing::error!(?asked, ?got, "CREATE_QP answered other queue sizes: QP refused");
+    Err(Error::BadResponse("CREATE_QP: queue sizes differ from the request"))
 }
 
 impl Qp {
@@ -225,7 +281,7 @@ impl Qp {
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        sq.advance();
+        sq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: wr.signaled || self.sig_all });
         Ok(())
     }
 
@@ -234,7 +290,7 @@ impl Qp {
     /// request not posted, why); 0 if publishing or the doorbell failed.
     fn post<W>(
         &self,
-        queue: &Mutex<WorkQueue>,
+        queue: &SharedWq,
         wrs: &[W],
         write: impl Fn(&Self, &mut WorkQueue, &W) -> Result<()>,
         doorbell: impl FnOnce() -> std::result::Result<(), doorbell::DoorbellError>,
@@ -260,7 +316,7 @@ impl Qp {
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        rq.advance();
+        rq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: true });
         Ok(())
     }
 }
@@ -276,6 +332,8 @@ impl QpOps for Qp {
 
     /// Writes the WQEs into the next SQ slots in order, publishes the producer index once and
     /// rings the SQ doorbell once (as `ibv_post_send` with a chain: a batch costs one doorbell).
+    /// Each is recorded as owed a completion; [`Error::QueueFull`] when the ring is full, or when
+    /// twice its depth in signaled work still awaits its completions.
     fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, Error)> {
         self.post(&self.sq, wrs, Self::write_send, || self.db.qp_send(&self.db_handle))
     }
@@ -330,113 +388,10 @@ impl Qp {
         for wq in [&self.sq, &self.rq] {
             let mut q = wq.lock();
             q.prod = 0;
+            q.owed.clear();
             q.record.reset(&self.words)?;
         }
         Ok(())
-    }
-}
-
-/// The device's QP attributes for the core's.
-fn to_device(a: &QpAttr) -> abi::QpAttr {
-    let mut d = abi::QpAttr::default();
-    d.qp_state.set(a.qp_state.raw());
-    d.cur_qp_state.set(a.cur_qp_state.raw());
-    d.path_mtu.set(a.path_mtu.0);
-    d.path_mig_state.set(a.path_mig_state);
-    d.qkey.set(a.qkey);
-    d.rq_psn.set(a.rq_psn);
-    d.sq_psn.set(a.sq_psn);
-    d.dest_qp_num.set(a.dest_qp_num);
-    d.qp_access_flags.set(a.qp_access_flags);
-    d.pkey_index.set(a.pkey_index);
-    d.alt_pkey_index.set(a.alt_pkey_index);
-    d.en_sqd_async_notify = a.en_sqd_async_notify;
-    d.max_rd_atomic = a.max_rd_atomic;
-    d.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    d.min_rnr_timer = a.min_rnr_timer;
-    d.port_num = a.port_num;
-    d.timeout = a.timeout;
-    d.retry_cnt = a.retry_cnt;
-    d.rnr_retry = a.rnr_retry;
-    d.alt_port_num = a.alt_port_num;
-    d.alt_timeout = a.alt_timeout;
-    d.ah_attr = ah_to_device(&a.ah_attr);
-    d.alt_ah_attr = ah_to_device(&a.alt_ah_attr);
-    d
-}
-
-fn ah_to_device(a: &AhAttr) -> abi::AhAttr {
-    let mut d = abi::AhAttr::default();
-    d.grh.dgid = a.grh.dgid;
-    d.grh.flow_label.set(a.grh.flow_label);
-    d.grh.sgid_index = a.grh.sgid_index;
-    d.grh.hop_limit = a.grh.hop_limit;
-    d.grh.traffic_class = a.grh.traffic_class;
-    d.dlid.set(a.dlid);
-    d.sl = a.sl;
-    d.src_path_bits = a.src_path_bits;
-    d.static_rate = a.static_rate;
-    d.ah_flags = if a.is_global { AH_GRH } else { 0 };
-    d.port_num = a.port_num;
-    d
-}
-
-/// The core's QP attributes from the device's answer.
-///
-/// Errors: [`Error::BadResponse`] for a state the driver does not know.
-fn from_device(d: &abi::QpAttr) -> Result<QpAttr> {
-    let state = |v: u32| QpState::from_raw(v).ok_or(Error::BadResponse("QUERY_QP: unknown QP state"));
-    Ok(QpAttr {
-        qp_state: state(d.qp_state.get())?,
-        cur_qp_state: QpState::from_raw(d.cur_qp_state.get()).unwrap_or_default(),
-        path_mtu: Mtu(d.path_mtu.get()),
-        path_mig_state: d.path_mig_state.get(),
-        qkey: d.qkey.get(),
-        rq_psn: d.rq_psn.get(),
-        sq_psn: d.sq_psn.get(),
-        dest_qp_num: d.dest_qp_num.get(),
-        qp_access_flags: d.qp_access_flags.get(),
-        cap: QpCap {
-            max_send_wr: d.cap.max_send_wr.get(),
-            max_recv_wr: d.cap.max_recv_wr.get(),
-            max_send_sge: d.cap.max_send_sge.get(),
-            max_recv_sge: d.cap.max_recv_sge.get(),
-            max_inline_data: d.cap.max_inline_data.get(),
-        },
-        ah_attr: ah_from_device(&d.ah_attr),
-        alt_ah_attr: ah_from_device(&d.alt_ah_attr),
-        pkey_index: d.pkey_index.get(),
-        alt_pkey_index: d.alt_pkey_index.get(),
-        en_sqd_async_notify: d.en_sqd_async_notify,
-        sq_draining: d.sq_draining,
-        max_rd_atomic: d.max_rd_atomic,
-        max_dest_rd_atomic: d.max_dest_rd_atomic,
-        min_rnr_timer: d.min_rnr_timer,
-        port_num: d.port_num,
-        timeout: d.timeout,
-        retry_cnt: d.retry_cnt,
-        rnr_retry: d.rnr_retry,
-        alt_port_num: d.alt_port_num,
-        alt_timeout: d.alt_timeout,
-    })
-}
-
-fn ah_from_device(d: &abi::AhAttr) -> AhAttr {
-    let grh = GlobalRoute {
-        dgid: d.grh.dgid,
-        flow_label: d.grh.flow_label.get(),
-        sgid_index: d.grh.sgid_index,
-        hop_limit: d.grh.hop_limit,
-        traffic_class: d.grh.traffic_class,
-    };
-    AhAttr {
-        grh,
-        dlid: d.dlid.get(),
-        sl: d.sl,
-        src_path_bits: d.src_path_bits,
-        static_rate: d.static_rate,
-        is_global: d.ah_flags & AH_GRH != 0,
-        port_num: d.port_num,
     }
 }
 
@@ -476,7 +431,12 @@ impl Drop for Qp {
             self.send_cq.detach_qp(h);
             self.recv_cq.detach_qp(h);
         };
-        self.dev.eq.destroy_object(|| destroy_qp(&self.dev, h), forget);
+        self.dev.eq.destroy_object(
+            || {
+                destroy_qp(&self.dev, h);
+            },
+            forget,
+        );
     }
 }
 
@@ -536,10 +496,11 @@ mod tests {
         let (mut sq, rq) = queues(&cap(2, 1, 1, 1)).unwrap();
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
         let w = RecordWords::new(&p, &buf, Owner::Kernel).unwrap();
+        let unsignaled = Posted { wr_id: 0, len: 0, signaled: false };
         assert_eq!(sq.next_slot(&w), Ok(4096));
-        sq.advance();
+        sq.advance(unsignaled);
         assert_eq!(sq.next_slot(&w), Ok(4096 + 128), "counted before it is published");
-        sq.advance();
+        sq.advance(unsignaled);
         assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(0), "nothing visible yet");
         sq.publish(&w).unwrap();
         assert_eq!(buf.data().load_u32(TX_PROD_TAIL), Ok(2), "both at once");

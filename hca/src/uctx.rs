@@ -6,7 +6,7 @@
 //! the kernel's page for every CQ (the arm mthca could not give user CQs). Releasing the context
 //! revokes the mapping before DESTROY_UC, and the page is reused only after both.
 
-use crate::device::DeviceInner;
+use crate::device::{duplicate_handle, DeviceInner, IdKind};
 use crate::error::{device_status, from_uar};
 use firmware_cmd::DeviceStatus;
 use doorbell::{ContextUar, Doorbells, Owner, UarPage};
@@ -34,13 +34,16 @@ impl Ucontext {
     /// Allocates a UAR page and registers it with CREATE_UC.
     ///
     /// Errors: [`Error::Device`] when BAR2 has no free page or the device refuses;
-    /// [`Error::InvalidArgument`] if the pfn does not fit the command's 32 bits.
+    /// [`Error::InvalidArgument`] if the pfn does not fit the command's 32 bits;
+    /// [`Error::DeviceFatal`] if the device answers the handle of a live context (the device is
+    /// made fatal, the page retired).
     pub(crate) fn create(dev: &Arc<DeviceInner>) -> Result<Self> {
         dev.live()?;
         let mut uar = dev.uar.alloc().map_err(from_uar)?;
         let page = uar.page();
         // An error drops `uar`: its page goes to the back of the table's free queue...
         let pfn = u32::try_from(page.pfn()).map_err(|_| Error::InvalidArgument("UAR pfn beyond 32 bits"))?;
+        let mut live = dev.live_ids.lock();
         let resp = match dev.cmd.post(CreateUc { pfn: pfn.into(), ..Default::default() }) {
             // ...unless the device says the page is bound already: then no context can have it.
             Err(e) if device_status(&e) == Some(DeviceStatus::Busy) => {
@@ -51,6 +54,13 @@ impl Ucontext {
             r => r?,
         };
         let handle = resp.ctx_handle.get();
+        if live.claim(&[(IdKind::Ucontext, handle)]).is_err() {
+            // Two contexts under one handle would share objects and pages: nothing is destroyed
+            // (DESTROY_UC would reach the live context) and the page stays bound for good.
+            uar.retire();
+            return Err(duplicate_handle(dev, IdKind::Ucontext, handle));
+        }
+        drop(live);
         let db = uar.map(0, UAR_PAGE_SIZE).map_err(from_uar)?;
         tracing::debug!(handle, page = page.index(), "user context created");
         let inner = UctxInner { dev: dev.clone(), handle, uar, db };
@@ -109,9 +119,13 @@ impl Drop for UctxInner {
     fn drop(&mut self) {
         self.uar.revoke();
         let cmd = DestroyUc { ctx_handle: self.handle.into(), ..Default::default() };
-        if let Err(e) = self.dev.cmd.post(cmd) {
-            tracing::warn!(handle = self.handle, page = self.uar.page().index(), error = %e, "DESTROY_UC failed: UAR page retired");
-            self.uar.retire();
+        let mut live = self.dev.live_ids.lock();
+        match self.dev.cmd.post(cmd) {
+            Ok(_) => live.release(&[(IdKind::Ucontext, self.handle)]),
+            Err(e) => {
+                tracing::warn!(handle = self.handle, page = self.uar.page().index(), error = %e, "DESTROY_UC failed: UAR page retired");
+                self.uar.retire();
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The translation of a device CQE into a work completion (IBTA 11.4.2.1 Poll for Completion). A
-//! CQE is device-written and never trusted: a CQE naming a QP that is not on its CQ, or carrying
-//! an unknown opcode, becomes a completion with an error status instead of a panic or a silently
-//! trusted value.
+//! CQE is device-written and never trusted: a CQE naming a QP that is not on its CQ, a queue
+//! that completes elsewhere or a WQE never posted, carrying an unknown opcode, or reporting more
+//! bytes than the receive buffer holds, becomes a completion with an error status instead of a
+//! panic or a silently trusted value.
 
 use ib_core::{Wc, WcOpcode, WcStatus};
 use pvrdma_abi::wqe::{wc_flags, wc_opcode, wc_status, Cqe};
@@ -38,29 +39,90 @@ fn opcode(v: u32) -> WcOpcode {
     }
 }
 
-/// Translates a CQE into a [`Wc`]; `qp_on_cq(h)` says whether QP handle `h` completes into this
-/// CQ. Never panics. Untrusted content is reported, not believed:
+/// Which work queue a CQE completes, from its opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queue {
+    /// A send-queue opcode (SEND, RDMA WRITE/READ).
+    Send,
+    /// A receive opcode (RECV, RECV_RDMA_WITH_IMM).
+    Recv,
+    /// An error CQE with an opcode the driver does not know (IBTA leaves the opcode of an error
+    /// completion undefined): whichever of the QP's queues on this CQ owes the `wr_id`.
+    Either,
+}
+
+/// What the CQ knows of the WQE a CQE names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The QP does not complete into this CQ.
+    NotOnCq,
+    /// The QP completes into this CQ, but not that queue's work.
+    WrongQueue,
+    /// No WQE with this `wr_id` is owed a completion on that queue.
+    NotOwed,
+    /// The posted WQE it completes (now retired), with its total length in bytes.
+    Posted(u32),
+}
+
+/// The CQ's side of [`translate`]: the QPs completing into it and their owed WQEs.
+pub trait Owed {
+    /// Whether QP `qp` completes into this CQ.
+    fn on_cq(&self, qp: u32) -> bool;
+    /// Retires the WQE of QP `qp`'s `queue` that a CQE with `wr_id` completes.
+    fn retire(&self, qp: u32, queue: Queue, wr_id: u64) -> Verdict;
+}
+
+/// Translates a CQE into a [`Wc`], retiring the WQE it completes from `owed`. Never panics.
+/// Untrusted content is reported, not believed:
 /// - a QP handle not on this CQ (or wider than 32 bits): status `GeneralErr`, `qp_num` 0;
-/// - an unknown opcode on a successful CQE: status `GeneralErr`;
+/// - an unknown opcode on a successful CQE: status `GeneralErr` (nothing retired);
+/// - a CQE of a queue that completes into another CQ (a RECV on the QP's send-only CQ, a SEND
+///   on its recv-only CQ), or for no WQE owed a completion on that queue (nothing posted, or
+///   not that `wr_id`): status `GeneralErr` — the consumer is told of no work it did not post;
+/// - a successful receive whose `byte_len` exceeds the posted buffer: status `LocLenErr`
+///   (IBTA's local length error, as rdma-core's providers report a message longer than the
+///   receive buffer) with `byte_len` 0 — never more bytes than the buffer holds. An RDMA WRITE
+///   with immediate is not bounded so: its length is the write's, not the receive buffer's;
 /// - an unknown status: `Other(code)`.
-pub fn translate(cqe: &Cqe, qp_on_cq: impl Fn(u32) -> bool) -> Wc {
+pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
     let raw_qp = cqe.qp.get();
-    let qp = u32::try_from(raw_qp).ok().filter(|&h| qp_on_cq(h));
+    let qp = u32::try_from(raw_qp).ok().filter(|&h| owed.on_cq(h));
     let opcode = opcode(cqe.opcode.get());
     let mut status = status(cqe.status.get());
-    if qp.is_none() {
-        tracing::warn!(qp = raw_qp, "CQE names a QP not on this CQ");
-        status = WcStatus::GeneralErr;
-    } else if status == WcStatus::Success && matches!(opcode, WcOpcode::Other(_)) {
-        tracing::warn!(opcode = cqe.opcode.get(), "CQE with an unknown opcode");
-        status = WcStatus::GeneralErr;
+    let mut byte_len = cqe.byte_len.get();
+    let queue = match opcode {
+        WcOpcode::Other(_) => Queue::Either,
+        o if o.is_recv() => Queue::Recv,
+        _ => Queue::Send,
+    };
+    match qp {
+        None => {
+            tracing::warn!(qp = raw_qp, "CQE names a QP not on this CQ");
+            status = WcStatus::GeneralErr;
+        }
+        Some(_) if status == WcStatus::Success && queue == Queue::Either => {
+            tracing::warn!(opcode = cqe.opcode.get(), "CQE with an unknown opcode");
+            status = WcStatus::GeneralErr;
+        }
+        Some(h) => match owed.retire(h, queue, cqe.wr_id.get()) {
+            Verdict::Posted(len) => {
+                if status == WcStatus::Success && opcode == WcOpcode::Recv && byte_len > len {
+                    tracing::warn!(qp = h, byte_len, len, "receive CQE longer than its buffer");
+                    (status, byte_len) = (WcStatus::LocLenErr, 0);
+                }
+            }
+            v => {
+                tracing::warn!(qp = h, ?queue, verdict = ?v, "CQE for no WQE owed a completion");
+                status = WcStatus::GeneralErr;
+            }
+        },
     }
     let with_imm = cqe.wc_flags.get() & wc_flags::WITH_IMM != 0 && opcode.is_recv();
     Wc {
         wr_id: cqe.wr_id.get(),
         status,
         opcode,
-        byte_len: cqe.byte_len.get(),
+        byte_len,
         qp_num: qp.unwrap_or(0),
         src_qp: cqe.src_qp.get(),
         imm_data: with_imm.then(|| cqe.imm_data.get()),
@@ -70,7 +132,32 @@ pub fn translate(cqe: &Cqe, qp_on_cq: impl Fn(u32) -> bool) -> Wc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
     use zerocopy::FromBytes;
+
+    /// QPs `qps` on the CQ, each owing the (queue, wr_id, len) WQEs in `posted`.
+    struct Fake {
+        qps: Vec<u32>,
+        posted: RefCell<Vec<(Queue, u64, u32)>>,
+    }
+
+    impl Fake {
+        fn new(qps: &[u32], posted: &[(Queue, u64, u32)]) -> Self {
+            Self { qps: qps.to_vec(), posted: RefCell::new(posted.to_vec()) }
+        }
+    }
+
+    impl Owed for Fake {
+        fn on_cq(&self, qp: u32) -> bool {
+            self.qps.contains(&qp)
+        }
+
+        fn retire(&self, _qp: u32, queue: Queue, wr_id: u64) -> Verdict {
+            let mut p = self.posted.borrow_mut();
+            let hit = p.iter().position(|&(q, id, _)| id == wr_id && (q == queue || queue == Queue::Either));
+            hit.map_or(Verdict::NotOwed, |k| Verdict::Posted(p.remove(k).2))
+        }
+    }
 
     fn cqe(qp: u64, opcode: u32, status: u32) -> Cqe {
         let mut c = Cqe::default();
@@ -88,7 +175,7 @@ mod tests {
         c.wc_flags.set(wc_flags::WITH_IMM);
         c.imm_data.set(0xdead_beef);
         c.src_qp.set(9);
-        let wc = translate(&c, |h| h == 7);
+        let wc = translate(&c, &Fake::new(&[7], &[(Queue::Recv, 42, 100)]));
         assert_eq!(
             wc,
             Wc {
@@ -107,21 +194,43 @@ mod tests {
     fn imm_only_on_receive_completions() {
         let mut c = cqe(7, wc_opcode::SEND, wc_status::SUCCESS);
         c.wc_flags.set(wc_flags::WITH_IMM);
-        assert_eq!(translate(&c, |_| true).imm_data, None);
+        assert_eq!(translate(&c, &Fake::new(&[7], &[(Queue::Send, 42, 0)])).imm_data, None);
     }
 
     #[test]
     fn hostile_cqes_are_reported_not_trusted() {
-        let foreign = translate(&cqe(8, wc_opcode::SEND, 0), |h| h == 7);
+        let sent = || Fake::new(&[7], &[(Queue::Send, 42, 0)]);
+        let foreign = translate(&cqe(8, wc_opcode::SEND, 0), &Fake::new(&[7], &[]));
         assert_eq!((foreign.status, foreign.qp_num), (WcStatus::GeneralErr, 0));
-        let wide = translate(&cqe(1 << 40 | 7, wc_opcode::SEND, 0), |h| h == 7);
+        let wide = translate(&cqe(1 << 40 | 7, wc_opcode::SEND, 0), &sent());
         assert_eq!(wide.status, WcStatus::GeneralErr);
-        let op = translate(&cqe(7, 0x55, 0), |_| true);
+        let op = translate(&cqe(7, 0x55, 0), &sent());
         assert_eq!((op.status, op.opcode), (WcStatus::GeneralErr, WcOpcode::Other(0x55)));
-        let st = translate(&cqe(7, wc_opcode::SEND, 999), |_| true);
+        let st = translate(&cqe(7, wc_opcode::SEND, 999), &sent());
         assert_eq!(st.status, WcStatus::Other(999));
-        let flush = translate(&cqe(7, 0x55, wc_status::WR_FLUSH_ERR), |_| true);
-        assert_eq!(flush.status, WcStatus::WrFlushErr);
+        let flush = translate(&cqe(7, 0x55, wc_status::WR_FLUSH_ERR), &sent());
+        assert_eq!(flush.status, WcStatus::WrFlushErr, "an error CQE's opcode is not trusted either way");
+    }
+
+    #[test]
+    fn completions_for_work_not_owed_are_errors() {
+        let wrong_queue = translate(&cqe(7, wc_opcode::RECV, 0), &Fake::new(&[7], &[(Queue::Send, 42, 0)]));
+        assert_eq!((wrong_queue.status, wrong_queue.qp_num), (WcStatus::GeneralErr, 7));
+        let other_id = translate(&cqe(7, wc_opcode::SEND, 0), &Fake::new(&[7], &[(Queue::Send, 41, 0)]));
+        assert_eq!(other_id.status, WcStatus::GeneralErr);
+        let once = Fake::new(&[7], &[(Queue::Send, 42, 0)]);
+        assert_eq!(translate(&cqe(7, wc_opcode::SEND, 0), &once).status, WcStatus::Success);
+        assert_eq!(translate(&cqe(7, wc_opcode::SEND, 0), &once).status, WcStatus::GeneralErr, "retired");
+    }
+
+    #[test]
+    fn a_receive_longer_than_its_buffer_is_a_local_length_error() {
+        let short = translate(&cqe(7, wc_opcode::RECV, 0), &Fake::new(&[7], &[(Queue::Recv, 42, 99)]));
+        assert_eq!((short.status, short.byte_len), (WcStatus::LocLenErr, 0));
+        let fits = translate(&cqe(7, wc_opcode::RECV, 0), &Fake::new(&[7], &[(Queue::Recv, 42, 100)]));
+        assert_eq!((fits.status, fits.byte_len), (WcStatus::Success, 100));
+        let imm = translate(&cqe(7, wc_opcode::RECV_RDMA_WITH_IMM, 0), &Fake::new(&[7], &[(Queue::Recv, 42, 0)]));
+        assert_eq!(imm.status, WcStatus::Success, "an RDMA WRITE's length is not the buffer's");
     }
 
     #[test]
@@ -136,10 +245,12 @@ mod tests {
                 *b = seed as u8;
             }
             let c = Cqe::read_from_bytes(&bytes).unwrap();
-            let wc = translate(&c, |h| h % 3 == 0);
+            let owed = Fake::new(&[c.qp.get() as u32], &[(Queue::Recv, c.wr_id.get(), 64)]);
+            let wc = translate(&c, &owed);
             if wc.status == WcStatus::Success {
-                assert_eq!(wc.qp_num % 3, 0);
+                assert_eq!(wc.qp_num, c.qp.get() as u32);
                 assert!(!matches!(wc.opcode, WcOpcode::Other(_)));
+                assert!(wc.opcode != WcOpcode::Recv || wc.byte_len <= 64);
             }
         }
     }

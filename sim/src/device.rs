@@ -230,7 +230,6 @@ struct Regs {
     dsr_low: u32,
     dsr_high: u32,
     err: u32,
-    icr: u32,
     mac: [u8; 6],
     state: DeviceState,
 }
@@ -287,7 +286,6 @@ impl SimDevice {
                 dsr_low: 0,
                 dsr_high: 0,
                 err: ERR_INACTIVE,
-                icr: 0,
                 mac: DEFAULT_MAC,
                 state: DeviceState::Inactive,
             }),
@@ -323,7 +321,9 @@ impl SimDevice {
             REG_DSRLOW => r.dsr_low,
             REG_DSRHIGH => r.dsr_high,
             REG_ERR => r.err,
-            REG_ICR => r.icr,
+            // The interrupt cause register latches causes for INTx only; the model signals
+            // through MSI-X, so no cause is ever pending (a write acknowledges nothing).
+            REG_ICR => 0,
             REG_IMR => self.core.imr.load(Ordering::Acquire),
             REG_MACL => u32::from_le_bytes([r.mac[0], r.mac[1], r.mac[2], r.mac[3]]),
             REG_MACH => u32::from(r.mac[4]) | u32::from(r.mac[5]) << 8,
@@ -352,7 +352,6 @@ impl SimDevice {
             REG_REQUEST if value == 0 => core.request(),
             // QEMU runs a command only for 0; anything else is dropped, and counted.
             REG_REQUEST => core.count(|c| &c.ignored_requests),
-            REG_ICR => core.regs.lock().icr = value,
             REG_IMR => core.imr.store(value, Ordering::Release),
             REG_MACL => core.regs.lock().mac[..4].copy_from_slice(&value.to_le_bytes()),
             REG_MACH => core.regs.lock().mac[4..].copy_from_slice(&value.to_le_bytes()[..2]),

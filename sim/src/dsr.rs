@@ -73,6 +73,9 @@ pub enum DsrError {
     /// A command or response slot is not a whole page of guest memory.
     #[error("a command or response slot is outside guest memory")]
     Slot,
+    /// `uar_pfn` is not the pfn of BAR2's first page (the kernel's UAR page).
+    #[error("uar_pfn {0:#x} is not BAR2's first page")]
+    UarPfn(u64),
     /// A ring's page count, page directory or geometry is invalid.
     #[error("the {0} ring is invalid")]
     Ring(&'static str),
@@ -106,6 +109,11 @@ pub fn load(mem: &GuestMemory, addr: u64) -> Result<(DsrInfo, EventRings), DsrEr
         .ok_or(DsrError::Ring("CQ-notification"))?;
     let async_ring = load_ring(mem, &dsr.async_ring_pages, size_of::<Eqe>() as u32)
         .ok_or(DsrError::Ring("async-event"))?;
+    // The kernel's UAR page is BAR2's page 0; a user context owns page `pfn - uar_pfn`, so any
+    // other value would hand the kernel's page to a context.
+    if dsr.uar_pfn.get() != crate::UAR_BASE_PFN {
+        return Err(DsrError::UarPfn(dsr.uar_pfn.get()));
+    }
     let info = DsrInfo { addr, cmd_slot, resp_slot, uar_pfn: dsr.uar_pfn.get() };
     Ok((info, EventRings::new(async_ring, cq_ring)))
 }

@@ -26,7 +26,6 @@ const ACCESS_ALL: u32 = access::LOCAL_WRITE
     | access::REMOTE_WRITE
     | access::REMOTE_READ
     | access::REMOTE_ATOMIC
-    | access::MW_BIND
     | access::ZERO_BASED;
 
 /// A memory region.
@@ -117,7 +116,11 @@ impl Mr {
 /// its page tables afterwards changes nothing).
 pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     let (pd, flags, acc) = (req.pd_handle.get(), req.flags.get(), req.access_flags.get());
-    if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 {
+    // Remote write and atomic access need local write (IBTA 10.6.3.1, as `ibv_reg_mr` answers
+    // EINVAL); the device has no memory windows to bind.
+    let remote_writes = access::REMOTE_WRITE | access::REMOTE_ATOMIC;
+    let needs_local = acc & remote_writes != 0 && acc & access::LOCAL_WRITE == 0;
+    if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 || needs_local {
         return Err(Errno::EINVAL);
     }
     if core.objects.lock().pds.get(pd).is_none() {

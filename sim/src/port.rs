@@ -461,12 +461,16 @@ pub fn query_pkey(_core: &Core, req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
 }
 
 /// CREATE_BIND: puts `new_gid` at `index` of the GID table (replacing what was there).
-/// Errors: `EINVAL` for an index at or past `GID_TBL_LEN`, an all-zero GID, or a `gid_type` that
-/// is not exactly one of the types `caps.gid_types` reports (Linux sends one flag).
+/// Errors: `EINVAL` for an index at or past `GID_TBL_LEN`, an all-zero or multicast GID (no port
+/// address), a `gid_type` that is not exactly one of the types `caps.gid_types` reports (Linux
+/// sends one flag), an `mtu` that is no IB MTU in bytes (Linux sends 1024), or a `vlan` past 12
+/// bits (0xfff: none, as Linux sends). QEMU 7.2 ignores `mtu` and `vlan`.
 pub fn create_bind(core: &Core, req: &CreateBind) -> CmdResult<NoopResp> {
     let index = req.index.get() as usize;
     let one_type = req.gid_type.count_ones() == 1 && req.gid_type & limits::GID_TYPES != 0;
-    if req.new_gid == [0u8; 16] || !one_type {
+    let mtu_bytes = matches!(req.mtu.get(), 256 | 512 | 1024 | 2048 | 4096);
+    let unicast = req.new_gid != [0u8; 16] && req.new_gid[0] != 0xff;
+    if !unicast || !one_type || !mtu_bytes || req.vlan.get() > 0xfff {
         return Err(Errno::EINVAL);
     }
     let mut gids = core.gids.lock();

@@ -29,7 +29,7 @@ use pvrdma_abi::cmd::{
     CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
 };
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::verbs::{mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr};
+use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr, AH_GRH};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
     SqWqeHdr,
@@ -109,13 +109,24 @@ pub enum Rx {
     Fail(u32),
 }
 
+/// The access bits a QP takes (`enum ib_access_flags`' QP part; MW_BIND and ZERO_BASED are MR
+/// flags).
+const QP_ACCESS_BITS: u32 =
+    access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+
+/// The send flags a send WQE of an RC QP may carry: no INLINE (the device reports no inline
+/// data) and no IP_CSUM (UD and raw packet QPs only).
+const RC_SEND_FLAGS: u32 = send_flags::FENCE | send_flags::SIGNALED | send_flags::SOLICITED;
+
 fn pow2_within(n: u32, max: u32) -> bool {
     n.is_power_of_two() && n <= max
 }
 
 /// CREATE_QP.
 ///
-/// Errors: `EINVAL` for a non-RC type, an SRQ, bad queue sizes (powers of two up to
+/// Errors: `EINVAL` for a non-RC type, an SRQ or SRQ handle, inline data or atomic arguments
+/// (the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
+/// 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
 /// (`send_chunks` the SQ's pages, `total_chunks` one ring-state page plus the SQ's and the RQ's, as
 /// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an
@@ -124,7 +135,16 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist or the host budget is
 /// spent.
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
-    if req.qp_type != qp_type::RC || req.is_srq != 0 {
+    // Every field means what it says: no SRQ, no inline data and no atomics (the caps report
+    // none), QP access bits only, a boolean `sq_sig_all`.
+    let meaningful = req.qp_type == qp_type::RC
+        && req.is_srq == 0
+        && req.srq_handle.get() == 0
+        && req.max_inline_data.get() == 0
+        && req.max_atomic_arg.get() == 0
+        && req.access_flags.get() & !QP_ACCESS_BITS == 0
+        && req.sq_sig_all <= 1;
+    if !meaningful {
         return Err(Errno::EINVAL);
     }
     let (swr, rwr) = (req.max_send_wr.get(), req.max_recv_wr.get());
@@ -211,10 +231,19 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     })
 }
 
-/// Checks an address vector as the real device does at RTR: a nonzero `dgid` and an
-/// `sgid_index` naming a bound GID.
+/// Checks an address vector: a nonzero `dgid` and an `sgid_index` naming a bound GID, as the real
+/// device does at RTR, and every field within what RoCE and its width allow.
 fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
-    if av.grh.dgid == [0u8; 16] || core.gid(av.grh.sgid_index).is_none() {
+    // RoCE: a GRH always (IBTA A16.4.1), no LID path bits, 12-bit VLAN IDs, 4-bit SLs, 20-bit
+    // flow labels, and a static rate `enum ib_rate` names (up to IB_RATE_1200_GBPS, 24).
+    let fits = av.ah_flags == AH_GRH
+        && av.port_num == 1
+        && av.sl < 16
+        && av.src_path_bits == 0
+        && av.static_rate <= 24
+        && av.vlan_id.get() < 4096
+        && av.grh.flow_label.get() < 1 << 20;
+    if !fits || av.grh.dgid == [0u8; 16] || core.gid(av.grh.sgid_index).is_none() {
         return Err(Errno::EINVAL);
     }
     Ok(())
@@ -244,17 +273,8 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         return Err(Errno::EINVAL);
     }
     let new = if mask & m::STATE != 0 { a.qp_state.get() } else { cur };
-    let legal = matches!(
-        (cur, new),
-        (_, RESET)
-            | (_, ERR)
-            | (RESET, INIT)
-            | (INIT, INIT)
-            | (INIT, RTR)
-            | (RTR, RTS)
-            | (RTS, RTS)
-    );
-    if !legal {
+    let (required, optional) = transition(cur, new).ok_or(Errno::EINVAL)?;
+    if mask & required != required || mask & !(required | optional | m::STATE) != 0 {
         return Err(Errno::EINVAL);
     }
     check_counts(core, mask, a)?;
@@ -269,9 +289,6 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         return Err(Errno::EINVAL);
     }
     if mask & m::DEST_QPN != 0 && a.dest_qp_num.get() > crate::table::HANDLE_MAX {
-        return Err(Errno::EINVAL);
-    }
-    if cur == INIT && new == RTR && (mask & m::AV == 0 || mask & m::DEST_QPN == 0) {
         return Err(Errno::EINVAL);
     }
     if mask & m::AV != 0 {
@@ -297,10 +314,39 @@ fn total_len_agrees(stated: u32, sges: &[Sge]) -> bool {
     stated == 0 || u64::from(stated) == sges.iter().map(|s| u64::from(s.length.get())).sum::<u64>()
 }
 
+/// The attributes an RC transition `cur -> new` requires and allows (IBTA 11.2.5, as Linux's
+/// `ib_modify_qp_is_ok` and the verbs core's `qp_state.rs` tabulate them); `None` if illegal.
+/// The device requires less than IBTA at INIT -> RTR (the address vector, the destination QPN and
+/// the path MTU, which define the connection; the verbs core demands the rest) but allows
+/// nothing more: an attribute a transition does not take is refused.
+fn transition(cur: u32, new: u32) -> Option<(u32, u32)> {
+    use qp_state::*;
+    const INIT_ATTRS: u32 = m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS;
+    const RTS_OPT: u32 =
+        m::CUR_STATE | m::ACCESS_FLAGS | m::ALT_PATH | m::MIN_RNR_TIMER | m::PATH_MIG_STATE;
+    Some(match (cur, new) {
+        (_, RESET) | (_, ERR) => (0, 0),
+        (RESET, INIT) | (INIT, INIT) => (0, INIT_ATTRS),
+        (INIT, RTR) => (
+            m::AV | m::DEST_QPN | m::PATH_MTU,
+            m::RQ_PSN | m::MAX_DEST_RD_ATOMIC | m::MIN_RNR_TIMER | m::ALT_PATH | m::ACCESS_FLAGS
+                | m::PKEY_INDEX,
+        ),
+        (RTR, RTS) => (
+            0,
+            m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN | m::MAX_QP_RD_ATOMIC | RTS_OPT,
+        ),
+        (RTS, RTS) => (0, RTS_OPT),
+        _ => return None,
+    })
+}
+
 /// Every attribute `mask` selects fits its field and the device's caps (IBTA 11.2.5 and the
 /// `ibv_qp_attr` fields' widths); the mask names only attributes MODIFY_QP takes.
 fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
     const KNOWN: u32 = (m::DEST_QPN << 1) - 1;
+    // `enum ib_mig_state`: MIGRATED, REARM, ARMED.
+    const PATH_MIG_ARMED: u32 = 2;
     const PSN_MAX: u32 = (1 << 24) - 1;
     let over = |bit: u32, value: u32, max: u32| mask & bit != 0 && value > max;
     let bad = mask & !KNOWN != 0
@@ -312,7 +358,11 @@ fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
         || over(m::SQ_PSN, a.sq_psn.get(), PSN_MAX)
         || over(m::RQ_PSN, a.rq_psn.get(), PSN_MAX)
         || over(m::MAX_QP_RD_ATOMIC, a.max_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
-        || over(m::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.into(), limits::MAX_QP_RD_ATOM);
+        || over(m::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
+        || over(m::PATH_MIG_STATE, a.path_mig_state.get(), PATH_MIG_ARMED)
+        || over(m::EN_SQD_ASYNC_NOTIFY, a.en_sqd_async_notify.into(), 1)
+        || (mask & m::ACCESS_FLAGS != 0 && a.qp_access_flags.get() & !QP_ACCESS_BITS != 0)
+        || (mask & m::DEST_QPN != 0 && a.dest_qp_num.get() < 2);
     if bad {
         return Err(Errno::EINVAL);
     }
@@ -459,6 +509,7 @@ impl Qp {
             let op = hdr.opcode.get();
             let payload = if !matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM)
                 || hdr.num_sge.get() > self.max_send_sge
+                || flags & !RC_SEND_FLAGS != 0
             {
                 Err(wc_status::LOC_QP_OP_ERR)
             } else if !total_len_agrees(hdr.total_len.get(), &sges) {

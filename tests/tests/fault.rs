@@ -74,15 +74,18 @@ fn hostile_cqes_become_error_completions() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8, None).unwrap();
     let qp = rc_qp(&pd, &cq, &cq);
+    // A receive the device holds (no message comes): the one CQE below that is believed.
+    connect(&qp, qp.qpn(), gid(&dev));
+    qp.post_recv(&ib_core::RecvWr { wr_id: 7, sg_list: &[] }).unwrap();
     let mut forged = Cqe::default();
     forged.wr_id.set(7);
     forged.qp.set(u64::from(qp.qpn()) + 1000); // not a QP on this CQ
-    forged.opcode.set(wc_opcode::SEND);
+    forged.opcode.set(wc_opcode::RECV);
     assert!(sim.device().post_cqe(cq.handle(), &forged, false));
     forged.qp.set(u64::from(qp.qpn()));
     forged.opcode.set(0x4242); // unknown opcode
     assert!(sim.device().post_cqe(cq.handle(), &forged, false));
-    forged.opcode.set(wc_opcode::SEND);
+    forged.opcode.set(wc_opcode::RECV);
     assert!(sim.device().post_cqe(cq.handle(), &forged, false));
     let wcs = poll_n(&cq, 3);
     assert_eq!((wcs[0].status, wcs[0].qp_num), (WcStatus::GeneralErr, 0));
@@ -96,11 +99,16 @@ fn destroying_a_qp_removes_its_queued_cqes() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8, None).unwrap();
     let (q1, q2) = (rc_qp(&pd, &cq, &cq), rc_qp(&pd, &cq, &cq));
+    for q in [&q1, &q2] {
+        connect(q, q.qpn(), gid(&dev));
+    }
     for (wr_id, qp) in [(1u64, &q1), (2, &q2), (3, &q1), (4, &q2)] {
+        // A receive the device holds, so the CQE forged for it is believed.
+        qp.post_recv(&ib_core::RecvWr { wr_id, sg_list: &[] }).unwrap();
         let mut c = Cqe::default();
         c.wr_id.set(wr_id);
         c.qp.set(u64::from(qp.qpn()));
-        c.opcode.set(wc_opcode::SEND);
+        c.opcode.set(wc_opcode::RECV);
         assert!(sim.device().post_cqe(cq.handle(), &c, false));
     }
     drop(q1);

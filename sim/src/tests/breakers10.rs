@@ -143,7 +143,8 @@ fn port_pkey_and_gid_indices_past_their_tables_are_refused() {
     }
     for index in [16u32, 17, 255, 256, 1 << 31, u32::MAX] {
         let gid_type = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1;
-        let b = CreateBind { index: U32::new(index), new_gid: GID0, gid_type, ..Default::default() };
+        let (mtu, vlan) = (U32::new(1024), U32::new(0xfff));
+        let b = CreateBind { index: U32::new(index), new_gid: GID0, gid_type, mtu, vlan, ..Default::default() };
         assert_eq!(d.err(b), EINVAL, "bind index {index}");
         let u = DestroyBind { index: U32::new(index), ..Default::default() };
         assert_eq!(d.err(u), EINVAL, "unbind index {index}");
@@ -174,6 +175,8 @@ fn primary_path_indices_past_their_tables_are_refused() {
     rtr.dest_qp_num = U32::new(qp);
     rtr.path_mtu = U32::new(3);
     rtr.ah_attr.grh.dgid = GID0;
+    rtr.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+    rtr.ah_attr.port_num = 1;
     let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU;
     type Edit = fn(&mut QpAttr);
     let edits: [(&str, Edit); 9] = [
@@ -692,7 +695,8 @@ fn a_wqe_whose_total_len_disagrees_with_its_sges_fails() {
 #[test]
 fn a_bind_of_a_gid_type_the_device_does_not_have_is_refused() {
     let mut d = Drv::new(SimConfig::default());
-    let bind = |gid_type: u8| CreateBind { index: U32::new(1), new_gid: GID0, gid_type, ..Default::default() };
+    let (mtu, vlan) = (U32::new(1024), U32::new(0xfff));
+    let bind = |gid_type: u8| CreateBind { index: U32::new(1), new_gid: GID0, gid_type, mtu, vlan, ..Default::default() };
     d.ok(bind(pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1));
     for t in [pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2, 0, 0x80] {
         assert_eq!(d.err(bind(t)), EINVAL, "gid_type {t}");

@@ -262,6 +262,8 @@ fn modify_qp_demands_what_the_real_device_demands() {
     a.dest_qp_num = U32::new(qp);
     assert_eq!(d.modify(qp, m::STATE | m::DEST_QPN, a), 22, "RTR without AV");
     a.ah_attr.grh.dgid = GID0;
+    a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+    a.ah_attr.port_num = 1;
     assert_eq!(d.modify(qp, m::STATE | m::DEST_QPN | m::AV, a), 22, "sgid 0 not bound");
     d.bind_gid(0, GID0);
     a.ah_attr.grh.sgid_index = 3;
@@ -275,11 +277,13 @@ fn modify_qp_demands_what_the_real_device_demands() {
     assert_eq!(d.modify(qp, m::STATE | m::DEST_QPN | m::AV | m::PATH_MTU, a), 22, "MTU 4096");
     a.path_mtu = U32::new(3);
     a.qkey = U32::new(0x1234);
-    let mask = m::STATE | m::DEST_QPN | m::AV | m::PATH_MTU | m::QKEY;
-    assert_eq!(d.modify(qp, mask, a), 0);
+    let mask = m::STATE | m::DEST_QPN | m::AV | m::PATH_MTU;
+    assert_eq!(d.modify(qp, mask | m::QKEY, a), 22, "a Q_Key on an RC QP (UD only)");
+    a.rq_psn = U32::new(0x1234);
+    assert_eq!(d.modify(qp, mask | m::RQ_PSN, a), 0);
     assert_eq!(d.dev.qp_state(qp), Some(qp_state::RTR));
     let q = d.ok(QueryQp { qp_handle: U32::new(qp), ..Default::default() }).attrs;
-    assert_eq!(q.qkey.get(), 0x1234);
+    assert_eq!((q.rq_psn.get(), q.qkey.get()), (0x1234, 0));
     a.qp_state = U32::new(qp_state::INIT);
     assert_eq!(d.modify(qp, m::STATE, a), 22, "RTR -> INIT");
     a.qp_state = U32::new(qp_state::ERR);

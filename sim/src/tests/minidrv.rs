@@ -159,7 +159,8 @@ impl Drv {
 
     pub fn bind_gid(&mut self, index: u32, gid: Gid) {
         let gid_type = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1;
-        self.ok(CreateBind { index: U32::new(index), new_gid: gid, gid_type, ..Default::default() });
+        let (mtu, vlan) = (U32::new(1024), U32::new(0xfff));
+        self.ok(CreateBind { index: U32::new(index), new_gid: gid, gid_type, mtu, vlan, ..Default::default() });
     }
 
     pub fn create_uc(&mut self, page: u32) -> u32 {
@@ -258,6 +259,8 @@ impl Drv {
         a.path_mtu = U32::new(3);
         a.ah_attr.grh.dgid = GID0;
         a.ah_attr.grh.sgid_index = 0;
+        a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+        a.ah_attr.port_num = 1;
         let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN;
         assert_eq!(self.modify(qp, mask, a), 0);
         a.qp_state = U32::new(qp_state::RTS);

@@ -1,0 +1,126 @@
+//! The WQEs of one work queue still owed a completion, so a CQE the device writes is believed
+//! only for a WQE the consumer posted (IBTA 11.4.2.1: a completion reports a posted work
+//! request). pvrdma frees a slot when the device's consumer index passes it, before its CQE is
+//! polled, so a queue of `depth` slots can have more WQEs owed than that: the record holds
+//! twice the depth.
+//!
+//! A CQE retires the oldest owed WQE with its `wr_id` and every older one: those completed
+//! without a CQE of their own (unsignaled sends) or their CQE was lost (QEMU 7.2
+//! drops CQEs that do not fit). QEMU 7.2 completes unsignaled sends as well (`SendWqeFlattened`
+//! in the README): they are recorded like any other WQE.
+
+/// One posted WQE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Posted {
+    pub(crate) wr_id: u64,
+    /// Bytes its SGEs cover (a receive's buffer).
+    pub(crate) len: u32,
+    /// It asked for a completion (a receive always does).
+    pub(crate) signaled: bool,
+}
+
+/// The owed WQEs of one work queue, oldest first: a ring of twice the queue's depth, allocated
+/// once (posting and polling allocate nothing).
+pub(crate) struct Owed {
+    slots: Box<[Posted]>,
+    /// Index of the oldest owed WQE (wrapping).
+    head: u32,
+    /// Index after the newest (wrapping).
+    tail: u32,
+}
+
+impl Owed {
+    /// A record for a queue of `depth` slots (a power of two).
+    pub(crate) fn new(depth: u32) -> Self {
+        let cap = depth.max(1).saturating_mul(2) as usize;
+        Self { slots: vec![Posted::default(); cap].into_boxed_slice(), head: 0, tail: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.tail.wrapping_sub(self.head) as usize
+    }
+
+    fn at(&self, k: usize) -> Posted {
+        self.slots[(self.head as usize).wrapping_add(k) % self.slots.len()]
+    }
+
+    /// Makes room for one more WQE. A full record forgets its oldest WQE if that one is owed no
+    /// completion (unsignaled); if it is owed one, the consumer has more work outstanding than
+    /// it may (IBTA: a WQE is outstanding until its completion is polled) and `false` says so.
+    pub(crate) fn reserve(&mut self) -> bool {
+        if self.len() < self.slots.len() {
+            return true;
+        }
+        if self.at(0).signaled {
+            return false;
+        }
+        self.head = self.head.wrapping_add(1);
+        true
+    }
+
+    /// Records a WQE just written (after [`Owed::reserve`]).
+    pub(crate) fn push(&mut self, p: Posted) {
+        if self.len() == self.slots.len() {
+            self.head = self.head.wrapping_add(1);
+        }
+        let n = self.slots.len();
+        self.slots[self.tail as usize % n] = p;
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Retires the oldest owed WQE whose `wr_id` is `wr_id`, and every older one; `None` (and
+    /// nothing retired) if no owed WQE has it.
+    pub(crate) fn complete(&mut self, wr_id: u64) -> Option<Posted> {
+        let k = (0..self.len()).find(|&k| self.at(k).wr_id == wr_id)?;
+        let p = self.at(k);
+        if k > 0 {
+            tracing::debug!(skipped = k, "completion retires older WQEs without CQEs of their own");
+        }
+        self.head = self.head.wrapping_add(k as u32 + 1);
+        Some(p)
+    }
+
+    /// Forgets every WQE (the queue was reset).
+    pub(crate) fn clear(&mut self) {
+        self.head = self.tail;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(wr_id: u64, signaled: bool) -> Posted {
+        Posted { wr_id, len: 10, signaled }
+    }
+
+    #[test]
+    fn completions_retire_in_order_and_only_what_was_posted() {
+        let mut o = Owed::new(2);
+        assert_eq!(o.complete(1), None, "nothing posted");
+        for id in 1..=3 {
+            assert!(o.reserve());
+            o.push(p(id, true));
+        }
+        assert_eq!(o.complete(9), None);
+        assert_eq!(o.complete(2).map(|p| p.wr_id), Some(2), "1 retired with it");
+        assert_eq!(o.complete(1), None);
+        assert_eq!(o.complete(3).map(|p| p.wr_id), Some(3));
+        assert_eq!(o.complete(3), None, "once only");
+    }
+
+    #[test]
+    fn a_full_record_forgets_unsignaled_work_but_not_owed_completions() {
+        let mut o = Owed::new(1);
+        for _ in 0..100 {
+            assert!(o.reserve(), "unsignaled sends never fill it");
+            o.push(p(7, false));
+        }
+        o.clear();
+        o.push(p(1, true));
+        o.push(p(2, true));
+        assert!(!o.reserve(), "two completions owed on a one-slot queue");
+        assert!(o.complete(1).is_some());
+        assert!(o.reserve());
+    }
+}
