@@ -6,7 +6,18 @@ use crate::error::from_platform;
 use ib_core::{Error, Result};
 use crate::platform::{DmaWindow, Iova, Platform};
 use pvrdma_abi::PAGE_SIZE;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Bytes held by live [`DmaBuf`]s of every device in this process.
+static OUTSTANDING: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of DMA memory the driver holds now: allocated by a [`DmaBuf`] and not yet freed, over
+/// every device of the process (whole pages). A leak check compares it with a baseline taken
+/// when no other device allocates meanwhile; 0 once every device is gone.
+pub fn outstanding_bytes() -> u64 {
+    OUTSTANDING.load(Ordering::Relaxed)
+}
 
 /// One allocation of zeroed, page-aligned DMA memory, freed on drop.
 pub struct DmaBuf {
@@ -25,6 +36,7 @@ impl DmaBuf {
         let len = len.max(1).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
         let iova = platform.dma_alloc(len).map_err(from_platform)?;
         let window = platform.dma_window(iova).filter(|w| w.size() >= len);
+        OUTSTANDING.fetch_add(len, Ordering::Relaxed);
         Ok(Self { platform: platform.clone(), iova, len, window })
     }
 
@@ -147,6 +159,7 @@ impl DmaBuf {
 impl Drop for DmaBuf {
     fn drop(&mut self) {
         self.platform.dma_free(self.iova);
+        OUTSTANDING.fetch_sub(self.len, Ordering::Relaxed);
     }
 }
 

@@ -453,6 +453,11 @@ impl SimDevice {
         self.core.port.parked(qpn)
     }
 
+    /// How many objects of each kind the device holds now (read-only: for leak checks).
+    pub fn live_objects(&self) -> crate::table::LiveObjects {
+        self.core.objects.lock().live()
+    }
+
     /// Waits up to `timeout` until the port has delivered everything in flight (packets waiting
     /// for a receive WQE do not count). Returns whether it got there.
     pub fn wait_port_idle(&self, timeout: Duration) -> bool {

@@ -36,6 +36,7 @@ pub use cq::{ArmState, CqStatus};
 pub use device::{DeviceState, Profile, SimConfig, SimDevice, SimStats, UAR_BASE_PFN};
 pub use dsr::{limits, node_guid, DEFAULT_MAC};
 pub use errno::Errno;
+pub use table::LiveObjects;
 
 #[cfg(test)]
 mod tests;

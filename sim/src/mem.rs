@@ -180,6 +180,12 @@ impl GuestMemory {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Regions in the map now: allocations not yet freed and external mappings not yet unmapped
+    /// (read-only, for leak checks).
+    pub fn regions(&self) -> usize {
+        self.regions.read().len()
+    }
+
     /// Whether `[iova, iova + len)` lies inside one region.
     pub fn contains(&self, iova: u64, len: u64) -> bool {
         self.with_region(iova, len, |_, _| ()).is_ok()

@@ -66,6 +66,30 @@ impl<T> Table<T> {
     pub fn take_all(&mut self) -> Vec<T> {
         std::mem::take(&mut self.map).into_values().collect()
     }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// How many objects of each kind the device holds (a leak check's view of the tables).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// User contexts (CREATE_UC without DESTROY_UC).
+    pub ucs: usize,
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// MR keys still mapped (lkeys plus rkeys).
+    pub mr_keys: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// UAR pages bound to a user context.
+    pub uar_pages: usize,
 }
 
 /// All objects of the device.
@@ -98,6 +122,19 @@ impl Objects {
             qps: Table::new(2, MAX_QP),
             uar_pages: HashMap::new(),
             key_state: seed,
+        }
+    }
+
+    /// How many objects each table holds.
+    pub fn live(&self) -> LiveObjects {
+        LiveObjects {
+            ucs: self.ucs.len(),
+            pds: self.pds.len(),
+            mrs: self.mrs.len(),
+            mr_keys: self.lkeys.len() + self.rkeys.len(),
+            cqs: self.cqs.len(),
+            qps: self.qps.len(),
+            uar_pages: self.uar_pages.len(),
         }
     }
 

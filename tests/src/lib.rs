@@ -14,3 +14,4 @@ pub mod qemu;
 pub mod raw_device;
 pub mod rewrite;
 pub mod sge_tamper;
+pub mod soak;
