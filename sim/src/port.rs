@@ -402,14 +402,18 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
         core.count(|c| &c.packets_dropped);
         return None;
     };
+    // The receiver's connection, read before the sender is asked: a receiver reset (and
+    // perhaps reconnected) after this refuses the packet, as a new connection's PSNs would.
+    let dest = core.qp(pkt.dest);
+    let connection = dest.as_ref().map(|d| d.connection());
     if !src.send_pending(pkt.seq) {
         // The sender flushed or reset meanwhile: it no longer waits for an answer.
         core.count(|c| &c.packets_dropped);
         return None;
     }
     let bound = core.gids.lock().iter().any(|g| g.as_ref() == Some(&pkt.dgid));
-    let outcome = match core.qp(pkt.dest) {
-        Some(dest) if bound => dest.receive(core, &pkt, fx),
+    let outcome = match (dest, connection) {
+        (Some(dest), Some(conn)) if bound => dest.receive(core, &pkt, conn, fx),
         _ => crate::qp::Rx::Fail(wc_status::RETRY_EXC_ERR),
     };
     let status = match outcome {

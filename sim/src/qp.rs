@@ -37,6 +37,7 @@ use pvrdma_abi::wqe::{
 use std::collections::VecDeque;
 use crate::mem::GuestMemory;
 use smallvec::SmallVec;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U32, U64};
@@ -67,6 +68,9 @@ pub struct Qp {
     sq: Consumer,
     rq: Consumer,
     st: Mutex<QpState>,
+    /// Times the QP was moved to RESET (under `st`): a packet sent to an earlier connection is
+    /// not delivered into a later one.
+    resets: AtomicU64,
     _charge: Charge,
 }
 
@@ -217,6 +221,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         sq: Consumer::new(&core.mem, sq, state_page, Half::Tx),
         rq: Consumer::new(&core.mem, rq, state_page, Half::Rx),
         st: Mutex::new(st),
+        resets: AtomicU64::new(0),
         _charge: charge,
     };
     objs.qps.insert(handle, Arc::new(qp));
@@ -300,6 +305,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     if new == ERR && cur != ERR {
         qp.enter_error(core, &mut st, fx);
     } else if new == RESET {
+        qp.resets.fetch_add(1, Ordering::AcqRel);
         st.inflight.clear();
         st.bytes_on_wire = 0;
         st.throttled = false;
@@ -572,12 +578,19 @@ impl Qp {
         Some((hdr, sges))
     }
 
-    /// Takes the next receive WQE for `pkt`, scatters the payload and publishes the receive CQE.
+    /// Which connection the QP is in: read before a delivery, passed to [`Qp::receive`].
+    pub fn connection(&self) -> u64 {
+        self.resets.load(Ordering::Acquire)
+    }
+
+    /// Takes the next receive WQE for `pkt`, scatters the payload and publishes the receive CQE,
+    /// if the QP is still in `connection` (not reset since the packet's delivery began).
     /// Called by the port thread.
-    pub fn receive(&self, core: &Core, pkt: &Packet, fx: &mut Effects) -> Rx {
+    pub fn receive(&self, core: &Core, pkt: &Packet, connection: u64, fx: &mut Effects) -> Rx {
         let mut st = self.st.lock();
         let ready = matches!(st.state, qp_state::RTR | qp_state::RTS);
-        if st.dead || !ready || st.attrs.dest_qp_num.get() != pkt.src {
+        let stale = self.resets.load(Ordering::Acquire) != connection;
+        if st.dead || !ready || stale || st.attrs.dest_qp_num.get() != pkt.src {
             return Rx::Fail(wc_status::RETRY_EXC_ERR);
         }
         let slot = match self.rq.next(&core.mem) {

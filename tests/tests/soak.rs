@@ -4,19 +4,18 @@
 //! — stepping through a seeded random sequence: send and receive lists of random lengths, sizes,
 //! SGE counts, immediate data and solicited flags; polls; arms for next or solicited, some waited
 //! for on the channel or a notify request; QPs moved to ERR under traffic; pairs destroyed and
-//! recreated (or reset, `SOAK_RESET`); CQs and whole user contexts destroyed and recreated.
+//! recreated or reset and reconnected; CQs and whole user contexts destroyed and recreated.
 //!
 //! Run: `cargo test --release -p tests --test soak -- --nocapture`. The seed is printed first
 //! and in every failure; `SOAK_SEED=<n>` replays a run's step sequence (the interleaving of the
 //! threads is not replayed). `SOAK_MESSAGES=<n>` sets the goal, `SOAK_SECONDS=<n>` the time
 //! bound (default 120 s; missing the goal within it fails), `SOAK_WORKERS=<n>` the threads (2),
 //! `SOAK_LATENCY_US=<n>` the model's link latency (0: the posting thread delivers; else the
-//! model's port thread does), `SOAK_RESET=1` recovers half the pairs held in error through RESET
-//! and reconnect instead of destroying them. That is off by default while the model can deliver
-//! a packet of a connection's past into its next one: its port checks that the send is still
-//! pending, then delivers with the receiver's lock only, and in between both QPs can be flushed,
-//! reset, reconnected and given a receive (`SOAK_RESET=1 SOAK_LATENCY_US=50
-//! SOAK_MESSAGES=3000000` fails so in about a third of the runs, at latency 0 in about 3 %).
+//! model's port thread does), `SOAK_RESET=0` destroys the pairs held in error instead of
+//! recovering half of them through RESET and reconnect. (The soak found the model delivering a
+//! packet of a connection's past into its next one, between its check that the send is still
+//! pending and the receiver's lock; a receiver now refuses a packet whose delivery began before
+//! its last RESET.)
 //!
 //! Checked throughout (`tests::soak`): each completion is of an outstanding request, in order,
 //! once (a duplicate or unknown `wr_id` fails at once); a request posted to a QP in ERR flushes;
@@ -70,7 +69,7 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
     let goal = env_u64("SOAK_MESSAGES").unwrap_or(default_goal);
     let bound = Duration::from_secs(env_u64("SOAK_SECONDS").unwrap_or(120));
     let workers = env_u64("SOAK_WORKERS").unwrap_or(WORKERS).clamp(1, 64) as u8;
-    let reset_pairs = env_u64("SOAK_RESET").unwrap_or(0) != 0;
+    let reset_pairs = env_u64("SOAK_RESET").unwrap_or(1) != 0;
     eprintln!(
         "soak: SOAK_SEED={seed} SOAK_MESSAGES={goal} SOAK_SECONDS={} SOAK_WORKERS={workers} SOAK_RESET={}",
         bound.as_secs(),
@@ -135,12 +134,15 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
         assert!(exercised.iter().all(|&n| n > 0), "a path never taken: {total:?}");
     }
 
-    assert_eq!(sim.device().live_objects(), LiveObjects::default(), "objects left in the model");
+    let objects = || sim.device().live_objects();
+    settle("objects in the model", objects, LiveObjects::default());
+    assert_eq!(objects(), LiveObjects::default(), "objects left in the model");
     assert_eq!(pv.uar_table().in_use(), 1, "user UAR pages left in use");
     settle("driver DMA bytes", hca::dma::outstanding_bytes, base_dma);
     assert_eq!(hca::dma::outstanding_bytes(), base_dma, "driver DMA bytes against the baseline after probe");
-    let mem = (sim.device().mem().used(), sim.device().mem().regions());
-    assert_eq!(mem, base_mem, "model guest memory (bytes, regions) against its baseline");
+    let mem = || (sim.device().mem().used(), sim.device().mem().regions());
+    settle("model guest memory (bytes, regions)", mem, base_mem);
+    assert_eq!(mem(), base_mem, "model guest memory (bytes, regions) against its baseline");
     assert_eq!(sim.device().stats().host_bytes, base_host, "the model's host-memory charge against its baseline");
     let stats = sim.device().stats();
     assert_eq!((stats.cq_overflows, stats.cqes_dropped_overflow, stats.refused_doorbells), (0, 0, 0), "{stats:?}");
@@ -155,7 +157,7 @@ fn soak_every_request_completes_once_and_nothing_leaks() {
 /// Waits (bounded) for `now()` to come back to `base`, and says how long it took if it was not
 /// there at once: a destroyed CQ's memory goes when the last holder lets go of it, which may be
 /// the driver's event thread finishing the delivery it was making when the CQ was destroyed.
-fn settle(what: &str, now: impl Fn() -> u64, base: u64) {
+fn settle<T: PartialEq + std::fmt::Debug>(what: &str, now: impl Fn() -> T, base: T) {
     let (first, t) = (now(), Instant::now());
     if first == base {
         return;
@@ -163,8 +165,7 @@ fn settle(what: &str, now: impl Fn() -> u64, base: u64) {
     while now() != base && t.elapsed() < WAIT {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let over = |n: u64| n as i64 - base as i64;
-    eprintln!("soak: {what}: {} over the baseline at teardown, {} after {:.2?}", over(first), over(now()), t.elapsed());
+    eprintln!("soak: {what}: {first:?} at teardown (baseline {base:?}), {:?} after {:.2?}", now(), t.elapsed());
 }
 
 /// Tells the other workers to stop if this one fails (its panic unwinds through here).
