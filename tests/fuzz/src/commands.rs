@@ -8,7 +8,8 @@
 //! commands get past the handle and geometry checks into the object code.
 //!
 //! Invariants: no panic or hang; each request is answered with the opcode's ack, its cookie and
-//! one command interrupt, unless the device is Broken; guest memory stays within its limit.
+//! one command interrupt, unless the device is Broken; guest memory stays within its limit; a
+//! RESET at the end (set-up bit 6) leaves the device Inactive whatever the commands made.
 
 use crate::model::{check_answer, Model, GID0, PAGE};
 use arbitrary::Unstructured;
@@ -65,6 +66,9 @@ pub fn run(data: &[u8]) {
     }
     model.settle();
     model.check_bounded();
+    if setup & 0x40 != 0 {
+        model.reset();
+    }
 }
 
 /// Makes the objects the set-up byte asks for, with valid commands.

@@ -1,6 +1,5 @@
 //! The harnesses of the fuzz targets in `fuzz_targets/` (`cargo fuzz`, see `run.sh`): each target
-//! is one call into a module here, so a crash input replays with `cargo test` as well
-//! (`tests/replay.rs` runs every committed corpus file through its harness).
+//! is one call into a module here.
 //!
 //! - [`commands`]: the model's command handling, arbitrary command-slot bytes after a valid DSR.
 //! - [`rings`]: the model's rings and doorbells, arbitrary ring-state and WQE bytes and doorbell

@@ -290,6 +290,12 @@ impl Model {
         assert!(self.dev.wait_port_idle(SETTLE), "the model's port did not go idle within {SETTLE:?}");
     }
 
+    /// `CTL = RESET` (every object destroyed, the DSR forgotten): the device must end Inactive.
+    pub fn reset(&self) {
+        self.dev.reg_write(REG_CTL, DeviceCtl::Reset as u32);
+        assert_eq!(self.dev.state(), DeviceState::Inactive, "RESET did not leave the device Inactive");
+    }
+
     /// Checks the invariants every run ends with: guest memory within its limit.
     pub fn check_bounded(&self) {
         let used = self.mem().used();

@@ -7,8 +7,11 @@
 //! fuzzed value and page, writes anywhere in BAR2, moves a CQ's consumer index (validly or not),
 //! changes a QP's state by command, or lets the port deliver.
 //!
+//! At the end, set-up bits ask for every object to be destroyed by command (whatever is in
+//! flight) and for a device RESET.
+//!
 //! Invariants: no panic or hang (the port goes idle within a bound), guest memory within its
-//! limit.
+//! limit, every command answered, RESET leaves the device Inactive.
 
 use crate::model::{Model, Mr, Qp, Ring, GID0, PAGE};
 use arbitrary::Unstructured;
@@ -47,6 +50,26 @@ pub fn run(data: &[u8]) {
     }
     w.model.settle();
     w.model.check_bounded();
+    if setup & 2 != 0 {
+        destroy_all(&mut w);
+    }
+    if setup & 4 != 0 {
+        w.model.reset();
+    }
+}
+
+/// Destroys the QPs, MRs and CQs by command, whatever is in flight (each must be answered).
+fn destroy_all(w: &mut World) {
+    for qp in w.qps.clone() {
+        w.model.post(cmd::DestroyQp { qp_handle: U32::new(qp.qpn), ..Default::default() });
+    }
+    for mr in w.mrs.clone() {
+        w.model.post(cmd::DestroyMr { mr_handle: U32::new(mr.handle), ..Default::default() });
+    }
+    for (cq, _) in w.cqs.clone() {
+        w.model.post(cmd::DestroyCq { cq_handle: U32::new(cq), ..Default::default() });
+    }
+    w.model.settle();
 }
 
 fn set_up(setup: u8) -> World {
