@@ -7,7 +7,7 @@
 //! teardown's commands are all reached), then actions on the objects the driver managed to make:
 //! CQEs through the model's publish path (arbitrary contents, valid ring), raw CQ ring bytes and
 //! producer indices, async-event and CQ-notification entries and indices (each followed by the
-//! interrupt), polls and arms.
+//! interrupt), polls and arms, queries and a user context (more responses to overwrite).
 //!
 //! Invariants: no panic or hang; errors are `Err` values; a successful completion names a QP of
 //! its CQ.
@@ -18,7 +18,7 @@ use hca::platform::sim::SimPlatform;
 use hca::platform::Platform;
 use hca::ProbeOptions;
 use ib_core::{access, Cq, Device, Mr, NotifyFlags, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc};
-use ib_core::{WcStatus, WrOpcode};
+use ib_core::{QpAttrMask, WcStatus, WrOpcode};
 use pvrdma_abi::dsr::{DeviceCaps, Dsr};
 use pvrdma_abi::regs::{DeviceCtl, IntrVector, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_REQUEST};
 use pvrdma_abi::ring::{idx_inc, idx_slot, RX_CONS_HEAD, RX_PROD_TAIL};
@@ -185,7 +185,7 @@ fn make_into(dev: &Device, o: &mut Objects) -> ib_core::Result<()> {
 
 fn act(u: &mut Unstructured, dev: &Device, d: &SimDevice, o: &Objects) -> arbitrary::Result<()> {
     let mut wc = [Wc::default(); 8];
-    match u.int_in_range(0..=6u8)? {
+    match u.int_in_range(0..=7u8)? {
         0 => {
             let cq = u.choose(&o.cqs)?;
             let bytes = u.bytes(64.min(u.len()))?;
@@ -215,7 +215,17 @@ fn act(u: &mut Unstructured, dev: &Device, d: &SimDevice, o: &Objects) -> arbitr
             let flags = if u.arbitrary()? { NotifyFlags::NEXT_COMPLETION } else { NotifyFlags::SOLICITED };
             let _ = cq.req_notify(flags);
         }
-        _ => wait_async_taken(dev, d),
+        6 => wait_async_taken(dev, d),
+        _ => {
+            // More commands whose responses the plan may overwrite: queries, a user context.
+            let _ = dev.query_port(1);
+            for q in &o.qps {
+                let _ = q.query_qp(QpAttrMask::ALL);
+            }
+            if let Ok(ctx) = dev.alloc_ucontext() {
+                let _ = ctx.create_cq(4, None);
+            }
+        }
     }
     Ok(())
 }

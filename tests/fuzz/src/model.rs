@@ -95,6 +95,8 @@ pub struct Mr {
 pub struct Model {
     /// The device.
     pub dev: Arc<SimDevice>,
+    /// Ring-state pages of the DSR's async-event and CQ-notification rings.
+    pub event_rings: [u64; 2],
     cmd_slot: u64,
     resp_slot: u64,
     cookie: u64,
@@ -112,7 +114,12 @@ impl Model {
 
     /// [`Model::new`] with `profile`.
     pub fn with_profile(profile: Profile) -> Self {
-        let dev = SimDevice::new(SimConfig { profile, ..config() });
+        Self::with_config(SimConfig { profile, ..config() })
+    }
+
+    /// [`Model::new`] with `cfg`.
+    pub fn with_config(cfg: SimConfig) -> Self {
+        let dev = SimDevice::new(cfg);
         let mem = dev.mem();
         let dsr = mem.alloc(PAGE).expect("DSR page");
         let cmd_slot = mem.alloc(PAGE).expect("command slot");
@@ -121,15 +128,17 @@ impl Model {
         d.driver_version = U32::new(pvrdma_abi::PVRDMA_ROCEV1_VERSION);
         d.cmd_slot_dma = U64::new(cmd_slot);
         d.resp_slot_dma = U64::new(resp_slot);
-        d.async_ring_pages = dev_ring(&dev, 2);
-        d.cq_ring_pages = dev_ring(&dev, 2);
+        let (async_ring, async_state) = dev_ring(&dev, 2);
+        let (cq_ring, cq_state) = dev_ring(&dev, 2);
+        d.async_ring_pages = async_ring;
+        d.cq_ring_pages = cq_ring;
         d.uar_pfn = U64::new(UAR_BASE_PFN);
         mem.write(dsr, d.as_bytes()).expect("DSR write");
         dev.reg_write(REG_DSRLOW, dsr as u32);
         dev.reg_write(REG_DSRHIGH, (dsr >> 32) as u32);
         dev.reg_write(REG_CTL, DeviceCtl::Activate as u32);
         assert_eq!(dev.state(), DeviceState::Active, "a valid DSR did not activate the device");
-        Self { dev, cmd_slot, resp_slot, cookie: 0x1000 }
+        Self { dev, event_rings: [async_state, cq_state], cmd_slot, resp_slot, cookie: 0x1000 }
     }
 
     /// Guest memory.
@@ -324,11 +333,13 @@ pub fn check_answer(dev: &SimDevice, opcode: u32, cookie: u64, a: &Answer, befor
     assert_eq!(a.irqs, 1, "command interrupts for opcode {opcode:#x}");
 }
 
-/// The DSR's description of a device-produced ring of `pages` pages (ring state + entries).
-fn dev_ring(dev: &SimDevice, pages: u32) -> RingPageInfo {
+/// The DSR's description of a device-produced ring of `pages` pages (ring state + entries), and
+/// its ring-state page.
+fn dev_ring(dev: &SimDevice, pages: u32) -> (RingPageInfo, u64) {
     let base = dev.mem().alloc(u64::from(pages) * PAGE).expect("ring pages");
     let list: Vec<u64> = (0..u64::from(pages)).map(|i| base + i * PAGE).collect();
-    RingPageInfo { num_pages: U32::new(pages), reserved: U32::ZERO, pdir_dma: U64::new(build_pdir(dev, &list)) }
+    let dir = build_pdir(dev, &list);
+    (RingPageInfo { num_pages: U32::new(pages), reserved: U32::ZERO, pdir_dma: U64::new(dir) }, base)
 }
 
 /// Builds a page directory (directory page plus table pages) listing `pages`.

@@ -4,8 +4,10 @@
 //! MR and a receive MR; a user context with its own CQ on UAR page 1. Then each action, chosen by
 //! a byte, writes arbitrary bytes into a QP's ring-state page or WQE slots, posts a structured
 //! send or receive WQE (real keys and addresses, fuzzed fields), rings a QP or CQ doorbell with a
-//! fuzzed value and page, writes anywhere in BAR2, moves a CQ's consumer index (validly or not),
-//! changes a QP's state by command, or lets the port deliver.
+//! fuzzed value and page, writes anywhere in BAR2, consumes CQEs as a driver does, writes any word
+//! of a CQ's or an event ring's state page, changes a QP's state by command, or lets the port
+//! deliver. The set-up byte also picks the profile and a link latency (delivery on the port's
+//! thread instead of the ringing one).
 //!
 //! At the end, set-up bits ask for every object to be destroyed by command (whatever is in
 //! flight) and for a device RESET.
@@ -20,7 +22,8 @@ use pvrdma_abi::ring::{idx_inc, idx_slot, ring_count};
 use pvrdma_abi::uar::{UAR_BAR_SIZE, UAR_CQ_OFFSET, UAR_PAGE_SIZE, UAR_QP_OFFSET};
 use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
 use pvrdma_abi::wqe::{wr_opcode, RqWqeHdr, Sge, SqWqeHdr};
-use pvrdma_sim::Profile;
+use pvrdma_sim::{Profile, SimConfig};
+use std::time::Duration;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -74,7 +77,9 @@ fn destroy_all(w: &mut World) {
 
 fn set_up(setup: u8) -> World {
     let profile = if setup & 1 != 0 { Profile::Qemu72 } else { Profile::Ibta };
-    let mut model = Model::with_profile(profile);
+    // A link latency moves delivery from the ringing thread to the port's own thread.
+    let link_latency = Duration::from_micros(if setup & 8 != 0 { 20 } else { 0 });
+    let mut model = Model::with_config(SimConfig { profile, link_latency, ..crate::model::config() });
     model.bind_gid(0, GID0);
     let pd = model.create_pd(0);
     let a = model.create_cq(0, 8);
@@ -127,8 +132,12 @@ fn act(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
         }
         7 => consume(u, w)?,
         8 => {
-            let (_, ring) = *u.choose(&w.cqs)?;
-            let _ = w.model.mem().store_u32(ring.state + 12, u.arbitrary()?);
+            // Any word of a device-produced ring's state page: a CQ's or the DSR's event rings'.
+            let mut pages: Vec<u64> = w.cqs.iter().map(|c| c.1.state).collect();
+            pages.extend(w.model.event_rings);
+            let page = *u.choose(&pages)?;
+            let at = u64::from(u.int_in_range(0..=3u8)?) * 4;
+            let _ = w.model.mem().store_u32(page + at, u.arbitrary()?);
         }
         9 => modify(u, w)?,
         _ => w.model.settle(),
