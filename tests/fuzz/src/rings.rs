@@ -13,12 +13,13 @@
 //! flight) and for a device RESET.
 //!
 //! Invariants: no panic or hang (the port goes idle within a bound), guest memory within its
-//! limit, every command answered, RESET leaves the device Inactive.
+//! limit, the indices the device writes in range (in ring-state pages the input did not write),
+//! every command answered, RESET leaves the device Inactive.
 
 use crate::model::{Model, Mr, Qp, Ring, GID0, PAGE};
 use arbitrary::Unstructured;
 use pvrdma_abi::cmd;
-use pvrdma_abi::ring::{idx_inc, idx_slot, ring_count};
+use pvrdma_abi::ring::{idx_inc, idx_slot, idx_valid, ring_count};
 use pvrdma_abi::uar::{UAR_BAR_SIZE, UAR_CQ_OFFSET, UAR_PAGE_SIZE, UAR_QP_OFFSET};
 use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
 use pvrdma_abi::wqe::{wr_opcode, RqWqeHdr, Sge, SqWqeHdr};
@@ -38,6 +39,8 @@ struct World {
     mrs: Vec<Mr>,
     /// UAR pages in use (0: the kernel's; 1: the user context's).
     pages: [u32; 2],
+    /// Ring-state pages whose words the input wrote (the device's words there prove nothing).
+    tainted: Vec<u64>,
 }
 
 /// Runs one input.
@@ -53,11 +56,32 @@ pub fn run(data: &[u8]) {
     }
     w.model.settle();
     w.model.check_bounded();
+    check_device_words(&w);
     if setup & 2 != 0 {
         destroy_all(&mut w);
     }
     if setup & 4 != 0 {
         w.model.reset();
+    }
+}
+
+/// The indices the device wrote into ring-state pages the input left alone are in range: a CQ's
+/// and an event ring's producer index, never more than the ring ahead of the driver's consumer
+/// index; a QP's consumer indices.
+fn check_device_words(w: &World) {
+    let mem = w.model.mem();
+    let word = |at: u64| mem.load_u32(at).expect("ring-state page");
+    let [async_page, notify_page] = w.model.event_rings;
+    let produced = w.cqs.iter().map(|(_, r)| (r.state, r.elems)).chain([(async_page, 512), (notify_page, 1024)]);
+    for (page, elems) in produced.filter(|(p, _)| !w.tainted.contains(p)) {
+        let (prod, cons) = (word(page + 8), word(page + 12));
+        assert!(ring_count(prod, cons, elems).is_some(), "device wrote prod {prod} (cons {cons}, {elems} entries)");
+    }
+    for qp in w.qps.iter().filter(|q| !w.tainted.contains(&q.state)) {
+        for (at, elems) in [(4, qp.sq.elems), (12, qp.rq.elems)] {
+            let cons = word(qp.state + at);
+            assert!(idx_valid(cons, elems), "device wrote QP {} cons {cons} at +{at}", qp.qpn);
+        }
     }
 }
 
@@ -92,7 +116,7 @@ fn set_up(setup: u8) -> World {
     let dst = model.create_mr(pd, 0x7100_0000_0456, 2 * PAGE, access::LOCAL_WRITE | access::REMOTE_WRITE);
     let uc = model.create_uc(1);
     let c = model.create_cq(uc, 4);
-    World { model, cqs: vec![a, b, c], qps: vec![qa, qb], mrs: vec![src, dst], pages: [0, 1] }
+    World { model, cqs: vec![a, b, c], qps: vec![qa, qb], mrs: vec![src, dst], pages: [0, 1], tainted: Vec::new() }
 }
 
 fn act(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
@@ -102,6 +126,7 @@ fn act(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
             let at = u64::from(u.int_in_range(0..=15u8)?);
             let v: u32 = u.arbitrary()?;
             let _ = w.model.mem().store_u32(qp.state + (at & !3), v);
+            w.tainted.push(qp.state);
         }
         1 => {
             let qp = *u.choose(&w.qps)?;
@@ -138,6 +163,7 @@ fn act(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
             let page = *u.choose(&pages)?;
             let at = u64::from(u.int_in_range(0..=3u8)?) * 4;
             let _ = w.model.mem().store_u32(page + at, u.arbitrary()?);
+            w.tainted.push(page);
         }
         9 => modify(u, w)?,
         _ => w.model.settle(),
