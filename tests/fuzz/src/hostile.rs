@@ -35,8 +35,9 @@ use zerocopy::FromBytes;
 const MAX_ACTIONS: usize = 32;
 /// Bound on one command (the hooks never swallow one, so only a Broken device makes it wait).
 const CMD_TIMEOUT: Duration = Duration::from_millis(200);
-/// Bound on the driver taking the async entries it was handed.
-const DRAIN: Duration = Duration::from_millis(500);
+/// Bound on the driver taking the async entries it was handed (at most [`MAX_ACTIONS`] waits an
+/// input: well under libFuzzer's per-input timeout of `run.sh`).
+const DRAIN: Duration = Duration::from_millis(100);
 
 /// One overwrite of device-written bytes: `bytes` at `offset`.
 #[derive(Debug, Clone)]
