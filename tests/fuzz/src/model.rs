@@ -239,26 +239,41 @@ impl Model {
         }
     }
 
-    /// RESET -> INIT -> RTR -> RTS towards `dest` with GID index 0.
+    /// RESET -> INIT -> RTR -> RTS towards `dest` with GID index 0 (set-up: each step must
+    /// succeed).
     pub fn connect(&mut self, qpn: u32, dest: u32) {
+        assert_eq!(self.try_connect(qpn, dest), 0, "set-up MODIFY_QP of QP {qpn} failed");
+    }
+
+    /// [`Model::connect`] that stops at the first step the device refuses and returns its errno
+    /// (0: connected). A QP can fail legitimately between steps: its CQ may overflow on the port
+    /// thread meanwhile (with a link latency), which moves it to ERR.
+    pub fn try_connect(&mut self, qpn: u32, dest: u32) -> u8 {
         let mut a = QpAttr::new_zeroed();
         let go = |model: &mut Self, state: u32, mask: u32, a: &mut QpAttr| {
             a.qp_state = U32::new(state);
-            model.ok(cmd::ModifyQp {
+            let req = cmd::ModifyQp {
                 qp_handle: U32::new(qpn),
                 attr_mask: U32::new(mask | m::STATE),
                 attrs: *a,
                 ..Default::default()
-            });
+            };
+            model.post(req).1
         };
         a.port_num = 1;
         a.qp_access_flags = U32::new(pvrdma_abi::verbs::access::LOCAL_WRITE | pvrdma_abi::verbs::access::REMOTE_WRITE);
-        go(self, qp_state::INIT, m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, &mut a);
+        let err = go(self, qp_state::INIT, m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, &mut a);
+        if err != 0 {
+            return err;
+        }
         a.dest_qp_num = U32::new(dest);
         a.path_mtu = U32::new(pvrdma_abi::verbs::mtu::MTU_1024);
         a.ah_attr.grh.dgid = GID0;
-        go(self, qp_state::RTR, m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN, &mut a);
-        go(self, qp_state::RTS, m::SQ_PSN, &mut a);
+        let err = go(self, qp_state::RTR, m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN, &mut a);
+        if err != 0 {
+            return err;
+        }
+        go(self, qp_state::RTS, m::SQ_PSN, &mut a)
     }
 
     /// An MR of `len` bytes at virtual address `va` over fresh pages, with `access`.

@@ -283,7 +283,7 @@ fn modify(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
             ..Default::default()
         });
         reset_rings(w, i);
-        w.model.connect(qpn, peer);
+        w.model.try_connect(qpn, peer);
         return Ok(());
     }
     let mut a = QpAttr::new_zeroed();
