@@ -7,6 +7,7 @@
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::eq::CqFlags;
 use crate::health::off_thread;
+use crate::dma::Abandon;
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
 use crate::qp::{complete, SharedWq};
@@ -105,7 +106,7 @@ impl Cq {
         let flags = Arc::new(CqFlags::default());
         if let Err(e) = dev.eq.register_cq(handle, flags.clone(), events) {
             // The device may still write into this ring (it named a live handle): leak it.
-            std::mem::forget(ring);
+            ring.abandon();
             return Err(e);
         }
         if resp.cqe.get() != entries {
@@ -167,7 +168,7 @@ fn destroy_cq(dev: &DeviceInner, handle: u32) -> bool {
 fn refuse_size(dev: &DeviceInner, handle: u32, asked: u32, got: u32, ring: DevRing) {
     tracing::error!(handle, asked, got, "CREATE_CQ answered another size: CQ refused");
     if !destroy_cq(dev, handle) {
-        std::mem::forget(ring);
+        ring.abandon();
     }
     dev.eq.unregister_cq(handle);
 }

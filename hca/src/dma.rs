@@ -19,13 +19,37 @@ pub fn outstanding_bytes() -> u64 {
     OUTSTANDING.load(Ordering::Relaxed)
 }
 
-/// One allocation of zeroed, page-aligned DMA memory, freed on drop.
+/// One allocation of zeroed, page-aligned DMA memory, freed on drop (unless abandoned).
 pub struct DmaBuf {
     platform: Arc<dyn Platform>,
     iova: Iova,
     len: u64,
     /// The memory resolved once at allocation, where the backend can (the model).
     window: Option<Arc<dyn DmaWindow>>,
+    /// Freed on drop, unless [`Abandon::abandon`]ed.
+    free_on_drop: bool,
+}
+
+/// Memory the device may still write (its DESTROY was refused or never answered, or it named a
+/// live handle): given up without being freed, so no later allocation can meet the device's
+/// writes. The allocation stays for the platform's life (and counted); the platform itself is
+/// not kept alive by it.
+pub trait Abandon {
+    /// Gives the memory up without freeing it.
+    fn abandon(self);
+}
+
+impl Abandon for DmaBuf {
+    fn abandon(mut self) {
+        self.free_on_drop = false;
+    }
+}
+
+impl<A: Abandon, B: Abandon> Abandon for (A, B) {
+    fn abandon(self) {
+        self.0.abandon();
+        self.1.abandon();
+    }
 }
 
 impl DmaBuf {
@@ -37,7 +61,7 @@ impl DmaBuf {
         let iova = platform.dma_alloc(len).map_err(from_platform)?;
         let window = platform.dma_window(iova).filter(|w| w.size() >= len);
         OUTSTANDING.fetch_add(len, Ordering::Relaxed);
-        Ok(Self { platform: platform.clone(), iova, len, window })
+        Ok(Self { platform: platform.clone(), iova, len, window, free_on_drop: true })
     }
 
     /// Allocates `pages` whole pages.
@@ -158,8 +182,10 @@ impl DmaBuf {
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        self.platform.dma_free(self.iova);
-        OUTSTANDING.fetch_sub(self.len, Ordering::Relaxed);
+        if self.free_on_drop {
+            self.platform.dma_free(self.iova);
+            OUTSTANDING.fetch_sub(self.len, Ordering::Relaxed);
+        }
     }
 }
 

@@ -284,6 +284,10 @@ impl EventRings {
     /// the device's order (with those a destroy took meanwhile). The async thread's work.
     fn drain_async(&self) {
         if self.health.is_fatal() {
+            // Nothing more reaches the consumer, and a queued entry holds its object's handler,
+            // which holds the object and through it the device: drop them, or they never go.
+            let queued = std::mem::take(&mut *self.deferred.lock());
+            drop(queued);
             return;
         }
         if let Some(reason) = self.fatal_pending() {

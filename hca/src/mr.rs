@@ -10,6 +10,7 @@
 use crate::device::{duplicate_handle, DeviceInner, IdKind};
 use crate::error::from_platform;
 use crate::pd::Pd;
+use crate::dma::Abandon;
 use crate::pdir::{PageDir, PagedBuf};
 use crate::platform::{Iova, Platform};
 use ib_core::provider::{MrOps, UserMemory};
@@ -75,7 +76,7 @@ impl Mr {
         // SAFETY: `UserMemory`'s contract: the consumer keeps the buffer, and so the whole pages
         // holding it, live until the MR is deregistered; Drop unmaps before that.
         let iova = unsafe { platform.map_user(first, span) }.map_err(from_platform)?;
-        let user = UserPages { platform: platform.clone(), iova };
+        let user = UserPages { platform: platform.clone(), iova, unmap_on_drop: true };
         let list: Vec<Iova> = (0..npages).map(|i| iova + (i * PAGE) as u64).collect();
         let dir = PageDir::new(platform, &list)?;
         let (handle, lkey, rkey) = match register(pd, mem.addr() as u64, mem.len(), dir.dma(), npages, access) {
@@ -162,29 +163,38 @@ fn destroy_mr(dev: &DeviceInner, handle: u32) -> bool {
 /// Keeps memory the device may still be using out of the allocator for good: after
 /// [`Error::DeviceFatal`] from [`register`] (a handle answered twice, or a refused MR the device
 /// would not destroy).
-fn leak_on_fatal<T>(e: &Error, memory: T) {
+fn leak_on_fatal(e: &Error, memory: impl Abandon) {
     if *e == Error::DeviceFatal {
-        std::mem::forget(memory);
+        memory.abandon();
     }
 }
 
-/// A user mapping undone on drop unless [`UserPages::take`]n by an MR that owns it.
+/// A user mapping undone on drop unless [`UserPages::take`]n by an MR that owns it (or
+/// abandoned: the device may still reach it).
 struct UserPages {
     platform: Arc<dyn Platform>,
     iova: Iova,
+    unmap_on_drop: bool,
 }
 
 impl UserPages {
-    fn take(self) -> Iova {
-        let iova = self.iova;
-        std::mem::forget(self);
-        iova
+    fn take(mut self) -> Iova {
+        self.unmap_on_drop = false;
+        self.iova
+    }
+}
+
+impl Abandon for UserPages {
+    fn abandon(self) {
+        self.take();
     }
 }
 
 impl Drop for UserPages {
     fn drop(&mut self) {
-        self.platform.unmap_user(self.iova);
+        if self.unmap_on_drop {
+            self.platform.unmap_user(self.iova);
+        }
     }
 }
 

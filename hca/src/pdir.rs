@@ -3,7 +3,7 @@
 //! table page holds the addresses of up to 512 data pages; data page `i` is entry
 //! `i & 0x1ff` of table `i >> 9` ([`pvrdma_abi::pdir`]).
 
-use crate::dma::DmaBuf;
+use crate::dma::{Abandon, DmaBuf};
 use ib_core::{Error, Result};
 use crate::platform::{Iova, Platform};
 use pvrdma_abi::pdir::{dir_index, table_index, PAGE_DIR_MAX_PAGES, PDIR_ENTRIES};
@@ -71,6 +71,19 @@ fn write_page(platform: &Arc<dyn Platform>, entries: &[u64]) -> Result<DmaBuf> {
 pub struct PagedBuf {
     data: DmaBuf,
     dir: PageDir,
+}
+
+impl Abandon for PageDir {
+    fn abandon(self) {
+        self.dir.abandon();
+        self._tables.into_iter().for_each(Abandon::abandon);
+    }
+}
+
+impl Abandon for PagedBuf {
+    fn abandon(self) {
+        (self.data, self.dir).abandon();
+    }
 }
 
 impl PagedBuf {

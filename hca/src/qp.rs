@@ -16,7 +16,7 @@ use attr::{from_device, to_device};
 use owed::{Owed, Posted};
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
-use crate::dma::DmaBuf;
+use crate::dma::{Abandon, DmaBuf};
 use crate::pdir::PagedBuf;
 use crate::ring::{record_error, RecordWords};
 use doorbell::record::DriverProduced;
@@ -191,19 +191,19 @@ impl Qp {
         if handle <= GSI_QPN {
             // QP0/QP1 are the port's special QPs: DESTROY_QP would name them, not this one.
             tracing::error!(qpn = handle, "CREATE_QP answered QP0/QP1 for an RC QP: refused");
-            std::mem::forget(buf);
+            buf.abandon();
             return Err(Error::BadResponse("CREATE_QP: QPN 0 or 1 for an RC QP"));
         }
         if let Err(e) = dev.eq.register_qp(handle, events) {
             // The device named a live QP: nothing is destroyed (DESTROY_QP would hit the other QP)
             // and the ring memory is leaked rather than freed under a device that may write it.
-            std::mem::forget(buf);
+            buf.abandon();
             return Err(e);
         }
         if let Err(e) = check_sizes(&resp, &sq, &rq) {
             // The handle is fresh (registered just now): DESTROY_QP names only this QP.
             if !destroy_qp(dev, handle) {
-                std::mem::forget(buf);
+                buf.abandon();
             }
             dev.eq.unregister_qp(handle);
             return Err(e);

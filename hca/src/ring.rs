@@ -8,6 +8,7 @@
 //! is the driver's own copy; the device sees it through a release store.
 
 use crate::error::from_platform;
+use crate::dma::Abandon;
 use crate::pdir::PagedBuf;
 use crate::platform::{DmaWindow, Platform};
 use doorbell::record::{DeviceProduced, RecordError, RecordMemory, RecordPage};
@@ -89,6 +90,12 @@ pub struct DevRing {
 /// Pages a ring of `elems` entries of `entry_size` bytes needs: the ring-state page plus entries.
 pub fn ring_pages(elems: u32, entry_size: u64) -> usize {
     1 + (u64::from(elems) * entry_size).div_ceil(PAGE_SIZE as u64) as usize
+}
+
+impl Abandon for DevRing {
+    fn abandon(self) {
+        self.buf.abandon();
+    }
 }
 
 impl DevRing {

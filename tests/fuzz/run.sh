@@ -37,3 +37,8 @@ for t in "${targets[@]}"; do
   rate=$(awk '/^stat::average_exec_per_sec:/ {print $2}' "$work/$t.log")
   echo "fuzz $t: ${runs:-?} executions in ${secs}s (${rate:-?}/s), ${cov:-no coverage line}, no crash"
 done
+
+# What the fuzzers found that is not a crash (a leak: the device kept alive after teardown) is a
+# regression test of the fuzz crate, run on the committed inputs.
+echo "+ (cd tests/fuzz && cargo test --release --test leaks)"
+(cd tests/fuzz && cargo test --release --test leaks)

@@ -1,8 +1,7 @@
-//! Regression tests for what `driver_parsing` found: inputs after which the driver keeps the
-//! device alive once every handle on it is gone (its vector threads and the model's port thread
-//! never end). They are leaks, not crashes, so the fuzzer itself passes them; these tests fail
-//! while the leaks are there. Run: `cargo test --release --test leaks -- --ignored` in
-//! `tests/fuzz`.
+//! Regression tests for what `driver_parsing` found: inputs after which the driver kept the
+//! device alive once every handle on it was gone (its vector threads and the model's port thread
+//! never ended). They are leaks, not crashes, so the fuzzer itself passes them. Run:
+//! `cargo test --release --test leaks` in `tests/fuzz` (`tests/fuzz/run.sh` runs them).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -38,21 +37,20 @@ fn leaked_ports(input: &str, times: usize) -> usize {
 }
 
 /// The device goes fatal (an async-event producer index out of range) while the consumer drops
-/// its objects: the provider's device (`hca::device::DeviceInner`) is never dropped, so neither
-/// its vector threads (`pvrdma-irq1`, `pvrdma-irq2`) nor the model end. Racy: most of 20 runs
-/// leak.
+/// its objects: async entries a destroy had queued for the async thread were never delivered nor
+/// dropped, and each held its object's handler, so the provider's device was never dropped
+/// (`hca/src/eq.rs` `drain_async` now drops them on a fatal device). Racy: most of 20 runs
+/// leaked.
 #[test]
-#[ignore = "leak in hca/ib-core teardown when the device goes fatal meanwhile: owner to fix"]
 fn a_device_going_fatal_during_teardown_is_still_released() {
     assert_eq!(leaked_ports("leak-fatal-teardown-1", 20), 0);
     assert_eq!(leaked_ports("leak-fatal-teardown-2", 20), 0);
 }
 
-/// The device answers CREATE_QP with the handle of a live QP: `hca/src/qp.rs` (and
-/// `hca/src/cq.rs` for CQs) keeps the rings from being freed with `mem::forget`, which also
-/// keeps their `Arc<dyn Platform>`: the platform (here the whole model) is never released.
+/// The device answers CREATE_QP with the handle of a live QP: the rings it may still write are
+/// kept from the allocator; `mem::forget` kept their `Arc<dyn Platform>` too, so the platform
+/// (here the whole model) was never released (`hca::dma::Abandon` now keeps only the memory).
 #[test]
-#[ignore = "hca leaks the platform with the ring it forgets after a duplicate handle: owner to fix"]
 fn a_duplicate_handle_does_not_keep_the_platform() {
     assert_eq!(leaked_ports("leak-duplicate-qp-handle", 5), 0);
     assert_eq!(leaked_ports("leak-duplicate-handle-2", 5), 0);
