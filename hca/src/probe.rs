@@ -195,20 +195,29 @@ pub mod cap_limits {
     pub const MAX_CQE: u32 = 1 << 20;
 }
 
-/// Refuses capabilities outside `1 ..= cap_limits::*` with [`ProbeError::UnsupportedDevice`].
+/// Refuses a capability outside `1 ..=` its bound with [`ProbeError::UnsupportedDevice`]: the
+/// sizes above (`cap_limits`), object counts within 24-bit handles, the GID table within what a
+/// QP's 8-bit `sgid_index` can name (QEMU 7.2 reports 255), and at least one P_Key. A zero is a
+/// device that can hold nothing; the driver would size tables and rings from it.
 fn check_cap_limits(caps: &DeviceCaps) -> Result<()> {
-    let within = |v: u32, max: u32| (1..=max).contains(&v);
-    if !within(caps.max_sge.get(), cap_limits::MAX_SGE) {
-        tracing::error!(max_sge = caps.max_sge.get(), "device reports an absurd max_sge");
-        return Err(unsupported("max_sge out of range"));
-    }
-    if !within(caps.max_qp_wr.get(), cap_limits::MAX_QP_WR) {
-        tracing::error!(max_qp_wr = caps.max_qp_wr.get(), "device reports an absurd max_qp_wr");
-        return Err(unsupported("max_qp_wr out of range"));
-    }
-    if !within(caps.max_cqe.get(), cap_limits::MAX_CQE) {
-        tracing::error!(max_cqe = caps.max_cqe.get(), "device reports an absurd max_cqe");
-        return Err(unsupported("max_cqe out of range"));
+    const HANDLES: u32 = 1 << 24;
+    let checks = [
+        ("max_sge", caps.max_sge.get(), cap_limits::MAX_SGE),
+        ("max_qp_wr", caps.max_qp_wr.get(), cap_limits::MAX_QP_WR),
+        ("max_cqe", caps.max_cqe.get(), cap_limits::MAX_CQE),
+        ("max_qp", caps.max_qp.get(), HANDLES),
+        ("max_cq", caps.max_cq.get(), HANDLES),
+        ("max_mr", caps.max_mr.get(), HANDLES),
+        ("max_pd", caps.max_pd.get(), HANDLES),
+        ("max_uar", caps.max_uar.get(), HANDLES),
+        ("gid_tbl_len", caps.gid_tbl_len.get(), 256),
+        ("max_pkeys", u32::from(caps.max_pkeys.get()), u32::from(u16::MAX)),
+    ];
+    for (name, value, max) in checks {
+        if !(1..=max).contains(&value) {
+            tracing::error!(cap = name, value, max, "device reports a capability out of range");
+            return Err(unsupported("a capability out of range"));
+        }
     }
     Ok(())
 }
@@ -262,7 +271,28 @@ mod tests {
         caps.max_sge.set(4);
         caps.max_qp_wr.set(1024);
         caps.max_cqe.set(4096);
+        for c in [&mut caps.max_qp, &mut caps.max_cq, &mut caps.max_mr, &mut caps.max_pd, &mut caps.max_uar] {
+            c.set(1024);
+        }
+        caps.gid_tbl_len.set(255);
+        caps.max_pkeys.set(1);
         assert!(check_cap_limits(&caps).is_ok());
+        type Edit = fn(&mut DeviceCaps);
+        let zeros: [Edit; 8] = [
+            |c| c.max_qp.set(0),
+            |c| c.max_cq.set(0),
+            |c| c.max_mr.set(1 << 24 | 1),
+            |c| c.max_pd.set(0),
+            |c| c.max_uar.set(0),
+            |c| c.gid_tbl_len.set(0),
+            |c| c.gid_tbl_len.set(257),
+            |c| c.max_pkeys.set(0),
+        ];
+        for (i, edit) in zeros.iter().enumerate() {
+            let mut c = caps;
+            edit(&mut c);
+            assert!(check_cap_limits(&c).is_err(), "edit {i}");
+        }
         for (sge, wr, cqe) in [
             (u32::MAX, 1024, 4096),
             (0, 1024, 4096),
