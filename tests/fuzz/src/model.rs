@@ -269,6 +269,8 @@ impl Model {
         a.dest_qp_num = U32::new(dest);
         a.path_mtu = U32::new(pvrdma_abi::verbs::mtu::MTU_1024);
         a.ah_attr.grh.dgid = GID0;
+        a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+        a.ah_attr.port_num = 1;
         let err = go(self, qp_state::RTR, m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN, &mut a);
         if err != 0 {
             return err;
@@ -294,7 +296,15 @@ impl Model {
 
     /// Binds `gid` at `index`.
     pub fn bind_gid(&mut self, index: u32, gid: Gid) {
-        self.ok(cmd::CreateBind { index: U32::new(index), new_gid: gid, ..Default::default() });
+        // As Linux's driver binds: one RoCE v1 GID, MTU 1024 bytes, no VLAN (0xfff).
+        self.ok(cmd::CreateBind {
+            index: U32::new(index),
+            new_gid: gid,
+            mtu: U32::new(1024),
+            vlan: U32::new(0xfff),
+            gid_type: pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1,
+            ..Default::default()
+        });
     }
 
     /// A user context on UAR page `page`; returns its handle.
