@@ -153,18 +153,6 @@ fn port_pkey_and_gid_indices_past_their_tables_are_refused() {
     d.ok(DestroyBind { index: U32::new(15), ..Default::default() });
 }
 
-/// A QP in INIT, ready for attribute attacks.
-fn init_qp(d: &mut Drv) -> u32 {
-    d.bind_gid(0, GID0);
-    let pd = d.create_pd(0);
-    let cq = d.create_cq(0, 16).handle;
-    let qp = d.create_qp(pd, cq, cq, 8).qpn;
-    let mut a = QpAttr::new_zeroed();
-    a.qp_state = U32::new(qp_state::INIT);
-    a.port_num = 1;
-    assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
-    qp
-}
 
 #[test]
 fn primary_path_indices_past_their_tables_are_refused() {

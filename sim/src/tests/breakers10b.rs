@@ -82,18 +82,6 @@ fn create_qp_fields_outside_their_meaning_are_refused() {
 
 // ---- Kind 1: every MODIFY_QP attribute means what it says ------------------------------------
 
-/// A QP in INIT, ready for attribute attacks.
-fn init_qp(d: &mut Drv) -> u32 {
-    d.bind_gid(0, GID0);
-    let pd = d.create_pd(0);
-    let cq = d.create_cq(0, 16).handle;
-    let qp = d.create_qp(pd, cq, cq, 8).qpn;
-    let mut a = QpAttr::new_zeroed();
-    a.qp_state = U32::new(qp_state::INIT);
-    a.port_num = 1;
-    assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
-    qp
-}
 
 /// Good RTR attributes towards `dest` (a global route, port 1, hop limit 64).
 fn rtr(dest: u32) -> QpAttr {

@@ -413,6 +413,19 @@ impl Drv {
     }
 }
 
+/// A QP in INIT (GID 0 bound, its own PD and CQ of 16), ready for attribute attacks.
+pub fn init_qp(d: &mut Drv) -> u32 {
+    d.bind_gid(0, GID0);
+    let pd = d.create_pd(0);
+    let cq = d.create_cq(0, 16).handle;
+    let qp = d.create_qp(pd, cq, cq, 8).qpn;
+    let mut a = QpAttr::new_zeroed();
+    a.qp_state = U32::new(qp_state::INIT);
+    a.port_num = 1;
+    assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
+    qp
+}
+
 /// Builds a page directory (directory page plus table pages) listing `pages`.
 pub fn build_pdir(dev: &SimDevice, pages: &[u64]) -> u64 {
     let mem = dev.mem();
