@@ -4,7 +4,7 @@
 //!
 //! | pair | project | baseline |
 //! |---|---|---|
-//! | `poll_cq_b1`, `poll_cq_b16` | `Cq::poll` of 1 or 16 CQEs per call from a CQ the model filled | a raw ring of 64-byte entries laid out as the CQ ring: one acquire load of the producer index, a 64-byte copy per entry, one release store of the consumer index, under one uncontended lock (a thread-safe poll takes one) |
+//! | `poll_cq_b1`, `poll_cq_b16` | `Cq::poll` of 1 or 16 CQEs per call: receive completions the model delivered for receives the consumer posted (each retires its owed WQE, as every poll does) | a raw ring of 64-byte entries laid out as the CQ ring: one acquire load of the producer index, a 64-byte copy per entry, one release store of the consumer index, under one uncontended lock (a thread-safe poll takes one) |
 //! | `req_notify` | `Cq::req_notify(NEXT_COMPLETION)` of a kernel CQ already armed (rings nothing) | one bare UAR write of the same arm value through the same platform |
 //! | `req_notify_spent` | the same after an event spent the arm (rings the arm doorbell), each arm timed alone | each bare write timed alone |
 //! | `post_send_b1`, `post_send_b32` | `Qp::post_send_list` of 1 or 32 64-byte SENDs (as `ibv_post_send` with a chain), its one doorbell included (a posted write, as on hardware: the model runs it after the batch, untimed) | the same WQE bytes (header and SGE) written into a ring under one lock, one release store of the producer index and one store standing for the doorbell |
