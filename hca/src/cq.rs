@@ -314,7 +314,7 @@ impl Owed for OnCq<'_> {
         self.0.contains_key(&qp)
     }
 
-    fn retire(&self, qp: u32, queue: Queue, wr_id: u64) -> Verdict {
+    fn retire(&self, qp: u32, queue: Queue, wr_id: u64, success: bool) -> Verdict {
         let Some(q) = self.0.get(&qp) else { return Verdict::NotOnCq };
         let wqs = match queue {
             Queue::Send => [q.send.as_ref(), None],
@@ -324,7 +324,7 @@ impl Owed for OnCq<'_> {
         if wqs.iter().all(Option::is_none) {
             return Verdict::WrongQueue;
         }
-        wqs.into_iter().flatten().find_map(|wq| complete(wq, wr_id)).map_or(Verdict::NotOwed, Verdict::Posted)
+        wqs.into_iter().flatten().find_map(|wq| complete(wq, wr_id, success)).map_or(Verdict::NotOwed, Verdict::Posted)
     }
 }
 

@@ -52,10 +52,10 @@ pub(crate) struct WorkQueue {
 /// A work queue as the QP and its CQs share it (the CQ retires what a CQE completes).
 pub(crate) type SharedWq = Arc<Mutex<WorkQueue>>;
 
-/// Retires the WQE of `wq` a CQE with `wr_id` completes; its total length, or `None` if no WQE
-/// with that `wr_id` is owed a completion ([`owed`]).
-pub(crate) fn complete(wq: &SharedWq, wr_id: u64) -> Option<u32> {
-    wq.lock().owed.complete(wr_id).map(|p| p.len)
+/// Retires the WQE of `wq` a CQE with `wr_id` (successful or not) completes; its total length,
+/// or `None` if no WQE with that `wr_id` is owed a completion ([`owed`]).
+pub(crate) fn complete(wq: &SharedWq, wr_id: u64, success: bool) -> Option<u32> {
+    wq.lock().owed.complete(wr_id, success).map(|p| p.len)
 }
 
 impl WorkQueue {

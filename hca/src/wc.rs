@@ -68,8 +68,9 @@ pub enum Verdict {
 pub trait Owed {
     /// Whether QP `qp` completes into this CQ.
     fn on_cq(&self, qp: u32) -> bool;
-    /// Retires the WQE of QP `qp`'s `queue` that a CQE with `wr_id` completes.
-    fn retire(&self, qp: u32, queue: Queue, wr_id: u64) -> Verdict;
+    /// Retires the WQE of QP `qp`'s `queue` that a CQE with `wr_id` completes; `success` says
+    /// whether the CQE reports success (an unsignaled WQE completes without a CQE only then).
+    fn retire(&self, qp: u32, queue: Queue, wr_id: u64, success: bool) -> Verdict;
 }
 
 /// Translates a CQE into a [`Wc`], retiring the WQE it completes from `owed`. Never panics.
@@ -104,7 +105,7 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
             tracing::warn!(opcode = cqe.opcode.get(), "CQE with an unknown opcode");
             status = WcStatus::GeneralErr;
         }
-        Some(h) => match owed.retire(h, queue, cqe.wr_id.get()) {
+        Some(h) => match owed.retire(h, queue, cqe.wr_id.get(), status == WcStatus::Success) {
             Verdict::Posted(len) => {
                 if status == WcStatus::Success && opcode == WcOpcode::Recv && byte_len > len {
                     tracing::warn!(qp = h, byte_len, len, "receive CQE longer than its buffer");
@@ -152,7 +153,7 @@ mod tests {
             self.qps.contains(&qp)
         }
 
-        fn retire(&self, _qp: u32, queue: Queue, wr_id: u64) -> Verdict {
+        fn retire(&self, _qp: u32, queue: Queue, wr_id: u64, _success: bool) -> Verdict {
             let mut p = self.posted.borrow_mut();
             let hit = p.iter().position(|&(q, id, _)| id == wr_id && (q == queue || queue == Queue::Either));
             hit.map_or(Verdict::NotOwed, |k| Verdict::Posted(p.remove(k).2))

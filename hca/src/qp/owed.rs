@@ -4,10 +4,18 @@
 //! polled, so a queue of `depth` slots can have more WQEs owed than that: the record holds
 //! twice the depth.
 //!
-//! A CQE retires the oldest owed WQE with its `wr_id` and every older one: those completed
-//! without a CQE of their own (unsignaled sends) or their CQE was lost (QEMU 7.2
-//! drops CQEs that do not fit). QEMU 7.2 completes unsignaled sends as well (`SendWqeFlattened`
-//! in the README): they are recorded like any other WQE.
+//! A CQE retires the WQE it completes and every older one: those completed without a CQE of
+//! their own (unsignaled sends) or whose CQE was lost (QEMU 7.2 drops CQEs that do not fit). A
+//! successful CQE completes the oldest *signaled* WQE with its `wr_id` (IBTA: a successful
+//! unsignaled WQE has no CQE, so a consumer reusing one `wr_id` for every send, as perftest
+//! does, is matched right), or, if none is owed, the oldest unsignaled one: QEMU 7.2 completes
+//! unsignaled sends as well (`SendWqeFlattened` in the README). An error CQE (a flush completes
+//! everything) completes the oldest WQE with its `wr_id`.
+//!
+//! Where a device drops CQEs silently (QEMU 7.2 on a full CQ) or completes unsignaled sends
+//! (QEMU 7.2) while the consumer reuses a `wr_id`, a CQE cannot name its WQE: the oldest match
+//! is taken, so a receive may be measured against a lost one's buffer, and QEMU's extra
+//! completion of an unsignaled send sharing a later signaled send's `wr_id` is refused.
 
 /// One posted WQE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,10 +76,13 @@ impl Owed {
         self.tail = self.tail.wrapping_add(1);
     }
 
-    /// Retires the oldest owed WQE whose `wr_id` is `wr_id`, and every older one; `None` (and
-    /// nothing retired) if no owed WQE has it.
-    pub(crate) fn complete(&mut self, wr_id: u64) -> Option<Posted> {
-        let k = (0..self.len()).find(|&k| self.at(k).wr_id == wr_id)?;
+    /// Retires the owed WQE a CQE with `wr_id` completes (for a `success`ful CQE the oldest
+    /// signaled one, else the oldest), and every older one; `None` (and nothing retired) if no
+    /// owed WQE has that `wr_id`.
+    pub(crate) fn complete(&mut self, wr_id: u64, success: bool) -> Option<Posted> {
+        let with_id = |k: &usize| self.at(*k).wr_id == wr_id;
+        let signaled = (0..self.len()).filter(with_id).find(|&k| self.at(k).signaled);
+        let k = signaled.filter(|_| success).or_else(|| (0..self.len()).find(with_id))?;
         let p = self.at(k);
         if k > 0 {
             tracing::debug!(skipped = k, "completion retires older WQEs without CQEs of their own");
@@ -97,16 +108,33 @@ mod tests {
     #[test]
     fn completions_retire_in_order_and_only_what_was_posted() {
         let mut o = Owed::new(2);
-        assert_eq!(o.complete(1), None, "nothing posted");
+        assert_eq!(o.complete(1, true), None, "nothing posted");
         for id in 1..=3 {
             assert!(o.reserve());
             o.push(p(id, true));
         }
-        assert_eq!(o.complete(9), None);
-        assert_eq!(o.complete(2).map(|p| p.wr_id), Some(2), "1 retired with it");
-        assert_eq!(o.complete(1), None);
-        assert_eq!(o.complete(3).map(|p| p.wr_id), Some(3));
-        assert_eq!(o.complete(3), None, "once only");
+        assert_eq!(o.complete(9, true), None);
+        assert_eq!(o.complete(2, true).map(|p| p.wr_id), Some(2), "1 retired with it");
+        assert_eq!(o.complete(1, true), None);
+        assert_eq!(o.complete(3, true).map(|p| p.wr_id), Some(3));
+        assert_eq!(o.complete(3, true), None, "once only");
+    }
+
+    #[test]
+    fn a_successful_cqe_completes_the_signaled_wqe_of_a_shared_wr_id() {
+        let mut o = Owed::new(4);
+        for signaled in [false, true, false, true] {
+            o.push(p(0, signaled));
+        }
+        assert!(o.complete(0, true).is_some_and(|p| p.signaled), "the first signaled send");
+        assert!(o.complete(0, true).is_some_and(|p| p.signaled), "the second: all retired");
+        assert_eq!(o.complete(0, true), None);
+        o.push(p(5, false));
+        assert!(o.complete(5, true).is_some_and(|p| !p.signaled), "QEMU 7.2 completes it too");
+        o.push(p(6, false));
+        o.push(p(6, true));
+        assert!(o.complete(6, false).is_some_and(|p| !p.signaled), "a flush completes each in order");
+        assert!(o.complete(6, false).is_some_and(|p| p.signaled));
     }
 
     #[test]
@@ -120,7 +148,7 @@ mod tests {
         o.push(p(1, true));
         o.push(p(2, true));
         assert!(!o.reserve(), "two completions owed on a one-slot queue");
-        assert!(o.complete(1).is_some());
+        assert!(o.complete(1, true).is_some());
         assert!(o.reserve());
     }
 }
