@@ -253,7 +253,7 @@ fn reset_forgets_the_old_work_and_the_qp_works_again() {
 }
 
 /// Input 8: one CQ for eight QPs, each sending to itself with the same `wr_id`s; half are
-/// destroyed with their CQEs still queued; new QPs (the model reuses QPNs) get none of them and
+/// destroyed with their CQEs still queued; new QPs on the CQ get none of them and
 /// the survivors' CQEs come intact and in order.
 #[test]
 fn a_cq_shared_by_many_qps_keeps_each_ones_completions() {
@@ -451,4 +451,62 @@ fn qemu72_a_lost_receive_cqe_does_not_measure_a_later_receive_with_its_wr_id() {
     q.post_send(&SendWr { wr_id: 0, sg_list: &sg, opcode: WrOpcode::Send, signaled: true, solicited: false }).unwrap();
     let wc = poll_n(&rcq, 1)[0];
     assert_eq!((wc.wr_id, wc.status, wc.byte_len), (1, WcStatus::Success, 50), "{wc:?}");
+}
+
+/// Input 16: work posted to a QP already in ERR is flushed once each, in order (unsignaled sends
+/// too: an error completion is always written), round after round on a 2-slot SQ.
+#[test]
+fn work_posted_in_err_is_flushed_once_each() {
+    let l = looped(SimConfig::default(), 2, 64, false);
+    l.q.modify_to_err().unwrap();
+    for round in 0..10u64 {
+        l.q.post_recv_list(&[recv(round), recv(round + 1)]).unwrap();
+        l.q.post_send_list(&[send(round, false), send(round, true)]).unwrap();
+        let s: Vec<_> = poll_n(&l.scq, 2).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(s, [(round, WcStatus::WrFlushErr); 2], "round {round}");
+        let r: Vec<_> = poll_n(l.rcq(), 2).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(r, [(round, WcStatus::WrFlushErr), (round + 1, WcStatus::WrFlushErr)], "round {round}");
+    }
+    assert_eq!(drain(&l.scq), vec![]);
+}
+
+/// Input 17: three threads on one QP: one posts receives, one posts sends (every other one
+/// signaled), one polls a CQ shared by both queues: every receive and every signaled send
+/// completes once, successfully, each queue in its own order.
+#[test]
+fn posting_sends_and_receives_from_two_threads_while_a_third_polls() {
+    const N: u64 = 2000;
+    let l = looped(SimConfig::default(), 8, 64, true);
+    let deadline = Instant::now() + 4 * WAIT;
+    let retry = |f: &dyn Fn() -> ib_core::Result<()>| loop {
+        match f() {
+            Err(Error::QueueFull) if Instant::now() < deadline => std::thread::yield_now(),
+            r => break r,
+        }
+    };
+    let (sends, recvs) = std::thread::scope(|s| {
+        let poller = s.spawn(|| {
+            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+            let mut buf = [Wc::default(); 16];
+            while (sends.len() < (N / 2) as usize || recvs.len() < N as usize) && Instant::now() < deadline {
+                let k = l.scq.poll(&mut buf).expect("poll");
+                for w in &buf[..k] {
+                    let out = if w.opcode == WcOpcode::Recv { &mut recvs } else { &mut sends };
+                    out.push((w.wr_id, w.status));
+                }
+            }
+            (sends, recvs)
+        });
+        s.spawn(|| {
+            for i in 0..N {
+                retry(&|| l.q.post_recv(&recv(i))).unwrap_or_else(|e| panic!("recv {i}: {e:?}"));
+            }
+        });
+        for i in 0..N {
+            retry(&|| l.q.post_send(&send(i, i % 2 == 1))).unwrap_or_else(|e| panic!("send {i}: {e:?}"));
+        }
+        poller.join().unwrap()
+    });
+    assert_eq!(sends, (0..N).filter(|i| i % 2 == 1).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    assert_eq!(recvs, (0..N).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
 }
