@@ -510,3 +510,28 @@ fn posting_sends_and_receives_from_two_threads_while_a_third_polls() {
     assert_eq!(sends, (0..N).filter(|i| i % 2 == 1).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
     assert_eq!(recvs, (0..N).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
 }
+
+/// Input 18: the RQ's bound, as the SQ's: a 4-slot RQ takes 8 receives whose CQEs are queued
+/// but not polled (the device consumed their slots), refuses the 9th, and takes it once one
+/// completion is polled; every receive then completes once, in order.
+#[test]
+fn unpolled_receives_fill_the_rq_at_twice_its_depth() {
+    let (dev, _sim) = hca::open_sim(SimConfig::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (scq, rcq) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());
+    let q = qp_sized(&pd, &scq, &rcq, 16, 4, false);
+    connect(&q, q.qpn(), gid(&dev));
+    for i in 0..8 {
+        q.post_recv(&recv(i)).unwrap_or_else(|e| panic!("recv {i}: {e:?}"));
+        q.post_send(&send(i, false)).unwrap();
+    }
+    assert_eq!(q.post_recv(&recv(8)), Err(Error::QueueFull));
+    let mut one = [Wc::default()];
+    assert_eq!(rcq.poll(&mut one), Ok(1));
+    assert_eq!((one[0].wr_id, one[0].status), (0, WcStatus::Success));
+    q.post_recv(&recv(8)).unwrap();
+    q.post_send(&send(8, true)).unwrap();
+    let ids: Vec<_> = poll_n(&rcq, 8).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(ids, (1..=8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    assert_eq!(poll_n(&scq, 1)[0].wr_id, 8);
+}
