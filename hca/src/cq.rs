@@ -10,8 +10,7 @@ use crate::health::off_thread;
 use crate::dma::Abandon;
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
-use crate::qp::{complete, SharedWq};
-use crate::wc::{translate, Owed, Queue, Verdict};
+use crate::wc::{translate, Owed, Queue, SharedWq, Verdict};
 use crate::ring::RecordWords;
 use doorbell::record::DeviceProduced;
 use doorbell::{CqArmDoorbell, CqHandle, Owner};
@@ -324,7 +323,7 @@ impl Owed for OnCq<'_> {
         if wqs.iter().all(Option::is_none) {
             return Verdict::WrongQueue;
         }
-        wqs.into_iter().flatten().find_map(|wq| complete(wq, wr_id, success)).map_or(Verdict::NotOwed, Verdict::Posted)
+        wqs.into_iter().flatten().find_map(|wq| wq.complete(wr_id, success)).map_or(Verdict::NotOwed, Verdict::Posted)
     }
 }
 

@@ -143,9 +143,6 @@ impl DeviceOps for Pvrdma {
     }
 }
 
-/// The most GID table entries a port can usefully have: a QP's `sgid_index` is 8 bits.
-const MAX_GID_TBL_LEN: u32 = 256;
-
 /// Checks a QUERY_PORT answer before any of it reaches the consumer; returns (max, active) MTU in
 /// bytes. Refused, naming the field: a state outside DOWN..=ACTIVE_DEFER (NOP is a Set value,
 /// never a state); an MTU code outside 256..=4096 or an active MTU above the port's maximum; a
@@ -166,7 +163,7 @@ pub(crate) fn check_port_attr(a: &PortAttrAbi, dev: &DeviceAttr) -> std::result:
         return Err("QUERY_PORT: active_mtu above max_mtu");
     }
     let gids = a.gid_tbl_len.get();
-    if gids == 0 || gids > dev.gid_tbl_len || gids > MAX_GID_TBL_LEN {
+    if gids == 0 || gids > dev.gid_tbl_len || gids > crate::probe::cap_limits::GID_TBL_LEN {
         return Err("QUERY_PORT: gid_tbl_len out of range");
     }
     let checks = [

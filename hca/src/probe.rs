@@ -193,6 +193,9 @@ pub mod cap_limits {
     pub const MAX_QP_WR: u32 = 1 << 20;
     /// Most entries per CQ (a 64 MiB ring).
     pub const MAX_CQE: u32 = 1 << 20;
+    /// Most GID table entries a port can usefully have: a QP's `sgid_index` is 8 bits (QEMU 7.2
+    /// reports 255).
+    pub const GID_TBL_LEN: u32 = 256;
 }
 
 /// Refuses a capability outside `1 ..=` its bound with [`ProbeError::UnsupportedDevice`]: the
@@ -210,7 +213,7 @@ fn check_cap_limits(caps: &DeviceCaps) -> Result<()> {
         ("max_mr", caps.max_mr.get(), HANDLES),
         ("max_pd", caps.max_pd.get(), HANDLES),
         ("max_uar", caps.max_uar.get(), HANDLES),
-        ("gid_tbl_len", caps.gid_tbl_len.get(), 256),
+        ("gid_tbl_len", caps.gid_tbl_len.get(), cap_limits::GID_TBL_LEN),
         ("max_pkeys", u32::from(caps.max_pkeys.get()), u32::from(u16::MAX)),
     ];
     for (name, value, max) in checks {

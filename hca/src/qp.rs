@@ -11,6 +11,7 @@
 mod attr;
 mod owed;
 
+use crate::wc::OwedQueue;
 use crate::cq::Cq;
 use attr::{from_device, to_device};
 use owed::{Owed, Posted};
@@ -50,12 +51,12 @@ pub(crate) struct WorkQueue {
 }
 
 /// A work queue as the QP and its CQs share it (the CQ retires what a CQE completes).
-pub(crate) type SharedWq = Arc<Mutex<WorkQueue>>;
+type SharedWq = Arc<Mutex<WorkQueue>>;
 
-/// Retires the WQE of `wq` a CQE with `wr_id` (successful or not) completes; its total length,
-/// or `None` if no WQE with that `wr_id` is owed a completion ([`owed`]).
-pub(crate) fn complete(wq: &SharedWq, wr_id: u64, success: bool) -> Option<u32> {
-    wq.lock().owed.complete(wr_id, success).map(|p| p.len)
+impl OwedQueue for Mutex<WorkQueue> {
+    fn complete(&self, wr_id: u64, success: bool) -> Option<u32> {
+        self.lock().owed.complete(wr_id, success).map(|p| p.len)
+    }
 }
 
 impl WorkQueue {

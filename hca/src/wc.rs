@@ -6,6 +6,18 @@
 
 use ib_core::{Wc, WcOpcode, WcStatus};
 use pvrdma_abi::wqe::{wc_flags, wc_opcode, wc_status, Cqe};
+use std::sync::Arc;
+
+/// One work queue's record of the WQEs it owes a completion, as the CQs it completes into
+/// retire from it (the QP owns the queue; a CQ holds it as this).
+pub(crate) trait OwedQueue: Send + Sync {
+    /// Retires the WQE a CQE with `wr_id` (successful or not) completes; its total length in
+    /// bytes, or `None` if no WQE with that `wr_id` is owed a completion.
+    fn complete(&self, wr_id: u64, success: bool) -> Option<u32>;
+}
+
+/// A work queue as a CQ holds it.
+pub(crate) type SharedWq = Arc<dyn OwedQueue>;
 
 /// The core's status for `enum pvrdma_wc_status` (same meanings as `ib_wc_status`); codes
 /// without a variant of their own keep their value.

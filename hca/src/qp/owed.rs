@@ -68,9 +68,7 @@ impl Owed {
 
     /// Records a WQE just written (after [`Owed::reserve`]).
     pub(crate) fn push(&mut self, p: Posted) {
-        if self.len() == self.slots.len() {
-            self.head = self.head.wrapping_add(1);
-        }
+        debug_assert!(self.len() < self.slots.len(), "push without a reserve");
         let n = self.slots.len();
         self.slots[self.tail as usize % n] = p;
         self.tail = self.tail.wrapping_add(1);
@@ -81,8 +79,12 @@ impl Owed {
     /// owed WQE has that `wr_id`.
     pub(crate) fn complete(&mut self, wr_id: u64, success: bool) -> Option<Posted> {
         let with_id = |k: &usize| self.at(*k).wr_id == wr_id;
-        let signaled = (0..self.len()).filter(with_id).find(|&k| self.at(k).signaled);
-        let k = signaled.filter(|_| success).or_else(|| (0..self.len()).find(with_id))?;
+        let oldest = (0..self.len()).find(with_id)?;
+        let k = if success && !self.at(oldest).signaled {
+            (oldest..self.len()).filter(with_id).find(|&k| self.at(k).signaled).unwrap_or(oldest)
+        } else {
+            oldest
+        };
         let p = self.at(k);
         if k > 0 {
             tracing::debug!(skipped = k, "completion retires older WQEs without CQEs of their own");
