@@ -96,6 +96,9 @@ pub struct SimConfig {
     /// pages, queues and the structures themselves. A create that would pass it fails with
     /// `ENOMEM`. Default 256 MiB, a quarter of the default `mem_limit`.
     pub host_budget: u64,
+    /// RoCE v2 on the wire instead of the in-process loopback (`roce/`); `None` (the default):
+    /// the loopback.
+    pub roce: Option<crate::roce::RoceConfig>,
 }
 
 impl Default for SimConfig {
@@ -108,6 +111,7 @@ impl Default for SimConfig {
             device_packets_in_flight: 16 << 10,
             device_bytes_in_flight: 256 << 20,
             host_budget: 256 << 20,
+            roce: None,
         }
     }
 }

@@ -28,6 +28,7 @@ mod pdir;
 mod port;
 mod qp;
 mod ring;
+pub mod roce;
 mod table;
 mod uar;
 mod uc;
