@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs inside L1 (chrooted onto this machine's / over 9p): loads soft-RoCE, creates rxe0 on eth0
-# (10.0.2.15/24), runs the real-device test binary, leaves its output and exit status in
-# $WORK/out, and powers L1 off.
+# (10.0.2.15/24), runs the real-device test binary, then the soft-RoCE interop cases
+# (l1-rxe.sh), leaves their output and exit statuses in $WORK/out, and powers L1 off.
 . "$(dirname "$0")/l1-env"
 export HOME=/tmp PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ts() { echo "L1-TS $(cut -d' ' -f1 /proc/uptime) $*"; }
@@ -23,9 +23,18 @@ cd /tmp
 t0=$(date +%s.%N)
 args=(--ignored --test-threads="$TEST_THREADS")
 [ -n "$TEST_FILTER" ] && args+=("$TEST_FILTER")
-PVRDMA_IBDEV=rxe0 PVRDMA_NETDEV=eth0 PVRDMA_GID_IPV4=10.0.2.15 PVRDMA_QEMU_OUT=$WORK/out/qemu PVRDMA_QEMU_PACKAGE=$QEMU_PKG \
-  RUST_BACKTRACE=1 "$TESTBIN" "${args[@]}" > "$WORK/out/tests.log" 2>&1
-rc=$?
+if [ "${RXE_ONLY:-0}" = 1 ]; then
+  echo "RXE_ONLY=1: the real-device tests were not run" > "$WORK/out/tests.log"; rc=0
+else
+  PVRDMA_IBDEV=rxe0 PVRDMA_NETDEV=eth0 PVRDMA_GID_IPV4=10.0.2.15 PVRDMA_QEMU_OUT=$WORK/out/qemu PVRDMA_QEMU_PACKAGE=$QEMU_PKG \
+    RUST_BACKTRACE=1 "$TESTBIN" "${args[@]}" > "$WORK/out/tests.log" 2>&1
+  rc=$?
+fi
 ts "tests done after $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s, exit $rc"
 echo "$rc" > "$WORK/out/tests.rc"
+t0=$(date +%s.%N)
+timeout --kill-after=5 "${RXE_TIMEOUT:-420}" bash "$WORK/l1-rxe.sh" > "$WORK/out/rxe-run.log" 2>&1
+rc=$?
+ts "rxe interop done after $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s, exit $rc"
+echo "$rc" > "$WORK/out/rxe.rc"
 finish

@@ -10,6 +10,14 @@
 # binary's own list (`--list --ignored`) must equal it, and a run passes only when every one of
 # them printed `ok`. A run in which a test did not run, or none ran, fails.
 #
+# In the same boot, after those tests, the soft-RoCE interop cases run (l1-rxe.sh): the model's
+# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma.rs) against Linux's rdma_rxe over
+# a veth pair, with Debian's unmodified ibv_rc_pingpong and a small C program built here against
+# the system's libibverbs (tests/rxe/rdma_peer.c) on rxe's side. They are checked the same way
+# against expected-rxe.txt: every case named there must print `ok`, and no other case may run.
+# The run prints the cases' figures (`NUMBERS: TCG ...`, TCG-emulated, so only relative) and what
+# was seen of rxe's behaviour (`OBSERVED: ...`).
+#
 # Exit status: 0 when every expected real-device test ran and passed; 1 on any failure (a package
 # that installs wrong, QEMU that is not 7.2 or lacks pvrdma, a VM that does not boot, a timeout, a
 # failing or missing test, a test list that does not match); 3 for a partial debug run
@@ -20,13 +28,16 @@
 # Environment: RUNS (how many times to boot L1 and run the tests, default 1), L1_TIMEOUT (seconds
 # per boot, default 420), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
 # default /tmp/pvrdma-qemu), TEST_FILTER (a test-name filter passed to the test binary, for
-# debugging: such a run never passes the stage).
+# debugging: such a run never passes the stage), RXE_ONLY=1 (skip the real-device tests and run
+# only the soft-RoCE cases, for debugging: never a stage pass), RXE_TIMEOUT (seconds for all the
+# soft-RoCE cases in L1, default 420), RXE_ITERS_SMALL / RXE_ITERS_LARGE (iterations of the
+# figures' 64 B / 64 KiB ping-pongs, default 500 / 50).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 WORK=${WORK:-/tmp/pvrdma-qemu}
 RUNS=${RUNS:-1}
-L1_TIMEOUT=${L1_TIMEOUT:-420}
+L1_TIMEOUT=${L1_TIMEOUT:-720}
 TEST_THREADS=${TEST_THREADS:-2}
 export DEBIAN_FRONTEND=noninteractive
 
@@ -39,7 +50,9 @@ skip() { echo; echo "SKIPPED: $*"; exit 0; }
 mkdir -p "$WORK" "$WORK/debs" "$WORK/out"
 
 # --- 1. Debian packages --------------------------------------------------------------------------
-PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio)
+# ibverbs-utils (ibv_rc_pingpong), libibverbs-dev and gcc (the C peer) and tcpdump (a capture
+# of the interop traffic) are for the soft-RoCE cases; iproute2 has `rdma`.
+PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio ibverbs-utils libibverbs-dev gcc libc6-dev tcpdump)
 qemu_ok() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -q '^1:7\.2'; }
 missing=()
 for p in "${PKGS[@]}"; do
@@ -130,9 +143,34 @@ if [ "${EXPECTED[*]}" != "${LISTED[*]}" ]; then
   fail "the real-device tests in the binary (> above) differ from $EXPECTED_FILE (< above)"
 fi
 echo "   ${#EXPECTED[@]} expected tests (tests/qemu/expected-tests.txt)"
+mapfile -t EXPECTED_RXE < <(grep -vE '^\s*(#|$)' "$HERE/expected-rxe.txt" | sed 's/^/rxe::/' | sort)
+((${#EXPECTED_RXE[@]})) || fail "$HERE/expected-rxe.txt names no case"
+echo "   ${#EXPECTED_RXE[@]} expected soft-RoCE cases (tests/qemu/expected-rxe.txt)"
+
+# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, and the C peer -----------------
+# A program that does not build leaves its cases without a binary: they fail in L1 (and so the
+# stage), but the others still run and tell what they can.
+lap "build the soft-RoCE interop programs"
+INTEROP_LOG="$WORK/out/build-interop.log"
+build_failures=()
+bin_of() { grep -o "\"executable\":\"[^\"]*/$1\"" "$INTEROP_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/'; }
+rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rdma_peer"
+for target in "hca --bin hca" "tests --bin roce_rdma"; do
+  set -- $target
+  if ( cd "$REPO" && cargo build --release -p "$1" "${@:2}" --message-format=json-render-diagnostics ) >"$INTEROP_LOG.json" 2>>"$INTEROP_LOG"; then
+    exe=$(bin_of "$3" || true); [ -x "$exe" ] && cp "$exe" "$WORK/bin/$3" || build_failures+=("$3 (no executable)")
+  else
+    build_failures+=("$3"); tail -15 "$INTEROP_LOG" >&2
+  fi
+done
+cc -O2 -Wall -std=gnu11 -o "$WORK/bin/rdma_peer" "$REPO/tests/rxe/rdma_peer.c" -libverbs >>"$INTEROP_LOG" 2>&1 \
+  || { build_failures+=(rdma_peer); tail -15 "$INTEROP_LOG" >&2; }
+((${#build_failures[@]})) && echo "   NOT BUILT: ${build_failures[*]} (their cases will fail; see $INTEROP_LOG)"
+ls "$WORK/bin" | sed 's/^/   built: /'
 
 # --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
 cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
+cp "$HERE/l1-rxe.sh" "$WORK/l1-rxe.sh"
 printf '#!/bin/sh\nexec /usr/bin/kmod modprobe -d %s/kroot "$@"\n' "$WORK" > "$WORK/modprobe-wrap"
 chmod +x "$WORK/modprobe-wrap" "$WORK/l1-stage2.sh"
 L1PID=
@@ -149,28 +187,35 @@ trap 'echo "interrupted" >&2; exit 130' INT TERM
 failures=0
 partial=0
 declare -a summary
-# Says which expected tests printed `ok` in the log $1: "all N expected tests passed", "partial
-# debug run: ..." (TEST_FILTER set, no expected test failed) or "MISSING ..." (some did not pass).
+# Says which expected tests (the array named $2) printed `ok` in the log $1: "all N expected
+# tests passed", "partial debug run: ..." (TEST_FILTER set, no expected test failed; or RXE_ONLY
+# set and $1 is the real-device log) or "MISSING ..." (some did not pass).
 check_ran() {
+  local -n exp=$2
   local ok=() missing=() extra=() t
+  if [ "${RXE_ONLY:-0}" = 1 ] && [ "$2" = EXPECTED ]; then echo "partial debug run: RXE_ONLY=1, the real-device tests did not run"; return; fi
   mapfile -t ok < <(sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' "$1" | sort -u)
-  for t in "${EXPECTED[@]}"; do printf '%s\n' "${ok[@]}" | grep -qxF -- "$t" || missing+=("$t"); done
-  for t in "${ok[@]}"; do printf '%s\n' "${EXPECTED[@]}" | grep -qxF -- "$t" || extra+=("$t"); done
+  for t in "${exp[@]}"; do printf '%s\n' "${ok[@]}" | grep -qxF -- "$t" || missing+=("$t"); done
+  for t in "${ok[@]}"; do printf '%s\n' "${exp[@]}" | grep -qxF -- "$t" || extra+=("$t"); done
   if ((${#extra[@]})); then echo "UNEXPECTED tests ran: ${extra[*]}"; return; fi
-  if ((${#missing[@]} == 0)); then echo "all ${#EXPECTED[@]} expected tests passed"; return; fi
-  if [ -n "${TEST_FILTER:-}" ] && ((${#ok[@]})) && ! grep -qE '^test .* \.\.\. FAILED$' "$1"; then
-    echo "partial debug run: ${#ok[@]} of ${#EXPECTED[@]} expected tests ran and passed (TEST_FILTER=$TEST_FILTER)"; return
+  if ((${#missing[@]} == 0)); then echo "all ${#exp[@]} expected tests passed"; return; fi
+  if [ -n "${TEST_FILTER:-}" ] && [ "$2" = EXPECTED ] && ((${#ok[@]})) && ! grep -qE '^test .* \.\.\. FAILED$' "$1"; then
+    echo "partial debug run: ${#ok[@]} of ${#exp[@]} expected tests ran and passed (TEST_FILTER=$TEST_FILTER)"; return
   fi
-  echo "MISSING: ${#missing[@]} of ${#EXPECTED[@]} expected tests did not pass: ${missing[*]}"
+  echo "MISSING: ${#missing[@]} of ${#exp[@]} expected tests did not pass: ${missing[*]}"
 }
 for run in $(seq 1 "$RUNS"); do
-  rm -rf "$WORK/out/tests.log" "$WORK/out/tests.rc" "$WORK/out/qemu"
+  rm -rf "$WORK/out/tests.log" "$WORK/out/tests.rc" "$WORK/out/qemu" "$WORK/out/rxe.log" "$WORK/out/rxe.rc" "$WORK/out/rxe-run.log" "$WORK/out/rxe"
   cat > "$WORK/l1-env" <<EOV
 WORK=$WORK
 TESTBIN=$TESTBIN
 TEST_THREADS=$TEST_THREADS
 TEST_FILTER=${TEST_FILTER:-}
 QEMU_PKG=$QEMU_PKG
+RXE_ONLY=${RXE_ONLY:-0}
+RXE_TIMEOUT=${RXE_TIMEOUT:-420}
+RXE_ITERS_SMALL=${RXE_ITERS_SMALL:-500}
+RXE_ITERS_LARGE=${RXE_ITERS_LARGE:-50}
 EOV
   CONSOLE="$WORK/out/l1-console-$run.log"
   lap "run $run/$RUNS: boot L1 (TCG, kernel $KV) and run the tests there (bound: ${L1_TIMEOUT}s)"
@@ -204,10 +249,21 @@ EOV
   [ -f "$WORK/out/qemu/timings.txt" ] && sort "$WORK/out/qemu/timings.txt"
   [ "$rc" = 0 ] || { echo "---- failing output ----"; sed -n '/^failures:/,$p' "$WORK/out/tests.log" | head -80; }
   result=$(grep -m1 '^test result:' "$WORK/out/tests.log" || echo "no result line")
-  verdict=$(check_ran "$WORK/out/tests.log")
+  verdict=$(check_ran "$WORK/out/tests.log" EXPECTED)
+  rxedur=$(grep -m1 -o 'L1-TS [0-9.]* rxe interop done after [0-9.]* s' "$CONSOLE" | awk '{print $7}' || true)
+  echo "---- soft-RoCE interop (l1-rxe.sh; per-process logs in $WORK/out/rxe) ----"
+  if [ -f "$WORK/out/rxe.rc" ]; then
+    grep -E '^(test |NUMBERS:|OBSERVED:)' "$WORK/out/rxe.log" || true
+    rxe_verdict=$(check_ran "$WORK/out/rxe.log" EXPECTED_RXE)
+  else
+    tail -20 "$WORK/out/rxe-run.log" 2>/dev/null || true
+    rxe_verdict="MISSING: the soft-RoCE cases did not finish (L1 ended first)"
+  fi
+  ((${#build_failures[@]})) && rxe_verdict="$rxe_verdict; NOT BUILT: ${build_failures[*]}"
   summary+=("run $run: L1 wall $(( te - tb )) ms, rxe0 ready at ${ready:-?} s of L1 uptime, tests ${testsdur:-?} s: $result; $verdict")
-  if [ "$rc" != 0 ] || [[ "$verdict" != "all "* ]]; then
-    [ "$rc" = 0 ] && [[ "$verdict" == "partial "* ]] && partial=$((partial + 1)) || failures=$((failures + 1))
+  summary+=("run $run: soft-RoCE interop ${rxedur:-?} s: $rxe_verdict")
+  if [ "$rc" != 0 ] || [[ "$verdict" != "all "* ]] || [[ "$rxe_verdict" != "all "* ]]; then
+    [ "$rc" = 0 ] && [[ "$verdict" == "partial "* ]] && [[ "$rxe_verdict" == "all "* ]] && partial=$((partial + 1)) || failures=$((failures + 1))
   fi
 done
 trap - EXIT INT TERM
@@ -219,4 +275,4 @@ if [ "$partial" != 0 ]; then
   echo "PARTIAL DEBUG RUN (TEST_FILTER=$TEST_FILTER): not a stage pass" >&2
   exit 3
 fi
-echo "real-QEMU stage: $RUNS of $RUNS runs passed, each running all ${#EXPECTED[@]} expected tests"
+echo "real-QEMU stage: $RUNS of $RUNS runs passed, each running all ${#EXPECTED[@]} expected tests and all ${#EXPECTED_RXE[@]} soft-RoCE cases"
