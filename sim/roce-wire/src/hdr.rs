@@ -34,8 +34,17 @@ pub struct BthHdr {
     /// Packet sequence number, 24 bits.
     pub psn: [u8; 3],
 }
-assert_layout!(BthHdr, 12, opcode = 0, flags = 1, pkey = 2, resv8a = 4, dest_qp = 5, ack_req = 8,
-    psn = 9);
+assert_layout!(
+    BthHdr,
+    12,
+    opcode = 0,
+    flags = 1,
+    pkey = 2,
+    resv8a = 4,
+    dest_qp = 5,
+    ack_req = 8,
+    psn = 9
+);
 
 /// RDMA Extended Transport Header (IBTA 9.3.3), 16 bytes.
 #[repr(C)]
@@ -95,8 +104,20 @@ pub struct Ipv4Hdr {
     /// Destination address.
     pub daddr: [u8; 4],
 }
-assert_layout!(Ipv4Hdr, 20, version_ihl = 0, tos = 1, tot_len = 2, id = 4, frag_off = 6, ttl = 8,
-    protocol = 9, check = 10, saddr = 12, daddr = 16);
+assert_layout!(
+    Ipv4Hdr,
+    20,
+    version_ihl = 0,
+    tos = 1,
+    tot_len = 2,
+    id = 4,
+    frag_off = 6,
+    ttl = 8,
+    protocol = 9,
+    check = 10,
+    saddr = 12,
+    daddr = 16
+);
 
 /// IPv6 fixed header (RFC 8200), 40 bytes: the layout of `struct ip6_hdr`.
 #[repr(C)]
@@ -115,7 +136,16 @@ pub struct Ipv6Hdr {
     /// Destination address.
     pub dst: [u8; 16],
 }
-assert_layout!(Ipv6Hdr, 40, flow = 0, plen = 4, nxt = 6, hlim = 7, src = 8, dst = 24);
+assert_layout!(
+    Ipv6Hdr,
+    40,
+    flow = 0,
+    plen = 4,
+    nxt = 6,
+    hlim = 7,
+    src = 8,
+    dst = 24
+);
 
 /// UDP header (RFC 768), 8 bytes: the layout of `struct udphdr`.
 #[repr(C)]

@@ -1,7 +1,7 @@
 //! The invariant CRC of RoCE v2 (IBTA A17.4.5.1; rxe's `rxe_icrc.c` computes the same).
 
-use crate::ip::{udp_header, IpContext, IpHeader};
 use crate::hdr::BthHdr;
+use crate::ip::{udp_header, IpContext, IpHeader};
 use zerocopy::IntoBytes;
 
 /// IPv6 version 6 with traffic class and flow label all-ones.

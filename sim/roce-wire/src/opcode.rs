@@ -39,11 +39,24 @@ pub const RC_ACKNOWLEDGE: u8 = 0x11;
 
 /// Every RC opcode this crate knows, in numeric order.
 pub const ALL: [u8; 18] = [
-    RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_LAST, RC_SEND_LAST_WITH_IMMEDIATE, RC_SEND_ONLY,
-    RC_SEND_ONLY_WITH_IMMEDIATE, RC_RDMA_WRITE_FIRST, RC_RDMA_WRITE_MIDDLE, RC_RDMA_WRITE_LAST,
-    RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, RC_RDMA_WRITE_ONLY, RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-    RC_RDMA_READ_REQUEST, RC_RDMA_READ_RESPONSE_FIRST, RC_RDMA_READ_RESPONSE_MIDDLE,
-    RC_RDMA_READ_RESPONSE_LAST, RC_RDMA_READ_RESPONSE_ONLY, RC_ACKNOWLEDGE,
+    RC_SEND_FIRST,
+    RC_SEND_MIDDLE,
+    RC_SEND_LAST,
+    RC_SEND_LAST_WITH_IMMEDIATE,
+    RC_SEND_ONLY,
+    RC_SEND_ONLY_WITH_IMMEDIATE,
+    RC_RDMA_WRITE_FIRST,
+    RC_RDMA_WRITE_MIDDLE,
+    RC_RDMA_WRITE_LAST,
+    RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    RC_RDMA_WRITE_ONLY,
+    RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    RC_RDMA_READ_REQUEST,
+    RC_RDMA_READ_RESPONSE_FIRST,
+    RC_RDMA_READ_RESPONSE_MIDDLE,
+    RC_RDMA_READ_RESPONSE_LAST,
+    RC_RDMA_READ_RESPONSE_ONLY,
+    RC_ACKNOWLEDGE,
 ];
 
 /// Which headers follow the BTH for one opcode, and whether it carries a payload (IBTA 9.2,
@@ -63,10 +76,22 @@ pub struct Layout {
 /// The header layout of `op`, or `None` for an opcode that is not RC SEND, RDMA WRITE, RDMA READ
 /// or Acknowledge (atomics, other transports, reserved values).
 pub fn layout(op: u8) -> Option<Layout> {
-    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload });
+    let l = |reth, aeth, imm, payload| {
+        Some(Layout {
+            reth,
+            aeth,
+            imm,
+            payload,
+        })
+    };
     match op {
-        RC_SEND_FIRST | RC_SEND_MIDDLE | RC_SEND_LAST | RC_SEND_ONLY | RC_RDMA_WRITE_MIDDLE
-        | RC_RDMA_WRITE_LAST | RC_RDMA_READ_RESPONSE_MIDDLE => l(false, false, false, true),
+        RC_SEND_FIRST
+        | RC_SEND_MIDDLE
+        | RC_SEND_LAST
+        | RC_SEND_ONLY
+        | RC_RDMA_WRITE_MIDDLE
+        | RC_RDMA_WRITE_LAST
+        | RC_RDMA_READ_RESPONSE_MIDDLE => l(false, false, false, true),
         RC_SEND_LAST_WITH_IMMEDIATE
         | RC_SEND_ONLY_WITH_IMMEDIATE
         | RC_RDMA_WRITE_LAST_WITH_IMMEDIATE => l(false, false, true, true),
