@@ -111,7 +111,7 @@ fn headers(op: u8, i: u32) -> Headers {
             pad: 0,
             pkey: 0xffff,
             dest_qp: 0x11 + i,
-            ack_req: i % 3 == 0,
+            ack_req: matches!(i % 3, 0),
             psn: roce_wire::psn::add(0xff_fff8, i),
         },
         reth: l.reth.then_some(Reth {
