@@ -163,8 +163,8 @@ impl Loopback {
         let init = QpCreate { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: true };
         let a = Qp::create(&pd, &init, Arc::new(Quiet))?;
         let b = Qp::create(&pd, &init, Arc::new(Quiet))?;
-        connect(&a, b.qp_num(), dev.gid)?;
-        connect(&b, a.qp_num(), dev.gid)?;
+        connect(&a, b.qp_num(), dev.gid0())?;
+        connect(&b, a.qp_num(), dev.gid0())?;
         Ok(Self { a, b, cq, witness, mr, _pd: pd })
     }
 

@@ -48,7 +48,7 @@ pub mod limits {
     /// Entries of the port's P_Key table.
     pub const PKEY_TBL_LEN: u16 = 1;
     /// The GID types the port supports (`caps.gid_types`), `PVRDMA_GID_TYPE_FLAG_*` bits.
-    pub const GID_TYPES: u8 = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1;
+    pub const GID_TYPES: u8 = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1 | pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
     /// UAR pages of BAR2.
     pub const MAX_UAR: u32 =
         (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32;
