@@ -66,11 +66,6 @@ impl Requester {
         }
     }
 
-    /// Whether nothing is outstanding.
-    pub fn is_idle(&self) -> bool {
-        self.msgs.is_empty()
-    }
-
     /// Sends a new message (held back while an RNR NAK's timer runs: it goes out with the
     /// retransmission).
     pub fn post(&mut self, port: &RocePort, core: &Core, seq: u64, kind: Kind, payload: Vec<u8>, solicited: bool) {

@@ -9,3 +9,4 @@ mod datapath;
 mod hostile;
 mod inline;
 mod minidrv;
+mod roce;
