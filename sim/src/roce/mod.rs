@@ -23,8 +23,9 @@
 //! - The ICRC of an IPv4 packet read from a UDP socket is not checked: its IPv4 Identification
 //!   is inside the ICRC and a UDP socket never shows it (rxe-peer fact 4). IPv6 ICRCs always are.
 //! - Only P_Key 0xffff is accepted and sent (the port's one-entry P_Key table).
-//! - A fatal NAK (invalid request, remote access or operational error) leaves the responder's
-//!   QP as it was; only the requester's QP goes to ERR.
+//! - A remote access error moves the responder's QP to ERR (IBTA Class C, as rxe and the
+//!   loopback); an invalid request (a bad opcode sequence or length) is NAKed and leaves it as
+//!   it was.
 
 mod capture;
 mod link;
@@ -39,7 +40,7 @@ mod sys;
 mod timers;
 
 use crate::device::{Core, Effects};
-use crate::port::Packet;
+use crate::port::{Op, Packet};
 use crate::qp::Qp;
 use link::{Link, Outgoing};
 use message::Kind;
@@ -184,7 +185,12 @@ impl RocePort {
     /// (`path::resolve`).
     pub fn post(&self, core: &Core, qp: &Qp, a: &QpAttr, pkt: Packet) -> Result<(), u32> {
         let req = self.requester_for(core, qp, a)?;
-        let kind = Kind::Send { imm: pkt.imm.map(u32::from_be_bytes) };
+        let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
+        let kind = match pkt.op {
+            Op::Send { imm: i } => Kind::Send { imm: imm(i) },
+            Op::Write { remote_addr, rkey, imm: i } => Kind::Write { va: remote_addr, rkey, imm: imm(i) },
+            Op::Read { remote_addr, rkey, len } => Kind::Read { va: remote_addr, rkey, len },
+        };
         req.lock().post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
         Ok(())
     }
@@ -289,7 +295,11 @@ impl RocePort {
 
 /// Scatters a READ response's `data` at `offset` of the READ `seq`'s local buffers; a local
 /// error completes the READ with it (the QP then goes to ERR).
-fn read_response(_core: &Core, _qp: &Qp, _seq: u64, _offset: u32, _data: &[u8], _fx: &mut Effects) {}
+fn read_response(core: &Core, qp: &Qp, seq: u64, offset: u32, data: &[u8], fx: &mut Effects) {
+    if let Err(status) = qp.read_response(core, seq, offset, data) {
+        qp.complete_send(core, seq, status, fx);
+    }
+}
 
 /// Hands the requester's decisions to the QP (its lock taken here, the requester's released).
 fn complete(core: &Core, qp: &Qp, done: Done, fx: &mut Effects) {

@@ -12,7 +12,7 @@
 use super::path::Path;
 use super::{message::PKEY, RocePort};
 use crate::device::{Core, Effects};
-use crate::port::Packet;
+use crate::port::{Op, Packet};
 use crate::qp::{Qp, Rx};
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
@@ -22,7 +22,7 @@ mod rdma;
 
 /// Credits advertised in an ACK's AETH: 31, "invalid" (IBTA Table 44: end-to-end flow control
 /// is not used), as Linux rxe sends.
-const NO_CREDITS: u8 = 0x1f;
+pub(super) const NO_CREDITS: u8 = 0x1f;
 
 /// Everything a packet is processed with: the port, the device, the destination QP with the
 /// attributes and path it had when the packet arrived.
@@ -80,7 +80,7 @@ impl Responder {
         if d < 0 {
             cx.core.count(|c| &c.roce_rx_duplicates);
             if hdr.bth.opcode == op::RC_RDMA_READ_REQUEST {
-                self.read(cx, hdr, false);
+                self.read(cx, hdr, false, fx);
             } else if hdr.bth.ack_req {
                 self.ack(cx, psn::add(self.epsn, 0xff_ffff));
             }
@@ -97,7 +97,7 @@ impl Responder {
             | op::RC_SEND_LAST_WITH_IMMEDIATE
             | op::RC_SEND_ONLY
             | op::RC_SEND_ONLY_WITH_IMMEDIATE => self.send_last(cx, hdr, payload, fx),
-            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => self.read(cx, hdr, true),
+            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => self.read(cx, hdr, true, fx),
             opcode => self.on_write(cx, hdr, opcode, payload, fx),
         }
     }
@@ -155,7 +155,7 @@ impl Responder {
             seq: 0,
             dest: cx.qp.handle,
             dgid: cx.attrs.ah_attr.grh.dgid,
-            imm: hdr.imm.map(u32::to_be_bytes),
+            op: Op::Send { imm: hdr.imm.map(u32::to_be_bytes) },
             solicited: hdr.bth.solicited,
             payload: buf,
         };

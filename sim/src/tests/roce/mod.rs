@@ -5,6 +5,7 @@
 mod errors;
 mod faults;
 mod hostile;
+mod rdma;
 mod send;
 
 use super::minidrv::*;
