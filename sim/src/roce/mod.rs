@@ -311,5 +311,5 @@ fn complete(core: &Core, qp: &Qp, done: Done, fx: &mut Effects) {
 /// The IP context of a packet the port sends from `src` to `dst`: IPv4 with Identification 0 and
 /// DF set (`IP_PMTUDISC_DO` on an unconnected socket: rxe-peer fact 4).
 fn tx_context(src: SocketAddr, dst: SocketAddr) -> IpContext {
-    IpContext { src, dst, ipv4_id: 0, ipv4_df: src.is_ipv4() }
+    IpContext::new(src, dst)
 }

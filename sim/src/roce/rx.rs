@@ -75,8 +75,9 @@ impl Receiver {
     /// Checks one datagram from `peer` to `local` and dispatches it.
     fn handle(&mut self, core: &Core, port: &RocePort, local: SocketAddr, peer: SocketAddr, bytes: &[u8], fx: &mut Effects) {
         core.count(|c| &c.roce_rx_packets);
-        // The Identification and DF of a received IPv4 packet are unknown: captured as 0.
-        let ip = IpContext { src: peer, dst: local, ipv4_id: 0, ipv4_df: false };
+        // The Identification and DF of a received IPv4 packet are unknown: captured as the
+        // model sends them (ID 0, DF), so a capture between two models verifies throughout.
+        let ip = IpContext::new(peer, local);
         if let Some(cap) = &port.capture {
             if !cap.write(&ip, bytes) {
                 core.count(|c| &c.roce_pcap_errors);
