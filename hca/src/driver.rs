@@ -75,13 +75,15 @@ pub fn probe(platform: Arc<dyn Platform>, opts: ProbeOptions) -> Result<Device> 
 /// A new in-process model configured by `cfg`, probed and added to the core's list: what the
 /// tools and tests open when no hardware is named. Returns the device and the model's platform
 /// (whose [`SimPlatform::device`] lets tests inspect or poke the model).
+///
+/// Errors: the model's RoCE port cannot open ([`SimPlatform::try_new`]); the probe's.
 pub fn open_sim(cfg: pvrdma_sim::SimConfig) -> Result<(Device, SimPlatform)> {
     open_sim_with(cfg, ProbeOptions::default())
 }
 
 /// [`open_sim`] with probe options.
 pub fn open_sim_with(cfg: pvrdma_sim::SimConfig, opts: ProbeOptions) -> Result<(Device, SimPlatform)> {
-    let sim = SimPlatform::new(cfg);
+    let sim = SimPlatform::try_new(cfg)?;
     let dev = probe(Arc::new(sim.clone()), opts)?;
     Ok((dev, sim))
 }
