@@ -30,8 +30,14 @@ pub struct Link {
 impl Link {
     /// A link injecting `faults`.
     pub fn new(faults: LinkFaults) -> Self {
-        let st = State { rng: fastrand::Rng::with_seed(faults.seed), held: None };
-        Self { faults, st: Mutex::new(st) }
+        let st = State {
+            rng: fastrand::Rng::with_seed(faults.seed),
+            held: None,
+        };
+        Self {
+            faults,
+            st: Mutex::new(st),
+        }
     }
 
     /// Decides the fate of `pkt`: appends to `out` what goes on the wire now, in order (nothing

@@ -35,7 +35,6 @@ mod requester;
 mod responder;
 mod rx;
 mod socket;
-#[allow(unsafe_code)]
 mod sys;
 mod timers;
 
@@ -81,7 +80,12 @@ pub struct RoceConfig {
 impl RoceConfig {
     /// RoCE v2 on `addrs`, UDP 4791, no faults, no capture.
     pub fn new(addrs: Vec<IpAddr>) -> Self {
-        Self { addrs, udp_port: ROCE_V2_UDP_PORT, faults: LinkFaults::default(), pcap: None }
+        Self {
+            addrs,
+            udp_port: ROCE_V2_UDP_PORT,
+            faults: LinkFaults::default(),
+            pcap: None,
+        }
     }
 }
 
@@ -143,7 +147,11 @@ impl RocePort {
     /// Binds the sockets and creates the capture file.
     pub fn open(cfg: &RoceConfig) -> Result<Self, RoceError> {
         let socks = socket::bind_all(&cfg.addrs, cfg.udp_port)?;
-        let capture = cfg.pcap.as_deref().map(capture::Capture::create).transpose()?;
+        let capture = cfg
+            .pcap
+            .as_deref()
+            .map(capture::Capture::create)
+            .transpose()?;
         Ok(Self {
             udp_port: cfg.udp_port,
             socks,
@@ -188,15 +196,37 @@ impl RocePort {
         let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
         let kind = match pkt.op {
             Op::Send { imm: i } => Kind::Send { imm: imm(i) },
-            Op::Write { remote_addr, rkey, imm: i } => Kind::Write { va: remote_addr, rkey, imm: imm(i) },
-            Op::Read { remote_addr, rkey, len } => Kind::Read { va: remote_addr, rkey, len },
+            Op::Write {
+                remote_addr,
+                rkey,
+                imm: i,
+            } => Kind::Write {
+                va: remote_addr,
+                rkey,
+                imm: imm(i),
+            },
+            Op::Read {
+                remote_addr,
+                rkey,
+                len,
+            } => Kind::Read {
+                va: remote_addr,
+                rkey,
+                len,
+            },
         };
-        req.lock().post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
+        req.lock()
+            .post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
         Ok(())
     }
 
     /// QP `qp`'s requester for its current connection, created on its first message.
-    fn requester_for(&self, core: &Core, qp: &Qp, a: &QpAttr) -> Result<Arc<Mutex<Requester>>, u32> {
+    fn requester_for(
+        &self,
+        core: &Core,
+        qp: &Qp,
+        a: &QpAttr,
+    ) -> Result<Arc<Mutex<Requester>>, u32> {
         let key = (qp.uid, qp.connection());
         let mut map = self.requesters.lock();
         match map.get(&qp.handle) {
@@ -204,7 +234,14 @@ impl RocePort {
             _ => {
                 let path = path::resolve(core, &self.socks, self.udp_port, a)?;
                 let req = Arc::new(Mutex::new(Requester::new(path, a)));
-                map.insert(qp.handle, Entry { uid: key.0, conn: key.1, req: req.clone() });
+                map.insert(
+                    qp.handle,
+                    Entry {
+                        uid: key.0,
+                        conn: key.1,
+                        req: req.clone(),
+                    },
+                );
                 Ok(req)
             }
         }
@@ -213,7 +250,9 @@ impl RocePort {
     /// The requester of QP `qp` in connection `conn`, if it has one.
     fn requester(&self, qp: &Qp, conn: u64) -> Option<Arc<Mutex<Requester>>> {
         let map = self.requesters.lock();
-        let e = map.get(&qp.handle).filter(|e| (e.uid, e.conn) == (qp.uid, conn))?;
+        let e = map
+            .get(&qp.handle)
+            .filter(|e| (e.uid, e.conn) == (qp.uid, conn))?;
         Some(e.req.clone())
     }
 
@@ -221,21 +260,33 @@ impl RocePort {
     /// into the capture). A packet that cannot be encoded or sent is counted
     /// (`roce_tx_errors`): the peer sees a loss, which the transport recovers from.
     pub fn send(&self, core: &Core, path: &path::Path, hdr: &Headers, payload: &[u8]) {
-        let Some(sock) = self.socks.get(path.sock) else { return };
+        let Some(sock) = self.socks.get(path.sock) else {
+            return;
+        };
         let ip = tx_context(sock.local, path.dst);
         let mut bytes = Vec::with_capacity(payload.len() + 64);
         if roce_wire::encode(hdr, payload, &ip, &mut bytes).is_err() {
             return core.count(|c| &c.roce_tx_errors);
         }
         let mut out = Vec::new();
-        self.link.pass(core, Outgoing { sock: path.sock, dst: path.dst, bytes }, &mut out);
+        self.link.pass(
+            core,
+            Outgoing {
+                sock: path.sock,
+                dst: path.dst,
+                bytes,
+            },
+            &mut out,
+        );
         self.transmit(core, out);
     }
 
     /// Writes packets the link let through to their sockets.
     fn transmit(&self, core: &Core, out: Vec<Outgoing>) {
         for o in out {
-            let Some(sock) = self.socks.get(o.sock) else { continue };
+            let Some(sock) = self.socks.get(o.sock) else {
+                continue;
+            };
             if let Some(cap) = &self.capture {
                 if !cap.write(&tx_context(sock.local, o.dst), &o.bytes) {
                     core.count(|c| &c.roce_pcap_errors);
@@ -258,13 +309,19 @@ impl RocePort {
     /// Runs every requester's timers; forgets the requesters of QPs that are gone, reset or no
     /// longer in RTS. Returns the earliest instant a timer is due next.
     fn tick(&self, core: &Core, fx: &mut Effects) -> Option<Instant> {
-        let all: Vec<(u32, u64, u64, Arc<Mutex<Requester>>)> =
-            self.requesters.lock().iter().map(|(k, e)| (*k, e.uid, e.conn, e.req.clone())).collect();
+        let all: Vec<(u32, u64, u64, Arc<Mutex<Requester>>)> = self
+            .requesters
+            .lock()
+            .iter()
+            .map(|(k, e)| (*k, e.uid, e.conn, e.req.clone()))
+            .collect();
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         for (qpn, uid, conn, req) in all {
             let rts = pvrdma_abi::verbs::qp_state::RTS;
-            let live = core.qp(qpn).filter(|q| q.uid == uid && q.connection() == conn && q.state() == rts);
+            let live = core
+                .qp(qpn)
+                .filter(|q| q.uid == uid && q.connection() == conn && q.state() == rts);
             let Some(qp) = live else {
                 self.forget(qpn, &req);
                 continue;

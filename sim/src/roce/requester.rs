@@ -68,7 +68,15 @@ impl Requester {
 
     /// Sends a new message (held back while an RNR NAK's timer runs: it goes out with the
     /// retransmission).
-    pub fn post(&mut self, port: &RocePort, core: &Core, seq: u64, kind: Kind, payload: Vec<u8>, solicited: bool) {
+    pub fn post(
+        &mut self,
+        port: &RocePort,
+        core: &Core,
+        seq: u64,
+        kind: Kind,
+        payload: Vec<u8>,
+        solicited: bool,
+    ) {
         let m = Message::new(seq, self.next_psn, kind, payload, solicited, self.path.mtu);
         self.next_psn = psn::add(m.psn, m.npkts);
         if self.rnr_until.is_none() {
@@ -163,9 +171,19 @@ impl Requester {
     /// A READ response (`hdr`, `len` payload bytes). Returns where its data goes, `(seq, byte
     /// offset)`, if it is the response awaited next; anything else (a duplicate, a response
     /// past a lost one, a length the READ does not allow) is dropped and counted.
-    pub fn on_read_response(&mut self, core: &Core, hdr: &Headers, len: usize, done: &mut Done) -> Option<(u64, u32)> {
+    pub fn on_read_response(
+        &mut self,
+        core: &Core,
+        hdr: &Headers,
+        len: usize,
+        done: &mut Done,
+    ) -> Option<(u64, u32)> {
         let p = hdr.bth.psn;
-        let Some(i) = self.msgs.iter().position(|m| m.is_pending_read() && m.holds(p)) else {
+        let Some(i) = self
+            .msgs
+            .iter()
+            .position(|m| m.is_pending_read() && m.holds(p))
+        else {
             core.count(|c| &c.roce_rx_duplicates);
             return None;
         };
@@ -176,10 +194,19 @@ impl Requester {
         let m = &self.msgs[i];
         let k = psn::diff(p, m.psn) as u32;
         let last = k + 1 == m.npkts;
-        let Kind::Read { len: total, .. } = m.kind else { return None };
+        let Kind::Read { len: total, .. } = m.kind else {
+            return None;
+        };
         let offset = u64::from(k) * u64::from(self.path.mtu);
-        let want = if last { u64::from(total).saturating_sub(offset) } else { u64::from(self.path.mtu) };
-        let last_op = matches!(hdr.bth.opcode, op::RC_RDMA_READ_RESPONSE_LAST | op::RC_RDMA_READ_RESPONSE_ONLY);
+        let want = if last {
+            u64::from(total).saturating_sub(offset)
+        } else {
+            u64::from(self.path.mtu)
+        };
+        let last_op = matches!(
+            hdr.bth.opcode,
+            op::RC_RDMA_READ_RESPONSE_LAST | op::RC_RDMA_READ_RESPONSE_ONLY
+        );
         if len as u64 != want || last != last_op {
             core.count(|c| &c.roce_rx_dropped_malformed);
             return None;
@@ -253,7 +280,11 @@ impl Requester {
 
     /// Sends again every packet from PSN `from` on, and restarts the local ACK timer.
     fn resend(&mut self, port: &RocePort, core: &Core, from: u32, now: Instant) {
-        for m in self.msgs.iter().filter(|m| psn::diff(m.last_psn(), from) >= 0) {
+        for m in self
+            .msgs
+            .iter()
+            .filter(|m| psn::diff(m.last_psn(), from) >= 0)
+        {
             self.send(port, core, m, from, true);
         }
         self.deadline = self.timeout.map(|t| now + t);
@@ -267,7 +298,11 @@ impl Requester {
             if !m.is_pending_read() {
                 return;
             }
-            let from = if psn::diff(from, m.read_next) > 0 { from } else { m.read_next };
+            let from = if psn::diff(from, m.read_next) > 0 {
+                from
+            } else {
+                m.read_next
+            };
             if let Some(hdr) = m.read_request(from, path.dest_qp, path.mtu) {
                 if again {
                     core.count(|c| &c.roce_retransmits);

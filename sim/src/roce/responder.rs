@@ -43,7 +43,12 @@ enum InMsg {
     /// A SEND: the data so far, and the receive WQE's length it is bounded by.
     Send { buf: Vec<u8>, cap: u64 },
     /// A WRITE: its RETH's key and address, bytes written so far, and its DMA length.
-    Write { rkey: u32, va: u64, done: u64, len: u64 },
+    Write {
+        rkey: u32,
+        va: u64,
+        done: u64,
+        len: u64,
+    },
 }
 
 /// One QP's responder state.
@@ -62,7 +67,14 @@ pub struct Responder {
 impl Responder {
     /// The state of a QP that reached RTR with attributes `a`.
     pub fn new(uid: u64, conn: u64, a: &QpAttr) -> Self {
-        Self { uid, conn, epsn: a.rq_psn.get() & 0xff_ffff, msn: 0, nak_sent: false, msg: InMsg::None }
+        Self {
+            uid,
+            conn,
+            epsn: a.rq_psn.get() & 0xff_ffff,
+            msn: 0,
+            nak_sent: false,
+            msg: InMsg::None,
+        }
     }
 
     /// Processes one request packet (a SEND, WRITE or READ request).
@@ -73,7 +85,11 @@ impl Responder {
             cx.core.count(|c| &c.roce_rx_dropped_psn);
             if !self.nak_sent {
                 self.nak_sent = true;
-                self.reply(cx, self.epsn, Aeth::nak(self.msn, NakCode::PsnSequenceError));
+                self.reply(
+                    cx,
+                    self.epsn,
+                    Aeth::nak(self.msn, NakCode::PsnSequenceError),
+                );
             }
             return;
         }
@@ -97,7 +113,9 @@ impl Responder {
             | op::RC_SEND_LAST_WITH_IMMEDIATE
             | op::RC_SEND_ONLY
             | op::RC_SEND_ONLY_WITH_IMMEDIATE => self.send_last(cx, hdr, payload, fx),
-            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => self.read(cx, hdr, true, fx),
+            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => {
+                self.read(cx, hdr, true, fx)
+            }
             opcode => self.on_write(cx, hdr, opcode, payload, fx),
         }
     }
@@ -107,7 +125,10 @@ impl Responder {
     fn fits_mtu(&self, cx: &Ctx<'_>, opcode: u8, len: usize) -> bool {
         let mtu = cx.path.mtu as usize;
         match opcode {
-            op::RC_SEND_FIRST | op::RC_SEND_MIDDLE | op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_MIDDLE => len == mtu,
+            op::RC_SEND_FIRST
+            | op::RC_SEND_MIDDLE
+            | op::RC_RDMA_WRITE_FIRST
+            | op::RC_RDMA_WRITE_MIDDLE => len == mtu,
             _ => len <= mtu,
         }
     }
@@ -138,7 +159,10 @@ impl Responder {
 
     /// The last or only packet of a SEND: the message goes into the next receive WQE.
     fn send_last(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
-        let only = matches!(hdr.bth.opcode, op::RC_SEND_ONLY | op::RC_SEND_ONLY_WITH_IMMEDIATE);
+        let only = matches!(
+            hdr.bth.opcode,
+            op::RC_SEND_ONLY | op::RC_SEND_ONLY_WITH_IMMEDIATE
+        );
         let (mut buf, cap) = match (std::mem::take(&mut self.msg), only) {
             (InMsg::None, true) => (Vec::new(), u64::MAX),
             (InMsg::Send { buf, cap }, false) => (buf, cap),
@@ -155,7 +179,9 @@ impl Responder {
             seq: 0,
             dest: cx.qp.handle,
             dgid: cx.attrs.ah_attr.grh.dgid,
-            op: Op::Send { imm: hdr.imm.map(u32::to_be_bytes) },
+            op: Op::Send {
+                imm: hdr.imm.map(u32::to_be_bytes),
+            },
             solicited: hdr.bth.solicited,
             payload: buf,
         };
@@ -205,7 +231,11 @@ impl Responder {
     /// RNR NAK for the packet at `p`, with the QP's `min_rnr_timer`.
     fn rnr(&mut self, cx: &Ctx<'_>, p: u32) {
         cx.core.count(|c| &c.roce_rnr_naks_sent);
-        self.reply(cx, p, Aeth::rnr_nak(self.msn, cx.attrs.min_rnr_timer & 0x1f));
+        self.reply(
+            cx,
+            p,
+            Aeth::rnr_nak(self.msn, cx.attrs.min_rnr_timer & 0x1f),
+        );
     }
 
     fn ack(&self, cx: &Ctx<'_>, p: u32) {
@@ -215,11 +245,24 @@ impl Responder {
 
     /// Sends an ACKNOWLEDGE packet with PSN `p`.
     fn reply(&self, cx: &Ctx<'_>, p: u32, aeth: Aeth) {
-        if matches!(aeth.syndrome(), roce_wire::Syndrome::Nak(NakCode::PsnSequenceError)) {
+        if matches!(
+            aeth.syndrome(),
+            roce_wire::Syndrome::Nak(NakCode::PsnSequenceError)
+        ) {
             cx.core.count(|c| &c.roce_naks_sent);
         }
-        let bth = Bth { opcode: op::RC_ACKNOWLEDGE, pkey: PKEY, dest_qp: cx.path.dest_qp, psn: p, ..Default::default() };
-        let hdr = Headers { bth, aeth: Some(aeth), ..Default::default() };
+        let bth = Bth {
+            opcode: op::RC_ACKNOWLEDGE,
+            pkey: PKEY,
+            dest_qp: cx.path.dest_qp,
+            psn: p,
+            ..Default::default()
+        };
+        let hdr = Headers {
+            bth,
+            aeth: Some(aeth),
+            ..Default::default()
+        };
         cx.port.send(cx.core, &cx.path, &hdr, &[]);
     }
 }

@@ -26,14 +26,21 @@ const MAX_DATAGRAM: usize = 1 << 16;
 
 /// The thread's body: runs until the device is dropped ([`RocePort::stop`]).
 pub fn run(core: Arc<Core>) {
-    let Some(port) = core.roce.as_ref() else { return };
-    let mut rx = Receiver { responders: HashMap::new(), buf: vec![0u8; MAX_DATAGRAM] };
+    let Some(port) = core.roce.as_ref() else {
+        return;
+    };
+    let mut rx = Receiver {
+        responders: HashMap::new(),
+        buf: vec![0u8; MAX_DATAGRAM],
+    };
     let mut ready = Vec::new();
     let mut next_timer: Option<Instant> = None;
     let socks: Vec<&std::net::UdpSocket> = port.socks.iter().map(|s| &s.udp).collect();
     while !port.stopped() {
         let now = Instant::now();
-        let wait = next_timer.map_or(IDLE_WAIT, |t| t.saturating_duration_since(now).min(IDLE_WAIT));
+        let wait = next_timer.map_or(IDLE_WAIT, |t| {
+            t.saturating_duration_since(now).min(IDLE_WAIT)
+        });
         if sys::poll_readable(&socks, wait, &mut ready).is_err() {
             std::thread::sleep(IDLE_WAIT);
         }
@@ -73,7 +80,15 @@ impl Receiver {
     }
 
     /// Checks one datagram from `peer` to `local` and dispatches it.
-    fn handle(&mut self, core: &Core, port: &RocePort, local: SocketAddr, peer: SocketAddr, bytes: &[u8], fx: &mut Effects) {
+    fn handle(
+        &mut self,
+        core: &Core,
+        port: &RocePort,
+        local: SocketAddr,
+        peer: SocketAddr,
+        bytes: &[u8],
+        fx: &mut Effects,
+    ) {
         core.count(|c| &c.roce_rx_packets);
         // The Identification and DF of a received IPv4 packet are unknown: captured as the
         // model sends them (ID 0, DF), so a capture between two models verifies throughout.
@@ -103,11 +118,21 @@ impl Receiver {
             | op::RC_RDMA_READ_RESPONSE_LAST
             | op::RC_RDMA_READ_RESPONSE_ONLY => on_response(core, port, &qp, conn, &pkt, fx),
             _ => {
-                let r = self.responders.entry(qp.handle).or_insert_with(|| Responder::new(qp.uid, conn, &attrs));
+                let r = self
+                    .responders
+                    .entry(qp.handle)
+                    .or_insert_with(|| Responder::new(qp.uid, conn, &attrs));
                 if (r.uid, r.conn) != (qp.uid, conn) {
                     *r = Responder::new(qp.uid, conn, &attrs);
                 }
-                let cx = Ctx { port, core, qp: &qp, attrs: &attrs, path, conn };
+                let cx = Ctx {
+                    port,
+                    core,
+                    qp: &qp,
+                    attrs: &attrs,
+                    path,
+                    conn,
+                };
                 r.on_request(&cx, &pkt.hdr, pkt.payload, fx);
             }
         }
@@ -116,7 +141,12 @@ impl Receiver {
 
 /// The QP `qpn` if it is in RTR or RTS and connected to `peer` (its `dgid` is the sender's
 /// address), with its attributes and path.
-fn connected_qp(core: &Core, port: &RocePort, qpn: u32, peer: SocketAddr) -> Option<(Arc<Qp>, pvrdma_abi::verbs::QpAttr, Path)> {
+fn connected_qp(
+    core: &Core,
+    port: &RocePort,
+    qpn: u32,
+    peer: SocketAddr,
+) -> Option<(Arc<Qp>, pvrdma_abi::verbs::QpAttr, Path)> {
     let qp = core.qp(qpn)?;
     let (state, attrs) = qp.transport_attrs()?;
     if !matches!(state, qp_state::RTR | qp_state::RTS) {
@@ -127,7 +157,14 @@ fn connected_qp(core: &Core, port: &RocePort, qpn: u32, peer: SocketAddr) -> Opt
 }
 
 /// An ACKNOWLEDGE or READ response for QP `qp`'s requester.
-fn on_response(core: &Core, port: &RocePort, qp: &Qp, conn: u64, pkt: &Packet<'_>, fx: &mut Effects) {
+fn on_response(
+    core: &Core,
+    port: &RocePort,
+    qp: &Qp,
+    conn: u64,
+    pkt: &Packet<'_>,
+    fx: &mut Effects,
+) {
     let Some(req) = port.requester(qp, conn) else {
         return core.count(|c| &c.roce_rx_dropped_qp);
     };

@@ -14,9 +14,21 @@ use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
 
 impl Responder {
     /// A WRITE packet (or an opcode a responder does not take).
-    pub(super) fn on_write(&mut self, cx: &Ctx<'_>, hdr: &Headers, opcode: u8, payload: &[u8], fx: &mut Effects) {
+    pub(super) fn on_write(
+        &mut self,
+        cx: &Ctx<'_>,
+        hdr: &Headers,
+        opcode: u8,
+        payload: &[u8],
+        fx: &mut Effects,
+    ) {
         let p = hdr.bth.psn;
-        let first = matches!(opcode, op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_ONLY | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE);
+        let first = matches!(
+            opcode,
+            op::RC_RDMA_WRITE_FIRST
+                | op::RC_RDMA_WRITE_ONLY
+                | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+        );
         let last = matches!(
             opcode,
             op::RC_RDMA_WRITE_LAST
@@ -39,9 +51,20 @@ impl Responder {
             if let Err(status) = cx.qp.check_rdma_write(cx.core, reth.rkey, reth.va, len) {
                 return self.access_error(cx, p, status, fx);
             }
-            self.msg = InMsg::Write { rkey: reth.rkey, va: reth.va, done: 0, len };
+            self.msg = InMsg::Write {
+                rkey: reth.rkey,
+                va: reth.va,
+                done: 0,
+                len,
+            };
         }
-        let InMsg::Write { rkey, va, done, len } = self.msg else {
+        let InMsg::Write {
+            rkey,
+            va,
+            done,
+            len,
+        } = self.msg
+        else {
             return self.refuse(cx, p, NakCode::InvalidRequest);
         };
         let end = done + payload.len() as u64;
@@ -53,11 +76,19 @@ impl Responder {
         if imm.is_some() && cx.qp.recv_capacity(cx.core).is_none() {
             return self.rnr(cx, p);
         }
-        if let Err(status) = cx.qp.rdma_write(cx.core, rkey, va.wrapping_add(done), payload) {
+        if let Err(status) = cx
+            .qp
+            .rdma_write(cx.core, rkey, va.wrapping_add(done), payload)
+        {
             return self.access_error(cx, p, status, fx);
         }
         if !last {
-            self.msg = InMsg::Write { rkey, va, done: end, len };
+            self.msg = InMsg::Write {
+                rkey,
+                va,
+                done: end,
+                len,
+            };
             self.advance(1);
             if hdr.bth.ack_req {
                 self.ack(cx, p);
@@ -70,7 +101,15 @@ impl Responder {
             Some(v) => {
                 let src = cx.path.dest_qp;
                 let solicited = hdr.bth.solicited;
-                cx.qp.receive_write_imm(cx.core, src, v.to_be_bytes(), len as u32, solicited, cx.conn, fx)
+                cx.qp.receive_write_imm(
+                    cx.core,
+                    src,
+                    v.to_be_bytes(),
+                    len as u32,
+                    solicited,
+                    cx.conn,
+                    fx,
+                )
             }
         };
         self.finish(cx, p, outcome);
@@ -97,23 +136,44 @@ impl Responder {
             self.advance(n);
         }
         for k in 0..n {
-            let chunk = &data[(k as usize * mtu).min(data.len())..((k as usize + 1) * mtu).min(data.len())];
+            let chunk =
+                &data[(k as usize * mtu).min(data.len())..((k as usize + 1) * mtu).min(data.len())];
             let opcode = match (k == 0, k + 1 == n) {
                 (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
                 (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
                 (false, false) => op::RC_RDMA_READ_RESPONSE_MIDDLE,
                 (false, true) => op::RC_RDMA_READ_RESPONSE_LAST,
             };
-            let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE).then(|| Aeth::ack(self.msn, NO_CREDITS));
-            let bth = Bth { opcode, pkey: PKEY, dest_qp: cx.path.dest_qp, psn: psn::add(p, k), ..Default::default() };
-            cx.port.send(cx.core, &cx.path, &Headers { bth, aeth, ..Default::default() }, chunk);
+            let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE)
+                .then(|| Aeth::ack(self.msn, NO_CREDITS));
+            let bth = Bth {
+                opcode,
+                pkey: PKEY,
+                dest_qp: cx.path.dest_qp,
+                psn: psn::add(p, k),
+                ..Default::default()
+            };
+            cx.port.send(
+                cx.core,
+                &cx.path,
+                &Headers {
+                    bth,
+                    aeth,
+                    ..Default::default()
+                },
+                chunk,
+            );
         }
     }
 
     /// A request refused by its R_Key: NAK Remote Access Error (or what `status` says) and the
     /// QP goes to ERR (IBTA 9.9.3.1.2 Class C, as Linux rxe and the loopback port).
     fn access_error(&mut self, cx: &Ctx<'_>, p: u32, status: u32, fx: &mut Effects) {
-        let code = if status == wc_status::REM_INV_REQ_ERR { NakCode::InvalidRequest } else { NakCode::RemoteAccessError };
+        let code = if status == wc_status::REM_INV_REQ_ERR {
+            NakCode::InvalidRequest
+        } else {
+            NakCode::RemoteAccessError
+        };
         cx.qp.force_error(cx.core, fx);
         self.refuse(cx, p, code);
     }

@@ -28,19 +28,38 @@ fn exactly_once(test: u8, faults: LinkFaults) -> (SimStats, SimStats) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while (sent < MESSAGES || got < MESSAGES) && Instant::now() < deadline {
         while posted < MESSAGES && posted - sent < SENDS {
-            send(&a, &ea, posted, &pattern(posted, len_of(posted)), (posted % SENDS) * SLOT, None);
+            send(
+                &a,
+                &ea,
+                posted,
+                &pattern(posted, len_of(posted)),
+                (posted % SENDS) * SLOT,
+                None,
+            );
             posted += 1;
         }
         while let Some(c) = a.poll(&ea.cq) {
-            assert_eq!((c.wr_id.get(), c.status.get()), (sent, wc_status::SUCCESS), "send completions in order");
+            assert_eq!(
+                (c.wr_id.get(), c.status.get()),
+                (sent, wc_status::SUCCESS),
+                "send completions in order"
+            );
             sent += 1;
         }
         while let Some(c) = b.poll(&eb.cq) {
-            assert_eq!((c.wr_id.get(), c.status.get()), (got, wc_status::SUCCESS), "each message once, in order");
+            assert_eq!(
+                (c.wr_id.get(), c.status.get()),
+                (got, wc_status::SUCCESS),
+                "each message once, in order"
+            );
             assert_eq!(c.opcode.get(), wc_opcode::RECV);
             let len = len_of(got);
             assert_eq!(c.byte_len.get() as usize, len);
-            assert_eq!(received(&b, &eb, (got % RECVS) * SLOT, len), pattern(got, len), "message {got}");
+            assert_eq!(
+                received(&b, &eb, (got % RECVS) * SLOT, len),
+                pattern(got, len),
+                "message {got}"
+            );
             if got + RECVS < MESSAGES {
                 recv(&b, &eb, got + RECVS, (got % RECVS) * SLOT, SLOT as u32);
             }
@@ -48,7 +67,11 @@ fn exactly_once(test: u8, faults: LinkFaults) -> (SimStats, SimStats) {
         }
         std::thread::sleep(Duration::from_micros(100));
     }
-    assert_eq!((sent, got), (MESSAGES, MESSAGES), "all delivered within the bound");
+    assert_eq!(
+        (sent, got),
+        (MESSAGES, MESSAGES),
+        "all delivered within the bound"
+    );
     // Nothing more arrives: no message was delivered twice.
     std::thread::sleep(Duration::from_millis(50));
     assert!(a.poll(&ea.cq).is_none() && b.poll(&eb.cq).is_none());
@@ -57,29 +80,56 @@ fn exactly_once(test: u8, faults: LinkFaults) -> (SimStats, SimStats) {
 
 #[test]
 fn exactly_once_through_loss() {
-    let (a, b) = exactly_once(20, LinkFaults { loss: 0.1, seed: 1, ..LinkFaults::default() });
+    let (a, b) = exactly_once(
+        20,
+        LinkFaults {
+            loss: 0.1,
+            seed: 1,
+            ..LinkFaults::default()
+        },
+    );
     assert!(a.roce_injected_loss > 0 && b.roce_injected_loss > 0);
     assert!(a.roce_retransmits > 0, "lost packets were sent again");
 }
 
 #[test]
 fn exactly_once_through_reordering() {
-    let (a, b) = exactly_once(21, LinkFaults { reorder: 0.1, seed: 2, ..LinkFaults::default() });
+    let (a, b) = exactly_once(
+        21,
+        LinkFaults {
+            reorder: 0.1,
+            seed: 2,
+            ..LinkFaults::default()
+        },
+    );
     assert!(a.roce_injected_reorder > 0 && b.roce_injected_reorder > 0);
     assert!(b.roce_naks_sent > 0, "a packet ahead of its turn is NAKed");
 }
 
 #[test]
 fn exactly_once_through_duplication() {
-    let (a, b) = exactly_once(22, LinkFaults { duplicate: 0.1, seed: 3, ..LinkFaults::default() });
+    let (a, b) = exactly_once(
+        22,
+        LinkFaults {
+            duplicate: 0.1,
+            seed: 3,
+            ..LinkFaults::default()
+        },
+    );
     assert!(a.roce_injected_duplicate > 0 && b.roce_injected_duplicate > 0);
     assert!(b.roce_rx_duplicates > 0, "duplicates were seen and dropped");
 }
 
 #[test]
 fn exactly_once_through_loss_reordering_and_duplication_together() {
-    let f = LinkFaults { loss: 0.1, reorder: 0.1, duplicate: 0.1, seed: 4 };
+    let f = LinkFaults {
+        loss: 0.1,
+        reorder: 0.1,
+        duplicate: 0.1,
+        seed: 4,
+    };
     let (a, b) = exactly_once(23, f);
-    let injected = |s: &SimStats| s.roce_injected_loss + s.roce_injected_reorder + s.roce_injected_duplicate;
+    let injected =
+        |s: &SimStats| s.roce_injected_loss + s.roce_injected_reorder + s.roce_injected_duplicate;
     assert!(injected(&a) > 0 && injected(&b) > 0);
 }

@@ -36,8 +36,15 @@ pub fn addr(test: u8, host: u8) -> IpAddr {
 /// A device whose RoCE port binds `ip` (UDP `udp_port`), with GID 0 (RoCE v1) and GID
 /// [`SGID`] = `ip` (RoCE v2) bound.
 pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
-    let roce = RoceConfig { udp_port, faults, ..RoceConfig::new(vec![ip]) };
-    let mut d = Drv::new(SimConfig { roce: Some(roce), ..SimConfig::default() });
+    let roce = RoceConfig {
+        udp_port,
+        faults,
+        ..RoceConfig::new(vec![ip])
+    };
+    let mut d = Drv::new(SimConfig {
+        roce: Some(roce),
+        ..SimConfig::default()
+    });
     d.bind_gid(0, GID0);
     bind_v2(&mut d, SGID, ip);
     d
@@ -47,7 +54,14 @@ pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
 pub fn bind_v2(d: &mut Drv, index: u32, ip: IpAddr) {
     let (mtu, vlan) = (U32::new(1024), U32::new(0xfff));
     let gid_type = GID_TYPE_FLAG_ROCE_V2;
-    d.ok(CreateBind { index: U32::new(index), new_gid: ip_gid(ip), gid_type, mtu, vlan, ..Default::default() });
+    d.ok(CreateBind {
+        index: U32::new(index),
+        new_gid: ip_gid(ip),
+        gid_type,
+        mtu,
+        vlan,
+        ..Default::default()
+    });
 }
 
 /// One end of a connection: a QP with one CQ for both queues and its MRs.
@@ -85,7 +99,15 @@ pub struct Opts {
 impl Default for Opts {
     fn default() -> Self {
         // PSNs near the 24-bit wrap, so the tests cross it.
-        Self { mtu: 3, timeout: 1, retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 1, sq_psn: 0xff_fff0, rq_psn: 0xff_fff0 }
+        Self {
+            mtu: 3,
+            timeout: 1,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            sq_psn: 0xff_fff0,
+            rq_psn: 0xff_fff0,
+        }
     }
 }
 
@@ -95,7 +117,10 @@ pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
     a.qp_state = U32::new(qp_state::INIT);
     a.port_num = 1;
     a.qp_access_flags = U32::new(access::REMOTE_WRITE | access::REMOTE_READ);
-    assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
+    assert_eq!(
+        d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a),
+        0
+    );
     a.qp_state = U32::new(qp_state::RTR);
     a.dest_qp_num = U32::new(dest);
     a.path_mtu = U32::new(o.mtu);
@@ -120,12 +145,19 @@ pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
 /// end's PSNs mirrored), with `faults` on both links.
 pub fn pair(test: u8, o: &Opts, faults: LinkFaults) -> (Drv, End, Drv, End) {
     let (ia, ib) = (addr(test, 1), addr(test, 2));
-    let fb = LinkFaults { seed: faults.seed.wrapping_add(1), ..faults.clone() };
+    let fb = LinkFaults {
+        seed: faults.seed.wrapping_add(1),
+        ..faults.clone()
+    };
     let mut a = device(ia, crate::roce::ROCE_V2_UDP_PORT, faults);
     let mut b = device(ib, crate::roce::ROCE_V2_UDP_PORT, fb);
     let (ea, eb) = (end(&mut a, 256), end(&mut b, 256));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, o);
-    let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..*o };
+    let ob = Opts {
+        sq_psn: o.rq_psn,
+        rq_psn: o.sq_psn,
+        ..*o
+    };
     connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &ob);
     (a, ea, b, eb)
 }
@@ -170,5 +202,11 @@ pub fn wait(d: &Drv, e: &End, n: usize, limit: Duration) -> Vec<Cqe> {
 
 /// A message of `len` bytes whose content depends on `tag`.
 pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(tag.wrapping_mul(7)) as u8).collect()
+    (0..len)
+        .map(|i| {
+            (i as u64)
+                .wrapping_mul(31)
+                .wrapping_add(tag.wrapping_mul(7)) as u8
+        })
+        .collect()
 }
