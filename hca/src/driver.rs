@@ -80,8 +80,9 @@ pub fn probe(platform: Arc<dyn Platform>, opts: ProbeOptions) -> Result<Device> 
 /// in order (an IPv4 address IPv4-mapped, [`ib_core::gid_from_ip`]), as Linux's RoCE GID
 /// management binds a netdev's addresses; index 0 stays the probe's link-local RoCE v1 GID.
 ///
-/// Errors: the probe's; [`Error::InvalidArgument`] for more addresses than the GID table has
-/// entries after index 0; the device's refusal of a bind.
+/// Errors: the model's RoCE port cannot open ([`SimPlatform::try_new`]); the probe's;
+/// [`Error::InvalidArgument`] for more addresses than the GID table has entries after index 0;
+/// the device's refusal of a bind.
 pub fn open_sim(cfg: pvrdma_sim::SimConfig) -> Result<(Device, SimPlatform)> {
     open_sim_with(cfg, ProbeOptions::default())
 }
@@ -89,7 +90,7 @@ pub fn open_sim(cfg: pvrdma_sim::SimConfig) -> Result<(Device, SimPlatform)> {
 /// [`open_sim`] with probe options.
 pub fn open_sim_with(cfg: pvrdma_sim::SimConfig, opts: ProbeOptions) -> Result<(Device, SimPlatform)> {
     let addrs = cfg.roce.as_ref().map(|r| r.addrs.clone()).unwrap_or_default();
-    let sim = SimPlatform::new(cfg);
+    let sim = SimPlatform::try_new(cfg)?;
     let dev = probe(Arc::new(sim.clone()), opts)?;
     for (index, ip) in (1u32..).zip(addrs) {
         dev.add_gid(1, index, ib_core::gid_from_ip(ip), GidType::RoceV2)?;

@@ -231,21 +231,82 @@ pub fn gather(core: &Core, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u32> {
 /// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone,
 /// `LOC_LEN_ERR` if the payload does not fit.
 pub fn scatter(core: &Core, pd: u32, sges: &[Sge], payload: &[u8]) -> Result<(), u32> {
+    scatter_at(core, pd, sges, 0, payload)
+}
+
+/// The MR an incoming RDMA request names by `rkey`, checked as a responder checks the RETH
+/// (IBTA 9.7.4.1.5 and 10.6.3): the rkey names a live MR of the responder QP's PD `pd` that has
+/// memory and grants `need` (`REMOTE_WRITE` or `REMOTE_READ`), and `[addr, addr + len)` lies
+/// inside it (overflow-safe). Failure: `REM_ACCESS_ERR`, the status the requester completes with
+/// (NAK Remote Access Error, as Linux rxe's `check_rkey`).
+pub(crate) fn remote(core: &Core, pd: u32, rkey: u32, addr: u64, len: u64, need: u32) -> Result<Arc<Mr>, u32> {
+    let objs = core.objects.lock();
+    let mr = objs.rkeys.get(&rkey).and_then(|h| objs.mrs.get(*h)).ok_or(wc_status::REM_ACCESS_ERR)?;
+    let ok = mr.pd == pd && mr.region.is_some() && mr.access & need == need && mr.covers(addr, len);
+    if !ok {
+        return Err(wc_status::REM_ACCESS_ERR);
+    }
+    Ok(mr.clone())
+}
+
+/// Writes `data` at `addr` of the MR `rkey` names (an RDMA WRITE's responder side), after the
+/// checks of [`remote`] with `REMOTE_WRITE`. A zero-length write checks nothing and writes
+/// nothing (IBTA C9-88: a zero-length request need not carry a valid R_Key; Linux rxe's
+/// `check_rkey` skips it too). Errors: `REM_ACCESS_ERR`, with nothing written.
+pub fn remote_write(core: &Core, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), u32> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let mr = remote(core, pd, rkey, addr, data.len() as u64, access::REMOTE_WRITE)?;
+    if mr.write(&core.mem, addr, data) {
+        Ok(())
+    } else {
+        Err(wc_status::REM_ACCESS_ERR)
+    }
+}
+
+/// Reads `len` bytes at `addr` of the MR `rkey` names (an RDMA READ's responder side), after the
+/// checks of [`remote`] with `REMOTE_READ`; zero-length as [`remote_write`]. Errors:
+/// `REM_ACCESS_ERR`; `REM_INV_REQ_ERR` for a length past `MAX_MSG_SZ` (IBTA: Invalid Request).
+pub fn remote_read(core: &Core, pd: u32, rkey: u32, addr: u64, len: u32) -> Result<Vec<u8>, u32> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if len > crate::dsr::limits::MAX_MSG_SZ {
+        return Err(wc_status::REM_INV_REQ_ERR);
+    }
+    let mr = remote(core, pd, rkey, addr, u64::from(len), access::REMOTE_READ)?;
+    let mut buf = vec![0u8; len as usize];
+    if mr.read(&core.mem, addr, &mut buf) {
+        Ok(buf)
+    } else {
+        Err(wc_status::REM_ACCESS_ERR)
+    }
+}
+
+/// Scatters `data` at byte `offset` of the message `sges` describe (an RDMA READ response at the
+/// requester; needs `LOCAL_WRITE`). Errors: `LOC_PROT_ERR` for a bad SGE, `LOC_LEN_ERR` if
+/// `offset + data.len()` passes the SGEs' total.
+pub fn scatter_at(core: &Core, pd: u32, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), u32> {
     let checked = check(core, pd, sges, access::LOCAL_WRITE)?;
     let room: u64 = checked.iter().map(|c| c.len as u64).sum();
-    if (payload.len() as u64) > room {
+    if u64::from(offset) + data.len() as u64 > room {
         return Err(wc_status::LOC_LEN_ERR);
     }
-    let mut at = 0;
+    let (mut skip, mut at) = (offset as usize, 0usize);
     for c in &checked {
-        if at == payload.len() {
+        if at == data.len() {
             break;
         }
-        let n = c.len.min(payload.len() - at);
-        if !c.mr.write(&core.mem, c.addr, &payload[at..at + n]) {
+        if skip >= c.len {
+            skip -= c.len;
+            continue;
+        }
+        let n = (c.len - skip).min(data.len() - at);
+        if !c.mr.write(&core.mem, c.addr + skip as u64, &data[at..at + n]) {
             return Err(wc_status::LOC_PROT_ERR);
         }
-        at += n;
+        (skip, at) = (0, at + n);
     }
     Ok(())
 }

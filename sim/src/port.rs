@@ -17,8 +17,10 @@
 //! itself); otherwise the sender completes with `RETRY_EXC_ERR`, as a requester whose packets go
 //! unanswered. A packet for a QP with no receive WQE posted waits on that QP (infinite RNR retry)
 //! until its next RECV doorbell; later packets for the same QP queue behind it, keeping per-QP
-//! order. The thread stops when the [`crate::SimDevice`] is dropped; its waits are condvar waits
-//! with a bound.
+//! order. An RDMA WRITE or READ is checked by R_Key at the destination ([`crate::mr`]); a
+//! READ's data is scattered at the sender before its completion; a WRITE with immediate waits
+//! for a receive WQE as a SEND does. The thread stops when the [`crate::SimDevice`] is dropped;
+//! its waits are condvar waits with a bound.
 //!
 //! # How much the wire holds
 //! Every packet is a copy of its message, so what the wire holds is bounded, as RC flow control
@@ -34,6 +36,7 @@
 use crate::device::{Core, Effects};
 use crate::dsr::limits;
 use crate::errno::{CmdResult, Errno};
+use crate::qp::{Qp, Rx};
 use parking_lot::{Condvar, Mutex};
 use pvrdma_abi::cmd::{
     CreateBind, DestroyBind, NoopResp, QueryPkey, QueryPkeyResp, QueryPort, QueryPortResp,
@@ -53,7 +56,37 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Most jobs a doorbell's thread delivers before it leaves the rest to the port thread.
 pub(crate) const INLINE_JOBS: usize = 8;
 
-/// One RC SEND on the wire.
+/// What a request packet asks of the responder (IBTA 9.4: the RC operations the model carries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// SEND, with immediate data as on the wire for SEND with immediate (IBTA 9.4.1).
+    Send {
+        /// Immediate data (big-endian bytes).
+        imm: Option<[u8; 4]>,
+    },
+    /// RDMA WRITE of the payload at `remote_addr` of the MR `rkey` names (IBTA 9.4.3); with
+    /// immediate data it also consumes a receive WQE at the responder.
+    Write {
+        /// Virtual address in the responder's MR (the RETH's VA).
+        remote_addr: u64,
+        /// The responder MR's R_Key.
+        rkey: u32,
+        /// Immediate data (big-endian bytes) of RDMA WRITE with immediate.
+        imm: Option<[u8; 4]>,
+    },
+    /// RDMA READ of `len` bytes at `remote_addr` of the MR `rkey` names (IBTA 9.4.4); the
+    /// response data is scattered into the requester WQE's SGEs.
+    Read {
+        /// Virtual address in the responder's MR.
+        remote_addr: u64,
+        /// The responder MR's R_Key.
+        rkey: u32,
+        /// Bytes to read (the RETH's DMA length).
+        len: u32,
+    },
+}
+
+/// One RC request message on the wire.
 #[derive(Debug)]
 pub struct Packet {
     /// Sender QPN.
@@ -66,11 +99,11 @@ pub struct Packet {
     pub dest: u32,
     /// Destination GID from the sender's address vector.
     pub dgid: Gid,
-    /// Immediate data, as on the wire (SEND_WITH_IMM).
-    pub imm: Option<[u8; 4]>,
+    /// The operation.
+    pub op: Op,
     /// The solicited-event flag.
     pub solicited: bool,
-    /// The gathered message.
+    /// The gathered message of a SEND or WRITE; empty for a READ.
     pub payload: Vec<u8>,
 }
 
@@ -411,24 +444,55 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
         core.count(|c| &c.packets_dropped);
         return None;
     }
-    let bound = core.gids.lock().iter().any(|g| g.as_ref() == Some(&pkt.dgid));
+    let bound = core.gids.lock().iter().flatten().any(|g| g.gid == pkt.dgid);
     let outcome = match (dest, connection) {
-        (Some(dest), Some(conn)) if bound => dest.receive(core, &pkt, conn, fx),
-        _ => crate::qp::Rx::Fail(wc_status::RETRY_EXC_ERR),
+        (Some(dest), Some(conn)) if bound => respond(core, &src, &dest, &pkt, conn, fx),
+        _ => Rx::Fail(wc_status::RETRY_EXC_ERR),
     };
     let status = match outcome {
-        crate::qp::Rx::Park => return Some(pkt),
-        crate::qp::Rx::Delivered => {
+        Rx::Park => return Some(pkt),
+        Rx::Delivered => {
             core.count(|c| &c.packets_delivered);
             wc_status::SUCCESS
         }
-        crate::qp::Rx::Fail(status) => {
+        Rx::Fail(status) => {
             core.count(|c| &c.packets_failed);
             status
         }
     };
     src.complete_send(core, pkt.seq, status, fx);
     None
+}
+
+/// The responder `dest`'s side of `pkt` (and, for a READ, the response at the requester `src`):
+/// what the requester completes with, or [`Rx::Park`] to wait for a receive
+/// WQE (a SEND, or a WRITE with immediate once its data is placed: placing it again on the retry
+/// writes the same bytes, as a retried WRITE does on a wire). A remote access error moves the
+/// responder to ERR (IBTA Class C; Linux rxe's responder does the same).
+fn respond(core: &Core, src: &Qp, dest: &Qp, pkt: &Packet, conn: u64, fx: &mut Effects) -> Rx {
+    let remote_error = |status: u32, fx: &mut Effects| {
+        dest.force_error(core, fx);
+        Rx::Fail(status)
+    };
+    match pkt.op {
+        Op::Send { .. } => dest.receive(core, pkt, conn, fx),
+        _ if !dest.accepts(pkt.src, conn) => Rx::Fail(wc_status::RETRY_EXC_ERR),
+        Op::Write { remote_addr, rkey, imm } => {
+            if let Err(status) = dest.rdma_write(core, rkey, remote_addr, &pkt.payload) {
+                return remote_error(status, fx);
+            }
+            let Some(imm) = imm else { return Rx::Delivered };
+            let len = pkt.payload.len() as u32;
+            dest.receive_write_imm(core, pkt.src, imm, len, pkt.solicited, conn, fx)
+        }
+        Op::Read { remote_addr, rkey, len } => match dest.rdma_read(core, rkey, remote_addr, len) {
+            Err(status) => remote_error(status, fx),
+            Ok(data) => match src.read_response(core, pkt.seq, 0, &data) {
+                Ok(()) => Rx::Delivered,
+                Err(status) => Rx::Fail(status),
+            },
+        },
+    }
 }
 
 /// QUERY_PORT: port 1 is ACTIVE, LinkUp, MTU 1024 (max and active, as QEMU reports), width and
@@ -464,7 +528,8 @@ pub fn query_pkey(_core: &Core, req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
     Ok(QueryPkeyResp { pkey: U16::new(PVRDMA_PKEY), ..Default::default() })
 }
 
-/// CREATE_BIND: puts `new_gid` at `index` of the GID table (replacing what was there).
+/// CREATE_BIND: puts `new_gid` with its `gid_type` at `index` of the GID table (replacing what
+/// was there).
 /// Errors: `EINVAL` for an index at or past `GID_TBL_LEN`, an all-zero or multicast GID (no port
 /// address), a `gid_type` that is not exactly one of the types `caps.gid_types` reports (Linux
 /// sends one flag), an `mtu` that is no IB MTU in bytes (Linux sends 1024), or a `vlan` past 12
@@ -478,7 +543,8 @@ pub fn create_bind(core: &Core, req: &CreateBind) -> CmdResult<NoopResp> {
         return Err(Errno::EINVAL);
     }
     let mut gids = core.gids.lock();
-    *gids.get_mut(index).ok_or(Errno::EINVAL)? = Some(req.new_gid);
+    let entry = GidEntry { gid: req.new_gid, gid_type: req.gid_type };
+    *gids.get_mut(index).ok_or(Errno::EINVAL)? = Some(entry);
     Ok(NoopResp::default())
 }
 
@@ -490,16 +556,30 @@ pub fn destroy_bind(core: &Core, req: &DestroyBind) -> CmdResult<NoopResp> {
     let mut gids = core.gids.lock();
     let slot = gids.get_mut(req.index.get() as usize).ok_or(Errno::EINVAL)?;
     let held = slot.ok_or(Errno::ENOENT)?;
-    if req.dest_gid != [0u8; 16] && req.dest_gid != held {
+    if req.dest_gid != [0u8; 16] && req.dest_gid != held.gid {
         return Err(Errno::EINVAL);
     }
     *slot = None;
     Ok(NoopResp::default())
 }
 
+/// One entry of the port's GID table, as CREATE_BIND set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its type: one `PVRDMA_GID_TYPE_FLAG_*` bit (RoCE v1 or v2).
+    pub gid_type: u8,
+}
+
 impl Core {
     /// The GID bound at `index`, if any.
     pub(crate) fn gid(&self, index: u8) -> Option<Gid> {
+        self.gid_entry(index).map(|e| e.gid)
+    }
+
+    /// The GID table entry at `index`, if bound.
+    pub(crate) fn gid_entry(&self, index: u8) -> Option<GidEntry> {
         self.gids.lock().get(index as usize).copied().flatten()
     }
 }

@@ -3,7 +3,11 @@
 //!
 //! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
-//! Only RC is modelled. On QEMU 7.2 a QP's handle is its QPN (2 ..).
+//! Only RC is modelled. On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
+//! immediate), RDMA WRITE (with immediate) and RDMA READ; the responder's side of each
+//! ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`], [`Qp::receive_write_imm`]) and the
+//! requester's READ response ([`Qp::read_response`]) know no transport: the loopback port and a
+//! wire transport call them alike.
 //!
 //! Send completions are published in SQ order whatever the order the port finishes them in: each
 //! consumed send WQE gets an in-flight entry, and entries retire from the front once their status
@@ -22,7 +26,7 @@ use crate::dsr::limits;
 use crate::errno::{CmdResult, Errno};
 use crate::mr;
 use crate::pdir;
-use crate::port::Packet;
+use crate::port::{Op, Packet};
 use crate::ring::{Consumer, Half, RingPages, Slot};
 use parking_lot::{Mutex, MutexGuard};
 use pvrdma_abi::cmd::{
@@ -32,7 +36,7 @@ use pvrdma_abi::event::EqeType;
 use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr, AH_GRH};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
-    SqWqeHdr,
+    SqWqeHdr, WrRdma,
 };
 use std::collections::VecDeque;
 use crate::mem::GuestMemory;
@@ -41,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U32, U64};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const SQ_HDR: usize = core::mem::size_of::<SqWqeHdr>();
 const RQ_HDR: usize = core::mem::size_of::<RqWqeHdr>();
@@ -97,7 +101,12 @@ struct InFlight {
     seq: u64,
     wr_id: u64,
     signaled: bool,
+    /// Bytes sent (SEND, WRITE) or to read (READ): the completion's `byte_len`.
     byte_len: u32,
+    /// The completion's `wc_opcode` (SEND, RDMA_WRITE or RDMA_READ).
+    wc_opcode: u32,
+    /// An RDMA READ's local SGEs, where its response data goes (empty for other operations).
+    read_sges: Sges,
     status: Option<u32>,
 }
 
@@ -488,18 +497,21 @@ impl Qp {
                 return self.fault(core, st, fx);
             };
             let len: u64 = sges.iter().map(|s| u64::from(s.length.get())).sum();
+            let op = wqe_op(&hdr, len);
+            // A READ's request carries no payload: its data comes back in the response.
+            let wire_len = if matches!(op, Some(Op::Read { .. })) { 0 } else { len };
             // Flow control: leave the WQE posted. complete_send resumes the drain after the QP's
             // own limits (its SQ depth of sends outstanding, whatever their size, and its bytes);
             // the port resumes it after the device's wire budget (`Effects::resume_starved`).
             let qp_full = st.inflight.len() >= self.sq.elems() as usize
                 || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight);
-            if qp_full || !core.port.try_reserve(self.handle, len) {
+            if qp_full || !core.wire_reserve(self.handle, wire_len) {
                 st.throttled = true;
                 core.count(|c| &c.sq_throttled);
                 return;
             }
             if self.sq.consume(&core.mem, slot).is_err() {
-                core.port.unreserve(len, fx);
+                core.wire_unreserve(wire_len, fx);
                 return self.fault(core, st, fx);
             }
             let flags = hdr.send_flags.get();
@@ -510,23 +522,18 @@ impl Qp {
                 wr_id: hdr.wr_id.get(),
                 signaled: self.sq_sig_all || flags & send_flags::SIGNALED != 0,
                 byte_len: 0,
+                wc_opcode: op.as_ref().map_or(wc_opcode::SEND, op_wc_opcode),
+                read_sges: Sges::new(),
                 status: None,
             };
-            let op = hdr.opcode.get();
-            let payload = if !matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM)
-                || hdr.num_sge.get() > self.max_send_sge
-                || flags & !RC_SEND_FLAGS != 0
-            {
-                Err(wc_status::LOC_QP_OP_ERR)
-            } else if !total_len_agrees(hdr.total_len.get(), &sges) {
-                Err(wc_status::LOC_LEN_ERR)
-            } else {
-                mr::gather(core, self.pd, &sges)
+            let well_formed = hdr.num_sge.get() <= self.max_send_sge && flags & !RC_SEND_FLAGS == 0;
+            let checked = match op {
+                Some(op) if well_formed => self.prepare(core, &hdr, sges, op, &mut entry),
+                _ => Err(wc_status::LOC_QP_OP_ERR),
             };
-            match payload {
-                Ok(payload) => {
-                    entry.byte_len = payload.len() as u32;
-                    st.bytes_on_wire += payload.len() as u64;
+            match checked {
+                Ok((op, payload)) => {
+                    st.bytes_on_wire += u64::from(entry.byte_len);
                     st.inflight.push_back(entry);
                     let packet = Packet {
                         src: self.handle,
@@ -534,21 +541,53 @@ impl Qp {
                         seq,
                         dest: st.attrs.dest_qp_num.get(),
                         dgid: st.attrs.ah_attr.grh.dgid,
-                        imm: (op == wr_opcode::SEND_WITH_IMM).then(|| hdr.ex.to_bytes()),
+                        op,
                         solicited: flags & send_flags::SOLICITED != 0,
                         payload,
                     };
                     core.count(|c| &c.packets_sent);
-                    core.port.transmit(packet, core.cfg.link_latency);
+                    if let Err(status) = core.transmit(self, &st.attrs, packet) {
+                        if let Some(e) = st.inflight.back_mut() {
+                            e.status = Some(status);
+                        }
+                        return self.enter_error(core, st, fx);
+                    }
                 }
                 Err(status) => {
-                    core.port.unreserve(len, fx);
+                    core.wire_unreserve(wire_len, fx);
                     entry.status = Some(status);
                     st.inflight.push_back(entry);
                     return self.enter_error(core, st, fx);
                 }
             }
         }
+    }
+
+    /// Checks a consumed send WQE of operation `op` and gathers what its request carries (a
+    /// READ's SGEs go to `entry` for the response). Errors: a completion status (`LOC_LEN_ERR`
+    /// for a `total_len` that disagrees or a READ past `MAX_MSG_SZ`, the gather's errors).
+    fn prepare(
+        &self,
+        core: &Core,
+        hdr: &SqWqeHdr,
+        sges: Sges,
+        op: Op,
+        entry: &mut InFlight,
+    ) -> Result<(Op, Vec<u8>), u32> {
+        if !total_len_agrees(hdr.total_len.get(), &sges) {
+            return Err(wc_status::LOC_LEN_ERR);
+        }
+        if let Op::Read { len, .. } = op {
+            if len > limits::MAX_MSG_SZ {
+                return Err(wc_status::LOC_LEN_ERR);
+            }
+            entry.byte_len = len;
+            entry.read_sges = sges;
+            return Ok((op, Vec::new()));
+        }
+        let payload = mr::gather(core, self.pd, &sges)?;
+        entry.byte_len = payload.len() as u32;
+        Ok((op, payload))
     }
 
     /// Resumes an SQ drain the device's wire budget paused (called once a packet left the wire).
@@ -583,69 +622,236 @@ impl Qp {
         self.resets.load(Ordering::Acquire)
     }
 
-    /// Takes the next receive WQE for `pkt`, scatters the payload and publishes the receive CQE,
-    /// if the QP is still in `connection` (not reset since the packet's delivery began).
-    /// Called by the port thread.
-    pub fn receive(&self, core: &Core, pkt: &Packet, connection: u64, fx: &mut Effects) -> Rx {
-        let mut st = self.st.lock();
+    /// Whether the QP, as a responder, takes requests from QP `src_qp` in `connection`: it is
+    /// alive, in RTR or RTS, connected to `src_qp`, and not reset since `connection` was read.
+    pub(crate) fn accepts(&self, src_qp: u32, connection: u64) -> bool {
+        self.accepting(&self.st.lock(), src_qp, connection)
+    }
+
+    fn accepting(&self, st: &QpState, src_qp: u32, connection: u64) -> bool {
         let ready = matches!(st.state, qp_state::RTR | qp_state::RTS);
-        let stale = self.resets.load(Ordering::Acquire) != connection;
-        if st.dead || !ready || stale || st.attrs.dest_qp_num.get() != pkt.src {
+        let current = self.resets.load(Ordering::Acquire) == connection;
+        !st.dead && ready && current && st.attrs.dest_qp_num.get() == src_qp
+    }
+
+    /// A SEND: takes the next receive WQE for `pkt`, scatters the payload and publishes the
+    /// receive CQE, if the QP [`accepts`](Qp::accepts) the packet. Called by the port thread.
+    pub(crate) fn receive(
+        &self,
+        core: &Core,
+        pkt: &Packet,
+        connection: u64,
+        fx: &mut Effects,
+    ) -> Rx {
+        let mut st = self.st.lock();
+        if !self.accepting(&st, pkt.src, connection) {
             return Rx::Fail(wc_status::RETRY_EXC_ERR);
         }
-        let slot = match self.rq.next(&core.mem) {
-            Ok(Some(slot)) => slot,
+        let (hdr, sges) = match self.take_rq_wqe(core, &mut st, fx) {
+            Ok(Some(wqe)) => wqe,
             Ok(None) => return Rx::Park,
-            Err(_) => {
-                self.fault(core, &mut st, fx);
-                return Rx::Fail(wc_status::RETRY_EXC_ERR);
-            }
+            Err(rx) => return rx,
         };
-        let Some((hdr, sges)) = self.read_rq_wqe(core, slot) else {
-            self.fault(core, &mut st, fx);
-            return Rx::Fail(wc_status::RETRY_EXC_ERR);
+        let status = self
+            .check_rq_wqe(&hdr, &sges)
+            .and_then(|()| mr::scatter(core, self.pd, &sges, &pkt.payload));
+        let imm = match pkt.op {
+            Op::Send { imm } => imm,
+            _ => None,
         };
-        if self.rq.consume(&core.mem, slot).is_err() {
-            self.fault(core, &mut st, fx);
+        let cqe = recv_cqe(self.handle, &hdr, wc_opcode::RECV, pkt.src, pkt.payload.len(), imm);
+        self.complete_recv(core, &mut st, cqe, pkt.solicited, status, fx)
+    }
+
+    /// The receive side of an RDMA WRITE with immediate whose data [`Qp::rdma_write`] placed:
+    /// consumes the next receive WQE without scattering into it and completes it with
+    /// `RECV_RDMA_WITH_IMM`, `imm` and `byte_len` (the bytes written), as IBTA 9.4.3 and Linux
+    /// rxe's `do_complete` do. [`Rx::Park`] when no receive WQE is posted (RNR, as a SEND).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn receive_write_imm(
+        &self,
+        core: &Core,
+        src_qp: u32,
+        imm: [u8; 4],
+        byte_len: u32,
+        solicited: bool,
+        connection: u64,
+        fx: &mut Effects,
+    ) -> Rx {
+        let mut st = self.st.lock();
+        if !self.accepting(&st, src_qp, connection) {
             return Rx::Fail(wc_status::RETRY_EXC_ERR);
         }
-        let status = if hdr.num_sge.get() > self.max_recv_sge {
+        let (hdr, sges) = match self.take_rq_wqe(core, &mut st, fx) {
+            Ok(Some(wqe)) => wqe,
+            Ok(None) => return Rx::Park,
+            Err(rx) => return rx,
+        };
+        let status = self.check_rq_wqe(&hdr, &sges);
+        let len = byte_len as usize;
+        let opcode = wc_opcode::RECV_RDMA_WITH_IMM;
+        let cqe = recv_cqe(self.handle, &hdr, opcode, src_qp, len, Some(imm));
+        self.complete_recv(core, &mut st, cqe, solicited, status, fx)
+    }
+
+    /// The responder side of an RDMA WRITE: writes `data` at `remote_addr` of the MR `rkey`
+    /// names, if the QP grants `REMOTE_WRITE` (its `qp_access_flags`) and the MR passes
+    /// [`mr::remote_write`]'s checks (a zero-length write checks no rkey). Consumes no receive
+    /// WQE. The caller has checked [`Qp::accepts`].
+    ///
+    /// Errors: `REM_ACCESS_ERR`, the requester's completion status (NAK Remote Access Error),
+    /// with nothing written; the caller then moves this QP to ERR with [`Qp::force_error`]
+    /// (IBTA 9.9.3.1.2 Class C responder error, as Linux rxe's `RESPST_ERR_RKEY_VIOLATION`).
+    /// Linux rxe answers a QP without the access bit with Invalid Request instead
+    /// (`check_op_valid`); the model reports it as the access error it is.
+    pub(crate) fn rdma_write(
+        &self,
+        core: &Core,
+        rkey: u32,
+        remote_addr: u64,
+        data: &[u8],
+    ) -> Result<(), u32> {
+        self.check_remote_access(access::REMOTE_WRITE)?;
+        mr::remote_write(core, self.pd, rkey, remote_addr, data)
+    }
+
+    /// The responder side of an RDMA READ: the `len` bytes at `remote_addr` of the MR `rkey`
+    /// names, checked as [`Qp::rdma_write`] with `REMOTE_READ`. Errors: as `rdma_write`, and
+    /// `REM_INV_REQ_ERR` for a length past `MAX_MSG_SZ`.
+    pub(crate) fn rdma_read(
+        &self,
+        core: &Core,
+        rkey: u32,
+        remote_addr: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, u32> {
+        self.check_remote_access(access::REMOTE_READ)?;
+        mr::remote_read(core, self.pd, rkey, remote_addr, len)
+    }
+
+    /// Checks a whole RDMA WRITE's RETH (`len` bytes at `remote_addr` under `rkey`) before its
+    /// first packet is written, as [`Qp::rdma_write`] checks each packet: a multi-packet WRITE
+    /// the responder refuses writes nothing. Errors: `REM_ACCESS_ERR`.
+    pub(crate) fn check_rdma_write(&self, core: &Core, rkey: u32, remote_addr: u64, len: u64) -> Result<(), u32> {
+        self.check_remote_access(access::REMOTE_WRITE)?;
+        if len == 0 {
+            return Ok(());
+        }
+        mr::remote(core, self.pd, rkey, remote_addr, len, access::REMOTE_WRITE).map(|_| ())
+    }
+
+    /// Whether the QP's `qp_access_flags` grant `need`.
+    fn check_remote_access(&self, need: u32) -> Result<(), u32> {
+        let granted = self.st.lock().attrs.qp_access_flags.get();
+        if granted & need == need {
+            Ok(())
+        } else {
+            Err(wc_status::REM_ACCESS_ERR)
+        }
+    }
+
+    /// The requester side of an RDMA READ response: scatters `data` at byte `offset` of READ
+    /// `seq`'s local SGEs (`LOCAL_WRITE` needed). The caller then completes `seq` with
+    /// [`Qp::complete_send`] (the error status on failure).
+    ///
+    /// Errors: `LOC_PROT_ERR` for a bad local SGE, `LOC_LEN_ERR` for data past the SGEs, and
+    /// `BAD_RESP_ERR` if `seq` is no READ waiting for its response.
+    pub(crate) fn read_response(
+        &self,
+        core: &Core,
+        seq: u64,
+        offset: u32,
+        data: &[u8],
+    ) -> Result<(), u32> {
+        let st = self.st.lock();
+        let read = st.inflight.iter().find(|e| {
+            e.seq == seq && e.status.is_none() && e.wc_opcode == wc_opcode::RDMA_READ
+        });
+        let entry = read.filter(|_| !st.dead).ok_or(wc_status::BAD_RESP_ERR)?;
+        mr::scatter_at(core, self.pd, &entry.read_sges, offset, data)
+    }
+
+    /// Takes the next receive WQE: `Ok(None)` if none is posted; `Err` (the sender's status, the
+    /// QP moved to ERR) on a ring fault.
+    fn take_rq_wqe(
+        &self,
+        core: &Core,
+        st: &mut MutexGuard<'_, QpState>,
+        fx: &mut Effects,
+    ) -> Result<Option<(RqWqeHdr, Sges)>, Rx> {
+        let wqe = match self.rq.next(&core.mem) {
+            Ok(None) => return Ok(None),
+            Ok(Some(slot)) => self
+                .read_rq_wqe(core, slot)
+                .filter(|_| self.rq.consume(&core.mem, slot).is_ok()),
+            Err(_) => None,
+        };
+        match wqe {
+            Some(wqe) => Ok(Some(wqe)),
+            None => {
+                self.fault(core, st, fx);
+                Err(Rx::Fail(wc_status::RETRY_EXC_ERR))
+            }
+        }
+    }
+
+    /// A receive WQE's header agrees with what the QP allows: `LOC_QP_OP_ERR` for too many SGEs,
+    /// `LOC_LEN_ERR` for a `total_len` that disagrees with them.
+    fn check_rq_wqe(&self, hdr: &RqWqeHdr, sges: &[Sge]) -> Result<(), u32> {
+        if hdr.num_sge.get() > self.max_recv_sge {
             Err(wc_status::LOC_QP_OP_ERR)
-        } else if !total_len_agrees(hdr.total_len.get(), &sges) {
+        } else if !total_len_agrees(hdr.total_len.get(), sges) {
             Err(wc_status::LOC_LEN_ERR)
         } else {
-            mr::scatter(core, self.pd, &sges, &pkt.payload)
-        };
-        let mut cqe = Cqe {
-            wr_id: hdr.wr_id,
-            qp: U64::new(u64::from(self.handle)),
-            opcode: U32::new(wc_opcode::RECV),
-            src_qp: U32::new(pkt.src),
-            port_num: 1,
-            ..Default::default()
-        };
-        match status {
-            Ok(()) => {
-                cqe.byte_len = U32::new(pkt.payload.len() as u32);
-                if let Some(imm) = pkt.imm {
-                    cqe.imm_data = Be32::from_bytes(imm);
-                    cqe.wc_flags = U32::new(wc_flags::WITH_IMM);
-                }
-                self.recv_cq.publish(core, &cqe, pkt.solicited, fx);
-                Rx::Delivered
-            }
-            Err(status) => {
-                cqe.status = U32::new(status);
-                self.recv_cq.publish(core, &cqe, pkt.solicited, fx);
-                self.enter_error(core, &mut st, fx);
-                // What the responder's NAK tells the requester.
-                Rx::Fail(if status == wc_status::LOC_LEN_ERR {
-                    wc_status::REM_INV_REQ_ERR
-                } else {
-                    wc_status::REM_OP_ERR
-                })
-            }
+            Ok(())
         }
+    }
+
+    /// The state and attributes, unless destroyed (for the RoCE port's transport).
+    pub(crate) fn transport_attrs(&self) -> Option<(u32, QpAttr)> {
+        let st = self.st.lock();
+        (!st.dead).then_some((st.state, st.attrs))
+    }
+
+    /// The length of the next receive WQE (the sum of its SGEs' lengths), if one is posted and
+    /// readable: what a multi-packet SEND may bring (the RoCE responder's bound on reassembly).
+    pub(crate) fn recv_capacity(&self, core: &Core) -> Option<u64> {
+        let st = self.st.lock();
+        if st.dead || !matches!(st.state, qp_state::RTR | qp_state::RTS) {
+            return None;
+        }
+        let slot = self.rq.next(&core.mem).ok()??;
+        let (_, sges) = self.read_rq_wqe(core, slot)?;
+        Some(sges.iter().map(|s| u64::from(s.length.get())).sum())
+    }
+
+    /// Publishes a receive completion: `cqe` on success; on error, `cqe` with that status (no
+    /// length, no immediate data), the QP moved to ERR and the sender failed with what the
+    /// responder's NAK tells it.
+    fn complete_recv(
+        &self,
+        core: &Core,
+        st: &mut MutexGuard<'_, QpState>,
+        mut cqe: Cqe,
+        solicited: bool,
+        status: Result<(), u32>,
+        fx: &mut Effects,
+    ) -> Rx {
+        let Err(status) = status else {
+            self.recv_cq.publish(core, &cqe, solicited, fx);
+            return Rx::Delivered;
+        };
+        cqe.status = U32::new(status);
+        cqe.byte_len = U32::new(0);
+        cqe.imm_data = Be32::new(0);
+        cqe.wc_flags = U32::new(0);
+        self.recv_cq.publish(core, &cqe, solicited, fx);
+        self.enter_error(core, st, fx);
+        Rx::Fail(if status == wc_status::LOC_LEN_ERR {
+            wc_status::REM_INV_REQ_ERR
+        } else {
+            wc_status::REM_OP_ERR
+        })
     }
 
     /// Whether send `seq` is still waiting for the port (the QP did not flush it meanwhile).
@@ -655,7 +861,8 @@ impl Qp {
     }
 
     /// The port finished send `seq` with `status`: publishes every send completion now due, in SQ
-    /// order; an error moves the QP to ERR.
+    /// order (each with its WQE's opcode: SEND, RDMA_WRITE or RDMA_READ); an error moves the QP
+    /// to ERR.
     pub fn complete_send(&self, core: &Core, seq: u64, status: u32, fx: &mut Effects) {
         let mut st = self.st.lock();
         if st.dead {
@@ -678,7 +885,8 @@ impl Qp {
         }
     }
 
-    /// Moves the QP to ERR because a CQ of it overflowed; no-op in RESET or ERR.
+    /// Moves the QP to ERR (a CQ of it overflowed, or, as a responder, it met a remote access
+    /// error: IBTA Class C); no-op in RESET or ERR.
     pub fn force_error(&self, core: &Core, fx: &mut Effects) {
         let mut st = self.st.lock();
         if !st.dead && !matches!(st.state, qp_state::RESET | qp_state::ERR) {
@@ -691,12 +899,13 @@ impl Qp {
         while let Some(e) = st.inflight.front() {
             let Some(status) = e.status else { break };
             let (wr_id, signaled, byte_len) = (e.wr_id, e.signaled, e.byte_len);
+            let opcode = e.wc_opcode;
             st.inflight.pop_front();
             if signaled || status != wc_status::SUCCESS {
                 let cqe = Cqe {
                     wr_id: U64::new(wr_id),
                     qp: U64::new(u64::from(self.handle)),
-                    opcode: U32::new(wc_opcode::SEND),
+                    opcode: U32::new(opcode),
                     status: U32::new(status),
                     byte_len: U32::new(byte_len),
                     port_num: 1,
@@ -766,6 +975,61 @@ impl Qp {
             };
             cq.publish(core, &cqe, false, fx);
         }
+    }
+}
+
+/// A successful receive completion of `wqe` for a message of `len` bytes from `src_qp`.
+fn recv_cqe(
+    qp: u32,
+    wqe: &RqWqeHdr,
+    opcode: u32,
+    src_qp: u32,
+    len: usize,
+    imm: Option<[u8; 4]>,
+) -> Cqe {
+    let mut cqe = Cqe {
+        wr_id: wqe.wr_id,
+        qp: U64::new(u64::from(qp)),
+        opcode: U32::new(opcode),
+        src_qp: U32::new(src_qp),
+        byte_len: U32::new(len as u32),
+        port_num: 1,
+        ..Default::default()
+    };
+    if let Some(imm) = imm {
+        cqe.imm_data = Be32::from_bytes(imm);
+        cqe.wc_flags = U32::new(wc_flags::WITH_IMM);
+    }
+    cqe
+}
+
+/// What a send WQE asks for, from its opcode and its `wr.rdma` fields (`struct pvrdma_sq_wqe_hdr`
+/// as Linux's `pvrdma_post_send` fills it: `remote_addr` and `rkey` for the RDMA opcodes, the
+/// immediate data in `ex`); `len` is its SGEs' total (a READ's length, saturated so that a
+/// length past 32 bits fails the `MAX_MSG_SZ` check). `None` for an opcode the model does not
+/// carry (atomics, LSO, invalidation, registration, binding).
+fn wqe_op(hdr: &SqWqeHdr, len: u64) -> Option<Op> {
+    let rdma = WrRdma::read_from_bytes(&hdr.wr[..]).ok()?;
+    let (remote_addr, rkey) = (rdma.remote_addr.get(), rdma.rkey.get());
+    let imm = hdr.ex.to_bytes();
+    Some(match hdr.opcode.get() {
+        wr_opcode::SEND => Op::Send { imm: None },
+        wr_opcode::SEND_WITH_IMM => Op::Send { imm: Some(imm) },
+        wr_opcode::RDMA_WRITE => Op::Write { remote_addr, rkey, imm: None },
+        wr_opcode::RDMA_WRITE_WITH_IMM => Op::Write { remote_addr, rkey, imm: Some(imm) },
+        wr_opcode::RDMA_READ => {
+            Op::Read { remote_addr, rkey, len: u32::try_from(len).unwrap_or(u32::MAX) }
+        }
+        _ => return None,
+    })
+}
+
+/// The send completion's `wc_opcode` for an operation.
+fn op_wc_opcode(op: &Op) -> u32 {
+    match op {
+        Op::Send { .. } => wc_opcode::SEND,
+        Op::Write { .. } => wc_opcode::RDMA_WRITE,
+        Op::Read { .. } => wc_opcode::RDMA_READ,
     }
 }
 

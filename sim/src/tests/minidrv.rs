@@ -54,6 +54,7 @@ pub struct TestQp {
 pub struct TestMr {
     pub handle: u32,
     pub lkey: u32,
+    pub rkey: u32,
     /// Virtual address of the first byte.
     pub va: u64,
     /// Device address of the first byte.
@@ -250,7 +251,13 @@ impl Drv {
 
     /// RESET -> INIT -> RTR -> RTS towards `dest`, with GID index 0 both ways.
     pub fn connect(&mut self, qp: u32, dest: u32) {
+        self.connect_access(qp, dest, 0);
+    }
+
+    /// [`Drv::connect`] with `qp_access_flags` `access`.
+    pub fn connect_access(&mut self, qp: u32, dest: u32, access: u32) {
         let mut a = QpAttr::new_zeroed();
+        a.qp_access_flags = U32::new(access);
         a.qp_state = U32::new(qp_state::INIT);
         a.port_num = 1;
         assert_eq!(self.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
@@ -283,7 +290,8 @@ impl Drv {
             ..Default::default()
         });
         assert_ne!(resp.lkey.get(), resp.rkey.get());
-        TestMr { handle: resp.mr_handle.get(), lkey: resp.lkey.get(), va, iova: base + off }
+        let (handle, lkey, rkey) = (resp.mr_handle.get(), resp.lkey.get(), resp.rkey.get());
+        TestMr { handle, lkey, rkey, va, iova: base + off }
     }
 
     /// Writes a send WQE at the SQ's producer slot and publishes it (no doorbell).
@@ -296,9 +304,6 @@ impl Drv {
         imm: u32,
         sges: &[Sge],
     ) {
-        let mem = self.dev.mem();
-        let prod = mem.load_u32(qp.state).unwrap();
-        let slot = idx_slot(prod, qp.swr).expect("SQ index");
         let hdr = SqWqeHdr {
             wr_id: U64::new(wr_id),
             num_sge: U32::new(sges.len() as u32),
@@ -307,6 +312,40 @@ impl Drv {
             ex: Be32::new(imm),
             ..Default::default()
         };
+        self.post_wqe(qp, &hdr, sges);
+    }
+
+    /// Writes an RDMA WQE (`wr.rdma` = `remote_addr`, `rkey`) and publishes it (no doorbell).
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_rdma_wqe(
+        &self,
+        qp: &TestQp,
+        wr_id: u64,
+        op: u32,
+        flags: u32,
+        imm: u32,
+        remote_addr: u64,
+        rkey: u32,
+        sges: &[Sge],
+    ) {
+        let mut hdr = SqWqeHdr {
+            wr_id: U64::new(wr_id),
+            num_sge: U32::new(sges.len() as u32),
+            opcode: U32::new(op),
+            send_flags: U32::new(flags),
+            ex: Be32::new(imm),
+            ..Default::default()
+        };
+        hdr.wr[..8].copy_from_slice(&remote_addr.to_le_bytes());
+        hdr.wr[8..12].copy_from_slice(&rkey.to_le_bytes());
+        self.post_wqe(qp, &hdr, sges);
+    }
+
+    /// Writes `hdr` and `sges` at the SQ's producer slot and publishes it.
+    pub fn post_wqe(&self, qp: &TestQp, hdr: &SqWqeHdr, sges: &[Sge]) {
+        let mem = self.dev.mem();
+        let prod = mem.load_u32(qp.state).unwrap();
+        let slot = idx_slot(prod, qp.swr).expect("SQ index");
         let at = qp.sq + u64::from(slot) * qp.sstride;
         mem.write(at, hdr.as_bytes()).unwrap();
         mem.write(at + 80, sges.as_bytes()).unwrap();

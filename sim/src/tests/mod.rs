@@ -9,3 +9,5 @@ mod datapath;
 mod hostile;
 mod inline;
 mod minidrv;
+mod rdma;
+mod roce;
