@@ -8,7 +8,7 @@ use crate::platform::sim::SimPlatform;
 use crate::platform::Platform;
 use crate::probe::{probe as probe_device, ProbeOptions};
 use ib_core::provider::{DeviceOps, Driver, PciFunction, PciId};
-use ib_core::{Device, Error, GidType, Result};
+use ib_core::{Device, Error, Result};
 use pvrdma_abi::{PCI_DEVICE_ID_VMWARE_PVRDMA, PCI_VENDOR_ID_VMWARE};
 use std::sync::Arc;
 
@@ -78,7 +78,9 @@ pub fn probe(platform: Arc<dyn Platform>, opts: ProbeOptions) -> Result<Device> 
 ///
 /// With `cfg.roce`, each of its addresses becomes a RoCE v2 GID of port 1 at indexes 1, 2, ...
 /// in order (an IPv4 address IPv4-mapped, [`ib_core::gid_from_ip`]), as Linux's RoCE GID
-/// management binds a netdev's addresses; index 0 stays the probe's link-local RoCE v1 GID.
+/// management binds a netdev's addresses; index 0 stays the probe's link-local RoCE v1 GID. The
+/// probe binds them ([`ProbeOptions::roce_v2_gids`], replaced by these), so its arm self-test
+/// sends from one.
 ///
 /// Errors: the model's RoCE port cannot open ([`SimPlatform::try_new`]); the probe's;
 /// [`Error::InvalidArgument`] for more addresses than the GID table has entries after index 0;
@@ -89,12 +91,12 @@ pub fn open_sim(cfg: pvrdma_sim::SimConfig) -> Result<(Device, SimPlatform)> {
 
 /// [`open_sim`] with probe options.
 pub fn open_sim_with(cfg: pvrdma_sim::SimConfig, opts: ProbeOptions) -> Result<(Device, SimPlatform)> {
-    let addrs = cfg.roce.as_ref().map(|r| r.addrs.clone()).unwrap_or_default();
+    let mut opts = opts;
+    if let Some(roce) = &cfg.roce {
+        opts.roce_v2_gids = roce.addrs.iter().map(|&ip| ib_core::gid_from_ip(ip)).collect();
+    }
     let sim = SimPlatform::try_new(cfg)?;
     let dev = probe(Arc::new(sim.clone()), opts)?;
-    for (index, ip) in (1u32..).zip(addrs) {
-        dev.add_gid(1, index, ib_core::gid_from_ip(ip), GidType::RoceV2)?;
-    }
     Ok((dev, sim))
 }
 

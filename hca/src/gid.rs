@@ -35,6 +35,13 @@ impl GidTable {
         Self { entries: Mutex::new(entries), types }
     }
 
+    /// The first entry of type `ty`: its index and GID.
+    pub(crate) fn first(&self, ty: GidType) -> Option<(u32, Gid)> {
+        let entries = self.entries.lock();
+        let (i, (gid, _)) = entries.iter().enumerate().find_map(|(i, e)| e.filter(|(_, t)| *t == ty).map(|e| (i, e)))?;
+        Some((i as u32, gid))
+    }
+
     /// The entry at `index`. Errors: [`Error::InvalidArgument`] beyond the table.
     pub(crate) fn get(&self, index: u32) -> Result<Option<(Gid, GidType)>> {
         let entries = self.entries.lock();

@@ -1,7 +1,8 @@
 //! Probing the device (Linux `pvrdma_main.c`'s `pvrdma_pci_probe`, mthca `mthca_main.c`): check
 //! `REG_VERSION`, build and load the DSR (command and response slots, async and CQ-notification
 //! rings, the kernel UAR pfn), check the capabilities, start the vector threads, activate, query
-//! port 1, bind the GID at index 0, and find out how the device arms CQs (`selftest.rs`).
+//! port 1, bind the GID at index 0 (and the port's RoCE v2 GIDs after it, when given), and find
+//! out how the device arms CQs (`selftest.rs`).
 
 use crate::cmd::{Commands, PlatformTransport};
 use crate::device::DeviceInner;
@@ -37,11 +38,23 @@ pub struct ProbeOptions {
     /// How the device encodes a CQ arm. `None` (the default): found at probe by a self-test on
     /// private objects (`selftest.rs`); `Some` overrides it without testing.
     pub arm_encoding: Option<ArmEncoding>,
+    /// RoCE v2 GIDs (the port's IP addresses, as Linux's RoCE GID management adds a netdev's)
+    /// bound at indexes 1, 2, ... in order right after index 0 and before the arm self-test,
+    /// whose QPs then connect through the first of them: a RoCE v2 port sends only from a
+    /// RoCE v2 GID. Empty (the default): index 0 only. [`crate::open_sim`] fills it from the
+    /// model's RoCE addresses.
+    pub roce_v2_gids: Vec<Gid>,
 }
 
 impl Default for ProbeOptions {
     fn default() -> Self {
-        Self { gid: None, cmd_wait: WaitMode::Interrupt, cmd_timeout: DEFAULT_TIMEOUT, arm_encoding: None }
+        Self {
+            gid: None,
+            cmd_wait: WaitMode::Interrupt,
+            cmd_timeout: DEFAULT_TIMEOUT,
+            arm_encoding: None,
+            roce_v2_gids: Vec::new(),
+        }
     }
 }
 
@@ -96,6 +109,9 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     let gids = GidTable::new(attr.gid_tbl_len, caps.gid_types, gid, BOUND_GID_TYPE);
     let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, attr, gids));
     start(&dev)?;
+    for (index, gid) in (1u32..).zip(&opts.roce_v2_gids) {
+        crate::gid::add(&dev, index, *gid, GidType::RoceV2)?;
+    }
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);
     // The self-test's commands may have found the device dead (a timeout makes it fatal).
