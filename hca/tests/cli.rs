@@ -225,6 +225,10 @@ fn model_options_are_checked_when_read() {
     assert!(code == Some(255) && err.contains("not-an-address"), "{err}");
     let (code, _, err) = hca_status(&["pingpong", "127.0.0.1"]);
     assert!(code == Some(1) && err.contains("a HOST needs --roce"), "{err}");
+    // Model options may come before or after the subcommand, --roce after the link options.
+    let args = ["--link-seed", "3", "--link-loss", "0", "devinfo", "--roce", "127.88.0.14", "-v"];
+    let (ok, out, err) = hca(&args);
+    assert!(ok && out.contains("::ffff:127.88.0.14, RoCE v2"), "{out}{err}");
 }
 
 /// A child process, killed if the test ends without waiting for it.

@@ -59,23 +59,42 @@ struct ModelOpts {
     #[arg(long = "roce", value_name = "ADDR", global = true)]
     roce: Vec<IpAddr>,
     /// Drop each packet the RoCE port sends or receives with probability P (0 to 1).
-    #[arg(long, value_name = "P", global = true, value_parser = probability, requires = "roce")]
+    #[arg(long, value_name = "P", global = true, value_parser = probability)]
     link_loss: Option<f64>,
     /// Hold back each packet with probability P and send it after the next one (0 to 1).
-    #[arg(long, value_name = "P", global = true, value_parser = probability, requires = "roce")]
+    #[arg(long, value_name = "P", global = true, value_parser = probability)]
     link_reorder: Option<f64>,
     /// Send each packet twice with probability P (0 to 1).
-    #[arg(long, value_name = "P", global = true, value_parser = probability, requires = "roce")]
+    #[arg(long, value_name = "P", global = true, value_parser = probability)]
     link_duplicate: Option<f64>,
     /// Seed of the link faults' generator (the same seed repeats the same faults).
-    #[arg(long, value_name = "N", global = true, value_parser = number::<u64>, requires = "roce")]
+    #[arg(long, value_name = "N", global = true, value_parser = number::<u64>)]
     link_seed: Option<u64>,
     /// Write every packet the RoCE port sends and receives to FILE (pcap, raw IP).
-    #[arg(long, value_name = "FILE", global = true, requires = "roce")]
+    #[arg(long, value_name = "FILE", global = true)]
     pcap: Option<PathBuf>,
 }
 
 impl ModelOpts {
+    /// The link options need `--roce`, wherever on the command line each is (a global option's
+    /// `requires` is checked before the subcommand's part is read, so it is checked here).
+    fn check(&self) -> Result<(), clap::Error> {
+        let given = [
+            ("--link-loss", self.link_loss.is_some()),
+            ("--link-reorder", self.link_reorder.is_some()),
+            ("--link-duplicate", self.link_duplicate.is_some()),
+            ("--link-seed", self.link_seed.is_some()),
+            ("--pcap", self.pcap.is_some()),
+        ];
+        match given.iter().find(|(_, g)| *g) {
+            Some((name, _)) if self.roce.is_empty() => {
+                use clap::CommandFactory;
+                Err(Cli::command().error(ErrorKind::MissingRequiredArgument, format!("{name} needs --roce ADDR")))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The RoCE v2 port `--roce` and the link options describe; `None` without `--roce`.
     fn roce(&self) -> Option<RoceConfig> {
         if self.roce.is_empty() {
@@ -130,7 +149,7 @@ fn add_model(opts: &ModelOpts) -> ib_core::Result<Device> {
 
 fn main() -> ExitCode {
     sys::default_sigpipe();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(|c| c.model.check().map(|()| c)) {
         Ok(cli) => cli,
         Err(e) => return parse_failure(&e),
     };
