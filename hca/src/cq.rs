@@ -15,7 +15,7 @@ use crate::ring::RecordWords;
 use doorbell::record::DeviceProduced;
 use doorbell::{CqArmDoorbell, CqHandle, Owner};
 use ib_core::provider::{CqError, CqEventHandler, CqOps};
-use ib_core::{ArmKind, Error, Result, Wc};
+use ib_core::{ArmKind, Error, Result, Wc, WcOpcode};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
 use pvrdma_abi::wqe::Cqe;
@@ -313,7 +313,7 @@ impl Owed for OnCq<'_> {
         self.0.contains_key(&qp)
     }
 
-    fn retire(&self, qp: u32, queue: Queue, wr_id: u64, success: bool) -> Verdict {
+    fn retire(&self, qp: u32, queue: Queue, wr_id: u64, success: Option<WcOpcode>) -> Verdict {
         let Some(q) = self.0.get(&qp) else { return Verdict::NotOnCq };
         let wqs = match queue {
             Queue::Send => [q.send.as_ref(), None],

@@ -24,16 +24,16 @@ use doorbell::record::DriverProduced;
 use doorbell::{Doorbells, Owner, QpHandle};
 use ib_core::provider::{CqOps, QpCreate, QpEventHandler, QpOps};
 use ib_core::{Error, QpAttr, QpAttrMask, QpCap, QpState, QpType};
-use ib_core::{RecvWr, Result, SendWr, Sge, WrOpcode};
+use ib_core::{RecvWr, Result, SendWr, Sge, WcOpcode, WrOpcode};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::verbs::{qp_type, send_flags};
-use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr};
+use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr, WrRdma};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
-use zerocopy::IntoBytes;
+use zerocopy::{FromZeros, IntoBytes};
 
 /// One work queue's geometry, the driver's producer index and the WQEs owed a completion.
 pub(crate) struct WorkQueue {
@@ -54,7 +54,7 @@ pub(crate) struct WorkQueue {
 type SharedWq = Arc<Mutex<WorkQueue>>;
 
 impl OwedQueue for Mutex<WorkQueue> {
-    fn complete(&self, wr_id: u64, success: bool) -> Option<u32> {
+    fn complete(&self, wr_id: u64, success: Option<WcOpcode>) -> Option<u32> {
         self.lock().owed.complete(wr_id, success).map(|p| p.len)
     }
 }
@@ -271,18 +271,13 @@ impl Qp {
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
-        match wr.opcode {
-            WrOpcode::Send => hdr.opcode.set(wr_opcode::SEND),
-            WrOpcode::SendWithImm(imm) => {
-                hdr.opcode.set(wr_opcode::SEND_WITH_IMM);
-                hdr.ex.set(imm);
-            }
-        }
+        let opcode = set_opcode(&mut hdr, wr.opcode);
         let flags = if wr.signaled { send_flags::SIGNALED } else { 0 }
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        sq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: wr.signaled || self.sig_all });
+        let signaled = wr.signaled || self.sig_all;
+        sq.advance(Posted { wr_id: wr.wr_id, len: total, signaled, opcode });
         Ok(())
     }
 
@@ -317,7 +312,7 @@ impl Qp {
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
-        rq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: true });
+        rq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: true, opcode: WcOpcode::Recv });
         Ok(())
     }
 }
@@ -394,6 +389,39 @@ impl Qp {
         }
         Ok(())
     }
+}
+
+/// Fills a send WQE's opcode, `ex` (immediate data) and `wr.rdma` (remote address and key) for
+/// `op`, as Linux's `pvrdma_post_send` does; returns the opcode of its successful completion.
+fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
+    let rdma = |hdr: &mut SqWqeHdr, remote_addr: u64, rkey: u32| {
+        let mut wr = WrRdma::new_zeroed();
+        wr.remote_addr.set(remote_addr);
+        wr.rkey.set(rkey);
+        hdr.wr.copy_from_slice(wr.as_bytes());
+    };
+    let (code, completes) = match op {
+        WrOpcode::Send => (wr_opcode::SEND, WcOpcode::Send),
+        WrOpcode::SendWithImm(imm) => {
+            hdr.ex.set(imm);
+            (wr_opcode::SEND_WITH_IMM, WcOpcode::Send)
+        }
+        WrOpcode::RdmaWrite { remote_addr, rkey } => {
+            rdma(hdr, remote_addr, rkey);
+            (wr_opcode::RDMA_WRITE, WcOpcode::RdmaWrite)
+        }
+        WrOpcode::RdmaWriteWithImm { remote_addr, rkey, imm } => {
+            rdma(hdr, remote_addr, rkey);
+            hdr.ex.set(imm);
+            (wr_opcode::RDMA_WRITE_WITH_IMM, WcOpcode::RdmaWrite)
+        }
+        WrOpcode::RdmaRead { remote_addr, rkey } => {
+            rdma(hdr, remote_addr, rkey);
+            (wr_opcode::RDMA_READ, WcOpcode::RdmaRead)
+        }
+    };
+    hdr.opcode.set(code);
+    completes
 }
 
 /// (number of SGEs, total bytes) of an SGE list of at most `max_sge` entries.
@@ -497,7 +525,7 @@ mod tests {
         let (mut sq, rq) = queues(&cap(2, 1, 1, 1)).unwrap();
         let buf = PagedBuf::new(&p, 1 + sq.pages() + rq.pages()).unwrap();
         let w = RecordWords::new(&p, &buf, Owner::Kernel).unwrap();
-        let unsignaled = Posted { wr_id: 0, len: 0, signaled: false };
+        let unsignaled = Posted { wr_id: 0, len: 0, signaled: false, opcode: WcOpcode::Send };
         assert_eq!(sq.next_slot(&w), Ok(4096));
         sq.advance(unsignaled);
         assert_eq!(sq.next_slot(&w), Ok(4096 + 128), "counted before it is published");

@@ -11,9 +11,10 @@ use std::sync::Arc;
 /// One work queue's record of the WQEs it owes a completion, as the CQs it completes into
 /// retire from it (the QP owns the queue; a CQ holds it as this).
 pub(crate) trait OwedQueue: Send + Sync {
-    /// Retires the WQE a CQE with `wr_id` (successful or not) completes; its total length in
-    /// bytes, or `None` if no WQE with that `wr_id` is owed a completion.
-    fn complete(&self, wr_id: u64, success: bool) -> Option<u32>;
+    /// Retires the WQE a CQE with `wr_id` completes (`success`: the opcode of a successful CQE,
+    /// which must match the WQE's kind; `None` for an error CQE); its total length in bytes, or
+    /// `None` if no such WQE is owed a completion.
+    fn complete(&self, wr_id: u64, success: Option<WcOpcode>) -> Option<u32>;
 }
 
 /// A work queue as a CQ holds it.
@@ -80,9 +81,10 @@ pub enum Verdict {
 pub trait Owed {
     /// Whether QP `qp` completes into this CQ.
     fn on_cq(&self, qp: u32) -> bool;
-    /// Retires the WQE of QP `qp`'s `queue` that a CQE with `wr_id` completes; `success` says
-    /// whether the CQE reports success (an unsignaled WQE completes without a CQE only then).
-    fn retire(&self, qp: u32, queue: Queue, wr_id: u64, success: bool) -> Verdict;
+    /// Retires the WQE of QP `qp`'s `queue` that a CQE with `wr_id` completes; `success` is the
+    /// opcode of a successful CQE (an unsignaled WQE completes without a CQE only then, and only
+    /// a WQE of that kind matches), `None` for an error CQE.
+    fn retire(&self, qp: u32, queue: Queue, wr_id: u64, success: Option<WcOpcode>) -> Verdict;
 }
 
 /// Translates a CQE into a [`Wc`], retiring the WQE it completes from `owed`. Never panics.
@@ -90,12 +92,15 @@ pub trait Owed {
 /// - a QP handle not on this CQ (or wider than 32 bits): status `GeneralErr`, `qp_num` 0;
 /// - an unknown opcode on a successful CQE: status `GeneralErr` (nothing retired);
 /// - a CQE of a queue that completes into another CQ (a RECV on the QP's send-only CQ, a SEND
-///   on its recv-only CQ), or for no WQE owed a completion on that queue (nothing posted, or
-///   not that `wr_id`): status `GeneralErr` — the consumer is told of no work it did not post;
-/// - a successful receive whose `byte_len` exceeds the posted buffer: status `LocLenErr`
-///   (IBTA's local length error, as rdma-core's providers report a message longer than the
-///   receive buffer) with `byte_len` 0 — never more bytes than the buffer holds. An RDMA WRITE
-///   with immediate is not bounded so: its length is the write's, not the receive buffer's;
+///   on its recv-only CQ), or for no WQE owed a completion on that queue (nothing posted, not
+///   that `wr_id`, or a successful CQE of another kind than was posted: an RDMA WRITE completed
+///   as a SEND — as QEMU 7.2, which carries every send WQE as a SEND, completes it): status
+///   `GeneralErr` — the consumer is told of no work it did not post;
+/// - a successful receive or RDMA READ whose `byte_len` exceeds the posted buffer: status
+///   `LocLenErr` (IBTA's local length error, as rdma-core's providers report a message longer
+///   than the receive buffer) with `byte_len` 0 — never more bytes than the buffer holds. An
+///   RDMA WRITE with immediate is not bounded so: its length is the write's, not the receive
+///   buffer's;
 /// - an unknown status: `Other(code)`.
 pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
     let raw_qp = cqe.qp.get();
@@ -103,6 +108,7 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
     let opcode = opcode(cqe.opcode.get());
     let mut status = status(cqe.status.get());
     let mut byte_len = cqe.byte_len.get();
+    let success = status == WcStatus::Success;
     let queue = match opcode {
         WcOpcode::Other(_) => Queue::Either,
         o if o.is_recv() => Queue::Recv,
@@ -117,9 +123,10 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
             tracing::warn!(opcode = cqe.opcode.get(), "CQE with an unknown opcode");
             status = WcStatus::GeneralErr;
         }
-        Some(h) => match owed.retire(h, queue, cqe.wr_id.get(), status == WcStatus::Success) {
+        Some(h) => match owed.retire(h, queue, cqe.wr_id.get(), success.then_some(opcode)) {
             Verdict::Posted(len) => {
-                if status == WcStatus::Success && opcode == WcOpcode::Recv && byte_len > len {
+                let bounded = matches!(opcode, WcOpcode::Recv | WcOpcode::RdmaRead);
+                if success && bounded && byte_len > len {
                     tracing::warn!(qp = h, byte_len, len, "receive CQE longer than its buffer");
                     (status, byte_len) = (WcStatus::LocLenErr, 0);
                 }
@@ -165,7 +172,7 @@ mod tests {
             self.qps.contains(&qp)
         }
 
-        fn retire(&self, _qp: u32, queue: Queue, wr_id: u64, _success: bool) -> Verdict {
+        fn retire(&self, _qp: u32, queue: Queue, wr_id: u64, _success: Option<WcOpcode>) -> Verdict {
             let mut p = self.posted.borrow_mut();
             let hit = p.iter().position(|&(q, id, _)| id == wr_id && (q == queue || queue == Queue::Either));
             hit.map_or(Verdict::NotOwed, |k| Verdict::Posted(p.remove(k).2))
@@ -244,6 +251,8 @@ mod tests {
         assert_eq!((fits.status, fits.byte_len), (WcStatus::Success, 100));
         let imm = translate(&cqe(7, wc_opcode::RECV_RDMA_WITH_IMM, 0), &Fake::new(&[7], &[(Queue::Recv, 42, 0)]));
         assert_eq!(imm.status, WcStatus::Success, "an RDMA WRITE's length is not the buffer's");
+        let read = translate(&cqe(7, wc_opcode::RDMA_READ, 0), &Fake::new(&[7], &[(Queue::Send, 42, 99)]));
+        assert_eq!((read.status, read.byte_len), (WcStatus::LocLenErr, 0), "a READ past its SGEs");
     }
 
     #[test]

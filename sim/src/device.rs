@@ -531,6 +531,12 @@ impl SimDevice {
         cq.map(|c| c.status())
     }
 
+    /// The device's state, for the crate's tests that call the data path's functions directly.
+    #[cfg(test)]
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
     /// QP `handle`'s state (a `qp_state` value), if it exists.
     pub fn qp_state(&self, handle: u32) -> Option<u32> {
         self.core.qp(handle).map(|q| q.state())

@@ -235,14 +235,16 @@ pub fn scatter(core: &Core, pd: u32, sges: &[Sge], payload: &[u8]) -> Result<(),
 }
 
 /// The MR an incoming RDMA request names by `rkey`, checked as a responder checks the RETH
-/// (IBTA 9.7.4.1.5 and 10.6.3): the rkey names a live MR of the responder QP's PD `pd` that has
-/// memory and grants `need` (`REMOTE_WRITE` or `REMOTE_READ`), and `[addr, addr + len)` lies
-/// inside it (overflow-safe). Failure: `REM_ACCESS_ERR`, the status the requester completes with
-/// (NAK Remote Access Error, as Linux rxe's `check_rkey`).
+/// (IBTA 9.4.3, 9.4.4; Linux rxe's `check_rkey`): the rkey names a live MR of the responder
+/// QP's PD `pd` that has memory and grants `need` (`REMOTE_WRITE` or `REMOTE_READ`), and
+/// `[addr, addr + len)` lies inside it (overflow-safe). Failure: `REM_ACCESS_ERR`, the status
+/// the requester completes with (NAK Remote Access Error).
 pub(crate) fn remote(core: &Core, pd: u32, rkey: u32, addr: u64, len: u64, need: u32) -> Result<Arc<Mr>, u32> {
     let objs = core.objects.lock();
-    let mr = objs.rkeys.get(&rkey).and_then(|h| objs.mrs.get(*h)).ok_or(wc_status::REM_ACCESS_ERR)?;
-    let ok = mr.pd == pd && mr.region.is_some() && mr.access & need == need && mr.covers(addr, len);
+    let mr = objs.rkeys.get(&rkey).and_then(|h| objs.mrs.get(*h));
+    let mr = mr.ok_or(wc_status::REM_ACCESS_ERR)?;
+    let ok =
+        mr.pd == pd && mr.region.is_some() && mr.access & need == need && mr.covers(addr, len);
     if !ok {
         return Err(wc_status::REM_ACCESS_ERR);
     }

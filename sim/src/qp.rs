@@ -701,7 +701,7 @@ impl Qp {
     ///
     /// Errors: `REM_ACCESS_ERR`, the requester's completion status (NAK Remote Access Error),
     /// with nothing written; the caller then moves this QP to ERR with [`Qp::force_error`]
-    /// (IBTA 9.9.3.1.2 Class C responder error, as Linux rxe's `RESPST_ERR_RKEY_VIOLATION`).
+    /// (a Class C responder error of IBTA 9.9, as Linux rxe's `RESPST_ERR_RKEY_VIOLATION` does).
     /// Linux rxe answers a QP without the access bit with Invalid Request instead
     /// (`check_op_valid`); the model reports it as the access error it is.
     pub(crate) fn rdma_write(

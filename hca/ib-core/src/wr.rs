@@ -15,13 +15,47 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// Send work request opcode (`enum ibv_wr_opcode`, the ones this stack carries).
+/// Send work request opcode (`enum ibv_wr_opcode`, the ones this stack carries), with the
+/// fields `ibv_send_wr` keeps beside it (`imm_data`, `wr.rdma`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WrOpcode {
-    /// SEND.
+    /// SEND (IBTA 9.4.1): the gathered message goes to the responder's next receive WQE.
     Send,
     /// SEND with 32-bit immediate data (host order here; big-endian on the wire).
     SendWithImm(u32),
+    /// RDMA WRITE (IBTA 9.4.3): the gathered message is written at `remote_addr` of the
+    /// responder's MR `rkey` names (`ibv_send_wr.wr.rdma`). The MR needs `REMOTE_WRITE`, and so
+    /// does the responder QP's `qp_access_flags`; no receive WQE is consumed. Completes with
+    /// [`WcOpcode::RdmaWrite`]; a refused access completes [`WcStatus::RemAccessErr`]. A
+    /// zero-length write checks no rkey (IBTA C9-88).
+    RdmaWrite {
+        /// Virtual address in the responder's MR (its address space: [`crate::Mr::addr`] plus
+        /// an offset, as for an SGE).
+        remote_addr: u64,
+        /// The responder MR's remote key ([`crate::Mr::rkey`]).
+        rkey: u32,
+    },
+    /// RDMA WRITE with immediate (IBTA 9.4.3): as [`WrOpcode::RdmaWrite`], and the responder's
+    /// next receive WQE completes with [`WcOpcode::RecvRdmaWithImm`], `imm` and the bytes
+    /// written (nothing is scattered into it); the request waits for that receive WQE (RNR).
+    RdmaWriteWithImm {
+        /// Virtual address in the responder's MR.
+        remote_addr: u64,
+        /// The responder MR's remote key.
+        rkey: u32,
+        /// Immediate data (host order here; big-endian on the wire).
+        imm: u32,
+    },
+    /// RDMA READ (IBTA 9.4.4): reads as many bytes as the SGEs cover from `remote_addr` of the
+    /// responder's MR `rkey` names into the SGEs (their MRs need `LOCAL_WRITE`, else
+    /// [`WcStatus::LocProtErr`]). The MR and the responder QP need `REMOTE_READ`. Completes with
+    /// [`WcOpcode::RdmaRead`] and `byte_len` the bytes read.
+    RdmaRead {
+        /// Virtual address in the responder's MR.
+        remote_addr: u64,
+        /// The responder MR's remote key.
+        rkey: u32,
+    },
 }
 
 /// A send work request (IBTA 11.4.1.1).
@@ -156,7 +190,8 @@ pub struct Wc {
     pub status: WcStatus,
     /// What completed.
     pub opcode: WcOpcode,
-    /// Bytes received (receive completions).
+    /// Bytes received (receive completions), written (the responder's RDMA WRITE with
+    /// immediate) or read (RDMA READ); the message length of a send or RDMA WRITE completion.
     pub byte_len: u32,
     /// The local QP's number.
     pub qp_num: u32,

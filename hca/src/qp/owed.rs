@@ -4,6 +4,10 @@
 //! polled, so a queue of `depth` slots can have more WQEs owed than that: the record holds
 //! twice the depth.
 //!
+//! A successful CQE completes only a WQE of its kind (its opcode: a SEND, RDMA WRITE or RDMA
+//! READ completes as what was posted; a receive as RECV or, for an RDMA WRITE with immediate,
+//! RECV_RDMA_WITH_IMM); an error CQE's opcode is undefined (IBTA 11.4.2.1) and is not matched.
+//!
 //! A CQE retires the WQE it completes and every older one: those completed without a CQE of
 //! their own (unsignaled sends) or whose CQE was lost (QEMU 7.2 drops CQEs that do not fit). A
 //! successful CQE completes the oldest *signaled* WQE with its `wr_id` (IBTA: a successful
@@ -17,14 +21,23 @@
 //! is taken, so a receive may be measured against a lost one's buffer, and QEMU's extra
 //! completion of an unsignaled send sharing a later signaled send's `wr_id` is refused.
 
+use ib_core::WcOpcode;
+
 /// One posted WQE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Posted {
     pub(crate) wr_id: u64,
-    /// Bytes its SGEs cover (a receive's buffer).
+    /// Bytes its SGEs cover (a receive's buffer, an RDMA READ's length).
     pub(crate) len: u32,
     /// It asked for a completion (a receive always does).
     pub(crate) signaled: bool,
+    /// What its successful completion says: `Send`, `RdmaWrite`, `RdmaRead` or `Recv`.
+    pub(crate) opcode: WcOpcode,
+}
+
+/// Whether a successful CQE with `cqe` completes a WQE posted as `posted`.
+fn completes(posted: WcOpcode, cqe: WcOpcode) -> bool {
+    posted == cqe || (posted == WcOpcode::Recv && cqe == WcOpcode::RecvRdmaWithImm)
 }
 
 /// The owed WQEs of one work queue, oldest first: a ring of twice the queue's depth, allocated
@@ -74,13 +87,22 @@ impl Owed {
         self.tail = self.tail.wrapping_add(1);
     }
 
-    /// Retires the owed WQE a CQE with `wr_id` completes (for a `success`ful CQE the oldest
-    /// signaled one, else the oldest), and every older one; `None` (and nothing retired) if no
-    /// owed WQE has that `wr_id`.
-    pub(crate) fn complete(&mut self, wr_id: u64, success: bool) -> Option<Posted> {
-        let with_id = |k: &usize| self.at(*k).wr_id == wr_id;
+    /// Retires the owed WQE a CQE with `wr_id` completes, and every older one: for a successful
+    /// CQE (`success` = its opcode) the oldest signaled WQE of that kind, else the oldest of that
+    /// kind; for an error CQE (`None`) the oldest. `None` (and nothing retired) if no owed WQE
+    /// matches.
+    pub(crate) fn complete(&mut self, wr_id: u64, success: Option<WcOpcode>) -> Option<Posted> {
+        let with_id = |k: &usize| {
+            let p = self.at(*k);
+            // A match, not `is_none_or`: MSRV 1.81.
+            let kind = match success {
+                Some(op) => completes(p.opcode, op),
+                None => true,
+            };
+            p.wr_id == wr_id && kind
+        };
         let oldest = (0..self.len()).find(with_id)?;
-        let k = if success && !self.at(oldest).signaled {
+        let k = if success.is_some() && !self.at(oldest).signaled {
             (oldest..self.len()).filter(with_id).find(|&k| self.at(k).signaled).unwrap_or(oldest)
         } else {
             oldest
@@ -103,23 +125,25 @@ impl Owed {
 mod tests {
     use super::*;
 
+    const OK: Option<WcOpcode> = Some(WcOpcode::Send);
+
     fn p(wr_id: u64, signaled: bool) -> Posted {
-        Posted { wr_id, len: 10, signaled }
+        Posted { wr_id, len: 10, signaled, opcode: WcOpcode::Send }
     }
 
     #[test]
     fn completions_retire_in_order_and_only_what_was_posted() {
         let mut o = Owed::new(2);
-        assert_eq!(o.complete(1, true), None, "nothing posted");
+        assert_eq!(o.complete(1, OK), None, "nothing posted");
         for id in 1..=3 {
             assert!(o.reserve());
             o.push(p(id, true));
         }
-        assert_eq!(o.complete(9, true), None);
-        assert_eq!(o.complete(2, true).map(|p| p.wr_id), Some(2), "1 retired with it");
-        assert_eq!(o.complete(1, true), None);
-        assert_eq!(o.complete(3, true).map(|p| p.wr_id), Some(3));
-        assert_eq!(o.complete(3, true), None, "once only");
+        assert_eq!(o.complete(9, OK), None);
+        assert_eq!(o.complete(2, OK).map(|p| p.wr_id), Some(2), "1 retired with it");
+        assert_eq!(o.complete(1, OK), None);
+        assert_eq!(o.complete(3, OK).map(|p| p.wr_id), Some(3));
+        assert_eq!(o.complete(3, OK), None, "once only");
     }
 
     #[test]
@@ -128,15 +152,15 @@ mod tests {
         for signaled in [false, true, false, true] {
             o.push(p(0, signaled));
         }
-        assert!(o.complete(0, true).is_some_and(|p| p.signaled), "the first signaled send");
-        assert!(o.complete(0, true).is_some_and(|p| p.signaled), "the second: all retired");
-        assert_eq!(o.complete(0, true), None);
+        assert!(o.complete(0, OK).is_some_and(|p| p.signaled), "the first signaled send");
+        assert!(o.complete(0, OK).is_some_and(|p| p.signaled), "the second: all retired");
+        assert_eq!(o.complete(0, OK), None);
         o.push(p(5, false));
-        assert!(o.complete(5, true).is_some_and(|p| !p.signaled), "QEMU 7.2 completes it too");
+        assert!(o.complete(5, OK).is_some_and(|p| !p.signaled), "QEMU 7.2 completes it too");
         o.push(p(6, false));
         o.push(p(6, true));
-        assert!(o.complete(6, false).is_some_and(|p| !p.signaled), "a flush completes each in order");
-        assert!(o.complete(6, false).is_some_and(|p| p.signaled));
+        assert!(o.complete(6, None).is_some_and(|p| !p.signaled), "a flush completes each in order");
+        assert!(o.complete(6, None).is_some_and(|p| p.signaled));
     }
 
     #[test]
@@ -150,7 +174,25 @@ mod tests {
         o.push(p(1, true));
         o.push(p(2, true));
         assert!(!o.reserve(), "two completions owed on a one-slot queue");
-        assert!(o.complete(1, true).is_some());
+        assert!(o.complete(1, OK).is_some());
         assert!(o.reserve());
+    }
+
+    #[test]
+    fn a_successful_cqe_completes_only_a_wqe_of_its_kind() {
+        let mut o = Owed::new(4);
+        let write = Posted { opcode: WcOpcode::RdmaWrite, ..p(1, true) };
+        o.push(write);
+        assert_eq!(o.complete(1, OK), None, "a SEND CQE for a posted WRITE");
+        assert_eq!(o.complete(1, Some(WcOpcode::RdmaRead)), None);
+        assert_eq!(o.complete(1, Some(WcOpcode::RdmaWrite)), Some(write));
+        o.push(Posted { opcode: WcOpcode::RdmaRead, ..p(2, true) });
+        assert!(o.complete(2, None).is_some(), "an error CQE's opcode is not matched");
+        let recv = Posted { opcode: WcOpcode::Recv, ..p(3, true) };
+        o.push(recv);
+        o.push(recv);
+        assert_eq!(o.complete(3, Some(WcOpcode::RecvRdmaWithImm)), Some(recv));
+        assert_eq!(o.complete(3, Some(WcOpcode::Recv)), Some(recv));
+        assert_eq!(o.complete(3, Some(WcOpcode::Recv)), None);
     }
 }

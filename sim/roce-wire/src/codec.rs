@@ -119,24 +119,14 @@ pub fn encode(
     out.reserve(total);
     out.extend_from_slice(bth_wire(&hdr.bth, pad as u8).as_bytes());
     if let Some(r) = hdr.reth {
-        let w = RethHdr {
-            va: r.va.into(),
-            rkey: r.rkey.into(),
-            dma_len: r.dma_len.into(),
-        };
+        let w = RethHdr { va: r.va.into(), rkey: r.rkey.into(), dma_len: r.dma_len.into() };
         out.extend_from_slice(w.as_bytes());
     }
     if let Some(imm) = hdr.imm {
         out.extend_from_slice(ImmDtHdr { imm: imm.into() }.as_bytes());
     }
     if let Some(a) = hdr.aeth {
-        out.extend_from_slice(
-            AethHdr {
-                syndrome: a.syndrome,
-                msn: to_u24(a.msn),
-            }
-            .as_bytes(),
-        );
+        out.extend_from_slice(AethHdr { syndrome: a.syndrome, msn: to_u24(a.msn) }.as_bytes());
     }
     out.extend_from_slice(payload);
     out.resize(out.len() + pad, 0);
@@ -182,17 +172,10 @@ fn extension_headers<'a>(
     l: Layout,
     mut rest: &'a [u8],
 ) -> Result<(Headers, &'a [u8]), WireError> {
-    let mut hdr = Headers {
-        bth: bth_value(bth),
-        ..Headers::default()
-    };
+    let mut hdr = Headers { bth: bth_value(bth), ..Headers::default() };
     if l.reth {
         let (r, tail) = RethHdr::read_from_prefix(rest).map_err(|_| WireError::Truncated)?;
-        hdr.reth = Some(Reth {
-            va: r.va.get(),
-            rkey: r.rkey.get(),
-            dma_len: r.dma_len.get(),
-        });
+        hdr.reth = Some(Reth { va: r.va.get(), rkey: r.rkey.get(), dma_len: r.dma_len.get() });
         rest = tail;
     }
     if l.imm {
@@ -202,10 +185,7 @@ fn extension_headers<'a>(
     }
     if l.aeth {
         let (a, tail) = AethHdr::read_from_prefix(rest).map_err(|_| WireError::Truncated)?;
-        hdr.aeth = Some(Aeth {
-            syndrome: a.syndrome,
-            msn: u24(a.msn),
-        });
+        hdr.aeth = Some(Aeth { syndrome: a.syndrome, msn: u24(a.msn) });
         rest = tail;
     }
     Ok((hdr, rest))
@@ -231,8 +211,5 @@ fn strip_pad(l: Layout, pad: u8, data: &[u8]) -> Result<&[u8], WireError> {
     if data.len() % 4 != 0 {
         return Err(WireError::BadPad);
     }
-    data.len()
-        .checked_sub(usize::from(pad))
-        .map(|n| &data[..n])
-        .ok_or(WireError::BadPad)
+    data.len().checked_sub(usize::from(pad)).map(|n| &data[..n]).ok_or(WireError::BadPad)
 }

@@ -136,16 +136,7 @@ pub struct Ipv6Hdr {
     /// Destination address.
     pub dst: [u8; 16],
 }
-assert_layout!(
-    Ipv6Hdr,
-    40,
-    flow = 0,
-    plen = 4,
-    nxt = 6,
-    hlim = 7,
-    src = 8,
-    dst = 24
-);
+assert_layout!(Ipv6Hdr, 40, flow = 0, plen = 4, nxt = 6, hlim = 7, src = 8, dst = 24);
 
 /// UDP header (RFC 768), 8 bytes: the layout of `struct udphdr`.
 #[repr(C)]

@@ -117,12 +117,8 @@ impl Aeth {
             return Syndrome::Reserved(s);
         }
         match s & TYPE_MASK {
-            TYPE_ACK => Syndrome::Ack {
-                credits: s & VALUE_MASK,
-            },
-            TYPE_RNR_NAK => Syndrome::RnrNak {
-                timer: s & VALUE_MASK,
-            },
+            TYPE_ACK => Syndrome::Ack { credits: s & VALUE_MASK },
+            TYPE_RNR_NAK => Syndrome::RnrNak { timer: s & VALUE_MASK },
             TYPE_NAK => Syndrome::Nak(NakCode::from_bits(s)),
             _ => Syndrome::Reserved(s),
         }
@@ -130,26 +126,17 @@ impl Aeth {
 
     /// An ACK; `credits` keeps its low 5 bits, `msn` its low 24 bits.
     pub fn ack(msn: u32, credits: u8) -> Self {
-        Self {
-            syndrome: TYPE_ACK | (credits & VALUE_MASK),
-            msn: msn & 0xff_ffff,
-        }
+        Self { syndrome: TYPE_ACK | (credits & VALUE_MASK), msn: msn & 0xff_ffff }
     }
 
     /// An RNR NAK; `timer` (IBTA Table 45 code) keeps its low 5 bits, `msn` its low 24 bits.
     pub fn rnr_nak(msn: u32, timer: u8) -> Self {
-        Self {
-            syndrome: TYPE_RNR_NAK | (timer & VALUE_MASK),
-            msn: msn & 0xff_ffff,
-        }
+        Self { syndrome: TYPE_RNR_NAK | (timer & VALUE_MASK), msn: msn & 0xff_ffff }
     }
 
     /// A NAK with `code`; `msn` keeps its low 24 bits.
     pub fn nak(msn: u32, code: NakCode) -> Self {
-        Self {
-            syndrome: TYPE_NAK | code.bits(),
-            msn: msn & 0xff_ffff,
-        }
+        Self { syndrome: TYPE_NAK | code.bits(), msn: msn & 0xff_ffff }
     }
 }
 

@@ -26,12 +26,7 @@ pub struct IpContext {
 impl IpContext {
     /// A context with IPv4 Identification 0 and DF set (what the model sends).
     pub fn new(src: SocketAddr, dst: SocketAddr) -> Self {
-        Self {
-            src,
-            dst,
-            ipv4_id: 0,
-            ipv4_df: true,
-        }
+        Self { src, dst, ipv4_id: 0, ipv4_df: true }
     }
 
     /// Whether the packet travels over IPv4 (both addresses IPv4).

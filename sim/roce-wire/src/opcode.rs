@@ -76,14 +76,7 @@ pub struct Layout {
 /// The header layout of `op`, or `None` for an opcode that is not RC SEND, RDMA WRITE, RDMA READ
 /// or Acknowledge (atomics, other transports, reserved values).
 pub fn layout(op: u8) -> Option<Layout> {
-    let l = |reth, aeth, imm, payload| {
-        Some(Layout {
-            reth,
-            aeth,
-            imm,
-            payload,
-        })
-    };
+    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload });
     match op {
         RC_SEND_FIRST
         | RC_SEND_MIDDLE

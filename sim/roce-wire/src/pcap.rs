@@ -39,16 +39,10 @@ impl PcapWriter {
     /// Creates (or truncates) `path` and writes the pcap file header (LINKTYPE_RAW, snap length
     /// 65535, microsecond timestamps).
     pub fn create(path: &Path) -> io::Result<Self> {
-        let header = PcapHeader {
-            datalink: DataLink::RAW,
-            ..PcapHeader::default()
-        };
+        let header = PcapHeader { datalink: DataLink::RAW, ..PcapHeader::default() };
         let out = pcap_file::pcap::PcapWriter::with_header(File::create(path)?, header)
             .map_err(pcap_error)?;
-        Ok(Self {
-            out,
-            frame: Vec::new(),
-        })
+        Ok(Self { out, frame: Vec::new() })
     }
 
     /// Appends one packet: the IP and UDP headers of `ip` around `udp_payload` (an encoded
@@ -57,19 +51,12 @@ impl PcapWriter {
     pub fn write(&mut self, ip: &IpContext, udp_payload: &[u8]) -> io::Result<()> {
         let udp_len = 8 + udp_payload.len();
         if udp_len > max_udp_len(Some(ip)) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "packet too long for UDP",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "packet too long for UDP"));
         }
         frame(ip, udp_len as u16, udp_payload, &mut self.frame);
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let len = self.frame.len() as u32;
-        self.out
-            .write_packet(&PcapPacket::new(ts, len, &self.frame))
-            .map_err(pcap_error)?;
+        self.out.write_packet(&PcapPacket::new(ts, len, &self.frame)).map_err(pcap_error)?;
         Ok(())
     }
 }
@@ -101,9 +88,8 @@ fn frame(ip: &IpContext, udp_len: u16, udp_payload: &[u8], out: &mut Vec<u8>) {
 /// One's-complement sum of big-endian 16-bit words (RFC 1071), not yet folded; an odd last
 /// byte is padded with zero. Inputs here are below 64 KiB, so the u32 cannot overflow.
 fn sum(acc: u32, bytes: &[u8]) -> u32 {
-    let words = bytes
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])));
+    let words =
+        bytes.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])));
     words.fold(acc, |a, w| a + w)
 }
 
@@ -159,10 +145,7 @@ fn parse(data: &[u8]) -> Option<Captured> {
         dst: SocketAddr::new(ip.dst.ip(), h.dest.get()),
         ..ip
     };
-    Some(Captured {
-        ip,
-        udp_payload: rest[..len].to_vec(),
-    })
+    Some(Captured { ip, udp_payload: rest[..len].to_vec() })
 }
 
 fn parse_v4(data: &[u8]) -> Option<(IpContext, &[u8])> {
@@ -221,11 +204,8 @@ mod tests {
                 if ip.is_ipv4() {
                     assert_eq!(fold(sum(0, &f[..20])), 0, "IPv4 header checksum");
                 }
-                let (ips, ipd) = if ip.is_ipv4() {
-                    (&f[12..16], &f[16..20])
-                } else {
-                    (&f[8..24], &f[24..40])
-                };
+                let (ips, ipd) =
+                    if ip.is_ipv4() { (&f[12..16], &f[16..20]) } else { (&f[8..24], &f[24..40]) };
                 let pseudo = sum(sum(0, ips), ipd) + 17 + (8 + n) as u32;
                 assert_eq!(fold(sum(pseudo, &f[ihl..])), 0, "UDP checksum, {n} bytes");
                 let c = parse(&f).unwrap();

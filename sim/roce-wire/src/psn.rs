@@ -50,11 +50,7 @@ mod tests {
     fn add_and_diff_agree() {
         for base in [0, 1, 0x7f_ffff, 0x80_0000, 0xff_fff0, 0xff_ffff] {
             for n in [0u32, 1, 15, 0x7f_ffff] {
-                assert_eq!(
-                    diff(add(base, n), base),
-                    n as i32,
-                    "base {base:#x} n {n:#x}"
-                );
+                assert_eq!(diff(add(base, n), base), n as i32, "base {base:#x} n {n:#x}");
             }
         }
     }

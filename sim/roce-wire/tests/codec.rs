@@ -8,17 +8,11 @@ use roce_wire::{
 use std::net::SocketAddr;
 
 fn ctx(src: &str, dst: &str) -> IpContext {
-    IpContext::new(
-        src.parse::<SocketAddr>().unwrap(),
-        dst.parse::<SocketAddr>().unwrap(),
-    )
+    IpContext::new(src.parse::<SocketAddr>().unwrap(), dst.parse::<SocketAddr>().unwrap())
 }
 
 fn v4() -> IpContext {
-    IpContext {
-        ipv4_id: 0x1234,
-        ..ctx("10.9.0.1:49152", "10.9.0.2:4791")
-    }
+    IpContext { ipv4_id: 0x1234, ..ctx("10.9.0.1:49152", "10.9.0.2:4791") }
 }
 
 fn v6() -> IpContext {
@@ -26,24 +20,17 @@ fn v6() -> IpContext {
 }
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 /// Computed offline with Python's `zlib.crc32` over 8 x 0xFF, the IPv4 header with TOS, TTL and
 /// checksum all-ones (ID 0x1234, DF), the UDP header with checksum 0xFFFF, and the BTH with
 /// resv8a 0xFF (the recipe of shared/rxe-peer, verified against rxe).
-const V4_SEND_ONLY_IMM: (&str, u32) = (
-    "05f0ffff00000011800001001234567868656c6c6f000000",
-    0x6606_2181,
-);
+const V4_SEND_ONLY_IMM: (&str, u32) =
+    ("05f0ffff00000011800001001234567868656c6c6f000000", 0x6606_2181);
 /// Likewise over IPv6 (traffic class, flow label, hop limit all-ones), RDMA WRITE Only.
-const V6_WRITE_ONLY: (&str, u32) = (
-    "0a40ffff00abcdef00fffffe00007f001234500000001122000000080001020304050607",
-    0x9fb3_dedf,
-);
+const V6_WRITE_ONLY: (&str, u32) =
+    ("0a40ffff00abcdef00fffffe00007f001234500000001122000000080001020304050607", 0x9fb3_dedf);
 
 fn send_only_imm() -> Headers {
     Headers {
@@ -72,11 +59,7 @@ fn write_only() -> Headers {
             psn: 0xff_fffe,
             ..Bth::default()
         },
-        reth: Some(Reth {
-            va: 0x7f00_1234_5000,
-            rkey: 0x1122,
-            dma_len: 8,
-        }),
+        reth: Some(Reth { va: 0x7f00_1234_5000, rkey: 0x1122, dma_len: 8 }),
         ..Headers::default()
     }
 }
@@ -111,15 +94,8 @@ fn decode_reads_the_vectors() {
     assert_eq!((p.hdr, p.payload), (send_only_imm(), &b"hello"[..]));
     let b = vector(V6_WRITE_ONLY);
     let p = decode(&b, Some(&v6())).unwrap();
-    assert_eq!(
-        (p.hdr, p.payload),
-        (write_only(), &[0, 1, 2, 3, 4, 5, 6, 7][..])
-    );
-    assert_eq!(
-        decode(&b, None).unwrap().hdr,
-        write_only(),
-        "no ICRC check without a context"
-    );
+    assert_eq!((p.hdr, p.payload), (write_only(), &[0, 1, 2, 3, 4, 5, 6, 7][..]));
+    assert_eq!(decode(&b, None).unwrap().hdr, write_only(), "no ICRC check without a context");
 }
 
 #[test]
@@ -130,11 +106,7 @@ fn any_corrupted_invariant_byte_fails_the_icrc() {
             for bit in 0..8 {
                 let mut b = good.clone();
                 b[i] ^= 1 << bit;
-                assert_eq!(
-                    decode(&b, Some(&ip)),
-                    Err(WireError::BadIcrc),
-                    "byte {i} bit {bit}"
-                );
+                assert_eq!(decode(&b, Some(&ip)), Err(WireError::BadIcrc), "byte {i} bit {bit}");
             }
         }
     }
@@ -145,41 +117,19 @@ fn the_ip_and_udp_context_is_inside_the_icrc() {
     let b = vector(V4_SEND_ONLY_IMM);
     let ip = v4();
     let changed = [
-        IpContext {
-            ipv4_id: 0x1235,
-            ..ip
-        },
-        IpContext {
-            ipv4_df: false,
-            ..ip
-        },
-        IpContext {
-            src: "10.9.0.3:49152".parse().unwrap(),
-            ..ip
-        },
-        IpContext {
-            dst: "10.9.0.2:4792".parse().unwrap(),
-            ..ip
-        },
-        IpContext {
-            src: "10.9.0.1:49153".parse().unwrap(),
-            ..ip
-        },
+        IpContext { ipv4_id: 0x1235, ..ip },
+        IpContext { ipv4_df: false, ..ip },
+        IpContext { src: "10.9.0.3:49152".parse().unwrap(), ..ip },
+        IpContext { dst: "10.9.0.2:4792".parse().unwrap(), ..ip },
+        IpContext { src: "10.9.0.1:49153".parse().unwrap(), ..ip },
     ];
     for c in changed {
         assert_eq!(decode(&b, Some(&c)), Err(WireError::BadIcrc), "{c:?}");
     }
     let b = vector(V6_WRITE_ONLY);
-    let c = IpContext {
-        src: "[fd00::3]:49153".parse().unwrap(),
-        ..v6()
-    };
+    let c = IpContext { src: "[fd00::3]:49153".parse().unwrap(), ..v6() };
     assert_eq!(decode(&b, Some(&c)), Err(WireError::BadIcrc));
-    let c = IpContext {
-        ipv4_id: 7,
-        ipv4_df: false,
-        ..v6()
-    };
+    let c = IpContext { ipv4_id: 7, ipv4_df: false, ..v6() };
     assert!(decode(&b, Some(&c)).is_ok(), "IPv6 has no Identification");
 }
 
@@ -223,11 +173,7 @@ fn every_opcode_round_trips_with_every_pad() {
     let mut out = Vec::new();
     for ip in [v4(), v6()] {
         for op in opcode::ALL {
-            let max = if opcode::layout(op).unwrap().payload {
-                9
-            } else {
-                0
-            };
+            let max = if opcode::layout(op).unwrap().payload { 9 } else { 0 };
             for n in 0..=max {
                 let payload: Vec<u8> = (0..n as u8).collect();
                 let h = headers_for(op, 0xff_fff0 + u32::from(n as u8));
@@ -235,14 +181,7 @@ fn every_opcode_round_trips_with_every_pad() {
                 assert_eq!(out.len() % 4, 0);
                 let p = decode(&out, Some(&ip)).unwrap();
                 let pad = ((4 - n % 4) % 4) as u8;
-                assert_eq!(
-                    p.hdr,
-                    Headers {
-                        bth: Bth { pad, ..h.bth },
-                        ..h
-                    },
-                    "op {op:#x} n {n}"
-                );
+                assert_eq!(p.hdr, Headers { bth: Bth { pad, ..h.bth }, ..h }, "op {op:#x} n {n}");
                 assert_eq!(p.payload, &payload[..]);
             }
         }
@@ -256,47 +195,22 @@ fn encode_refuses_header_sets_that_do_not_match_the_opcode() {
     for op in opcode::ALL {
         let good = headers_for(op, 1);
         let wrong = [
-            Headers {
-                reth: good.reth.xor(Some(Reth::default())),
-                ..good
-            },
-            Headers {
-                aeth: good.aeth.xor(Some(Aeth::default())),
-                ..good
-            },
-            Headers {
-                imm: good.imm.xor(Some(0)),
-                ..good
-            },
+            Headers { reth: good.reth.xor(Some(Reth::default())), ..good },
+            Headers { aeth: good.aeth.xor(Some(Aeth::default())), ..good },
+            Headers { imm: good.imm.xor(Some(0)), ..good },
         ];
         for h in wrong {
-            assert_eq!(
-                encode(&h, &[], &ip, &mut out),
-                Err(WireError::BadHeaders),
-                "{h:?}"
-            );
+            assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::BadHeaders), "{h:?}");
         }
     }
     assert_eq!(out, [1, 2, 3], "nothing written on error");
     for op in [0x12, 0x13, 0x14, 0x15, 0x1f, 0x20, 0x64, 0xff] {
-        let h = Headers {
-            bth: Bth {
-                opcode: op,
-                ..Bth::default()
-            },
-            ..Headers::default()
-        };
-        assert_eq!(
-            encode(&h, &[], &ip, &mut out),
-            Err(WireError::UnknownOpcode(op))
-        );
+        let h = Headers { bth: Bth { opcode: op, ..Bth::default() }, ..Headers::default() };
+        assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::UnknownOpcode(op)));
     }
     for op in [RC_RDMA_READ_REQUEST, RC_ACKNOWLEDGE] {
         let h = headers_for(op, 1);
-        assert_eq!(
-            encode(&h, &[1], &ip, &mut out),
-            Err(WireError::UnexpectedPayload)
-        );
+        assert_eq!(encode(&h, &[1], &ip, &mut out), Err(WireError::UnexpectedPayload));
     }
     let h = headers_for(RC_SEND_ONLY, 1 << 24);
     assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::FieldRange));
@@ -304,10 +218,7 @@ fn encode_refuses_header_sets_that_do_not_match_the_opcode() {
     h.bth.dest_qp = 1 << 24;
     assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::FieldRange));
     let mut h = headers_for(RC_ACKNOWLEDGE, 1);
-    h.aeth = Some(Aeth {
-        syndrome: 0,
-        msn: 1 << 24,
-    });
+    h.aeth = Some(Aeth { syndrome: 0, msn: 1 << 24 });
     assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::FieldRange));
 }
 
@@ -320,17 +231,11 @@ fn encode_refuses_what_a_udp_datagram_cannot_carry() {
     let v6_max = vec![0; (65535 - 8 - 12 - 4) & !3];
     encode(&h, &v6_max, &v6(), &mut out).unwrap();
     assert!(decode(&out, Some(&v6())).is_ok());
-    assert_eq!(
-        encode(&h, &[0; 65512 - 3], &v6(), &mut out),
-        Err(WireError::TooLong)
-    );
+    assert_eq!(encode(&h, &[0; 65512 - 3], &v6(), &mut out), Err(WireError::TooLong));
     let v4_max = vec![0; (65535 - 20 - 8 - 12 - 4) & !3];
     encode(&h, &v4_max, &v4(), &mut out).unwrap();
     assert!(decode(&out, Some(&v4())).is_ok());
-    assert_eq!(
-        encode(&h, &v6_max, &v4(), &mut out),
-        Err(WireError::TooLong)
-    );
+    assert_eq!(encode(&h, &v6_max, &v4(), &mut out), Err(WireError::TooLong));
     let long = vec![0; 65535 - 8 + 1];
     assert_eq!(decode(&long, None), Err(WireError::TooLong));
 }
@@ -353,16 +258,8 @@ fn decode_names_each_malformation() {
     let ip = v6();
     let d = |b: &[u8]| decode(b, Some(&ip)).map(|p| p.hdr);
     for n in 0..16 {
-        assert_eq!(
-            decode(&vec![0; n], Some(&ip)),
-            Err(WireError::Truncated),
-            "{n} bytes"
-        );
-        assert_eq!(
-            decode(&vec![0; n], None),
-            Err(WireError::Truncated),
-            "{n} bytes"
-        );
+        assert_eq!(decode(&vec![0; n], Some(&ip)), Err(WireError::Truncated), "{n} bytes");
+        assert_eq!(decode(&vec![0; n], None), Err(WireError::Truncated), "{n} bytes");
     }
     let mut b = encoded(&headers_for(RC_SEND_ONLY, 5), b"abcd");
     b[1] |= 0x01;
@@ -404,10 +301,7 @@ fn decode_names_each_malformation() {
 
 #[test]
 fn decode_of_every_prefix_and_of_noise_is_an_error_not_a_panic() {
-    let b = encoded(
-        &headers_for(RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 5),
-        b"0123456789",
-    );
+    let b = encoded(&headers_for(RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 5), b"0123456789");
     for n in 0..b.len() {
         assert!(decode(&b[..n], Some(&v6())).is_err(), "prefix {n}");
         let _ = decode(&b[..n], None);
@@ -418,9 +312,7 @@ fn decode_of_every_prefix_and_of_noise_is_an_error_not_a_panic() {
         x ^= x >> 7;
         x ^= x << 17;
         let len = (x % 80) as usize;
-        let noise: Vec<u8> = (0..len)
-            .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
-            .collect();
+        let noise: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8).collect();
         let _ = decode(&noise, None);
         let _ = decode(&noise, Some(&v4()));
     }
@@ -428,19 +320,10 @@ fn decode_of_every_prefix_and_of_noise_is_an_error_not_a_panic() {
 
 #[test]
 fn aeth_syndromes() {
-    assert_eq!(
-        Aeth::ack(0x1ff_ffff, 0x1f),
-        Aeth {
-            syndrome: 0x1f,
-            msn: 0xff_ffff
-        }
-    );
+    assert_eq!(Aeth::ack(0x1ff_ffff, 0x1f), Aeth { syndrome: 0x1f, msn: 0xff_ffff });
     assert_eq!(Aeth::ack(1, 3).syndrome(), Syndrome::Ack { credits: 3 });
     assert_eq!(Aeth::rnr_nak(1, 0x12).syndrome, 0x32);
-    assert_eq!(
-        Aeth::rnr_nak(1, 0x12).syndrome(),
-        Syndrome::RnrNak { timer: 0x12 }
-    );
+    assert_eq!(Aeth::rnr_nak(1, 0x12).syndrome(), Syndrome::RnrNak { timer: 0x12 });
     let codes = [
         (NakCode::PsnSequenceError, 0x60),
         (NakCode::InvalidRequest, 0x61),
@@ -454,13 +337,6 @@ fn aeth_syndromes() {
         assert_eq!(Aeth::nak(2, code).syndrome(), Syndrome::Nak(code));
     }
     for byte in [0x40, 0x5f, 0x80, 0xe0, 0xff] {
-        assert_eq!(
-            Aeth {
-                syndrome: byte,
-                msn: 0
-            }
-            .syndrome(),
-            Syndrome::Reserved(byte)
-        );
+        assert_eq!(Aeth { syndrome: byte, msn: 0 }.syndrome(), Syndrome::Reserved(byte));
     }
 }

@@ -17,18 +17,12 @@ fn tmp(name: &str) -> PathBuf {
 fn v4() -> IpContext {
     IpContext {
         ipv4_id: 0x0102,
-        ..IpContext::new(
-            "10.0.0.1:50000".parse().unwrap(),
-            "10.0.0.2:4791".parse().unwrap(),
-        )
+        ..IpContext::new("10.0.0.1:50000".parse().unwrap(), "10.0.0.2:4791".parse().unwrap())
     }
 }
 
 fn v6() -> IpContext {
-    IpContext::new(
-        "[fd00::1]:50001".parse().unwrap(),
-        "[fd00::2]:4791".parse().unwrap(),
-    )
+    IpContext::new("[fd00::1]:50001".parse().unwrap(), "[fd00::2]:4791".parse().unwrap())
 }
 
 fn packet(ip: &IpContext, psn: u32) -> Vec<u8> {
@@ -72,10 +66,7 @@ fn verdict(path: &PathBuf, bytes: &[u8], edit: impl Fn(&mut [u8])) -> Result<(),
 fn captures_read_back_with_good_icrcs() {
     let path = tmp("mixed");
     let mut w = PcapWriter::create(&path).unwrap();
-    let other = IpContext {
-        dst: "10.0.0.2:5000".parse().unwrap(),
-        ..v4()
-    };
+    let other = IpContext { dst: "10.0.0.2:5000".parse().unwrap(), ..v4() };
     let sent = [(v4(), 1), (v6(), 2), (other, 3), (v4(), 4)];
     for (ip, psn) in &sent {
         w.write(ip, &packet(ip, *psn)).unwrap();
@@ -85,10 +76,7 @@ fn captures_read_back_with_good_icrcs() {
     for (c, (ip, psn)) in got.iter().zip([sent[0], sent[1], sent[3]]) {
         assert_eq!(c.ip, ip);
         assert_eq!(c.udp_payload, packet(&ip, psn));
-        assert_eq!(
-            decode(&c.udp_payload, Some(&c.ip)).unwrap().hdr.bth.psn,
-            psn
-        );
+        assert_eq!(decode(&c.udp_payload, Some(&c.ip)).unwrap().hdr.bth.psn, psn);
     }
     std::fs::remove_file(&path).unwrap();
 }
@@ -99,11 +87,7 @@ fn ipv4_masked_fields_do_not_count_and_invariant_ones_do() {
     assert_eq!(verdict(&path, &bytes, |_| {}), Ok(()));
     // TOS, TTL, header checksum, UDP checksum.
     for off in [1usize, 8, 10, 11, 26, 27] {
-        assert_eq!(
-            verdict(&path, &bytes, |f| f[off] ^= 0x5a),
-            Ok(()),
-            "masked byte {off}"
-        );
+        assert_eq!(verdict(&path, &bytes, |f| f[off] ^= 0x5a), Ok(()), "masked byte {off}");
     }
     // Identification, DF, source and destination address, source port.
     for off in [4usize, 5, 6, 12, 15, 16, 19, 20, 21] {
@@ -121,20 +105,10 @@ fn ipv6_masked_fields_do_not_count_and_invariant_ones_do() {
     let (path, bytes) = one(&v6(), "v6");
     assert_eq!(verdict(&path, &bytes, |_| {}), Ok(()));
     // Traffic class (low nibble of byte 0 and high of byte 1), flow label, hop limit, UDP checksum.
-    for (off, x) in [
-        (0usize, 0x0f),
-        (1, 0xff),
-        (2, 0xff),
-        (3, 0xff),
-        (7, 0xff),
-        (46, 0x12),
-        (47, 0x34),
-    ] {
-        assert_eq!(
-            verdict(&path, &bytes, |f| f[off] ^= x),
-            Ok(()),
-            "masked byte {off}"
-        );
+    for (off, x) in
+        [(0usize, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff), (46, 0x12), (47, 0x34)]
+    {
+        assert_eq!(verdict(&path, &bytes, |f| f[off] ^= x), Ok(()), "masked byte {off}");
     }
     // Source and destination address, source port.
     for off in [8usize, 23, 24, 39, 40, 41] {

@@ -1,9 +1,14 @@
 //! A message as the requester sends it: its PSN range and the packets it is cut into by the
 //! path MTU (IBTA 9.2, 9.7.2: first/middle/last/only; RETH on a WRITE's first or only packet and
-//! on a READ request; ImmDt on the last or only packet; AckReq on the last or only packet).
+//! on a READ request; ImmDt on the last or only packet; AckReq on the last or only packet and
+//! every [`ACK_EVERY`] packets).
 
 use roce_wire::{opcode as op, psn, Bth, Headers, Reth};
 use std::ops::Range;
+
+/// Every this many packets of a long message carry AckReq (besides its last), so the requester's
+/// window moves before the message ends.
+pub const ACK_EVERY: u32 = 32;
 
 /// The P_Key the port sends: the default full-member P_Key, the one entry of its table.
 pub const PKEY: u16 = 0xffff;
@@ -112,6 +117,7 @@ impl Message {
             Kind::Read { .. } => (None, op::RC_RDMA_READ_REQUEST),
         };
         hdr.bth.opcode = opcode;
+        hdr.bth.ack_req = last || k % ACK_EVERY == ACK_EVERY - 1;
         hdr.imm = if last { imm } else { None };
         (hdr, start.min(end)..end)
     }

@@ -24,6 +24,12 @@ use std::time::{Duration, Instant};
 /// Completions decided: `(seq, wc status)`, in the order to apply them.
 pub type Done = Vec<(u64, u32)>;
 
+/// Most PSNs a requester has sent and not seen acknowledged: past it, packets wait for ACKs
+/// (with [`super::message::ACK_EVERY`], a long message is acknowledged as it goes), so a lost
+/// packet costs at most a window of retransmissions and a burst stays within what a socket
+/// buffer takes.
+const WINDOW: i32 = 128;
+
 /// `rnr_retry` 7: retry for ever (IBTA 9.7.5.2.8).
 const RNR_RETRY_INFINITE: u8 = 7;
 
@@ -38,6 +44,11 @@ pub struct Requester {
     rnr_retries: u8,
     /// The PSN of the next new packet.
     next_psn: u32,
+    /// The PSN of the next packet to transmit (behind `next_psn` while the window is full or
+    /// after going back to retransmit).
+    sent_to: u32,
+    /// One past the highest PSN ever transmitted (what lies before it is a retransmission).
+    max_sent: u32,
     /// The last PSN acknowledged.
     acked: u32,
     msgs: VecDeque<Message>,
@@ -59,6 +70,8 @@ impl Requester {
             retries: a.retry_cnt,
             rnr_retries: a.rnr_retry,
             next_psn: sq_psn,
+            sent_to: sq_psn,
+            max_sent: sq_psn,
             acked: psn::add(sq_psn, 0xff_ffff),
             msgs: VecDeque::new(),
             deadline: None,
@@ -66,8 +79,8 @@ impl Requester {
         }
     }
 
-    /// Sends a new message (held back while an RNR NAK's timer runs: it goes out with the
-    /// retransmission).
+    /// Queues a new message and sends what the window allows of it (nothing while an RNR NAK's
+    /// timer runs: it goes out with the retransmission).
     pub fn post(
         &mut self,
         port: &RocePort,
@@ -79,13 +92,10 @@ impl Requester {
     ) {
         let m = Message::new(seq, self.next_psn, kind, payload, solicited, self.path.mtu);
         self.next_psn = psn::add(m.psn, m.npkts);
-        if self.rnr_until.is_none() {
-            self.send(port, core, &m, m.psn, false);
-            if self.deadline.is_none() {
-                self.deadline = self.timeout.map(|t| Instant::now() + t);
-            }
-        }
         self.msgs.push_back(m);
+        if self.rnr_until.is_none() {
+            self.pump(port, core, Instant::now());
+        }
     }
 
     /// The next instant [`Requester::tick`] has work.
@@ -125,7 +135,10 @@ impl Requester {
         let now = Instant::now();
         let before = psn::add(p, 0xff_ffff);
         match aeth.syndrome() {
-            Syndrome::Ack { .. } if p != self.next_psn => self.ack_through(p, now, done),
+            Syndrome::Ack { .. } if p != self.next_psn => {
+                self.ack_through(p, now, done);
+                self.pump(port, core, now);
+            }
             Syndrome::Ack { .. } => core.count(|c| &c.roce_rx_dropped_psn),
             Syndrome::RnrNak { timer } => {
                 core.count(|c| &c.roce_rnr_naks_received);
@@ -173,6 +186,7 @@ impl Requester {
     /// past a lost one, a length the READ does not allow) is dropped and counted.
     pub fn on_read_response(
         &mut self,
+        port: &RocePort,
         core: &Core,
         hdr: &Headers,
         len: usize,
@@ -223,6 +237,7 @@ impl Requester {
             done.push((seq, wc_status::SUCCESS));
             self.rearm(Instant::now());
         }
+        self.pump(port, core, Instant::now());
         Some((seq, offset as u32))
     }
 
@@ -243,7 +258,8 @@ impl Requester {
         self.rearm(now);
     }
 
-    /// Forward progress up to PSN `p`: the retry counters start over (IBTA 9.7.6.1.3).
+    /// Forward progress up to PSN `p`: the retry counters start over (IBTA 9.7.6.1.3) and the
+    /// window moves (the caller sends what it now allows).
     fn progress(&mut self, p: u32, now: Instant) {
         self.acked = p;
         self.retries = self.retry_cnt;
@@ -278,46 +294,65 @@ impl Requester {
         self.rnr_until = None;
     }
 
-    /// Sends again every packet from PSN `from` on, and restarts the local ACK timer.
+    /// Sends again from PSN `from` on (what the window allows), and restarts the local ACK
+    /// timer.
     fn resend(&mut self, port: &RocePort, core: &Core, from: u32, now: Instant) {
-        for m in self
-            .msgs
-            .iter()
-            .filter(|m| psn::diff(m.last_psn(), from) >= 0)
-        {
-            self.send(port, core, m, from, true);
-        }
-        self.deadline = self.timeout.map(|t| now + t);
+        let first = self.first_unacked();
+        self.sent_to = if psn::diff(from, first) < 0 {
+            first
+        } else {
+            from
+        };
+        self.deadline = None;
+        self.pump(port, core, now);
     }
 
-    /// Sends the packets of `m` from PSN `from` on (the READ request for its remaining
-    /// responses).
-    fn send(&self, port: &RocePort, core: &Core, m: &Message, from: u32, again: bool) {
-        let path = &self.path;
-        if let Kind::Read { .. } = m.kind {
-            if !m.is_pending_read() {
-                return;
-            }
-            let from = if psn::diff(from, m.read_next) > 0 {
-                from
-            } else {
-                m.read_next
-            };
-            if let Some(hdr) = m.read_request(from, path.dest_qp, path.mtu) {
-                if again {
-                    core.count(|c| &c.roce_retransmits);
-                }
-                port.send(core, path, &hdr, &[]);
-            }
-            return;
+    /// Sends packets from `sent_to` on while fewer than [`WINDOW`] PSNs are unacknowledged (a
+    /// READ request goes whole: its responses are the responder's to pace). Starts the local
+    /// ACK timer if it is not running.
+    fn pump(&mut self, port: &RocePort, core: &Core, now: Instant) {
+        if psn::diff(self.sent_to, self.acked) <= 0 {
+            self.sent_to = psn::add(self.acked, 1);
         }
-        let k0 = psn::diff(from, m.psn).max(0) as u32;
-        for k in k0..m.npkts {
-            let (hdr, range) = m.packet(k, path.dest_qp, path.mtu);
-            if again {
+        let path = self.path;
+        let mut sent = false;
+        while psn::diff(self.sent_to, self.next_psn) < 0
+            && psn::diff(self.sent_to, self.acked) <= WINDOW
+        {
+            let at = self.sent_to;
+            let Some(m) = self.msgs.iter().find(|m| m.holds(at)) else {
+                self.sent_to = self.next_psn;
+                break;
+            };
+            if psn::diff(at, self.max_sent) < 0 {
                 core.count(|c| &c.roce_retransmits);
             }
-            port.send(core, path, &hdr, &m.payload[range]);
+            self.sent_to = match m.kind {
+                Kind::Read { .. } => {
+                    let from = if psn::diff(at, m.read_next) > 0 {
+                        at
+                    } else {
+                        m.read_next
+                    };
+                    if let Some(hdr) = m.read_request(from, path.dest_qp, path.mtu) {
+                        port.send(core, &path, &hdr, &[]);
+                    }
+                    psn::add(m.last_psn(), 1)
+                }
+                _ => {
+                    let k = psn::diff(at, m.psn) as u32;
+                    let (hdr, range) = m.packet(k, path.dest_qp, path.mtu);
+                    port.send(core, &path, &hdr, &m.payload[range]);
+                    psn::add(at, 1)
+                }
+            };
+            if psn::diff(self.sent_to, self.max_sent) > 0 {
+                self.max_sent = self.sent_to;
+            }
+            sent = true;
+        }
+        if sent && self.deadline.is_none() {
+            self.deadline = self.timeout.map(|t| now + t);
         }
     }
 }

@@ -107,7 +107,7 @@ impl Responder {
             return self.refuse(cx, p, NakCode::InvalidRequest);
         }
         match hdr.bth.opcode {
-            op::RC_SEND_FIRST => self.send_first(cx, p, payload),
+            op::RC_SEND_FIRST => self.send_first(cx, hdr, payload),
             op::RC_SEND_MIDDLE => self.send_middle(cx, hdr, payload),
             op::RC_SEND_LAST
             | op::RC_SEND_LAST_WITH_IMMEDIATE
@@ -133,7 +133,8 @@ impl Responder {
         }
     }
 
-    fn send_first(&mut self, cx: &Ctx<'_>, p: u32, payload: &[u8]) {
+    fn send_first(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8]) {
+        let p = hdr.bth.psn;
         if !matches!(self.msg, InMsg::None) {
             return self.refuse(cx, p, NakCode::InvalidRequest);
         }
@@ -144,6 +145,9 @@ impl Responder {
         append_bounded(&mut buf, payload, cap);
         self.msg = InMsg::Send { buf, cap };
         self.advance(1);
+        if hdr.bth.ack_req {
+            self.ack(cx, p);
+        }
     }
 
     fn send_middle(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8]) {

@@ -178,7 +178,7 @@ fn on_response(
             }
             None
         } else {
-            r.on_read_response(core, &pkt.hdr, pkt.payload.len(), &mut done)
+            r.on_read_response(port, core, &pkt.hdr, pkt.payload.len(), &mut done)
         }
     };
     if let Some((seq, offset)) = scatter {

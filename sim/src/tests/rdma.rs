@@ -424,3 +424,63 @@ fn selective_signaling_covers_rdma_operations() {
         (4, wc_status::REM_ACCESS_ERR)
     );
 }
+
+#[test]
+fn a_read_response_lands_at_its_offset_across_sges() {
+    // A long link latency keeps the READ request in flight: its response is given by hand, in
+    // pieces, as a wire transport gives RDMA READ response packets.
+    let cfg = SimConfig {
+        link_latency: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let r = Rig::build(cfg, REMOTE, REMOTE);
+    let sg = [
+        sge(r.la.va + 100, 1000, r.la.lkey),
+        sge(r.la.va + 5000, 2000, r.la.lkey),
+    ];
+    r.rdma_sges(
+        1,
+        wr_opcode::RDMA_READ,
+        send_flags::SIGNALED,
+        0,
+        r.rb.va,
+        r.rb.rkey,
+        &sg,
+    );
+    let core = r.d.dev.core();
+    let qp = core.qp(r.a.qpn).unwrap();
+    let data = pattern(3000, 9);
+    assert_eq!(qp.read_response(core, 0, 0, &data[..700]), Ok(()));
+    assert_eq!(qp.read_response(core, 0, 700, &data[700..2100]), Ok(()));
+    assert_eq!(qp.read_response(core, 0, 2100, &data[2100..]), Ok(()));
+    assert_eq!(r.bytes(&r.la, 100, 1000), data[..1000]);
+    assert_eq!(r.bytes(&r.la, 5000, 2000), data[1000..]);
+    assert_eq!(
+        r.bytes(&r.la, 1100, 10),
+        vec![0; 10],
+        "nothing between the SGEs"
+    );
+    assert_eq!(
+        qp.read_response(core, 0, 2999, &[1, 2]),
+        Err(wc_status::LOC_LEN_ERR)
+    );
+    assert_eq!(
+        qp.read_response(core, 1, 0, &[1]),
+        Err(wc_status::BAD_RESP_ERR),
+        "no such READ"
+    );
+    let mut fx = crate::device::Effects::default();
+    qp.complete_send(core, 0, wc_status::SUCCESS, &mut fx);
+    assert_eq!(
+        qp.read_response(core, 0, 0, &[1]),
+        Err(wc_status::BAD_RESP_ERR),
+        "completed"
+    );
+    core.settle_effects(&mut fx);
+    core.raise_fired(&mut fx);
+    let c = r.one(&r.cq_a);
+    assert_eq!(
+        (c.status.get(), c.opcode.get(), c.byte_len.get()),
+        (0, wc_opcode::RDMA_READ, 3000)
+    );
+}

@@ -6,9 +6,12 @@
 //!   values after valid set-up.
 //! - [`parsing`]: the driver's parsing of what the device writes: command responses, CQEs,
 //!   async-event and CQ-notification entries, the DSR's capabilities.
+//! - [`roce_packet`]: the RoCE v2 packet decoder (`roce-wire`) on arbitrary bytes, and the round
+//!   trip of what it accepts.
 
 pub mod commands;
 pub mod hostile;
 pub mod model;
 pub mod parsing;
 pub mod rings;
+pub mod roce_packet;

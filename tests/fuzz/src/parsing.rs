@@ -155,7 +155,13 @@ impl hca::wc::Owed for FakeCq {
         qp & 1 == 0
     }
 
-    fn retire(&self, _qp: u32, _queue: hca::wc::Queue, wr_id: u64, _success: bool) -> hca::wc::Verdict {
+    fn retire(
+        &self,
+        _qp: u32,
+        _queue: hca::wc::Queue,
+        wr_id: u64,
+        _success: Option<ib_core::WcOpcode>,
+    ) -> hca::wc::Verdict {
         if wr_id & 1 == 0 {
             hca::wc::Verdict::Posted((wr_id & 0xffff) as u32)
         } else {

@@ -49,8 +49,10 @@ fn rnr_retry_exhausted_completes_rnr_retry_exc_err_and_flushes_the_rest() {
         ]
     );
     assert_eq!(a.dev.qp_state(ea.qp.qpn), Some(qp_state::ERR));
-    // The first try and two retries.
-    assert_eq!(b.dev.stats().roce_rnr_naks_sent, 3);
+    // The first try and two retries were RNR NAKed (a stale PSN sequence error NAK of the
+    // second message may cost one more try).
+    assert!((3..=4).contains(&a.dev.stats().roce_rnr_naks_received));
+    assert!(b.dev.stats().roce_rnr_naks_sent >= 3);
 }
 
 #[test]
