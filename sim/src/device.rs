@@ -3,7 +3,9 @@
 //! # Time and threads (design decision 2)
 //! A register or UAR write takes effect before it returns, as in QEMU (which runs MMIO under its
 //! big lock): a command runs to completion inside the `REQUEST` write, a doorbell drains its queue
-//! in the writer's thread. Only packet delivery runs on the device's `pvrdma-port` thread.
+//! in the writer's thread. Only packet delivery runs on the device's `pvrdma-port` thread (and,
+//! with [`SimConfig::roce`], what arrives on the wire and the transport's timers on its
+//! `pvrdma-roce` thread).
 //! Raising an interrupt only bumps a counter ([`MsixVectors`]).
 //!
 //! # State machine
@@ -15,13 +17,15 @@
 //!
 //! # Lock order (outer to inner; never two locks of the same kind at once)
 //! 1. `Core::cmd` — serializes register writes with side effects (DSR load, CTL, REQUEST).
-//! 2. a QP's state lock (`qp.rs`) — one QP at a time.
+//! 2. a QP's state lock (`qp.rs`) — one QP at a time; then, on the RoCE port, that QP's
+//!    requester lock (`roce/`: the SQ drain posts under the QP's lock; nobody takes a QP's lock
+//!    while holding a requester's).
 //! 3. a CQ's state lock (`cq.rs`) — one CQ at a time; publishing a CQE and the arm doorbell both
 //!    hold it.
 //! 4. `Core::events` — the async-event and CQ-notification rings.
 //! 5. leaves, held briefly with nothing taken inside: `Core::objects`, `Core::gids`,
-//!    `Core::regs`, `Core::stats`, the port queue, [`MsixVectors`]' and [`GuestMemory`]'s own
-//!    locks.
+//!    `Core::regs`, `Core::stats`, the port queue, the RoCE port's requester map, link and
+//!    capture, [`MsixVectors`]' and [`GuestMemory`]'s own locks.
 //!
 //! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
 //! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.

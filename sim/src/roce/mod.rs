@@ -28,6 +28,7 @@
 //!   it was.
 
 mod capture;
+mod error;
 mod link;
 mod message;
 mod path;
@@ -53,8 +54,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use thiserror::Error;
 
+pub use error::RoceError;
 pub use path::{gid_ip, ip_gid};
 pub(crate) use rx::run;
 
@@ -101,29 +102,6 @@ pub struct LinkFaults {
     pub duplicate: f64,
     /// Seed of the fault generator.
     pub seed: u64,
-}
-
-/// Why the RoCE v2 port could not be opened (the device then has no working port, and
-/// [`crate::SimDevice::try_new`] fails with it).
-#[derive(Clone, Debug, Error)]
-pub enum RoceError {
-    /// [`RoceConfig::addrs`] is empty.
-    #[error("the RoCE port has no address")]
-    NoAddress,
-    /// A UDP socket could not be bound to `addr` (or its socket options set).
-    #[error("cannot bind UDP {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: Arc<std::io::Error>,
-    },
-    /// The pcap file could not be created.
-    #[error("cannot create the capture {path:?}: {source}")]
-    Pcap {
-        path: PathBuf,
-        #[source]
-        source: Arc<std::io::Error>,
-    },
 }
 
 /// The port of a device whose [`crate::SimConfig::roce`] is set.

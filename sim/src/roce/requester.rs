@@ -56,6 +56,8 @@ pub struct Requester {
     deadline: Option<Instant>,
     /// After an RNR NAK: when to send again from the NAKed PSN.
     rnr_until: Option<Instant>,
+    /// The READ response PSN last asked for again after a gap.
+    regap: Option<u32>,
 }
 
 impl Requester {
@@ -76,6 +78,7 @@ impl Requester {
             msgs: VecDeque::new(),
             deadline: None,
             rnr_until: None,
+            regap: None,
         }
     }
 
@@ -201,8 +204,23 @@ impl Requester {
             core.count(|c| &c.roce_rx_duplicates);
             return None;
         };
-        if self.msgs[i].read_next != p || self.msgs.iter().take(i).any(Message::is_pending_read) {
+        if self.msgs.iter().take(i).any(Message::is_pending_read) {
             core.count(|c| &c.roce_rx_duplicates);
+            return None;
+        }
+        let expected = self.msgs[i].read_next;
+        if psn::diff(p, expected) < 0 {
+            core.count(|c| &c.roce_rx_duplicates);
+            return None;
+        }
+        if expected != p {
+            // A response past a lost one: ask again for the rest of the READ, once per gap
+            // (IBTA 9.7.5.1.x: the requester re-sends the READ request from the missing PSN).
+            core.count(|c| &c.roce_rx_dropped_psn);
+            if self.regap != Some(expected) {
+                self.regap = Some(expected);
+                self.resend(port, core, expected, Instant::now());
+            }
             return None;
         }
         let m = &self.msgs[i];
@@ -244,6 +262,12 @@ impl Requester {
     /// Acknowledges every packet up to PSN `p`: completes the messages it covers (a READ waits
     /// for its responses).
     fn ack_through(&mut self, p: u32, now: Instant, done: &mut Done) {
+        // An acknowledgement past a READ still missing responses means they were sent and lost:
+        // the READ's PSNs stay unacknowledged, to be asked for again (IBTA 9.7.5.1.x).
+        let p = match self.pending_read() {
+            Some(r) if psn::diff(p, r) >= 0 => psn::add(r, 0xff_ffff),
+            _ => p,
+        };
         if psn::diff(p, self.acked) <= 0 {
             return;
         }
@@ -274,6 +298,11 @@ impl Requester {
         }
     }
 
+    /// The PSN of the next response of the oldest READ still missing responses, if any.
+    fn pending_read(&self) -> Option<u32> {
+        self.msgs.iter().find(|m| m.is_pending_read()).map(|m| m.read_next)
+    }
+
     /// The oldest PSN not yet acknowledged.
     fn first_unacked(&self) -> u32 {
         match self.msgs.front() {
@@ -298,10 +327,10 @@ impl Requester {
     /// timer.
     fn resend(&mut self, port: &RocePort, core: &Core, from: u32, now: Instant) {
         let first = self.first_unacked();
-        self.sent_to = if psn::diff(from, first) < 0 {
-            first
-        } else {
-            from
+        self.sent_to = match self.pending_read() {
+            _ if psn::diff(from, first) < 0 => first,
+            Some(r) if psn::diff(r, from) < 0 => r,
+            _ => from,
         };
         self.deadline = None;
         self.pump(port, core, now);

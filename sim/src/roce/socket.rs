@@ -6,6 +6,9 @@ use super::{sys, RoceError};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
+/// Bytes of socket buffer asked for in each direction (the kernel may grant less).
+const SOCKET_BUFFER: i32 = 4 << 20;
+
 /// One bound socket and the address it is bound to (the source of what it sends).
 pub struct Socket {
     pub udp: UdpSocket,
@@ -37,6 +40,7 @@ fn bind(local: SocketAddr) -> io::Result<Socket> {
         SocketAddr::V4(_) => sys::set_pmtudisc_do(&udp)?,
         SocketAddr::V6(_) => sys::set_no_check6_rx(&udp)?,
     }
+    sys::set_buffers(&udp, SOCKET_BUFFER)?;
     udp.set_nonblocking(true)?;
     Ok(Socket { udp, local })
 }

@@ -54,6 +54,14 @@ pub fn set_no_check6_rx(sock: &UdpSocket) -> io::Result<()> {
     set_int(sock, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
 }
 
+/// Asks for `bytes` of receive and send buffer (`SO_RCVBUF`, `SO_SNDBUF`; Linux caps them at
+/// `net.core.rmem_max` / `wmem_max`): a burst of a window of packets should not overflow the
+/// socket.
+pub fn set_buffers(sock: &UdpSocket, bytes: libc::c_int) -> io::Result<()> {
+    set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes)?;
+    set_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)
+}
+
 /// Waits up to `timeout` until one of `socks` is readable; `ready[i]` tells which. An
 /// interrupted wait returns with nothing ready.
 pub fn poll_readable(

@@ -139,3 +139,52 @@ fn exactly_once_through_loss_reordering_and_duplication_together() {
         |s: &SimStats| s.roce_injected_loss + s.roce_injected_reorder + s.roce_injected_duplicate;
     assert!(injected(&a) > 0 && injected(&b) > 0);
 }
+
+/// WRITEs and READs alternate through loss, reordering and duplication: each completes once,
+/// successfully, with its bytes in place.
+#[test]
+fn writes_and_reads_through_a_faulty_link() {
+    let f = LinkFaults { loss: 0.1, reorder: 0.05, duplicate: 0.05, seed: 5 };
+    let (a, ea, b, eb) = pair(24, &Opts { timeout: 13, ..Opts::default() }, f);
+    let remote = pattern(99, MR_LEN as usize);
+    b.dev.mem().write(eb.src.iova, &remote).unwrap();
+    const OPS: u64 = 300;
+    const OUT: u64 = 16;
+    let (mut posted, mut done) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while done < OPS && Instant::now() < deadline {
+        while posted < OPS && posted - done < OUT {
+            let slot = (posted % OUT) * 8192;
+            let (op, local) = if posted % 2 == 0 {
+                a.dev.mem().write(ea.src.iova + slot, &pattern(posted, 3000)).unwrap();
+                (wr_opcode::RDMA_WRITE, sge(ea.src.va + slot, 3000, ea.src.lkey))
+            } else {
+                (wr_opcode::RDMA_READ, sge(ea.dst.va + slot, 5000, ea.dst.lkey))
+            };
+            let (raddr, rkey) = if posted % 2 == 0 {
+                (eb.dst.va + slot, eb.dst.rkey)
+            } else {
+                (eb.src.va + (posted % 40) * 5000, eb.src.rkey)
+            };
+            let flags = send_flags::SIGNALED;
+            a.post_rdma_wqe(&ea.qp, posted, op, flags, 0, raddr, rkey, &[local]);
+            a.qp_doorbell(&ea.qp, UAR_QP_SEND);
+            posted += 1;
+        }
+        while let Some(c) = a.poll(&ea.cq) {
+            let i = done;
+            assert_eq!((c.wr_id.get(), c.status.get()), (i, wc_status::SUCCESS), "op {i}");
+            let slot = (i % OUT) * 8192;
+            if i % 2 == 0 {
+                assert_eq!(received(&b, &eb, slot, 3000), pattern(i, 3000), "WRITE {i}");
+            } else {
+                let at = ((i % 40) * 5000) as usize;
+                assert_eq!(received(&a, &ea, slot, 5000), remote[at..at + 5000], "READ {i}");
+            }
+            done += 1;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(done, OPS, "all completed within the bound");
+    assert!(a.dev.stats().roce_retransmits > 0);
+}

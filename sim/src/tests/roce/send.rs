@@ -99,3 +99,36 @@ fn one_device_talks_to_itself_over_ipv6_loopback() {
     );
     assert_eq!(s.roce_rx_packets, s.roce_tx_packets);
 }
+
+#[test]
+fn a_connection_reset_and_reconnected_with_new_psns_starts_afresh() {
+    let (mut a, ea, mut b, eb) = pair(3, &Opts::default(), LinkFaults::default());
+    let round = |a: &Drv, b: &Drv, first: u64| {
+        for i in first..first + 3 {
+            recv(b, &eb, i, 0, 2048);
+            recv(a, &ea, i, 0, 2048);
+            send(a, &ea, i, &pattern(i, 1500), 0, None);
+            send(b, &eb, i, &pattern(i + 100, 1500), 2048, None);
+            for (d, e) in [(a, &ea), (b, &eb)] {
+                let got = wait(d, e, 2, LONG);
+                assert_eq!(got.len(), 2, "message {i}");
+                assert!(got.iter().all(|c| c.status.get() == wc_status::SUCCESS));
+            }
+            assert_eq!(received(b, &eb, 0, 1500), pattern(i, 1500));
+            assert_eq!(received(a, &ea, 0, 1500), pattern(i + 100, 1500));
+        }
+    };
+    round(&a, &b, 0);
+    let mut reset = QpAttr::new_zeroed();
+    reset.qp_state = U32::new(qp_state::RESET);
+    assert_eq!(a.modify(ea.qp.qpn, m::STATE, reset), 0);
+    assert_eq!(b.modify(eb.qp.qpn, m::STATE, reset), 0);
+    let o = Opts { sq_psn: 0x12_3456, rq_psn: 0x65_4321, ..Opts::default() };
+    connect(&mut a, ea.qp.qpn, eb.qp.qpn, addr(3, 2), &o);
+    let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o };
+    connect(&mut b, eb.qp.qpn, ea.qp.qpn, addr(3, 1), &ob);
+    round(&a, &b, 3);
+    let (sa, sb) = (a.dev.stats(), b.dev.stats());
+    assert_eq!((sa.roce_rx_dropped_psn, sb.roce_rx_dropped_psn), (0, 0));
+    assert_eq!((sa.roce_retransmits, sb.roce_retransmits), (0, 0));
+}
