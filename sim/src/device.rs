@@ -3,7 +3,9 @@
 //! # Time and threads (design decision 2)
 //! A register or UAR write takes effect before it returns, as in QEMU (which runs MMIO under its
 //! big lock): a command runs to completion inside the `REQUEST` write, a doorbell drains its queue
-//! in the writer's thread. Only packet delivery runs on the device's `pvrdma-port` thread.
+//! in the writer's thread. Only packet delivery runs on the device's `pvrdma-port` thread (and,
+//! with [`SimConfig::roce`], what arrives on the wire and the transport's timers on its
+//! `pvrdma-roce` thread).
 //! Raising an interrupt only bumps a counter ([`MsixVectors`]).
 //!
 //! # State machine
@@ -15,13 +17,15 @@
 //!
 //! # Lock order (outer to inner; never two locks of the same kind at once)
 //! 1. `Core::cmd` — serializes register writes with side effects (DSR load, CTL, REQUEST).
-//! 2. a QP's state lock (`qp.rs`) — one QP at a time.
+//! 2. a QP's state lock (`qp.rs`) — one QP at a time; then, on the RoCE port, that QP's
+//!    requester lock (`roce/`: the SQ drain posts under the QP's lock; nobody takes a QP's lock
+//!    while holding a requester's).
 //! 3. a CQ's state lock (`cq.rs`) — one CQ at a time; publishing a CQE and the arm doorbell both
 //!    hold it.
 //! 4. `Core::events` — the async-event and CQ-notification rings.
 //! 5. leaves, held briefly with nothing taken inside: `Core::objects`, `Core::gids`,
-//!    `Core::regs`, `Core::stats`, the port queue, [`MsixVectors`]' and [`GuestMemory`]'s own
-//!    locks.
+//!    `Core::regs`, `Core::stats`, the port queue, the RoCE port's requester map, link and
+//!    capture, [`MsixVectors`]' and [`GuestMemory`]'s own locks.
 //!
 //! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
 //! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.
@@ -33,14 +37,13 @@ use crate::dsr::{self, DsrInfo, DEFAULT_MAC};
 use crate::event::EventRings;
 use crate::intr::MsixVectors;
 use crate::mem::GuestMemory;
-use crate::port::{self, PortQueue};
+use crate::port::{self, GidEntry, PortQueue};
 use crate::qp::Qp;
 use crate::table::Objects;
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::RespHdr;
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::regs::*;
-use pvrdma_abi::verbs::Gid;
 use pvrdma_abi::wqe::Cqe;
 use pvrdma_abi::PVRDMA_ROCEV1_VERSION;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -200,6 +203,50 @@ sim_stats! {
     /// Times a QP's SQ drain paused: its SQ depth of sends outstanding, `qp_bytes_in_flight`, or
     /// the device's wire budget (`device_packets_in_flight`, `device_bytes_in_flight`) reached.
     sq_throttled,
+    /// RoCE port: UDP datagrams sent (after the link's faults: a duplicate counts twice).
+    roce_tx_packets,
+    /// RoCE port: packets that could not be encoded or whose `send_to` failed (lost).
+    roce_tx_errors,
+    /// RoCE port: UDP datagrams received.
+    roce_rx_packets,
+    /// RoCE port: receive errors of a socket.
+    roce_rx_errors,
+    /// RoCE port: packets dropped for a bad ICRC (IPv6; IPv4 ICRCs cannot be checked).
+    roce_rx_dropped_icrc,
+    /// RoCE port: packets dropped as truncated or malformed (bad version, opcode, headers,
+    /// pad, lengths).
+    roce_rx_dropped_malformed,
+    /// RoCE port: packets dropped for a P_Key other than 0xffff.
+    roce_rx_dropped_pkey,
+    /// RoCE port: packets dropped for their destination QP: unknown, not in RTR/RTS, not
+    /// connected to the sender's address, or with no requester for an ACK.
+    roce_rx_dropped_qp,
+    /// RoCE port: requests with a PSN ahead of the expected one, and ACKs of PSNs never sent.
+    roce_rx_dropped_psn,
+    /// RoCE port: duplicate requests (acknowledged again) and duplicate READ responses.
+    roce_rx_duplicates,
+    /// RoCE port: ACKs sent by responders.
+    roce_acks_sent,
+    /// RoCE port: NAKs sent (PSN sequence errors and fatal NAKs).
+    roce_naks_sent,
+    /// RoCE port: RNR NAKs sent (a SEND found no receive WQE).
+    roce_rnr_naks_sent,
+    /// RoCE port: NAKs received by requesters (RNR NAKs not included).
+    roce_naks_received,
+    /// RoCE port: RNR NAKs received by requesters.
+    roce_rnr_naks_received,
+    /// RoCE port: local ACK timeouts of requesters.
+    roce_timeouts,
+    /// RoCE port: packets sent again (after a timeout, a NAK or an RNR wait).
+    roce_retransmits,
+    /// RoCE port: packets the link dropped ([`crate::roce::LinkFaults::loss`]).
+    roce_injected_loss,
+    /// RoCE port: packets the link held back behind the next one.
+    roce_injected_reorder,
+    /// RoCE port: packets the link sent twice.
+    roce_injected_duplicate,
+    /// RoCE port: packets the capture file could not take.
+    roce_pcap_errors,
 }
 
 /// The device's life cycle.
@@ -255,8 +302,10 @@ pub(crate) struct Core {
     cmd: Mutex<CmdState>,
     pub events: Mutex<Option<EventRings>>,
     pub objects: Mutex<Objects>,
-    pub gids: Mutex<Vec<Option<Gid>>>,
+    pub gids: Mutex<Vec<Option<GidEntry>>>,
     pub port: PortQueue,
+    /// The RoCE v2 port, when [`SimConfig::roce`] is set.
+    pub roce: Option<crate::roce::RocePort>,
     pub budget: Arc<HostBudget>,
     stats: Counters,
     uids: AtomicU64,
@@ -267,11 +316,27 @@ pub(crate) struct Core {
 pub struct SimDevice {
     core: Arc<Core>,
     port_thread: Option<JoinHandle<()>>,
+    roce_thread: Option<JoinHandle<()>>,
+    /// Why the RoCE port could not open, if it could not.
+    roce_error: Option<crate::roce::RoceError>,
 }
 
 impl SimDevice {
+    /// [`SimDevice::new`], failing if the RoCE port ([`SimConfig::roce`]) cannot bind its
+    /// sockets or create its capture file.
+    pub fn try_new(cfg: SimConfig) -> Result<Arc<Self>, crate::roce::RoceError> {
+        let dev = Self::new(cfg);
+        match &dev.roce_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(dev),
+        }
+    }
+
     /// A new device, Inactive, with `cfg.mem_limit` bytes of guest memory and its port thread
-    /// running.
+    /// running; with [`SimConfig::roce`], its RoCE port's sockets bound and its receive thread
+    /// `pvrdma-roce` running. A RoCE port that cannot open is recorded
+    /// ([`SimDevice::roce_error`]): the device works, but every send on it completes with
+    /// `LOC_QP_OP_ERR`.
     pub fn new(cfg: SimConfig) -> Arc<Self> {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -282,6 +347,13 @@ impl SimDevice {
             cfg.link_latency.is_zero(),
         );
         let budget = HostBudget::new(cfg.host_budget);
+        let (roce, roce_error) = match &cfg.roce {
+            None => (None, None),
+            Some(rc) => match crate::roce::RocePort::open(rc) {
+                Ok(p) => (Some(p), None),
+                Err(e) => (Some(crate::roce::RocePort::unbound(rc)), Some(e)),
+            },
+        };
         let core = Arc::new(Core {
             mem: GuestMemory::new(cfg.mem_limit),
             cfg,
@@ -300,6 +372,7 @@ impl SimDevice {
             objects: Mutex::new(Objects::new(seed)),
             gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
             port,
+            roce,
             budget,
             stats: Counters::default(),
             uids: AtomicU64::new(1),
@@ -309,7 +382,22 @@ impl SimDevice {
             .name("pvrdma-port".into())
             .spawn(move || port::run(thread_core))
             .ok();
-        Arc::new(Self { core, port_thread })
+        let roce_thread = match &core.roce {
+            Some(r) if r.is_bound() => {
+                let thread_core = core.clone();
+                std::thread::Builder::new()
+                    .name("pvrdma-roce".into())
+                    .spawn(move || crate::roce::run(thread_core))
+                    .ok()
+            }
+            _ => None,
+        };
+        Arc::new(Self { core, port_thread, roce_thread, roce_error })
+    }
+
+    /// Why the RoCE port could not open (a socket's bind, the capture file), if it could not.
+    pub fn roce_error(&self) -> Option<&crate::roce::RoceError> {
+        self.roce_error.as_ref()
     }
 
     /// Reads the 32-bit BAR1 register at byte `offset`: VERSION (17), ERR (0xffff until
@@ -478,7 +566,10 @@ impl SimDevice {
 impl Drop for SimDevice {
     fn drop(&mut self) {
         self.core.port.stop();
-        if let Some(t) = self.port_thread.take() {
+        if let Some(r) = &self.core.roce {
+            r.stop();
+        }
+        for t in [self.port_thread.take(), self.roce_thread.take()].into_iter().flatten() {
             let _ = t.join();
         }
     }
@@ -498,6 +589,32 @@ impl Core {
     /// A number unique over the device's life (objects' `uid`).
     pub(crate) fn next_uid(&self) -> u64 {
         self.uids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Reserves room for a message of `len` bytes of QP `qpn` on the loopback wire
+    /// ([`PortQueue::try_reserve`]); the RoCE port takes what the QPs' own limits allow.
+    pub(crate) fn wire_reserve(&self, qpn: u32, len: u64) -> bool {
+        self.roce.is_some() || self.port.try_reserve(qpn, len)
+    }
+
+    /// Returns a reservation of [`Core::wire_reserve`] whose message was not sent.
+    pub(crate) fn wire_unreserve(&self, len: u64, fx: &mut Effects) {
+        if self.roce.is_none() {
+            self.port.unreserve(len, fx);
+        }
+    }
+
+    /// Puts the message `pkt` of QP `qp` (attributes `a`, its state lock held) on the port's
+    /// wire: the loopback, or the RoCE port. Errors: the completion status of a message the
+    /// RoCE port cannot send (no usable source address).
+    pub(crate) fn transmit(&self, qp: &Qp, a: &pvrdma_abi::verbs::QpAttr, pkt: port::Packet) -> Result<(), u32> {
+        match &self.roce {
+            Some(r) => r.post(self, qp, a, pkt),
+            None => {
+                self.port.transmit(pkt, self.cfg.link_latency);
+                Ok(())
+            }
+        }
     }
 
     /// The QP named `handle`.

@@ -47,8 +47,11 @@ pub mod limits {
     pub const GID_TBL_LEN: u32 = 16;
     /// Entries of the port's P_Key table.
     pub const PKEY_TBL_LEN: u16 = 1;
-    /// The GID types the port supports (`caps.gid_types`), `PVRDMA_GID_TYPE_FLAG_*` bits.
-    pub const GID_TYPES: u8 = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1;
+    /// The GID types the port supports (`caps.gid_types`), `PVRDMA_GID_TYPE_FLAG_*` bits: RoCE
+    /// v1 (the link-local GID the driver binds at index 0) and RoCE v2 (the port's IP
+    /// addresses, which the RoCE v2 port sends from; issue 11).
+    pub const GID_TYPES: u8 =
+        pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1 | pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
     /// UAR pages of BAR2.
     pub const MAX_UAR: u32 =
         (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32;

@@ -1,5 +1,6 @@
 //! A register-level model of the pvrdma PCI function (15ad:0820) as QEMU 7.2 emulates it, with a
-//! software loopback port instead of a host RDMA device. It shares only the device ABI
+//! software loopback port (or, chosen by [`SimConfig::roce`], a RoCE v2 port on UDP) instead of
+//! a host RDMA device. It shares only the device ABI
 //! (`pvrdma-abi`) with the driver.
 //!
 //! Where QEMU 7.2 is wrong, this model follows IBTA (one-shot arming, solicited arming, CQ overflow
@@ -9,7 +10,7 @@
 //! Module layout mirrors the driver's: `device` (registers, state, lock order), `dsr`, `cmd`
 //! (command dispatch), one module per object (`uc`, `pd`, `mr`, `cq`, `qp`), `ring` (device-side
 //! ring access), `pdir` (page directories), `uar` (doorbells and ownership), `port` (loopback
-//! wire and GID table), `event` (async and CQ-notification rings), `budget` (host memory the
+//! wire and GID table), `roce` (the RoCE v2 port: IBTA RC transport over UDP), `event` (async and CQ-notification rings), `budget` (host memory the
 //! objects cost).
 #![deny(unsafe_code)]
 

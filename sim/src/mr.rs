@@ -239,7 +239,7 @@ pub fn scatter(core: &Core, pd: u32, sges: &[Sge], payload: &[u8]) -> Result<(),
 /// QP's PD `pd` that has memory and grants `need` (`REMOTE_WRITE` or `REMOTE_READ`), and
 /// `[addr, addr + len)` lies inside it (overflow-safe). Failure: `REM_ACCESS_ERR`, the status
 /// the requester completes with (NAK Remote Access Error).
-fn remote(core: &Core, pd: u32, rkey: u32, addr: u64, len: u64, need: u32) -> Result<Arc<Mr>, u32> {
+pub(crate) fn remote(core: &Core, pd: u32, rkey: u32, addr: u64, len: u64, need: u32) -> Result<Arc<Mr>, u32> {
     let objs = core.objects.lock();
     let mr = objs.rkeys.get(&rkey).and_then(|h| objs.mrs.get(*h));
     let mr = mr.ok_or(wc_status::REM_ACCESS_ERR)?;

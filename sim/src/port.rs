@@ -444,7 +444,7 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
         core.count(|c| &c.packets_dropped);
         return None;
     }
-    let bound = core.gids.lock().iter().any(|g| g.as_ref() == Some(&pkt.dgid));
+    let bound = core.gids.lock().iter().flatten().any(|g| g.gid == pkt.dgid);
     let outcome = match (dest, connection) {
         (Some(dest), Some(conn)) if bound => respond(core, &src, &dest, &pkt, conn, fx),
         _ => Rx::Fail(wc_status::RETRY_EXC_ERR),
@@ -528,7 +528,8 @@ pub fn query_pkey(_core: &Core, req: &QueryPkey) -> CmdResult<QueryPkeyResp> {
     Ok(QueryPkeyResp { pkey: U16::new(PVRDMA_PKEY), ..Default::default() })
 }
 
-/// CREATE_BIND: puts `new_gid` at `index` of the GID table (replacing what was there).
+/// CREATE_BIND: puts `new_gid` with its `gid_type` at `index` of the GID table (replacing what
+/// was there).
 /// Errors: `EINVAL` for an index at or past `GID_TBL_LEN`, an all-zero or multicast GID (no port
 /// address), a `gid_type` that is not exactly one of the types `caps.gid_types` reports (Linux
 /// sends one flag), an `mtu` that is no IB MTU in bytes (Linux sends 1024), or a `vlan` past 12
@@ -542,7 +543,8 @@ pub fn create_bind(core: &Core, req: &CreateBind) -> CmdResult<NoopResp> {
         return Err(Errno::EINVAL);
     }
     let mut gids = core.gids.lock();
-    *gids.get_mut(index).ok_or(Errno::EINVAL)? = Some(req.new_gid);
+    let entry = GidEntry { gid: req.new_gid, gid_type: req.gid_type };
+    *gids.get_mut(index).ok_or(Errno::EINVAL)? = Some(entry);
     Ok(NoopResp::default())
 }
 
@@ -554,16 +556,30 @@ pub fn destroy_bind(core: &Core, req: &DestroyBind) -> CmdResult<NoopResp> {
     let mut gids = core.gids.lock();
     let slot = gids.get_mut(req.index.get() as usize).ok_or(Errno::EINVAL)?;
     let held = slot.ok_or(Errno::ENOENT)?;
-    if req.dest_gid != [0u8; 16] && req.dest_gid != held {
+    if req.dest_gid != [0u8; 16] && req.dest_gid != held.gid {
         return Err(Errno::EINVAL);
     }
     *slot = None;
     Ok(NoopResp::default())
 }
 
+/// One entry of the port's GID table, as CREATE_BIND set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its type: one `PVRDMA_GID_TYPE_FLAG_*` bit (RoCE v1 or v2).
+    pub gid_type: u8,
+}
+
 impl Core {
     /// The GID bound at `index`, if any.
     pub(crate) fn gid(&self, index: u8) -> Option<Gid> {
+        self.gid_entry(index).map(|e| e.gid)
+    }
+
+    /// The GID table entry at `index`, if bound.
+    pub(crate) fn gid_entry(&self, index: u8) -> Option<GidEntry> {
         self.gids.lock().get(index as usize).copied().flatten()
     }
 }

@@ -505,13 +505,13 @@ impl Qp {
             // the port resumes it after the device's wire budget (`Effects::resume_starved`).
             let qp_full = st.inflight.len() >= self.sq.elems() as usize
                 || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight);
-            if qp_full || !core.port.try_reserve(self.handle, wire_len) {
+            if qp_full || !core.wire_reserve(self.handle, wire_len) {
                 st.throttled = true;
                 core.count(|c| &c.sq_throttled);
                 return;
             }
             if self.sq.consume(&core.mem, slot).is_err() {
-                core.port.unreserve(wire_len, fx);
+                core.wire_unreserve(wire_len, fx);
                 return self.fault(core, st, fx);
             }
             let flags = hdr.send_flags.get();
@@ -546,10 +546,15 @@ impl Qp {
                         payload,
                     };
                     core.count(|c| &c.packets_sent);
-                    core.port.transmit(packet, core.cfg.link_latency);
+                    if let Err(status) = core.transmit(self, &st.attrs, packet) {
+                        if let Some(e) = st.inflight.back_mut() {
+                            e.status = Some(status);
+                        }
+                        return self.enter_error(core, st, fx);
+                    }
                 }
                 Err(status) => {
-                    core.port.unreserve(wire_len, fx);
+                    core.wire_unreserve(wire_len, fx);
                     entry.status = Some(status);
                     st.inflight.push_back(entry);
                     return self.enter_error(core, st, fx);
@@ -724,6 +729,17 @@ impl Qp {
         mr::remote_read(core, self.pd, rkey, remote_addr, len)
     }
 
+    /// Checks a whole RDMA WRITE's RETH (`len` bytes at `remote_addr` under `rkey`) before its
+    /// first packet is written, as [`Qp::rdma_write`] checks each packet: a multi-packet WRITE
+    /// the responder refuses writes nothing. Errors: `REM_ACCESS_ERR`.
+    pub(crate) fn check_rdma_write(&self, core: &Core, rkey: u32, remote_addr: u64, len: u64) -> Result<(), u32> {
+        self.check_remote_access(access::REMOTE_WRITE)?;
+        if len == 0 {
+            return Ok(());
+        }
+        mr::remote(core, self.pd, rkey, remote_addr, len, access::REMOTE_WRITE).map(|_| ())
+    }
+
     /// Whether the QP's `qp_access_flags` grant `need`.
     fn check_remote_access(&self, need: u32) -> Result<(), u32> {
         let granted = self.st.lock().attrs.qp_access_flags.get();
@@ -789,6 +805,24 @@ impl Qp {
         } else {
             Ok(())
         }
+    }
+
+    /// The state and attributes, unless destroyed (for the RoCE port's transport).
+    pub(crate) fn transport_attrs(&self) -> Option<(u32, QpAttr)> {
+        let st = self.st.lock();
+        (!st.dead).then_some((st.state, st.attrs))
+    }
+
+    /// The length of the next receive WQE (the sum of its SGEs' lengths), if one is posted and
+    /// readable: what a multi-packet SEND may bring (the RoCE responder's bound on reassembly).
+    pub(crate) fn recv_capacity(&self, core: &Core) -> Option<u64> {
+        let st = self.st.lock();
+        if st.dead || !matches!(st.state, qp_state::RTR | qp_state::RTS) {
+            return None;
+        }
+        let slot = self.rq.next(&core.mem).ok()??;
+        let (_, sges) = self.read_rq_wqe(core, slot)?;
+        Some(sges.iter().map(|s| u64::from(s.length.get())).sum())
     }
 
     /// Publishes a receive completion: `cqe` on success; on error, `cqe` with that status (no

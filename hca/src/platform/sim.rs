@@ -19,6 +19,20 @@ impl SimPlatform {
         Self { dev: SimDevice::new(cfg) }
     }
 
+    /// [`SimPlatform::new`], failing if the model's RoCE port (`cfg.roce`) cannot open: a UDP
+    /// address that cannot be bound (errno of the bind, e.g. `EADDRINUSE`) or a capture file
+    /// that cannot be created; the model's [`pvrdma_sim::roce::RoceError`] is kept.
+    pub fn try_new(cfg: SimConfig) -> ib_core::Result<Self> {
+        SimDevice::try_new(cfg).map(|dev| Self { dev }).map_err(|e| {
+            let errno = match &e {
+                pvrdma_sim::roce::RoceError::Bind { source, .. } => source.raw_os_error(),
+                pvrdma_sim::roce::RoceError::Pcap { source, .. } => source.raw_os_error(),
+                pvrdma_sim::roce::RoceError::NoAddress => Some(libc::EINVAL),
+            };
+            ib_core::Error::Device(ib_core::DeviceError::new(errno.unwrap_or(libc::EIO), e))
+        })
+    }
+
     /// The model itself, for tests that inspect its counters or inject events.
     pub fn device(&self) -> &Arc<SimDevice> {
         &self.dev

@@ -35,7 +35,7 @@ fn version_err_dsr_and_caps() {
     assert_eq!(c.node_guid.get(), 0x5054_00ff_fe12_3456);
     assert_eq!(c.phys_port_cnt, 1);
     assert_eq!(c.mode, 0);
-    assert_eq!(c.gid_types, 1);
+    assert_eq!(c.gid_types, 3, "RoCE v1 and v2");
     assert_eq!(c.page_size_cap.get(), 4096);
     assert!(c.max_qp.get() >= 2 && c.max_cq.get() >= 1 && c.max_mr.get() >= 1);
     assert!(c.max_pd.get() >= 1 && c.max_sge.get() >= 1 && c.gid_tbl_len.get() >= 1);

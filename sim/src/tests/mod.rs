@@ -10,3 +10,4 @@ mod hostile;
 mod inline;
 mod minidrv;
 mod rdma;
+mod roce;

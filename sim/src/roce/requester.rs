@@ -1,0 +1,398 @@
+//! The requester of one RC QP (IBTA 9.7, C9-*): numbers the packets of each message from
+//! `sq_psn`, keeps every message until it is acknowledged, and retransmits on a PSN sequence
+//! error NAK, on an RNR NAK once its timer ran out, and on the local ACK timeout, within
+//! `retry_cnt` and `rnr_retry` (reset whenever an acknowledgement makes progress, IBTA
+//! 9.7.6.1.3). Its decisions are completions `(seq, status)` the caller hands to
+//! `Qp::complete_send` once the requester's lock is released.
+//!
+//! ACKs are matched by PSN: a coalesced ACK acknowledges every packet up to its PSN, a NAK every
+//! packet before its PSN (the AETH's MSN is not needed to tell which messages completed), and a
+//! READ's first response acknowledges every message before the READ (IBTA 9.7.5.1.x implicit
+//! ACK). A READ completes only through its last response.
+
+use super::message::{Kind, Message};
+use super::path::Path;
+use super::timers::{retransmit_timeout, rnr_delay};
+use super::RocePort;
+use crate::device::Core;
+use pvrdma_abi::verbs::QpAttr;
+use pvrdma_abi::wqe::wc_status;
+use roce_wire::{opcode as op, psn, Aeth, Headers, NakCode, Syndrome};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Completions decided: `(seq, wc status)`, in the order to apply them.
+pub type Done = Vec<(u64, u32)>;
+
+/// Most PSNs a requester has sent and not seen acknowledged: past it, packets wait for ACKs
+/// (with [`super::message::ACK_EVERY`], a long message is acknowledged as it goes), so a lost
+/// packet costs at most a window of retransmissions and a burst stays within what a socket
+/// buffer takes.
+const WINDOW: i32 = 128;
+
+/// `rnr_retry` 7: retry for ever (IBTA 9.7.5.2.8).
+const RNR_RETRY_INFINITE: u8 = 7;
+
+/// One QP's requester state.
+#[derive(Debug)]
+pub struct Requester {
+    pub path: Path,
+    timeout: Option<Duration>,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    retries: u8,
+    rnr_retries: u8,
+    /// The PSN of the next new packet.
+    next_psn: u32,
+    /// The PSN of the next packet to transmit (behind `next_psn` while the window is full or
+    /// after going back to retransmit).
+    sent_to: u32,
+    /// One past the highest PSN ever transmitted (what lies before it is a retransmission).
+    max_sent: u32,
+    /// The last PSN acknowledged.
+    acked: u32,
+    msgs: VecDeque<Message>,
+    /// The local ACK timer: when the oldest unacknowledged packet is sent again.
+    deadline: Option<Instant>,
+    /// After an RNR NAK: when to send again from the NAKed PSN.
+    rnr_until: Option<Instant>,
+    /// The READ response PSN last asked for again after a gap.
+    regap: Option<u32>,
+}
+
+impl Requester {
+    /// The state of a QP that just reached RTS with attributes `a`.
+    pub fn new(path: Path, a: &QpAttr) -> Self {
+        let sq_psn = a.sq_psn.get() & 0xff_ffff;
+        Self {
+            path,
+            timeout: retransmit_timeout(a.timeout),
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            retries: a.retry_cnt,
+            rnr_retries: a.rnr_retry,
+            next_psn: sq_psn,
+            sent_to: sq_psn,
+            max_sent: sq_psn,
+            acked: psn::add(sq_psn, 0xff_ffff),
+            msgs: VecDeque::new(),
+            deadline: None,
+            rnr_until: None,
+            regap: None,
+        }
+    }
+
+    /// Queues a new message and sends what the window allows of it (nothing while an RNR NAK's
+    /// timer runs: it goes out with the retransmission).
+    pub fn post(
+        &mut self,
+        port: &RocePort,
+        core: &Core,
+        seq: u64,
+        kind: Kind,
+        payload: Vec<u8>,
+        solicited: bool,
+    ) {
+        let m = Message::new(seq, self.next_psn, kind, payload, solicited, self.path.mtu);
+        self.next_psn = psn::add(m.psn, m.npkts);
+        self.msgs.push_back(m);
+        if self.rnr_until.is_none() {
+            self.pump(port, core, Instant::now());
+        }
+    }
+
+    /// The next instant [`Requester::tick`] has work.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.rnr_until.or(self.deadline)
+    }
+
+    /// Runs the timers due at `now`: the RNR wait's end, the local ACK timeout.
+    pub fn tick(&mut self, port: &RocePort, core: &Core, now: Instant, done: &mut Done) {
+        if let Some(t) = self.rnr_until {
+            if now >= t {
+                self.rnr_until = None;
+                self.resend(port, core, self.first_unacked(), now);
+            }
+            return;
+        }
+        match self.deadline {
+            Some(d) if now >= d && !self.msgs.is_empty() => {
+                core.count(|c| &c.roce_timeouts);
+                if self.retries == 0 {
+                    return self.fail(wc_status::RETRY_EXC_ERR, done);
+                }
+                self.retries -= 1;
+                self.resend(port, core, self.first_unacked(), now);
+            }
+            Some(_) if self.msgs.is_empty() => self.deadline = None,
+            _ => {}
+        }
+    }
+
+    /// An ACKNOWLEDGE packet with PSN `p`: an ACK, an RNR NAK or a NAK (IBTA 9.7.5.2).
+    pub fn on_ack(&mut self, port: &RocePort, core: &Core, p: u32, aeth: Aeth, done: &mut Done) {
+        // Only PSNs this requester sent can be acknowledged (a NAK may name the next one).
+        if psn::diff(p, self.next_psn) > 0 {
+            return core.count(|c| &c.roce_rx_dropped_psn);
+        }
+        let now = Instant::now();
+        let before = psn::add(p, 0xff_ffff);
+        match aeth.syndrome() {
+            Syndrome::Ack { .. } if p != self.next_psn => {
+                self.ack_through(p, now, done);
+                self.pump(port, core, now);
+            }
+            Syndrome::Ack { .. } => core.count(|c| &c.roce_rx_dropped_psn),
+            Syndrome::RnrNak { timer } => {
+                core.count(|c| &c.roce_rnr_naks_received);
+                self.ack_through(before, now, done);
+                if self.msgs.is_empty() {
+                    return;
+                }
+                if self.rnr_retry != RNR_RETRY_INFINITE {
+                    if self.rnr_retries == 0 {
+                        return self.fail(wc_status::RNR_RETRY_EXC_ERR, done);
+                    }
+                    self.rnr_retries -= 1;
+                }
+                self.rnr_until = Some(now + rnr_delay(timer));
+                self.deadline = None;
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                core.count(|c| &c.roce_naks_received);
+                // A NAK for a PSN already acknowledged is stale (the loss it reports was
+                // recovered): it must not cost a retry.
+                if psn::diff(p, self.acked) <= 0 {
+                    return;
+                }
+                self.ack_through(before, now, done);
+                if self.msgs.is_empty() || self.rnr_until.is_some() {
+                    return;
+                }
+                if self.retries == 0 {
+                    return self.fail(wc_status::RETRY_EXC_ERR, done);
+                }
+                self.retries -= 1;
+                self.resend(port, core, p, now);
+            }
+            Syndrome::Nak(code) => {
+                core.count(|c| &c.roce_naks_received);
+                self.ack_through(before, now, done);
+                self.fail(nak_status(code), done);
+            }
+            Syndrome::Reserved(_) => core.count(|c| &c.roce_rx_dropped_malformed),
+        }
+    }
+
+    /// A READ response (`hdr`, `len` payload bytes). Returns where its data goes, `(seq, byte
+    /// offset)`, if it is the response awaited next; anything else (a duplicate, a response
+    /// past a lost one, a length the READ does not allow) is dropped and counted.
+    pub fn on_read_response(
+        &mut self,
+        port: &RocePort,
+        core: &Core,
+        hdr: &Headers,
+        len: usize,
+        done: &mut Done,
+    ) -> Option<(u64, u32)> {
+        let p = hdr.bth.psn;
+        let Some(i) = self
+            .msgs
+            .iter()
+            .position(|m| m.is_pending_read() && m.holds(p))
+        else {
+            core.count(|c| &c.roce_rx_duplicates);
+            return None;
+        };
+        if self.msgs.iter().take(i).any(Message::is_pending_read) {
+            core.count(|c| &c.roce_rx_duplicates);
+            return None;
+        }
+        let expected = self.msgs[i].read_next;
+        if psn::diff(p, expected) < 0 {
+            core.count(|c| &c.roce_rx_duplicates);
+            return None;
+        }
+        if expected != p {
+            // A response past a lost one: ask again for the rest of the READ, once per gap
+            // (IBTA 9.7.5.1.x: the requester re-sends the READ request from the missing PSN).
+            core.count(|c| &c.roce_rx_dropped_psn);
+            if self.regap != Some(expected) {
+                self.regap = Some(expected);
+                self.resend(port, core, expected, Instant::now());
+            }
+            return None;
+        }
+        let m = &self.msgs[i];
+        let k = psn::diff(p, m.psn) as u32;
+        let last = k + 1 == m.npkts;
+        let Kind::Read { len: total, .. } = m.kind else {
+            return None;
+        };
+        let offset = u64::from(k) * u64::from(self.path.mtu);
+        let want = if last {
+            u64::from(total).saturating_sub(offset)
+        } else {
+            u64::from(self.path.mtu)
+        };
+        let last_op = matches!(
+            hdr.bth.opcode,
+            op::RC_RDMA_READ_RESPONSE_LAST | op::RC_RDMA_READ_RESPONSE_ONLY
+        );
+        if len as u64 != want || last != last_op {
+            core.count(|c| &c.roce_rx_dropped_malformed);
+            return None;
+        }
+        let seq = m.seq;
+        // Every message before the READ is acknowledged by its response.
+        for m in self.msgs.drain(..i) {
+            done.push((m.seq, wc_status::SUCCESS));
+        }
+        self.msgs[0].read_next = psn::add(p, 1);
+        self.progress(p, Instant::now());
+        if last {
+            self.msgs.pop_front();
+            done.push((seq, wc_status::SUCCESS));
+            self.rearm(Instant::now());
+        }
+        self.pump(port, core, Instant::now());
+        Some((seq, offset as u32))
+    }
+
+    /// Acknowledges every packet up to PSN `p`: completes the messages it covers (a READ waits
+    /// for its responses).
+    fn ack_through(&mut self, p: u32, now: Instant, done: &mut Done) {
+        // An acknowledgement past a READ still missing responses means they were sent and lost:
+        // the READ's PSNs stay unacknowledged, to be asked for again (IBTA 9.7.5.1.x).
+        let p = match self.pending_read() {
+            Some(r) if psn::diff(p, r) >= 0 => psn::add(r, 0xff_ffff),
+            _ => p,
+        };
+        if psn::diff(p, self.acked) <= 0 {
+            return;
+        }
+        while let Some(m) = self.msgs.front() {
+            if psn::diff(m.last_psn(), p) > 0 || m.is_pending_read() {
+                break;
+            }
+            done.push((m.seq, wc_status::SUCCESS));
+            self.msgs.pop_front();
+        }
+        self.progress(p, now);
+        self.rearm(now);
+    }
+
+    /// Forward progress up to PSN `p`: the retry counters start over (IBTA 9.7.6.1.3) and the
+    /// window moves (the caller sends what it now allows).
+    fn progress(&mut self, p: u32, now: Instant) {
+        self.acked = p;
+        self.retries = self.retry_cnt;
+        self.rnr_retries = self.rnr_retry;
+        self.deadline = self.timeout.map(|t| now + t);
+    }
+
+    /// Stops the local ACK timer when nothing is outstanding.
+    fn rearm(&mut self, _now: Instant) {
+        if self.msgs.is_empty() {
+            self.deadline = None;
+        }
+    }
+
+    /// The PSN of the next response of the oldest READ still missing responses, if any.
+    fn pending_read(&self) -> Option<u32> {
+        self.msgs.iter().find(|m| m.is_pending_read()).map(|m| m.read_next)
+    }
+
+    /// The oldest PSN not yet acknowledged.
+    fn first_unacked(&self) -> u32 {
+        match self.msgs.front() {
+            Some(m) if m.is_pending_read() => m.read_next,
+            Some(m) if psn::diff(self.acked, m.psn) < 0 => m.psn,
+            _ => psn::add(self.acked, 1),
+        }
+    }
+
+    /// Completes the oldest message with `status` (the QP then goes to ERR, flushing the rest)
+    /// and forgets every message.
+    fn fail(&mut self, status: u32, done: &mut Done) {
+        if let Some(m) = self.msgs.front() {
+            done.push((m.seq, status));
+        }
+        self.msgs.clear();
+        self.deadline = None;
+        self.rnr_until = None;
+    }
+
+    /// Sends again from PSN `from` on (what the window allows), and restarts the local ACK
+    /// timer.
+    fn resend(&mut self, port: &RocePort, core: &Core, from: u32, now: Instant) {
+        let first = self.first_unacked();
+        self.sent_to = match self.pending_read() {
+            _ if psn::diff(from, first) < 0 => first,
+            Some(r) if psn::diff(r, from) < 0 => r,
+            _ => from,
+        };
+        self.deadline = None;
+        self.pump(port, core, now);
+    }
+
+    /// Sends packets from `sent_to` on while fewer than [`WINDOW`] PSNs are unacknowledged (a
+    /// READ request goes whole: its responses are the responder's to pace). Starts the local
+    /// ACK timer if it is not running.
+    fn pump(&mut self, port: &RocePort, core: &Core, now: Instant) {
+        if psn::diff(self.sent_to, self.acked) <= 0 {
+            self.sent_to = psn::add(self.acked, 1);
+        }
+        let path = self.path;
+        let mut sent = false;
+        while psn::diff(self.sent_to, self.next_psn) < 0
+            && psn::diff(self.sent_to, self.acked) <= WINDOW
+        {
+            let at = self.sent_to;
+            let Some(m) = self.msgs.iter().find(|m| m.holds(at)) else {
+                self.sent_to = self.next_psn;
+                break;
+            };
+            if psn::diff(at, self.max_sent) < 0 {
+                core.count(|c| &c.roce_retransmits);
+            }
+            self.sent_to = match m.kind {
+                Kind::Read { .. } => {
+                    let from = if psn::diff(at, m.read_next) > 0 {
+                        at
+                    } else {
+                        m.read_next
+                    };
+                    if let Some(hdr) = m.read_request(from, path.dest_qp, path.mtu) {
+                        port.send(core, &path, &hdr, &[]);
+                    }
+                    psn::add(m.last_psn(), 1)
+                }
+                _ => {
+                    let k = psn::diff(at, m.psn) as u32;
+                    let (hdr, range) = m.packet(k, path.dest_qp, path.mtu);
+                    port.send(core, &path, &hdr, &m.payload[range]);
+                    psn::add(at, 1)
+                }
+            };
+            if psn::diff(self.sent_to, self.max_sent) > 0 {
+                self.max_sent = self.sent_to;
+            }
+            sent = true;
+        }
+        if sent && self.deadline.is_none() {
+            self.deadline = self.timeout.map(|t| now + t);
+        }
+    }
+}
+
+/// The completion status of a message a NAK refused (IBTA 9.7.5.2.3 and libibverbs'
+/// `ibv_wc_status`).
+fn nak_status(code: NakCode) -> u32 {
+    match code {
+        NakCode::InvalidRequest => wc_status::REM_INV_REQ_ERR,
+        NakCode::RemoteAccessError => wc_status::REM_ACCESS_ERR,
+        NakCode::InvalidRdRequest => wc_status::REM_INV_RD_REQ_ERR,
+        _ => wc_status::REM_OP_ERR,
+    }
+}

@@ -1,0 +1,280 @@
+//! The responder of one RC QP (IBTA 9.7.5.1, C9-*): the expected PSN (`rq_psn` at RTR), the MSN
+//! (messages completed), and the message in progress. In-order packets are executed; a
+//! duplicate (a PSN before the expected one) is acknowledged again, and a duplicate READ request
+//! executed again from its PSN; a PSN ahead of the expected one gets one PSN sequence error NAK
+//! until the expected PSN arrives. A SEND with no receive WQE posted gets an RNR NAK carrying
+//! `min_rnr_timer`. A multi-packet SEND is reassembled into at most its receive WQE's length
+//! plus one byte (enough for the scatter to report the overrun), never more.
+//!
+//! Responder state lives on the receive thread alone (no lock): it is the only one that
+//! receives.
+
+use super::path::Path;
+use super::{message::PKEY, RocePort};
+use crate::device::{Core, Effects};
+use crate::port::{Op, Packet};
+use crate::qp::{Qp, Rx};
+use pvrdma_abi::verbs::QpAttr;
+use pvrdma_abi::wqe::wc_status;
+use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
+
+mod rdma;
+
+/// Credits advertised in an ACK's AETH: 31, "invalid" (IBTA Table 44: end-to-end flow control
+/// is not used), as Linux rxe sends.
+pub(super) const NO_CREDITS: u8 = 0x1f;
+
+/// Everything a packet is processed with: the port, the device, the destination QP with the
+/// attributes and path it had when the packet arrived.
+pub struct Ctx<'a> {
+    pub port: &'a RocePort,
+    pub core: &'a Core,
+    pub qp: &'a Qp,
+    pub attrs: &'a QpAttr,
+    pub path: Path,
+    pub conn: u64,
+}
+
+/// The message the responder is in the middle of.
+#[derive(Debug, Default)]
+enum InMsg {
+    #[default]
+    None,
+    /// A SEND: the data so far, and the receive WQE's length it is bounded by.
+    Send { buf: Vec<u8>, cap: u64 },
+    /// A WRITE: its RETH's key and address, bytes written so far, and its DMA length.
+    Write {
+        rkey: u32,
+        va: u64,
+        done: u64,
+        len: u64,
+    },
+}
+
+/// One QP's responder state.
+#[derive(Debug)]
+pub struct Responder {
+    /// The QP's uid and connection this state belongs to.
+    pub uid: u64,
+    pub conn: u64,
+    epsn: u32,
+    msn: u32,
+    /// A PSN sequence error NAK was sent for the current expected PSN.
+    nak_sent: bool,
+    msg: InMsg,
+}
+
+impl Responder {
+    /// The state of a QP that reached RTR with attributes `a`.
+    pub fn new(uid: u64, conn: u64, a: &QpAttr) -> Self {
+        Self {
+            uid,
+            conn,
+            epsn: a.rq_psn.get() & 0xff_ffff,
+            msn: 0,
+            nak_sent: false,
+            msg: InMsg::None,
+        }
+    }
+
+    /// Processes one request packet (a SEND, WRITE or READ request).
+    pub fn on_request(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
+        let p = hdr.bth.psn;
+        let d = psn::diff(p, self.epsn);
+        if d > 0 {
+            cx.core.count(|c| &c.roce_rx_dropped_psn);
+            if !self.nak_sent {
+                self.nak_sent = true;
+                self.reply(
+                    cx,
+                    self.epsn,
+                    Aeth::nak(self.msn, NakCode::PsnSequenceError),
+                );
+            }
+            return;
+        }
+        if d < 0 {
+            cx.core.count(|c| &c.roce_rx_duplicates);
+            if hdr.bth.opcode == op::RC_RDMA_READ_REQUEST {
+                self.read(cx, hdr, false, fx);
+            } else if hdr.bth.ack_req {
+                self.ack(cx, psn::add(self.epsn, 0xff_ffff));
+            }
+            return;
+        }
+        self.nak_sent = false;
+        if !self.fits_mtu(cx, hdr.bth.opcode, payload.len()) {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        }
+        match hdr.bth.opcode {
+            op::RC_SEND_FIRST => self.send_first(cx, hdr, payload),
+            op::RC_SEND_MIDDLE => self.send_middle(cx, hdr, payload),
+            op::RC_SEND_LAST
+            | op::RC_SEND_LAST_WITH_IMMEDIATE
+            | op::RC_SEND_ONLY
+            | op::RC_SEND_ONLY_WITH_IMMEDIATE => self.send_last(cx, hdr, payload, fx),
+            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => {
+                self.read(cx, hdr, true, fx)
+            }
+            opcode => self.on_write(cx, hdr, opcode, payload, fx),
+        }
+    }
+
+    /// First and middle packets carry exactly one MTU, last and only packets at most one (IBTA
+    /// C9-88..C9-90 as Linux rxe checks them).
+    fn fits_mtu(&self, cx: &Ctx<'_>, opcode: u8, len: usize) -> bool {
+        let mtu = cx.path.mtu as usize;
+        match opcode {
+            op::RC_SEND_FIRST
+            | op::RC_SEND_MIDDLE
+            | op::RC_RDMA_WRITE_FIRST
+            | op::RC_RDMA_WRITE_MIDDLE => len == mtu,
+            _ => len <= mtu,
+        }
+    }
+
+    fn send_first(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8]) {
+        let p = hdr.bth.psn;
+        if !matches!(self.msg, InMsg::None) {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        }
+        let Some(cap) = cx.qp.recv_capacity(cx.core) else {
+            return self.rnr(cx, p);
+        };
+        let mut buf = Vec::new();
+        append_bounded(&mut buf, payload, cap);
+        self.msg = InMsg::Send { buf, cap };
+        self.advance(1);
+        if hdr.bth.ack_req {
+            self.ack(cx, p);
+        }
+    }
+
+    fn send_middle(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8]) {
+        let InMsg::Send { buf, cap } = &mut self.msg else {
+            return self.refuse(cx, hdr.bth.psn, NakCode::InvalidRequest);
+        };
+        append_bounded(buf, payload, *cap);
+        self.advance(1);
+        if hdr.bth.ack_req {
+            self.ack(cx, hdr.bth.psn);
+        }
+    }
+
+    /// The last or only packet of a SEND: the message goes into the next receive WQE.
+    fn send_last(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
+        let only = matches!(
+            hdr.bth.opcode,
+            op::RC_SEND_ONLY | op::RC_SEND_ONLY_WITH_IMMEDIATE
+        );
+        let (mut buf, cap) = match (std::mem::take(&mut self.msg), only) {
+            (InMsg::None, true) => (Vec::new(), u64::MAX),
+            (InMsg::Send { buf, cap }, false) => (buf, cap),
+            (other, _) => {
+                self.msg = other;
+                return self.refuse(cx, hdr.bth.psn, NakCode::InvalidRequest);
+            }
+        };
+        let kept = buf.len();
+        append_bounded(&mut buf, payload, cap);
+        let pkt = Packet {
+            src: cx.path.dest_qp,
+            src_uid: 0,
+            seq: 0,
+            dest: cx.qp.handle,
+            dgid: cx.attrs.ah_attr.grh.dgid,
+            op: Op::Send {
+                imm: hdr.imm.map(u32::to_be_bytes),
+            },
+            solicited: hdr.bth.solicited,
+            payload: buf,
+        };
+        match cx.qp.receive(cx.core, &pkt, cx.conn, fx) {
+            Rx::Park => {
+                let mut buf = pkt.payload;
+                buf.truncate(kept);
+                if !only {
+                    self.msg = InMsg::Send { buf, cap };
+                }
+                self.rnr(cx, hdr.bth.psn);
+            }
+            outcome => self.finish(cx, hdr.bth.psn, outcome),
+        }
+    }
+
+    /// A message ended with `outcome` at PSN `p`: ACK it, or NAK why it failed.
+    fn finish(&mut self, cx: &Ctx<'_>, p: u32, outcome: Rx) {
+        match outcome {
+            Rx::Delivered | Rx::Park => {
+                self.msn = psn::add(self.msn, 1);
+                self.advance(1);
+                self.ack(cx, p);
+            }
+            // The QP left RTR/RTS or was reset meanwhile: as if the packet never came.
+            Rx::Fail(wc_status::RETRY_EXC_ERR) => cx.core.count(|c| &c.roce_rx_dropped_qp),
+            Rx::Fail(wc_status::REM_INV_REQ_ERR) => self.refuse(cx, p, NakCode::InvalidRequest),
+            Rx::Fail(wc_status::REM_ACCESS_ERR) => self.refuse(cx, p, NakCode::RemoteAccessError),
+            Rx::Fail(_) => self.refuse(cx, p, NakCode::RemoteOperationalError),
+        }
+    }
+
+    /// The expected PSN moves past `n` packets.
+    fn advance(&mut self, n: u32) {
+        self.epsn = psn::add(self.epsn, n);
+        self.nak_sent = false;
+    }
+
+    /// NAKs the request at `p` (a fatal NAK: the requester's QP goes to ERR) and forgets the
+    /// message in progress.
+    fn refuse(&mut self, cx: &Ctx<'_>, p: u32, code: NakCode) {
+        self.msg = InMsg::None;
+        cx.core.count(|c| &c.roce_naks_sent);
+        self.reply(cx, p, Aeth::nak(self.msn, code));
+    }
+
+    /// RNR NAK for the packet at `p`, with the QP's `min_rnr_timer`.
+    fn rnr(&mut self, cx: &Ctx<'_>, p: u32) {
+        cx.core.count(|c| &c.roce_rnr_naks_sent);
+        self.reply(
+            cx,
+            p,
+            Aeth::rnr_nak(self.msn, cx.attrs.min_rnr_timer & 0x1f),
+        );
+    }
+
+    fn ack(&self, cx: &Ctx<'_>, p: u32) {
+        cx.core.count(|c| &c.roce_acks_sent);
+        self.reply(cx, p, Aeth::ack(self.msn, NO_CREDITS));
+    }
+
+    /// Sends an ACKNOWLEDGE packet with PSN `p`.
+    fn reply(&self, cx: &Ctx<'_>, p: u32, aeth: Aeth) {
+        if matches!(
+            aeth.syndrome(),
+            roce_wire::Syndrome::Nak(NakCode::PsnSequenceError)
+        ) {
+            cx.core.count(|c| &c.roce_naks_sent);
+        }
+        let bth = Bth {
+            opcode: op::RC_ACKNOWLEDGE,
+            pkey: PKEY,
+            dest_qp: cx.path.dest_qp,
+            psn: p,
+            ..Default::default()
+        };
+        let hdr = Headers {
+            bth,
+            aeth: Some(aeth),
+            ..Default::default()
+        };
+        cx.port.send(cx.core, &cx.path, &hdr, &[]);
+    }
+}
+
+/// Appends `data` to `buf`, keeping at most `cap + 1` bytes (one past the receive WQE's length
+/// is enough for its scatter to fail with a length error).
+fn append_bounded(buf: &mut Vec<u8>, data: &[u8], cap: u64) {
+    let room = cap.saturating_add(1).saturating_sub(buf.len() as u64);
+    let take = (data.len() as u64).min(room) as usize;
+    buf.extend_from_slice(&data[..take]);
+}

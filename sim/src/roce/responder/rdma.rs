@@ -1,0 +1,180 @@
+//! The responder's RDMA WRITE and READ (IBTA 9.7.5.1.3, 9.7.5.1.4). A WRITE's RETH is checked
+//! whole on its first (or only) packet, so a refused WRITE writes nothing; each packet is then
+//! written at its running offset. A READ is answered with responses cut by the path MTU, the
+//! first, last and only ones carrying an AETH (ACK with the MSN); a duplicate READ request is
+//! executed again from its own PSN and RETH (the requester names the data still wanted).
+
+use super::{Ctx, InMsg, Responder, NO_CREDITS};
+use crate::device::Effects;
+use crate::dsr::limits;
+use crate::qp::Rx;
+use crate::roce::message::{packets, PKEY};
+use pvrdma_abi::wqe::wc_status;
+use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
+
+impl Responder {
+    /// A WRITE packet (or an opcode a responder does not take).
+    pub(super) fn on_write(
+        &mut self,
+        cx: &Ctx<'_>,
+        hdr: &Headers,
+        opcode: u8,
+        payload: &[u8],
+        fx: &mut Effects,
+    ) {
+        let p = hdr.bth.psn;
+        let first = matches!(
+            opcode,
+            op::RC_RDMA_WRITE_FIRST
+                | op::RC_RDMA_WRITE_ONLY
+                | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+        );
+        let last = matches!(
+            opcode,
+            op::RC_RDMA_WRITE_LAST
+                | op::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE
+                | op::RC_RDMA_WRITE_ONLY
+                | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+        );
+        if !first && !last && opcode != op::RC_RDMA_WRITE_MIDDLE {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        }
+        if first {
+            let (Some(reth), InMsg::None) = (hdr.reth, &self.msg) else {
+                return self.refuse(cx, p, NakCode::InvalidRequest);
+            };
+            // A first packet leaves data for later ones; an only packet carries all of it.
+            let len = u64::from(reth.dma_len);
+            if (last && payload.len() as u64 != len) || (!last && len <= payload.len() as u64) {
+                return self.refuse(cx, p, NakCode::InvalidRequest);
+            }
+            if let Err(status) = cx.qp.check_rdma_write(cx.core, reth.rkey, reth.va, len) {
+                return self.access_error(cx, p, status, fx);
+            }
+            self.msg = InMsg::Write {
+                rkey: reth.rkey,
+                va: reth.va,
+                done: 0,
+                len,
+            };
+        }
+        let InMsg::Write {
+            rkey,
+            va,
+            done,
+            len,
+        } = self.msg
+        else {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        };
+        let end = done + payload.len() as u64;
+        if (last && end != len) || (!last && end >= len) {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        }
+        // A receive WQE must be there before a WRITE with immediate writes anything.
+        let imm = hdr.imm.filter(|_| last);
+        if imm.is_some() && cx.qp.recv_capacity(cx.core).is_none() {
+            return self.rnr(cx, p);
+        }
+        if let Err(status) = cx
+            .qp
+            .rdma_write(cx.core, rkey, va.wrapping_add(done), payload)
+        {
+            return self.access_error(cx, p, status, fx);
+        }
+        if !last {
+            self.msg = InMsg::Write {
+                rkey,
+                va,
+                done: end,
+                len,
+            };
+            self.advance(1);
+            if hdr.bth.ack_req {
+                self.ack(cx, p);
+            }
+            return;
+        }
+        self.msg = InMsg::None;
+        let outcome = match imm {
+            None => Rx::Delivered,
+            Some(v) => {
+                let src = cx.path.dest_qp;
+                let solicited = hdr.bth.solicited;
+                cx.qp.receive_write_imm(
+                    cx.core,
+                    src,
+                    v.to_be_bytes(),
+                    len as u32,
+                    solicited,
+                    cx.conn,
+                    fx,
+                )
+            }
+        };
+        self.finish(cx, p, outcome);
+    }
+
+    /// A READ request at its PSN: `new` for the expected PSN, else a duplicate executed again
+    /// (the MSN and expected PSN stay).
+    pub(super) fn read(&mut self, cx: &Ctx<'_>, hdr: &Headers, new: bool, fx: &mut Effects) {
+        let p = hdr.bth.psn;
+        let Some(reth) = hdr.reth else {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        };
+        if reth.dma_len > limits::MAX_MSG_SZ {
+            return self.refuse(cx, p, NakCode::InvalidRequest);
+        }
+        let data = match cx.qp.rdma_read(cx.core, reth.rkey, reth.va, reth.dma_len) {
+            Ok(data) => data,
+            Err(status) => return self.access_error(cx, p, status, fx),
+        };
+        let mtu = cx.path.mtu as usize;
+        let n = packets(data.len() as u64, cx.path.mtu);
+        if new {
+            self.msn = psn::add(self.msn, 1);
+            self.advance(n);
+        }
+        for k in 0..n {
+            let chunk =
+                &data[(k as usize * mtu).min(data.len())..((k as usize + 1) * mtu).min(data.len())];
+            let opcode = match (k == 0, k + 1 == n) {
+                (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
+                (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
+                (false, false) => op::RC_RDMA_READ_RESPONSE_MIDDLE,
+                (false, true) => op::RC_RDMA_READ_RESPONSE_LAST,
+            };
+            let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE)
+                .then(|| Aeth::ack(self.msn, NO_CREDITS));
+            let bth = Bth {
+                opcode,
+                pkey: PKEY,
+                dest_qp: cx.path.dest_qp,
+                psn: psn::add(p, k),
+                ..Default::default()
+            };
+            cx.port.send(
+                cx.core,
+                &cx.path,
+                &Headers {
+                    bth,
+                    aeth,
+                    ..Default::default()
+                },
+                chunk,
+            );
+        }
+    }
+
+    /// A request refused by its R_Key: NAK Remote Access Error (or what `status` says) and the
+    /// QP goes to ERR (IBTA 9.9.3.1.2 Class C, as Linux rxe and the loopback port).
+    fn access_error(&mut self, cx: &Ctx<'_>, p: u32, status: u32, fx: &mut Effects) {
+        let code = if status == wc_status::REM_INV_REQ_ERR {
+            NakCode::InvalidRequest
+        } else {
+            NakCode::RemoteAccessError
+        };
+        cx.qp.force_error(cx.core, fx);
+        self.refuse(cx, p, code);
+    }
+}

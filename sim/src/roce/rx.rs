@@ -1,0 +1,188 @@
+//! The receive thread `pvrdma-roce`: waits on the port's sockets (a bounded `poll`), checks each
+//! datagram (ICRC, P_Key, destination QP, sender) and hands it to the QP's responder (requests)
+//! or requester (ACKs and READ responses); between packets it runs the requesters' timers and
+//! releases a packet the link held back. Whatever arrives is dropped and counted, never trusted.
+
+use super::path::{self, Path};
+use super::requester::Done;
+use super::responder::{Ctx, Responder};
+use super::{complete, sys, RocePort};
+use crate::device::{Core, Effects};
+use crate::qp::Qp;
+use pvrdma_abi::verbs::qp_state;
+use roce_wire::{opcode as op, IpContext, Packet, WireError};
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest the thread waits before looking at its stop flag and timers again.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+/// Most datagrams taken from one socket before the timers run again.
+const BATCH: usize = 64;
+/// Largest datagram read: a UDP payload (an MTU of 4096 plus headers fits with room to spare).
+const MAX_DATAGRAM: usize = 1 << 16;
+
+/// The thread's body: runs until the device is dropped ([`RocePort::stop`]).
+pub fn run(core: Arc<Core>) {
+    let Some(port) = core.roce.as_ref() else {
+        return;
+    };
+    let mut rx = Receiver {
+        responders: HashMap::new(),
+        buf: vec![0u8; MAX_DATAGRAM],
+    };
+    let mut ready = Vec::new();
+    let mut next_timer: Option<Instant> = None;
+    let socks: Vec<&std::net::UdpSocket> = port.socks.iter().map(|s| &s.udp).collect();
+    while !port.stopped() {
+        let now = Instant::now();
+        let wait = next_timer.map_or(IDLE_WAIT, |t| {
+            t.saturating_duration_since(now).min(IDLE_WAIT)
+        });
+        if sys::poll_readable(&socks, wait, &mut ready).is_err() {
+            std::thread::sleep(IDLE_WAIT);
+        }
+        let mut fx = Effects::default();
+        for i in 0..port.socks.len() {
+            if ready.get(i).copied().unwrap_or(false) {
+                rx.drain(&core, port, i, &mut fx);
+            }
+        }
+        port.release_held(&core);
+        next_timer = port.tick(&core, &mut fx);
+        core.settle(fx);
+    }
+}
+
+/// The receive thread's own state.
+struct Receiver {
+    /// Responder state per QPN (replaced when the QP's uid or connection changes).
+    responders: HashMap<u32, Responder>,
+    buf: Vec<u8>,
+}
+
+impl Receiver {
+    /// Reads up to [`BATCH`] datagrams from socket `i`.
+    fn drain(&mut self, core: &Core, port: &RocePort, i: usize, fx: &mut Effects) {
+        let sock = &port.socks[i];
+        for _ in 0..BATCH {
+            let (n, peer) = match sock.udp.recv_from(&mut self.buf) {
+                Ok(got) => got,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(_) => return core.count(|c| &c.roce_rx_errors),
+            };
+            let bytes = std::mem::take(&mut self.buf);
+            self.handle(core, port, sock.local, peer, &bytes[..n], fx);
+            self.buf = bytes;
+        }
+    }
+
+    /// Checks one datagram from `peer` to `local` and dispatches it.
+    fn handle(
+        &mut self,
+        core: &Core,
+        port: &RocePort,
+        local: SocketAddr,
+        peer: SocketAddr,
+        bytes: &[u8],
+        fx: &mut Effects,
+    ) {
+        core.count(|c| &c.roce_rx_packets);
+        // The Identification and DF of a received IPv4 packet are unknown: captured as the
+        // model sends them (ID 0, DF), so a capture between two models verifies throughout.
+        let ip = IpContext::new(peer, local);
+        if let Some(cap) = &port.capture {
+            if !cap.write(&ip, bytes) {
+                core.count(|c| &c.roce_pcap_errors);
+            }
+        }
+        let checked = peer.is_ipv6().then_some(&ip);
+        let pkt = match roce_wire::decode(bytes, checked) {
+            Ok(pkt) => pkt,
+            Err(WireError::BadIcrc) => return core.count(|c| &c.roce_rx_dropped_icrc),
+            Err(_) => return core.count(|c| &c.roce_rx_dropped_malformed),
+        };
+        if pkt.hdr.bth.pkey != super::message::PKEY {
+            return core.count(|c| &c.roce_rx_dropped_pkey);
+        }
+        let Some((qp, attrs, path)) = connected_qp(core, port, pkt.hdr.bth.dest_qp, peer) else {
+            return core.count(|c| &c.roce_rx_dropped_qp);
+        };
+        let conn = qp.connection();
+        match pkt.hdr.bth.opcode {
+            op::RC_ACKNOWLEDGE
+            | op::RC_RDMA_READ_RESPONSE_FIRST
+            | op::RC_RDMA_READ_RESPONSE_MIDDLE
+            | op::RC_RDMA_READ_RESPONSE_LAST
+            | op::RC_RDMA_READ_RESPONSE_ONLY => on_response(core, port, &qp, conn, &pkt, fx),
+            _ => {
+                let r = self
+                    .responders
+                    .entry(qp.handle)
+                    .or_insert_with(|| Responder::new(qp.uid, conn, &attrs));
+                if (r.uid, r.conn) != (qp.uid, conn) {
+                    *r = Responder::new(qp.uid, conn, &attrs);
+                }
+                let cx = Ctx {
+                    port,
+                    core,
+                    qp: &qp,
+                    attrs: &attrs,
+                    path,
+                    conn,
+                };
+                r.on_request(&cx, &pkt.hdr, pkt.payload, fx);
+            }
+        }
+    }
+}
+
+/// The QP `qpn` if it is in RTR or RTS and connected to `peer` (its `dgid` is the sender's
+/// address), with its attributes and path.
+fn connected_qp(
+    core: &Core,
+    port: &RocePort,
+    qpn: u32,
+    peer: SocketAddr,
+) -> Option<(Arc<Qp>, pvrdma_abi::verbs::QpAttr, Path)> {
+    let qp = core.qp(qpn)?;
+    let (state, attrs) = qp.transport_attrs()?;
+    if !matches!(state, qp_state::RTR | qp_state::RTS) {
+        return None;
+    }
+    let path = path::resolve(core, &port.socks, port.udp_port, &attrs).ok()?;
+    (path.dst.ip() == peer.ip()).then_some((qp, attrs, path))
+}
+
+/// An ACKNOWLEDGE or READ response for QP `qp`'s requester.
+fn on_response(
+    core: &Core,
+    port: &RocePort,
+    qp: &Qp,
+    conn: u64,
+    pkt: &Packet<'_>,
+    fx: &mut Effects,
+) {
+    let Some(req) = port.requester(qp, conn) else {
+        return core.count(|c| &c.roce_rx_dropped_qp);
+    };
+    let mut done = Done::new();
+    let scatter = {
+        let mut r = req.lock();
+        if pkt.hdr.bth.opcode == op::RC_ACKNOWLEDGE {
+            match pkt.hdr.aeth {
+                Some(aeth) => r.on_ack(port, core, pkt.hdr.bth.psn, aeth, &mut done),
+                None => core.count(|c| &c.roce_rx_dropped_malformed),
+            }
+            None
+        } else {
+            r.on_read_response(port, core, &pkt.hdr, pkt.payload.len(), &mut done)
+        }
+    };
+    if let Some((seq, offset)) = scatter {
+        super::read_response(core, qp, seq, offset, pkt.payload, fx);
+    }
+    complete(core, qp, done, fx);
+}

@@ -1,0 +1,173 @@
+//! RNR, retry exhaustion, and ports that cannot serve a QP.
+
+use super::*;
+use crate::SimDevice;
+use pvrdma_abi::cmd::DestroyQp;
+use pvrdma_abi::wqe::wc_status;
+
+/// Statuses and wr_ids of `n` CQEs.
+fn statuses(d: &Drv, e: &End, n: usize) -> Vec<(u64, u32)> {
+    wait(d, e, n, LONG)
+        .iter()
+        .map(|c| (c.wr_id.get(), c.status.get()))
+        .collect()
+}
+
+#[test]
+fn a_send_rnr_nakked_until_the_receiver_posts_late_then_arrives() {
+    let o = Opts {
+        min_rnr_timer: 14,
+        ..Opts::default()
+    };
+    let (a, ea, b, eb) = pair(30, &o, LinkFaults::default());
+    send(&a, &ea, 1, &pattern(1, 3000), 0, None);
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(a.poll(&ea.cq).is_none() && b.poll(&eb.cq).is_none());
+    assert!(b.dev.stats().roce_rnr_naks_sent >= 1);
+    recv(&b, &eb, 9, 0, 4096);
+    assert_eq!(statuses(&b, &eb, 1), vec![(9, wc_status::SUCCESS)]);
+    assert_eq!(statuses(&a, &ea, 1), vec![(1, wc_status::SUCCESS)]);
+    assert_eq!(received(&b, &eb, 0, 3000), pattern(1, 3000));
+    assert!(a.dev.stats().roce_rnr_naks_received >= 1);
+}
+
+#[test]
+fn rnr_retry_exhausted_completes_rnr_retry_exc_err_and_flushes_the_rest() {
+    let o = Opts {
+        rnr_retry: 2,
+        min_rnr_timer: 1,
+        ..Opts::default()
+    };
+    let (a, ea, b, _eb) = pair(31, &o, LinkFaults::default());
+    send(&a, &ea, 1, &pattern(1, 10), 0, None);
+    send(&a, &ea, 2, &pattern(2, 10), 64, None);
+    assert_eq!(
+        statuses(&a, &ea, 2),
+        vec![
+            (1, wc_status::RNR_RETRY_EXC_ERR),
+            (2, wc_status::WR_FLUSH_ERR)
+        ]
+    );
+    assert_eq!(a.dev.qp_state(ea.qp.qpn), Some(qp_state::ERR));
+    // The first try and two retries were RNR NAKed (a stale PSN sequence error NAK of the
+    // second message may cost one more try).
+    assert!((3..=4).contains(&a.dev.stats().roce_rnr_naks_received));
+    assert!(b.dev.stats().roce_rnr_naks_sent >= 3);
+}
+
+#[test]
+fn retries_exhausted_towards_an_address_nobody_listens_on_complete_retry_exc_err() {
+    let ip = addr(32, 1);
+    let mut a = device(ip, crate::roce::ROCE_V2_UDP_PORT, LinkFaults::default());
+    let ea = end(&mut a, 16);
+    connect(
+        &mut a,
+        ea.qp.qpn,
+        5,
+        addr(32, 9),
+        &Opts {
+            retry_cnt: 2,
+            ..Opts::default()
+        },
+    );
+    send(&a, &ea, 1, &pattern(1, 100), 0, None);
+    send(&a, &ea, 2, &pattern(2, 100), 128, None);
+    assert_eq!(
+        statuses(&a, &ea, 2),
+        vec![(1, wc_status::RETRY_EXC_ERR), (2, wc_status::WR_FLUSH_ERR)]
+    );
+    assert_eq!(a.dev.qp_state(ea.qp.qpn), Some(qp_state::ERR));
+    let s = a.dev.stats();
+    assert_eq!(
+        s.roce_timeouts, 3,
+        "the first try and two retries each timed out"
+    );
+    assert_eq!(s.roce_retransmits, 2 * 2, "two retries of both messages");
+}
+
+#[test]
+fn a_destroyed_peer_qp_drops_what_comes_and_the_sender_exhausts_its_retries() {
+    let (a, ea, mut b, eb) = pair(
+        33,
+        &Opts {
+            retry_cnt: 1,
+            ..Opts::default()
+        },
+        LinkFaults::default(),
+    );
+    b.ok(DestroyQp {
+        qp_handle: U32::new(eb.qp.qpn),
+        ..Default::default()
+    });
+    send(&a, &ea, 1, &pattern(1, 100), 0, None);
+    assert_eq!(statuses(&a, &ea, 1), vec![(1, wc_status::RETRY_EXC_ERR)]);
+    assert_eq!(b.dev.stats().roce_rx_dropped_qp, 2);
+}
+
+#[test]
+fn a_qp_whose_source_gid_is_not_a_bound_roce_v2_address_fails_its_send() {
+    let (mut a, _ea, _b, eb) = pair(34, &Opts::default(), LinkFaults::default());
+    // Index 2: a RoCE v2 GID whose address the port did not bind; index 0 is RoCE v1.
+    bind_v2(&mut a, 2, addr(34, 77));
+    for sgid in [0u8, 2] {
+        let e = end(&mut a, 16);
+        connect_from(&mut a, e.qp.qpn, eb.qp.qpn, addr(34, 2), sgid);
+        send(&a, &e, 1, b"x", 0, None);
+        assert_eq!(
+            statuses(&a, &e, 1),
+            vec![(1, wc_status::LOC_QP_OP_ERR)],
+            "sgid_index {sgid}"
+        );
+        assert_eq!(a.dev.qp_state(e.qp.qpn), Some(qp_state::ERR));
+    }
+}
+
+/// [`connect`] with another source GID index.
+fn connect_from(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, sgid_index: u8) {
+    let mut a = QpAttr::new_zeroed();
+    a.qp_state = U32::new(qp_state::INIT);
+    a.port_num = 1;
+    assert_eq!(
+        d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a),
+        0
+    );
+    a.qp_state = U32::new(qp_state::RTR);
+    a.dest_qp_num = U32::new(dest);
+    a.path_mtu = U32::new(3);
+    a.ah_attr.grh.dgid = ip_gid(dest_ip);
+    a.ah_attr.grh.sgid_index = sgid_index;
+    a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+    a.ah_attr.port_num = 1;
+    assert_eq!(
+        d.modify(qp, m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU, a),
+        0
+    );
+    a.qp_state = U32::new(qp_state::RTS);
+    assert_eq!(d.modify(qp, m::STATE, a), 0);
+}
+
+#[test]
+fn a_port_that_cannot_bind_its_address_fails_device_creation() {
+    let ip = addr(35, 1);
+    let cfg = || SimConfig {
+        roce: Some(RoceConfig::new(vec![ip])),
+        ..SimConfig::default()
+    };
+    let first = SimDevice::try_new(cfg()).expect("the first device binds");
+    let err = SimDevice::try_new(cfg())
+        .err()
+        .expect("the address is taken");
+    assert!(matches!(err, crate::roce::RoceError::Bind { .. }), "{err}");
+    assert!(err.to_string().contains("127.77.35.1:4791"), "{err}");
+    let second = SimDevice::new(cfg());
+    assert!(second.roce_error().is_some());
+    assert!(first.roce_error().is_none());
+    let none = SimConfig {
+        roce: Some(RoceConfig::new(vec![])),
+        ..SimConfig::default()
+    };
+    assert!(matches!(
+        SimDevice::try_new(none).err(),
+        Some(crate::roce::RoceError::NoAddress)
+    ));
+}
