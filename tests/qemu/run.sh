@@ -153,6 +153,7 @@ echo "   ${#EXPECTED_RXE[@]} expected soft-RoCE cases (tests/qemu/expected-rxe.t
 lap "build the soft-RoCE interop programs"
 INTEROP_LOG="$WORK/out/build-interop.log"
 build_failures=()
+: > "$INTEROP_LOG"
 bin_of() { grep -o "\"executable\":\"[^\"]*/$1\"" "$INTEROP_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/'; }
 rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rdma_peer"
 for target in "hca --bin hca" "tests --bin roce_rdma"; do
