@@ -160,11 +160,11 @@ rdma_check() { # CASE LOG CHECK
 }
 
 # --- rxe with itself, over rxe0's loopback (control cases and the reference figures) -----------
-rxe_self_pp() { # NAME SIZE ITERS
+rxe_self_pp() { # NAME SIZE ITERS [-e]
   local name=$1 port=$((PORT++)) sl=$OUT/$1.server.log cl=$OUT/$1.client.log src crc
-  timeout $T ibv_rc_pingpong -d $DEV -g $G6 -s "$2" -n "$3" -m $MTU -p $port > "$sl" 2>&1 & local bg=$!
+  timeout $T ibv_rc_pingpong -d $DEV -g $G6 -s "$2" -n "$3" -m $MTU -p $port ${4:-} > "$sl" 2>&1 & local bg=$!
   wait_listen "" $port || { kill $bg; failed "$name" "ibv_rc_pingpong never listened"; return; }
-  timeout $T ibv_rc_pingpong -d $DEV -g $G6 -s "$2" -n "$3" -m $MTU -p $port $A4 > "$cl" 2>&1; crc=$?
+  timeout $T ibv_rc_pingpong -d $DEV -g $G6 -s "$2" -n "$3" -m $MTU -p $port ${4:-} $A4 > "$cl" 2>&1; crc=$?
   finish_bg $bg $crc; src=$?
   LAST_FIGURES=$(figures "$cl")
   [ "$src" = 0 ] && [ "$crc" = 0 ] && grep -q "^$3 iters in" "$cl" && pass "$name" \
@@ -201,8 +201,11 @@ rxe_self_pp rxe_loopback_s64 64 ${RXE_ITERS_SMALL:-500};      numbers "rxe<->rxe
 rxe_self_pp rxe_loopback_s65536 65536 ${RXE_ITERS_LARGE:-50}; numbers "rxe<->rxe(loopback on rxe0)" 65536 ${RXE_ITERS_LARGE:-50}
 ts "rxe control cases done"
 
-# Capture the first exchanges on the model's end of the veth (facts for the README's table).
-in_ns tcpdump -i $VPEER -n -s 200 -w "$OUT/capture.pcap" udp port 4791 > "$OUT/tcpdump.log" 2>&1 & CAP=$!
+# Capture a) and b) on the model's end of the veth, whole frames, into L1's RAM (/tmp is a
+# tmpfs there); rxe_capture checks every ICRC and says what rxe's packets look like.
+CAPTURE=/tmp/rxe-capture.pcap
+in_ns tcpdump -i $VPEER -n -s 0 -w $CAPTURE udp port 4791 > "$OUT/tcpdump.log" 2>&1 & CAP=$!
+for i in $(seq 1 50); do grep -q listening "$OUT/tcpdump.log" && break; sleep 0.1; done
 
 # a) unmodified ibv_rc_pingpong against hca pingpong, IPv6 GIDs, MTU 1024.
 for EV in "" -e; do
@@ -220,7 +223,15 @@ pp pingpong_ipv4_rxe_server_busy_s4096 rxe-server 4 4096 50
 # b) RDMA WRITE, WRITE with immediate and READ both ways, single- and multi-packet.
 rdma_case rdma_s64 64
 rdma_case rdma_s10000 10000
-kill $CAP 2>/dev/null; wait $CAP 2>/dev/null
+sleep 1; kill -INT $CAP 2>/dev/null; wait $CAP 2>/dev/null
+if [ ! -x "$B/rxe_capture" ]; then failed capture_every_icrc_valid "rxe_capture not built"
+elif "$B/rxe_capture" $CAPTURE --rxe $A6 --rxe $A4 > "$OUT/capture.log" 2>&1; then
+  tee -a "$LOG" < "$OUT/capture.log"; pass capture_every_icrc_valid
+else
+  tee -a "$LOG" < "$OUT/capture.log"; cp $CAPTURE "$OUT/capture.pcap"
+  failed capture_every_icrc_valid "$(tail -1 "$OUT/capture.log") (capture kept in $OUT/capture.pcap)"
+fi
+rm -f $CAPTURE
 
 # c) Loss on the model's port: both ends' retransmissions recover, every payload once.
 pp loss_pingpong_ours_client_s8192 rxe-server 6 8192 100 --link-loss 0.05 --link-seed 11
@@ -232,6 +243,10 @@ rdma_case rdma_loss_s65536 65536 --link-loss 0.05 --link-seed 13
 # d) The model against rxe, figures next to rxe's own.
 pp numbers_ours_rxe_s64 ours-server 6 64 ${RXE_ITERS_SMALL:-500}; numbers "hca(model)<->rxe" 64 ${RXE_ITERS_SMALL:-500}
 pp numbers_ours_rxe_s65536 ours-server 6 65536 ${RXE_ITERS_LARGE:-50}; numbers "hca(model)<->rxe" 65536 ${RXE_ITERS_LARGE:-50}
+EV=-e
+pp numbers_ours_rxe_events_s64 ours-server 6 64 ${RXE_ITERS_SMALL:-500}; numbers "hca(model, -e both ends)<->rxe" 64 ${RXE_ITERS_SMALL:-500}
+rxe_self_pp rxe_loopback_events_s64 64 ${RXE_ITERS_SMALL:-500} -e; numbers "rxe<->rxe(loopback on rxe0, -e both ends)" 64 ${RXE_ITERS_SMALL:-500}
+EV=
 
 ts "rxe interop done: $failures failed"
 [ "$failures" = 0 ]

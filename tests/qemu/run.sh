@@ -147,7 +147,7 @@ mapfile -t EXPECTED_RXE < <(grep -vE '^\s*(#|$)' "$HERE/expected-rxe.txt" | sed 
 ((${#EXPECTED_RXE[@]})) || fail "$HERE/expected-rxe.txt names no case"
 echo "   ${#EXPECTED_RXE[@]} expected soft-RoCE cases (tests/qemu/expected-rxe.txt)"
 
-# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, and the C peer -----------------
+# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, rxe_capture, the C peer --------
 # A program that does not build leaves its cases without a binary: they fail in L1 (and so the
 # stage), but the others still run and tell what they can.
 lap "build the soft-RoCE interop programs"
@@ -155,8 +155,8 @@ INTEROP_LOG="$WORK/out/build-interop.log"
 build_failures=()
 : > "$INTEROP_LOG"
 bin_of() { grep -o "\"executable\":\"[^\"]*/$1\"" "$INTEROP_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/'; }
-rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rdma_peer"
-for target in "hca --bin hca" "tests --bin roce_rdma"; do
+rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rxe_capture" "$WORK/bin/rdma_peer"
+for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture"; do
   set -- $target
   if ( cd "$REPO" && cargo build --release -p "$1" "${@:2}" --message-format=json-render-diagnostics ) >"$INTEROP_LOG.json" 2>>"$INTEROP_LOG"; then
     exe=$(bin_of "$3" || true); [ -x "$exe" ] && cp "$exe" "$WORK/bin/$3" || build_failures+=("$3 (no executable)")
@@ -273,7 +273,7 @@ printf '%s\n' "${summary[@]}"
 echo "QEMU under test: Debian package qemu-system-x86 $QEMU_PKG"
 [ "$failures" = 0 ] || fail "$failures of $RUNS real-QEMU runs failed (logs in $WORK/out)"
 if [ "$partial" != 0 ]; then
-  echo "PARTIAL DEBUG RUN (TEST_FILTER=$TEST_FILTER): not a stage pass" >&2
+  echo "PARTIAL DEBUG RUN (TEST_FILTER=${TEST_FILTER:-}, RXE_ONLY=${RXE_ONLY:-0}): not a stage pass" >&2
   exit 3
 fi
 echo "real-QEMU stage: $RUNS of $RUNS runs passed, each running all ${#EXPECTED[@]} expected tests and all ${#EXPECTED_RXE[@]} soft-RoCE cases"
