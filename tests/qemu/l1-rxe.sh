@@ -28,7 +28,9 @@ ts() { echo "L1-TS $(cut -d' ' -f1 /proc/uptime) $*"; }
 log() { echo "$*" | tee -a "$LOG"; }
 pass() { log "test rxe::$1 ... ok"; }
 failed() { log "test rxe::$1 ... FAILED ($2)"; failures=$((failures + 1)); }
-in_ns() { ip netns exec "$NS" "$@"; }
+# A command in the model's namespace; an array, not a function, so that `$!` of a background
+# one is the command itself (ip execs it), which a kill then reaches.
+IN_NS=(ip netns exec "$NS")
 # Waits (bounded) until a TCP listener on port $2 exists, in the namespace $1 ("" = initial).
 wait_listen() {
   local i
@@ -66,8 +68,8 @@ setup() {
   ip netns add $NS || return 1
   ip link add $VRXE type veth peer name $VPEER && ip link set $VPEER netns $NS || return 1
   ip addr add $A4/24 dev $VRXE && ip -6 addr add $A6/64 dev $VRXE nodad && ip link set $VRXE up || return 1
-  in_ns ip link set lo up
-  in_ns ip addr add $B4/24 dev $VPEER && in_ns ip -6 addr add $B6/64 dev $VPEER nodad && in_ns ip link set $VPEER up || return 1
+  "${IN_NS[@]}" ip link set lo up
+  "${IN_NS[@]}" ip addr add $B4/24 dev $VPEER && "${IN_NS[@]}" ip -6 addr add $B6/64 dev $VPEER nodad && "${IN_NS[@]}" ip link set $VPEER up || return 1
   rdma link add $DEV type rxe netdev $VRXE || { echo "rdma link add failed"; dmesg | tail -5; return 1; }
   local g6 g4 gids=/sys/class/infiniband/$DEV/ports/1/gids types=/sys/class/infiniband/$DEV/ports/1/gid_attrs/types
   g6=$(expand6 $A6) g4=0000:0000:0000:0000:0000:ffff:$(printf '%02x%02x:%02x%02x' ${A4//./ })
@@ -112,10 +114,10 @@ pp() {
   if [ "$role" = rxe-server ]; then
     "${rxe[@]}" > "$rl" 2>&1 & local bg=$!
     wait_listen "" $port || { kill $bg; failed "$name" "ibv_rc_pingpong never listened"; return; }
-    in_ns "${ours[@]}" "$ra" > "$ol" 2>&1; orc=$?
+    "${IN_NS[@]}" "${ours[@]}" "$ra" > "$ol" 2>&1; orc=$?
     finish_bg $bg $orc; rrc=$?
   else
-    in_ns "${ours[@]}" > "$ol" 2>&1 & local bg=$!
+    "${IN_NS[@]}" "${ours[@]}" > "$ol" 2>&1 & local bg=$!
     wait_listen "$NS" $port || { kill $bg; failed "$name" "hca pingpong never listened"; return; }
     "${rxe[@]}" "$oa" > "$rl" 2>&1; rrc=$?
     finish_bg $bg $rrc; orc=$?
@@ -144,7 +146,7 @@ rdma_case() {
     done; return; }
   timeout $T "$B/rdma_peer" -d $DEV -g $G6 -s "$size" -m $MTU -p $port -t $((T - 10)) > "$cl" 2>&1 & local bg=$!
   wait_listen "" $port || { kill $bg; echo "rdma_peer never listened" >> "$cl"; }
-  in_ns timeout $T "$B/roce_rdma" --roce $B6 -g $OURS_G6 -s "$size" -m $MTU -p $port -t $((T - 10)) "$@" $A6 > "$ol" 2>&1; orc=$?
+  "${IN_NS[@]}" timeout $T "$B/roce_rdma" --roce $B6 -g $OURS_G6 -s "$size" -m $MTU -p $port -t $((T - 10)) "$@" $A6 > "$ol" 2>&1; orc=$?
   finish_bg $bg $orc; crc=$?
   echo "   $name: rdma_peer exit $crc, roce_rdma exit $orc"
   rdma_check "${name}_write_ours_to_rxe" "$cl" write
@@ -204,7 +206,7 @@ ts "rxe control cases done"
 # Capture a) and b) on the model's end of the veth, whole frames, into L1's RAM (/tmp is a
 # tmpfs there); rxe_capture checks every ICRC and says what rxe's packets look like.
 CAPTURE=/tmp/rxe-capture.pcap
-in_ns tcpdump -i $VPEER -n -s 0 -w $CAPTURE udp port 4791 > "$OUT/tcpdump.log" 2>&1 & CAP=$!
+"${IN_NS[@]}" tcpdump -i $VPEER -n -s 0 -U -w $CAPTURE udp port 4791 > "$OUT/tcpdump.log" 2>&1 & CAP=$!
 for i in $(seq 1 50); do grep -q listening "$OUT/tcpdump.log" && break; sleep 0.1; done
 
 # a) unmodified ibv_rc_pingpong against hca pingpong, IPv6 GIDs, MTU 1024.

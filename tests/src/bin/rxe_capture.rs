@@ -238,7 +238,7 @@ fn report(what: &str, d: &Dir) {
             d.ipv4_df
         )
     } else {
-        format!("hop limit {:?}, traffic class {:?}, {} distinct flow labels", d.ttl, d.tclass, d.flow_labels.len())
+        format!("hop limit {:?}, traffic class {:?}, flow labels {}", d.ttl, d.tclass, few(&d.flow_labels))
     };
     println!(
         "OBSERVED: capture {what}: UDP checksum 0 in {} of {}; {ip}; UDP source ports {}",
