@@ -26,18 +26,18 @@
 # failed, and only of that one — prints "SKIPPED: <reason>" on a line of its own and exits 0.
 #
 # Environment: RUNS (how many times to boot L1 and run the tests, default 1), L1_TIMEOUT (seconds
-# per boot, default 420), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
+# per boot, default 600), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
 # default /tmp/pvrdma-qemu), TEST_FILTER (a test-name filter passed to the test binary, for
 # debugging: such a run never passes the stage), RXE_ONLY=1 (skip the real-device tests and run
 # only the soft-RoCE cases, for debugging: never a stage pass), RXE_TIMEOUT (seconds for all the
-# soft-RoCE cases in L1, default 420), RXE_ITERS_SMALL / RXE_ITERS_LARGE (iterations of the
+# soft-RoCE cases in L1, default 300), RXE_ITERS_SMALL / RXE_ITERS_LARGE (iterations of the
 # figures' 64 B / 64 KiB ping-pongs, default 500 / 50).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 WORK=${WORK:-/tmp/pvrdma-qemu}
 RUNS=${RUNS:-1}
-L1_TIMEOUT=${L1_TIMEOUT:-720}
+L1_TIMEOUT=${L1_TIMEOUT:-600}
 TEST_THREADS=${TEST_THREADS:-2}
 export DEBIAN_FRONTEND=noninteractive
 
@@ -214,7 +214,7 @@ TEST_THREADS=$TEST_THREADS
 TEST_FILTER=${TEST_FILTER:-}
 QEMU_PKG=$QEMU_PKG
 RXE_ONLY=${RXE_ONLY:-0}
-RXE_TIMEOUT=${RXE_TIMEOUT:-420}
+RXE_TIMEOUT=${RXE_TIMEOUT:-300}
 RXE_ITERS_SMALL=${RXE_ITERS_SMALL:-500}
 RXE_ITERS_LARGE=${RXE_ITERS_LARGE:-50}
 EOV
