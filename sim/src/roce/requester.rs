@@ -300,7 +300,10 @@ impl Requester {
 
     /// The PSN of the next response of the oldest READ still missing responses, if any.
     fn pending_read(&self) -> Option<u32> {
-        self.msgs.iter().find(|m| m.is_pending_read()).map(|m| m.read_next)
+        self.msgs
+            .iter()
+            .find(|m| m.is_pending_read())
+            .map(|m| m.read_next)
     }
 
     /// The oldest PSN not yet acknowledged.
