@@ -144,8 +144,20 @@ fn exactly_once_through_loss_reordering_and_duplication_together() {
 /// successfully, with its bytes in place.
 #[test]
 fn writes_and_reads_through_a_faulty_link() {
-    let f = LinkFaults { loss: 0.1, reorder: 0.05, duplicate: 0.05, seed: 5 };
-    let (a, ea, b, eb) = pair(24, &Opts { timeout: 13, ..Opts::default() }, f);
+    let f = LinkFaults {
+        loss: 0.1,
+        reorder: 0.05,
+        duplicate: 0.05,
+        seed: 5,
+    };
+    let (a, ea, b, eb) = pair(
+        24,
+        &Opts {
+            timeout: 13,
+            ..Opts::default()
+        },
+        f,
+    );
     let remote = pattern(99, MR_LEN as usize);
     b.dev.mem().write(eb.src.iova, &remote).unwrap();
     const OPS: u64 = 300;
@@ -156,10 +168,19 @@ fn writes_and_reads_through_a_faulty_link() {
         while posted < OPS && posted - done < OUT {
             let slot = (posted % OUT) * 8192;
             let (op, local) = if posted % 2 == 0 {
-                a.dev.mem().write(ea.src.iova + slot, &pattern(posted, 3000)).unwrap();
-                (wr_opcode::RDMA_WRITE, sge(ea.src.va + slot, 3000, ea.src.lkey))
+                a.dev
+                    .mem()
+                    .write(ea.src.iova + slot, &pattern(posted, 3000))
+                    .unwrap();
+                (
+                    wr_opcode::RDMA_WRITE,
+                    sge(ea.src.va + slot, 3000, ea.src.lkey),
+                )
             } else {
-                (wr_opcode::RDMA_READ, sge(ea.dst.va + slot, 5000, ea.dst.lkey))
+                (
+                    wr_opcode::RDMA_READ,
+                    sge(ea.dst.va + slot, 5000, ea.dst.lkey),
+                )
             };
             let (raddr, rkey) = if posted % 2 == 0 {
                 (eb.dst.va + slot, eb.dst.rkey)
@@ -173,13 +194,21 @@ fn writes_and_reads_through_a_faulty_link() {
         }
         while let Some(c) = a.poll(&ea.cq) {
             let i = done;
-            assert_eq!((c.wr_id.get(), c.status.get()), (i, wc_status::SUCCESS), "op {i}");
+            assert_eq!(
+                (c.wr_id.get(), c.status.get()),
+                (i, wc_status::SUCCESS),
+                "op {i}"
+            );
             let slot = (i % OUT) * 8192;
             if i % 2 == 0 {
                 assert_eq!(received(&b, &eb, slot, 3000), pattern(i, 3000), "WRITE {i}");
             } else {
                 let at = ((i % 40) * 5000) as usize;
-                assert_eq!(received(&a, &ea, slot, 5000), remote[at..at + 5000], "READ {i}");
+                assert_eq!(
+                    received(&a, &ea, slot, 5000),
+                    remote[at..at + 5000],
+                    "READ {i}"
+                );
             }
             done += 1;
         }

@@ -123,9 +123,17 @@ fn a_connection_reset_and_reconnected_with_new_psns_starts_afresh() {
     reset.qp_state = U32::new(qp_state::RESET);
     assert_eq!(a.modify(ea.qp.qpn, m::STATE, reset), 0);
     assert_eq!(b.modify(eb.qp.qpn, m::STATE, reset), 0);
-    let o = Opts { sq_psn: 0x12_3456, rq_psn: 0x65_4321, ..Opts::default() };
+    let o = Opts {
+        sq_psn: 0x12_3456,
+        rq_psn: 0x65_4321,
+        ..Opts::default()
+    };
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, addr(3, 2), &o);
-    let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o };
+    let ob = Opts {
+        sq_psn: o.rq_psn,
+        rq_psn: o.sq_psn,
+        ..o
+    };
     connect(&mut b, eb.qp.qpn, ea.qp.qpn, addr(3, 1), &ob);
     round(&a, &b, 3);
     let (sa, sb) = (a.dev.stats(), b.dev.stats());
