@@ -591,25 +591,29 @@ impl Core {
         self.uids.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Reserves room for a message of `len` bytes of QP `qpn` on the loopback wire
-    /// ([`PortQueue::try_reserve`]); the RoCE port takes what the QPs' own limits allow.
+    /// Reserves room for a message of `len` bytes of QP `qpn` on the device's wire (the loopback's
+    /// or the RoCE port's: [`PortQueue::try_reserve`] keeps the budget of both).
     pub(crate) fn wire_reserve(&self, qpn: u32, len: u64) -> bool {
-        self.roce.is_some() || self.port.try_reserve(qpn, len)
+        self.port.try_reserve(qpn, len)
     }
 
     /// Returns a reservation of [`Core::wire_reserve`] whose message was not sent.
     pub(crate) fn wire_unreserve(&self, len: u64, fx: &mut Effects) {
-        if self.roce.is_none() {
-            self.port.unreserve(len, fx);
-        }
+        self.port.unreserve(len, fx);
     }
 
     /// Puts the message `pkt` of QP `qp` (attributes `a`, its state lock held) on the port's
     /// wire: the loopback, or the RoCE port. Errors: the completion status of a message the
     /// RoCE port cannot send (no usable source address).
-    pub(crate) fn transmit(&self, qp: &Qp, a: &pvrdma_abi::verbs::QpAttr, pkt: port::Packet) -> Result<(), u32> {
+    pub(crate) fn transmit(
+        &self,
+        qp: &Qp,
+        a: &pvrdma_abi::verbs::QpAttr,
+        pkt: port::Packet,
+        fx: &mut Effects,
+    ) -> Result<(), u32> {
         match &self.roce {
-            Some(r) => r.post(self, qp, a, pkt),
+            Some(r) => r.post(self, qp, a, pkt, fx),
             None => {
                 self.port.transmit(pkt, self.cfg.link_latency);
                 Ok(())

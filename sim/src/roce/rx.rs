@@ -6,7 +6,7 @@
 use super::path::{self, Path};
 use super::requester::Done;
 use super::responder::{Ctx, Responder};
-use super::{complete, sys, RocePort};
+use super::{complete, release, sys, RocePort};
 use crate::device::{Core, Effects};
 use crate::qp::Qp;
 use pvrdma_abi::verbs::qp_state;
@@ -169,9 +169,9 @@ fn on_response(
         return core.count(|c| &c.roce_rx_dropped_qp);
     };
     let mut done = Done::new();
-    let scatter = {
+    let (scatter, freed) = {
         let mut r = req.lock();
-        if pkt.hdr.bth.opcode == op::RC_ACKNOWLEDGE {
+        let scatter = if pkt.hdr.bth.opcode == op::RC_ACKNOWLEDGE {
             match pkt.hdr.aeth {
                 Some(aeth) => r.on_ack(port, core, pkt.hdr.bth.psn, aeth, &mut done),
                 None => core.count(|c| &c.roce_rx_dropped_malformed),
@@ -179,8 +179,10 @@ fn on_response(
             None
         } else {
             r.on_read_response(port, core, &pkt.hdr, pkt.payload.len(), &mut done)
-        }
+        };
+        (scatter, r.take_freed())
     };
+    release(core, freed, fx);
     if let Some((seq, offset)) = scatter {
         super::read_response(core, qp, seq, offset, pkt.payload, fx);
     }

@@ -36,6 +36,11 @@ pub fn addr(test: u8, host: u8) -> IpAddr {
 /// A device whose RoCE port binds `ip` (UDP `udp_port`), with GID 0 (RoCE v1) and GID
 /// [`SGID`] = `ip` (RoCE v2) bound.
 pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
+    device_with(ip, udp_port, faults, SimConfig::default())
+}
+
+/// [`device`] with the rest of the model's configuration from `base`.
+pub fn device_with(ip: IpAddr, udp_port: u16, faults: LinkFaults, base: SimConfig) -> Drv {
     let roce = RoceConfig {
         udp_port,
         faults,
@@ -43,7 +48,7 @@ pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
     };
     let mut d = Drv::new(SimConfig {
         roce: Some(roce),
-        ..SimConfig::default()
+        ..base
     });
     d.bind_gid(0, GID0);
     bind_v2(&mut d, SGID, ip);
