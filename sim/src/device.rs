@@ -89,7 +89,8 @@ pub struct SimConfig {
     pub qp_bytes_in_flight: u64,
     /// Most packets the whole device holds on its wire (in flight, parked for a receive WQE, or
     /// being delivered). Past it every QP's SQ drain pauses until a packet leaves the wire (an
-    /// empty wire always takes one). Default 16384.
+    /// empty wire always takes one). Default 16384. On the RoCE port a message counts, as one
+    /// packet, from its post until it is acknowledged or failed (its requester keeps a copy).
     pub device_packets_in_flight: usize,
     /// Most payload bytes on the whole device's wire, likewise. Default 256 MiB, a quarter of
     /// the default `mem_limit`: what the model buffers for all QPs together stays well under the
