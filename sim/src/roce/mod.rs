@@ -8,7 +8,7 @@
 //! - `requester` (per QP, behind a lock: the SQ drain posts, the receive thread acknowledges and
 //!   retransmits) cuts messages into packets (`message`) and keeps them until acknowledged;
 //!   `responder` (per QP, owned by the receive thread) executes requests and acknowledges them.
-//! - `link` injects faults on what is sent, `capture` writes the pcap file.
+//! - `link` injects faults on what is sent and received, `capture` writes the pcap file.
 //! - `rx`: the receive thread `pvrdma-roce`, one per device: it waits on the sockets with a
 //!   bounded `poll`, checks and dispatches each packet, and runs the requesters' timers; it stops
 //!   when the device is dropped.
@@ -133,7 +133,7 @@ impl RocePort {
         Ok(Self {
             udp_port: cfg.udp_port,
             socks,
-            link: Link::new(cfg.faults.clone()),
+            link: Link::new(&cfg.faults),
             capture,
             requesters: Mutex::default(),
             stop: AtomicBool::new(false),
@@ -145,7 +145,7 @@ impl RocePort {
         Self {
             udp_port: cfg.udp_port,
             socks: Vec::new(),
-            link: Link::new(LinkFaults::default()),
+            link: Link::new(&LinkFaults::default()),
             capture: None,
             requesters: Mutex::default(),
             stop: AtomicBool::new(false),

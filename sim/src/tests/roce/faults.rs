@@ -20,13 +20,22 @@ fn len_of(i: u64) -> usize {
 /// Streams [`MESSAGES`] messages from one device to the other through `faults`; returns both
 /// devices' counters.
 fn exactly_once(test: u8, faults: LinkFaults) -> (SimStats, SimStats) {
+    let fb = LinkFaults {
+        seed: faults.seed.wrapping_add(1),
+        ..faults.clone()
+    };
+    exactly_once_with(test, faults, fb)
+}
+
+/// [`exactly_once`] with faults `fa` on the sender's link and `fb` on the receiver's.
+fn exactly_once_with(test: u8, fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
     // A local ACK timeout of 33.5 ms: seven in a row without progress (a retry_cnt of 7
     // exhausted) take a quarter second, which a loaded test machine's scheduling does not.
     let o = Opts {
         timeout: 13,
         ..Opts::default()
     };
-    let (a, ea, b, eb) = pair(test, &o, faults);
+    let (a, ea, b, eb) = pair_with(test, &o, fa, fb);
     for i in 0..RECVS {
         recv(&b, &eb, i, (i % RECVS) * SLOT, SLOT as u32);
     }
@@ -96,6 +105,25 @@ fn exactly_once_through_loss() {
     );
     assert!(a.roce_injected_loss > 0 && b.roce_injected_loss > 0);
     assert!(a.roce_retransmits > 0, "lost packets were sent again");
+}
+
+#[test]
+fn exactly_once_through_loss_on_the_receivers_link_alone() {
+    // The receiver's faults hit what it receives (the data) as well as what it sends (ACKs).
+    let f = LinkFaults {
+        loss: 0.1,
+        seed: 6,
+        ..LinkFaults::default()
+    };
+    let (a, b) = exactly_once_with(25, LinkFaults::default(), f);
+    assert_eq!(a.roce_injected_loss, 0);
+    // Counted after the receiving side's faults: a tenth of what A sent never reached B's
+    // transport.
+    assert!(
+        b.roce_rx_packets < a.roce_tx_packets * 95 / 100,
+        "received data was dropped too"
+    );
+    assert!(a.roce_retransmits > 0);
 }
 
 #[test]

@@ -149,12 +149,17 @@ pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
 /// Two devices at `127.77.<test>.1` and `.2`, one QP each, connected with `o` (the second
 /// end's PSNs mirrored), with `faults` on both links.
 pub fn pair(test: u8, o: &Opts, faults: LinkFaults) -> (Drv, End, Drv, End) {
-    let (ia, ib) = (addr(test, 1), addr(test, 2));
     let fb = LinkFaults {
         seed: faults.seed.wrapping_add(1),
         ..faults.clone()
     };
-    let mut a = device(ia, crate::roce::ROCE_V2_UDP_PORT, faults);
+    pair_with(test, o, faults, fb)
+}
+
+/// [`pair`] with faults `fa` on the first device's link and `fb` on the second's.
+pub fn pair_with(test: u8, o: &Opts, fa: LinkFaults, fb: LinkFaults) -> (Drv, End, Drv, End) {
+    let (ia, ib) = (addr(test, 1), addr(test, 2));
+    let mut a = device(ia, crate::roce::ROCE_V2_UDP_PORT, fa);
     let mut b = device(ib, crate::roce::ROCE_V2_UDP_PORT, fb);
     let (ea, eb) = (end(&mut a, 256), end(&mut b, 256));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, o);
