@@ -16,8 +16,16 @@
 //! # Locks (inside the device's order, `device.rs`)
 //! A QP's state lock, then the requester map (a leaf but for creating a requester), then a
 //! requester's lock (the SQ drain posts under the QP's lock), then the leaves: the link, the
-//! capture. Nobody calls into a QP while holding a
-//! requester's lock: the requester returns its completions and the caller applies them after.
+//! capture. Nobody calls into a QP while holding a requester's lock: the requester returns its
+//! completions and the caller applies them after.
+//!
+//! # What the port holds
+//! A requester keeps each message's gathered copy until it is acknowledged (for
+//! retransmission); the device's wire budget ([`crate::SimConfig::device_bytes_in_flight`],
+//! `device_packets_in_flight`) bounds them as it bounds the loopback's packets. A requester has
+//! at most 128 unacknowledged PSNs on the wire (AckReq on every message's last packet and every
+//! 32nd packet). A responder buffers one SEND at a time, at most its receive WQE's length plus
+//! one byte.
 //!
 //! # Where the model differs
 //! - The ICRC of an IPv4 packet read from a UDP socket is not checked: its IPv4 Identification
