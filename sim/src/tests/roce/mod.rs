@@ -7,6 +7,7 @@ mod faults;
 mod hostile;
 mod rdma;
 mod send;
+mod wire;
 
 use super::minidrv::*;
 use crate::roce::{ip_gid, LinkFaults, RoceConfig};
