@@ -90,3 +90,70 @@ fn ipv4_packets_leave_with_identification_0_and_df_so_the_icrc_holds_on_the_wire
     }
     assert_eq!(seen, sent, "every packet the port sent was seen");
 }
+
+#[test]
+fn ipv6_datagrams_with_a_zero_udp_checksum_are_received_as_rxe_sends_them() {
+    let raw = match Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::UDP)) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("SKIPPED: a raw socket needs CAP_NET_RAW: {e}");
+            return;
+        }
+        Err(e) => panic!("raw socket: {e}"),
+    };
+    const PORT: u16 = 47_902;
+    let ip = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    let mut d = device(ip, PORT, LinkFaults::default());
+    let (x, y) = (end(&mut d, 16), end(&mut d, 16));
+    let o = Opts::default();
+    connect(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
+    connect(
+        &mut d,
+        y.qp.qpn,
+        x.qp.qpn,
+        ip,
+        &Opts {
+            sq_psn: o.rq_psn,
+            rq_psn: o.sq_psn,
+            ..o
+        },
+    );
+    recv(&d, &y, 1, 0, 4096);
+    // A SEND as x would send it, from UDP port 50000, with its UDP checksum left 0 (raw IPv6
+    // sockets do not fill it in for UDP).
+    let (from, to) = (SocketAddr::new(ip, 50_000), SocketAddr::new(ip, PORT));
+    let bth = roce_wire::Bth {
+        opcode: roce_wire::opcode::RC_SEND_ONLY,
+        pkey: 0xffff,
+        dest_qp: y.qp.qpn,
+        ack_req: true,
+        psn: o.rq_psn,
+        ..Default::default()
+    };
+    let mut rc = Vec::new();
+    let hdr = roce_wire::Headers {
+        bth,
+        ..Default::default()
+    };
+    roce_wire::encode(&hdr, b"checksum zero", &IpContext::new(from, to), &mut rc).unwrap();
+    let mut datagram = Vec::new();
+    datagram.extend_from_slice(&50_000u16.to_be_bytes());
+    datagram.extend_from_slice(&PORT.to_be_bytes());
+    datagram.extend_from_slice(&((8 + rc.len()) as u16).to_be_bytes());
+    datagram.extend_from_slice(&[0, 0]);
+    datagram.extend_from_slice(&rc);
+    raw.send_to(&datagram, &SocketAddr::new(ip, 0).into())
+        .unwrap();
+    let rx = wait(&d, &y, 1, LONG);
+    assert_eq!(
+        rx.len(),
+        1,
+        "the zero-checksum datagram arrived: {:?}",
+        d.dev.stats()
+    );
+    assert_eq!(
+        (rx[0].status.get(), rx[0].byte_len.get()),
+        (wc_status::SUCCESS, 13)
+    );
+    assert_eq!(received(&d, &y, 0, 13), b"checksum zero");
+}
