@@ -6,6 +6,7 @@
 use crate::cmd::Commands;
 use crate::dma::DmaBuf;
 use crate::eq::EventRings;
+use crate::gid::GidTable;
 use crate::health::{DriverStats, Health};
 use crate::platform::Platform;
 use doorbell::{ArmEncoding, Doorbells, Owner, UarTable};
@@ -32,7 +33,8 @@ pub(crate) struct DeviceInner {
     pub(crate) kernel_db: Doorbells,
     encoding: AtomicU8,
     pub(crate) attr: DeviceAttr,
-    pub(crate) gid: Gid,
+    /// The port's GID table as the driver bound it (entry 0 by the probe).
+    pub(crate) gids: GidTable,
     pub(crate) _dsr: DmaBuf,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
     /// Handles and keys of the live PDs, MRs and user contexts.
@@ -49,7 +51,7 @@ impl DeviceInner {
         cmd: Commands,
         dsr: DmaBuf,
         attr: DeviceAttr,
-        gid: Gid,
+        gids: GidTable,
     ) -> Self {
         let mmio = Arc::new(crate::uar::UarDirect(platform.clone()));
         let uar = UarTable::new(mmio, platform.uar_base_pfn(), uar_pages(platform.uar_pages(), attr.max_uar));
@@ -63,11 +65,16 @@ impl DeviceInner {
             uar,
             encoding: AtomicU8::new(0),
             attr,
-            gid,
+            gids,
             _dsr: dsr,
             threads: Mutex::new(Vec::new()),
             live_ids: LiveIds::default(),
         }
+    }
+
+    /// The GID the probe binds at index 0 (the self-test's QPs connect through it).
+    pub(crate) fn gid0(&self) -> Gid {
+        self.gids.get(0).ok().flatten().map(|(g, _)| g).unwrap_or_default()
     }
 
     /// How the device wants CQ arms encoded (found at probe).

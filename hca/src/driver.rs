@@ -76,13 +76,25 @@ pub fn probe(platform: Arc<dyn Platform>, opts: ProbeOptions) -> Result<Device> 
 /// tools and tests open when no hardware is named. Returns the device and the model's platform
 /// (whose [`SimPlatform::device`] lets tests inspect or poke the model).
 ///
-/// Errors: the model's RoCE port cannot open ([`SimPlatform::try_new`]); the probe's.
+/// With `cfg.roce`, each of its addresses becomes a RoCE v2 GID of port 1 at indexes 1, 2, ...
+/// in order (an IPv4 address IPv4-mapped, [`ib_core::gid_from_ip`]), as Linux's RoCE GID
+/// management binds a netdev's addresses; index 0 stays the probe's link-local RoCE v1 GID. The
+/// probe binds them ([`ProbeOptions::roce_v2_gids`], replaced by these), so its arm self-test
+/// sends from one.
+///
+/// Errors: the model's RoCE port cannot open ([`SimPlatform::try_new`]); the probe's;
+/// [`Error::InvalidArgument`] for more addresses than the GID table has entries after index 0;
+/// the device's refusal of a bind.
 pub fn open_sim(cfg: pvrdma_sim::SimConfig) -> Result<(Device, SimPlatform)> {
     open_sim_with(cfg, ProbeOptions::default())
 }
 
 /// [`open_sim`] with probe options.
 pub fn open_sim_with(cfg: pvrdma_sim::SimConfig, opts: ProbeOptions) -> Result<(Device, SimPlatform)> {
+    let mut opts = opts;
+    if let Some(roce) = &cfg.roce {
+        opts.roce_v2_gids = roce.addrs.iter().map(|&ip| ib_core::gid_from_ip(ip)).collect();
+    }
     let sim = SimPlatform::try_new(cfg)?;
     let dev = probe(Arc::new(sim.clone()), opts)?;
     Ok((dev, sim))

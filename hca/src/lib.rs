@@ -20,6 +20,7 @@ pub mod dma;
 mod driver;
 pub mod eq;
 mod error;
+mod gid;
 pub mod health;
 pub mod mr;
 mod ops;

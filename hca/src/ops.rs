@@ -71,24 +71,31 @@ impl DeviceOps for Pvrdma {
         })
     }
 
-    /// The GID the driver bound at index 0 (pvrdma has no command to read GIDs back); zero for
-    /// the other entries of the table.
+    /// The GID the driver bound at `index` (pvrdma has no command to read GIDs back: the driver's
+    /// copy, `gid.rs`); zero for an empty entry.
     fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         self.inner.check_port(port)?;
-        match index {
-            0 => Ok(self.inner.gid),
-            i if i < self.inner.attr.gid_tbl_len => Ok([0; 16]),
-            _ => Err(Error::InvalidArgument("GID index beyond the table")),
-        }
+        Ok(self.inner.gids.get(index)?.map(|(g, _)| g).unwrap_or_default())
     }
 
-    /// For index 0, the type the probe bound its GID with.
+    /// The type the GID at `index` was bound with. Errors: `InvalidArgument` for an empty entry.
     fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType> {
         self.inner.check_port(port)?;
-        match index {
-            0 => Ok(crate::probe::BOUND_GID_TYPE),
-            _ => Err(Error::InvalidArgument("no GID at this index")),
-        }
+        self.inner.gids.get(index)?.map(|(_, t)| t).ok_or(Error::InvalidArgument("no GID at this index"))
+    }
+
+    /// CREATE_BIND at `index` (`gid.rs`); index 0 stays the probe's.
+    fn add_gid(&self, port: u8, index: u32, gid: Gid, ty: GidType) -> Result<()> {
+        self.inner.check_port(port)?;
+        self.inner.live()?;
+        crate::gid::add(&self.inner, index, gid, ty)
+    }
+
+    /// DESTROY_BIND at `index` (`gid.rs`); index 0 stays the probe's.
+    fn del_gid(&self, port: u8, index: u32) -> Result<()> {
+        self.inner.check_port(port)?;
+        self.inner.live()?;
+        crate::gid::del(&self.inner, index)
     }
 
     /// `PVRDMA_BOARD_ID`, as Linux's driver reports it.

@@ -1,19 +1,21 @@
 //! Probing the device (Linux `pvrdma_main.c`'s `pvrdma_pci_probe`, mthca `mthca_main.c`): check
 //! `REG_VERSION`, build and load the DSR (command and response slots, async and CQ-notification
 //! rings, the kernel UAR pfn), check the capabilities, start the vector threads, activate, query
-//! port 1, bind the GID at index 0, and find out how the device arms CQs (`selftest.rs`).
+//! port 1, bind the GID at index 0 (and the port's RoCE v2 GIDs after it, when given), and find
+//! out how the device arms CQs (`selftest.rs`).
 
 use crate::cmd::{Commands, PlatformTransport};
 use crate::device::DeviceInner;
 use crate::dma::DmaBuf;
 use crate::eq::{spawn_threads, EventRings};
+use crate::gid::GidTable;
 use crate::health::Health;
 use crate::platform::Platform;
 use doorbell::ArmEncoding;
 use firmware_cmd::{WaitMode, DEFAULT_TIMEOUT};
 use ib_core::{DeviceError, Error, Gid, Result};
 use pvrdma_abi::cmd::{CreateBind, QueryPort};
-use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, DEVICE_MODE_ROCE, GID_TYPE_FLAG_ROCE_V1, GID_TYPE_FLAG_ROCE_V2};
+use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, DEVICE_MODE_ROCE};
 use ib_core::GidType;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_MACH, REG_MACL};
 use pvrdma_abi::regs::REG_VERSION;
@@ -36,11 +38,23 @@ pub struct ProbeOptions {
     /// How the device encodes a CQ arm. `None` (the default): found at probe by a self-test on
     /// private objects (`selftest.rs`); `Some` overrides it without testing.
     pub arm_encoding: Option<ArmEncoding>,
+    /// RoCE v2 GIDs (the port's IP addresses, as Linux's RoCE GID management adds a netdev's)
+    /// bound at indexes 1, 2, ... in order right after index 0 and before the arm self-test,
+    /// whose QPs then connect through the first of them: a RoCE v2 port sends only from a
+    /// RoCE v2 GID. Empty (the default): index 0 only. [`crate::open_sim`] fills it from the
+    /// model's RoCE addresses.
+    pub roce_v2_gids: Vec<Gid>,
 }
 
 impl Default for ProbeOptions {
     fn default() -> Self {
-        Self { gid: None, cmd_wait: WaitMode::Interrupt, cmd_timeout: DEFAULT_TIMEOUT, arm_encoding: None }
+        Self {
+            gid: None,
+            cmd_wait: WaitMode::Interrupt,
+            cmd_timeout: DEFAULT_TIMEOUT,
+            arm_encoding: None,
+            roce_v2_gids: Vec::new(),
+        }
     }
 }
 
@@ -71,14 +85,6 @@ fn unsupported(what: &'static str) -> Error {
 /// The type of the GID the probe binds at index 0 (version-17 devices, QEMU 7.2's, know RoCE v1).
 pub(crate) const BOUND_GID_TYPE: GidType = GidType::RoceV1;
 
-/// `PVRDMA_GID_TYPE_FLAG_*` of a GID type.
-fn gid_type_flag(t: GidType) -> u8 {
-    match t {
-        GidType::RoceV1 => GID_TYPE_FLAG_ROCE_V1,
-        GidType::RoceV2 => GID_TYPE_FLAG_ROCE_V2,
-    }
-}
-
 /// The first port (pvrdma has one).
 const PORT: u8 = 1;
 
@@ -100,8 +106,12 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     let gid = opts.gid.unwrap_or_else(|| default_gid(read_mac(&*platform)));
     let cmd = Commands::new(transport, opts.cmd_wait, opts.cmd_timeout);
     let attr = crate::device::device_attr(&caps, version);
-    let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, attr, gid));
+    let gids = GidTable::new(attr.gid_tbl_len, caps.gid_types, gid, BOUND_GID_TYPE);
+    let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, attr, gids));
     start(&dev)?;
+    for (index, gid) in (1u32..).zip(&opts.roce_v2_gids) {
+        crate::gid::add(&dev, index, *gid, GidType::RoceV2)?;
+    }
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);
     // The self-test's commands may have found the device dead (a timeout makes it fatal).
@@ -126,8 +136,8 @@ fn start(dev: &DeviceInner) -> Result<()> {
         mtu: mtu::bytes(mtu::MTU_1024).unwrap_or(1024).into(),
         vlan: 0xfff.into(),
         index: 0.into(),
-        new_gid: dev.gid,
-        gid_type: gid_type_flag(BOUND_GID_TYPE),
+        new_gid: dev.gid0(),
+        gid_type: crate::gid::type_flag(BOUND_GID_TYPE),
         ..Default::default()
     })?;
     Ok(())
@@ -172,7 +182,7 @@ fn read_caps(dsr: &DmaBuf) -> Result<DeviceCaps> {
     if caps.mode != DEVICE_MODE_ROCE {
         return Err(unsupported("device mode is not RoCE"));
     }
-    if caps.gid_types & gid_type_flag(BOUND_GID_TYPE) == 0 {
+    if caps.gid_types & crate::gid::type_flag(BOUND_GID_TYPE) == 0 {
         return Err(unsupported("no RoCE v1 GID support"));
     }
     if caps.phys_port_cnt == 0 {

@@ -32,7 +32,7 @@ use crate::qp::Qp;
 use doorbell::ArmEncoding;
 use ib_core::provider::{CqDelivery, CqError, CqEventHandler, CqOps, MrOps, QpCreate, QpEventHandler, QpOps};
 use ib_core::time::poll_until;
-use ib_core::{access, AhAttr, AsyncEventType, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
+use ib_core::{access, AhAttr, AsyncEventType, GidType, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
 use ib_core::{QpCap, QpState, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode};
 use pvrdma_abi::regs::IntrVector;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -163,8 +163,10 @@ impl Loopback {
         let init = QpCreate { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: true };
         let a = Qp::create(&pd, &init, Arc::new(Quiet))?;
         let b = Qp::create(&pd, &init, Arc::new(Quiet))?;
-        connect(&a, b.qp_num(), dev.gid)?;
-        connect(&b, a.qp_num(), dev.gid)?;
+        // A RoCE v2 port sends only from a RoCE v2 GID: the first one when the probe bound any.
+        let (index, gid) = dev.gids.first(GidType::RoceV2).unwrap_or((0, dev.gid0()));
+        connect(&a, b.qp_num(), index, gid)?;
+        connect(&b, a.qp_num(), index, gid)?;
         Ok(Self { a, b, cq, witness, mr, _pd: pd })
     }
 
@@ -188,10 +190,11 @@ impl Loopback {
     }
 }
 
-/// RESET -> INIT -> RTR -> RTS towards `dest` through GID index 0 of port 1.
-fn connect(qp: &Qp, dest: u32, gid: ib_core::Gid) -> ib_core::Result<()> {
+/// RESET -> INIT -> RTR -> RTS towards `dest` at `gid`, from GID `index` of port 1.
+fn connect(qp: &Qp, dest: u32, index: u32, gid: ib_core::Gid) -> ib_core::Result<()> {
     let init = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access::LOCAL_WRITE, ..Default::default() };
-    let grh = GlobalRoute { dgid: gid, hop_limit: 64, ..Default::default() };
+    let sgid_index = u8::try_from(index).map_err(|_| ib_core::Error::InvalidArgument("GID index"))?;
+    let grh = GlobalRoute { dgid: gid, sgid_index, hop_limit: 64, ..Default::default() };
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: Mtu::MTU_256,

@@ -7,6 +7,16 @@ use std::ops::{BitOr, BitOrAssign};
 /// A GID (IBTA 4.1.1): 16 bytes in network order.
 pub type Gid = [u8; 16];
 
+/// The RoCE v2 GID of an IP address, as Linux's RoCE GID management makes one from each address
+/// of a netdev (`rdma_ip2gid`): an IPv6 address as it is, an IPv4 address IPv4-mapped
+/// (`::ffff:a.b.c.d`, RFC 4291 2.5.5.2).
+pub fn gid_from_ip(ip: std::net::IpAddr) -> Gid {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
 /// A path MTU (`enum ibv_mtu`: 1 = 256 bytes ... 5 = 4096 bytes). A newtype over the raw code,
 /// so a value a device reports is kept as it came, never forced into a variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
@@ -327,5 +337,13 @@ mod tests {
         assert!(access::check(access::REMOTE_WRITE).is_err());
         assert!(access::check(access::REMOTE_ATOMIC).is_err());
         assert!(access::check(1 << 20).is_err());
+    }
+
+    #[test]
+    fn gids_from_ip_addresses() {
+        let v4 = gid_from_ip("10.9.0.1".parse().unwrap());
+        assert_eq!(v4, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 9, 0, 1]);
+        let v6: std::net::Ipv6Addr = "fd00::1".parse().unwrap();
+        assert_eq!(gid_from_ip(v6.into()), v6.octets());
     }
 }

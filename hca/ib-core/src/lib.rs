@@ -52,7 +52,7 @@ mod wr;
 
 pub use arm::ArmKind;
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncHandler, EventScope};
-pub use attr::{access, AhAttr, Gid, GlobalRoute, Mtu};
+pub use attr::{access, gid_from_ip, AhAttr, Gid, GlobalRoute, Mtu};
 pub use device_attr::{device_cap, port_cap, AtomicCap, DeviceAttr, GidType, LinkLayer, PortAttr, PortState};
 pub use attr::{QpAttr, QpAttrMask, QpCap, QpState, QpType};
 pub use channel::CompChannel;

@@ -134,6 +134,21 @@ pub trait DeviceOps: Send + Sync + 'static {
     /// What the GID at `index` of `port`'s table is for. Errors: `InvalidArgument` for an unused
     /// entry or one beyond the table.
     fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType>;
+    /// Binds `gid` of type `ty` at `index` of `port`'s table, replacing what was there (Linux's
+    /// `ib_device_ops.add_gid`, which the core's GID cache calls for each address of the port's
+    /// netdev). Errors: `InvalidArgument` for an unknown port or an index beyond the table (or
+    /// one the provider keeps for itself); `Unsupported` for a type the device does not report;
+    /// the device's refusal. The default refuses: a provider without a GID table to change.
+    fn add_gid(&self, port: u8, index: u32, gid: Gid, ty: GidType) -> Result<()> {
+        let _ = (port, index, gid, ty);
+        Err(crate::Error::Unsupported("changing the GID table"))
+    }
+    /// Empties entry `index` of `port`'s table (`ib_device_ops.del_gid`). Errors: as
+    /// [`DeviceOps::add_gid`]; the device's refusal of an entry that is already empty.
+    fn del_gid(&self, port: u8, index: u32) -> Result<()> {
+        let _ = (port, index);
+        Err(crate::Error::Unsupported("changing the GID table"))
+    }
     /// The board ID the device's driver reports (Linux: sysfs `board_id`), if it has one.
     fn board_id(&self) -> Option<String> {
         None

@@ -3,7 +3,9 @@
 //! [`add_device`], which finds the provider by what the function is (its PCI ID), probes it and
 //! names it `<provider><N>`; [`open_device`] finds a live device by name.
 
+use crate::async_event::AsyncEventType;
 use crate::attr::Gid;
+use crate::provider::DeviceEventHandler;
 use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::context::{Context, ContextInner};
 use crate::device::DeviceInner;
@@ -148,6 +150,31 @@ impl Device {
     /// [`Error::InvalidArgument`] for an unused entry or one beyond the table.
     pub fn query_gid_type(&self, port: u8, index: u32) -> Result<GidType> {
         self.dev().ops.query_gid_type(port, index)
+    }
+
+    /// Binds `gid` of type `ty` at `index` of `port`'s GID table, as Linux's GID cache does for
+    /// each address of a RoCE port's netdev (`ib_cache_gid_add`, from `roce_gid_mgmt`); then every
+    /// context of the device gets a `GidChange` event for the port, as `ib_cache` dispatches.
+    /// [`Device::query_gid`] and [`Device::query_gid_type`] answer what was bound.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an unknown port or an index beyond the table (or
+    /// one the provider keeps, e.g. pvrdma's index 0); [`Error::Unsupported`] for a type the
+    /// device does not report; [`Error::DeviceFatal`]; the device's refusal.
+    pub fn add_gid(&self, port: u8, index: u32, gid: Gid, ty: GidType) -> Result<()> {
+        self.dev().live()?;
+        self.dev().ops.add_gid(port, index, gid, ty)?;
+        self.dev().events.port_event(port, AsyncEventType::GidChange);
+        Ok(())
+    }
+
+    /// Empties entry `index` of `port`'s GID table (`ib_cache_gid_del`); then a `GidChange`
+    /// event, as [`Device::add_gid`]. Errors: as [`Device::add_gid`]; deleting an entry that is
+    /// already empty fails (pvrdma: the device's ENOENT, in [`Error::Device`]).
+    pub fn del_gid(&self, port: u8, index: u32) -> Result<()> {
+        self.dev().live()?;
+        self.dev().ops.del_gid(port, index)?;
+        self.dev().events.port_event(port, AsyncEventType::GidChange);
+        Ok(())
     }
 
     /// The board ID the device's driver reports (Linux: sysfs `board_id`, which `ibv_devinfo`

@@ -4,18 +4,29 @@
 //! - `hca devinfo` prints devices and ports the way `ibv_devinfo` does (`-d`, `-i`, `-l`, `-v`).
 //! - `hca pingpong` runs an RC SEND/RECV ping-pong between two QPs of a device, the way
 //!   `ibv_rc_pingpong` does between two hosts (`-d`, `-i`, `-g`, `-s`, `-n`, `-r`, `-m`, `-l`, `-e`),
-//!   checking every payload.
+//!   checking every payload; with `--roce` this process is one end, server or client (`HOST`),
+//!   and the other end another process: this tool again, or `ibv_rc_pingpong` (`-p`).
+//!
+//! `--roce ADDR` gives the model a RoCE v2 port on ADDR instead of its in-process loopback, with
+//! link faults (`--link-loss`, `--link-reorder`, `--link-duplicate`, `--link-seed`) and a packet
+//! capture (`--pcap`).
 
 mod args;
 mod devinfo;
+mod exchange;
+mod payload;
 mod pingpong;
+mod remote;
 mod sys;
 
 use args::number;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use ib_core::Device;
+use pvrdma_sim::roce::{LinkFaults, RoceConfig};
 use pvrdma_sim::{Profile, SimConfig};
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -31,6 +42,7 @@ struct Cli {
 
 /// The built-in model the tools open (as `vmw_pvrdma0`).
 #[derive(Args)]
+#[command(next_help_heading = "Model options")]
 struct ModelOpts {
     /// Behaviour of the built-in model: `ibta` (IBTA semantics) or `qemu72` (QEMU 7.2's quirks).
     #[arg(long, global = true, default_value = "ibta", value_parser = parse_profile)]
@@ -40,6 +52,73 @@ struct ModelOpts {
     /// oversleeps by the host's timer slack (50-100 µs in a VM).
     #[arg(long, global = true, default_value_t = 50, value_parser = number::<u64>)]
     link_latency_us: u64,
+    /// Give the model a RoCE v2 port on this IP address (IPv4 or IPv6) instead of the
+    /// in-process loopback: it binds UDP 4791 there, and the address becomes a RoCE v2 GID.
+    /// Repeat for more (all before or all after the subcommand: those after it replace those
+    /// before): GIDs 1, 2, ... in order; index 0 stays the link-local RoCE v1 GID. Two processes
+    /// on one host use two loopback addresses (127.0.0.1 and 127.0.0.2).
+    #[arg(long = "roce", value_name = "ADDR", global = true)]
+    roce: Vec<IpAddr>,
+    /// Drop each packet the RoCE port sends or receives with probability P (0 to 1).
+    #[arg(long, value_name = "P", global = true, value_parser = probability)]
+    link_loss: Option<f64>,
+    /// Hold back each packet with probability P and send it after the next one (0 to 1).
+    #[arg(long, value_name = "P", global = true, value_parser = probability)]
+    link_reorder: Option<f64>,
+    /// Send each packet twice with probability P (0 to 1).
+    #[arg(long, value_name = "P", global = true, value_parser = probability)]
+    link_duplicate: Option<f64>,
+    /// Seed of the link faults' generator (the same seed repeats the same faults).
+    #[arg(long, value_name = "N", global = true, value_parser = number::<u64>)]
+    link_seed: Option<u64>,
+    /// Write every packet the RoCE port sends and receives to FILE (pcap, raw IP).
+    #[arg(long, value_name = "FILE", global = true)]
+    pcap: Option<PathBuf>,
+}
+
+impl ModelOpts {
+    /// The link options need `--roce`, wherever on the command line each is (a global option's
+    /// `requires` is checked before the subcommand's part is read, so it is checked here).
+    fn check(&self) -> Result<(), clap::Error> {
+        let given = [
+            ("--link-loss", self.link_loss.is_some()),
+            ("--link-reorder", self.link_reorder.is_some()),
+            ("--link-duplicate", self.link_duplicate.is_some()),
+            ("--link-seed", self.link_seed.is_some()),
+            ("--pcap", self.pcap.is_some()),
+        ];
+        match given.iter().find(|(_, g)| *g) {
+            Some((name, _)) if self.roce.is_empty() => {
+                use clap::CommandFactory;
+                Err(Cli::command().error(ErrorKind::MissingRequiredArgument, format!("{name} needs --roce ADDR")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The RoCE v2 port `--roce` and the link options describe; `None` without `--roce`.
+    fn roce(&self) -> Option<RoceConfig> {
+        if self.roce.is_empty() {
+            return None;
+        }
+        let mut cfg = RoceConfig::new(self.roce.clone());
+        cfg.faults = LinkFaults {
+            loss: self.link_loss.unwrap_or(0.0),
+            reorder: self.link_reorder.unwrap_or(0.0),
+            duplicate: self.link_duplicate.unwrap_or(0.0),
+            seed: self.link_seed.unwrap_or(0),
+        };
+        cfg.pcap = self.pcap.clone();
+        Some(cfg)
+    }
+}
+
+/// A probability: a number from 0 to 1.
+fn probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s} is not a probability (a number from 0 to 1)")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -63,6 +142,7 @@ fn add_model(opts: &ModelOpts) -> ib_core::Result<Device> {
     let cfg = SimConfig {
         profile: opts.profile,
         link_latency: Duration::from_micros(opts.link_latency_us),
+        roce: opts.roce(),
         ..SimConfig::default()
     };
     hca::open_sim(cfg).map(|(dev, _)| dev)
@@ -70,7 +150,7 @@ fn add_model(opts: &ModelOpts) -> ib_core::Result<Device> {
 
 fn main() -> ExitCode {
     sys::default_sigpipe();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(|c| c.model.check().map(|()| c)) {
         Ok(cli) => cli,
         Err(e) => return parse_failure(&e),
     };
@@ -83,7 +163,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.cmd {
         Cmd::Devinfo(o) => devinfo::run(o),
-        Cmd::Pingpong(o) => pingpong::run(o),
+        Cmd::Pingpong(o) => pingpong::run(o, !cli.model.roce.is_empty()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

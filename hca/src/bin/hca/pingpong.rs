@@ -1,12 +1,15 @@
-//! `hca pingpong`: RC SEND/RECV ping-pong between two QPs of one device, shaped like
-//! `ibv_rc_pingpong` (same options, same result lines), with both ends in this process: the
-//! client end sends first, each end sends its next message only when its previous send has
-//! completed and the peer's message has arrived, and every received payload is checked. As
-//! `ibv_rc_pingpong`, each end registers a buffer of its own memory (`ibv_reg_mr`) and connects
-//! through the GID at `-g` of port `-i`.
+//! `hca pingpong`: RC SEND/RECV ping-pong shaped like `ibv_rc_pingpong` (same options, same
+//! result lines), checking every payload. Without `--roce` both ends are QPs of the built-in
+//! model in this process: the client end sends first, each end sends its next message only when
+//! its previous send has completed and the peer's message has arrived. With `--roce` this process
+//! is one end (`remote.rs`): the server without a HOST argument, the client with one, the
+//! connection data exchanged over TCP as `ibv_rc_pingpong` does. As `ibv_rc_pingpong`, each end
+//! registers a buffer of its own memory (`ibv_reg_mr`) and connects through the GID at `-g` of
+//! port `-i`.
 
 use crate::args::{number, Failure as ToolFailure};
-use crate::sys::process_cpu_time;
+use crate::payload;
+use crate::sys::{page_size, process_cpu_time};
 use clap::Args;
 use ib_core::{
     access, AhAttr, ArmKind, CompChannel, Cq, Device, GlobalRoute, Mr, Mtu, NotifyFlags, Pd, Qp,
@@ -25,40 +28,49 @@ use std::time::{Duration, Instant};
 pub struct Opts {
     /// Use this IB device (default: the first device found).
     #[arg(short = 'd', long = "ib-dev")]
-    ib_dev: Option<String>,
+    pub(crate) ib_dev: Option<String>,
     /// Use this port of the device (at least 1).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = port)]
-    ib_port: u8,
-    /// Local port GID index (ibv_rc_pingpong needs it on RoCE; 0 here when not given; a
-    /// negative one, ibv_rc_pingpong's "none", cannot connect on RoCE).
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0, value_parser = gid_index, allow_negative_numbers = true)]
-    gid_idx: u32,
+    pub(crate) ib_port: u8,
+    /// Local port GID index (ibv_rc_pingpong needs it on RoCE). Default: 0; with --roce, the
+    /// index of the port's first RoCE v2 GID (the first --roce address). A negative one,
+    /// ibv_rc_pingpong's "none", cannot connect on RoCE.
+    #[arg(short = 'g', long = "gid-idx", value_parser = gid_index, allow_negative_numbers = true)]
+    pub(crate) gid_idx: Option<u32>,
+    /// With --roce: listen on (server) or connect to (client) this TCP port for the connection
+    /// data, as ibv_rc_pingpong.
+    #[arg(short = 'p', long = "port", default_value_t = crate::exchange::DEFAULT_PORT, value_parser = number::<u16>)]
+    pub(crate) port: u16,
+    /// With --roce: the server to connect to (this process is then the client); without it,
+    /// this process is the server and waits for a client.
+    #[arg(value_name = "HOST")]
+    pub(crate) host: Option<String>,
     /// Service level of the address vector.
     #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = number::<u8>)]
-    sl: u8,
+    pub(crate) sl: u8,
     /// Size of each message, in bytes (at most the port's max_msg_sz).
     #[arg(short = 's', long = "size", default_value_t = 4096, value_parser = number::<usize>)]
-    size: usize,
+    pub(crate) size: usize,
     /// Number of exchanges (each end sends and receives this many messages).
     #[arg(short = 'n', long = "iters", default_value_t = 1000, value_parser = number::<u32>)]
-    iters: u32,
+    pub(crate) iters: u32,
     /// Number of receives to keep posted (at most the device's max_qp_wr).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500, value_parser = number::<u32>)]
-    rx_depth: u32,
+    pub(crate) rx_depth: u32,
     /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096, at most the port's active MTU.
     #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = number::<u32>)]
-    mtu: u32,
+    pub(crate) mtu: u32,
     /// Sleep on CQ events instead of busy polling.
     #[arg(short = 'e', long = "events")]
-    events: bool,
+    pub(crate) events: bool,
     /// Give up when no completion arrives for this many seconds (1 .. 3600).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    timeout_s: u64,
+    pub(crate) timeout_s: u64,
     /// Run both ends' threads on this CPU (as `taskset -c CPU`): a hand-off between them is
     /// then a context switch on one CPU rather than a wake-up of an idle second one (slow in a
     /// VM), so the figure counts the hand-offs themselves.
     #[arg(long = "pin", value_name = "CPU", value_parser = number::<usize>)]
-    pin: Option<usize>,
+    pub(crate) pin: Option<usize>,
 }
 
 const RECV_WRID: u64 = 1;
@@ -69,28 +81,30 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// One end: its verbs objects and the message buffer (send half, then receive half), its own
 /// memory registered as an MR.
-struct End {
-    qp: Qp,
+pub(crate) struct End {
+    pub(crate) qp: Qp,
     cq: Cq,
     mr: Mr,
     buf: UserBuffer,
     channel: Option<CompChannel>,
-    psn: u32,
+    pub(crate) psn: u32,
     /// Set by whichever end fails first, so the other stops waiting for a peer that is gone.
     abort: Arc<AtomicBool>,
+    /// The peer is another process (maybe `ibv_rc_pingpong`): payloads as `payload.rs` says.
+    remote: bool,
     _pd: Pd,
 }
 
 /// What one end measured.
 #[derive(Default)]
-struct EndReport {
-    events: u64,
-    verified: u64,
+pub(crate) struct EndReport {
+    pub(crate) events: u64,
+    pub(crate) verified: u64,
 }
 
 /// Why one end stopped.
-struct Failure {
-    msg: String,
+pub(crate) struct Failure {
+    pub(crate) msg: String,
     /// It stopped only because the other end had failed.
     peer_gone: bool,
 }
@@ -115,9 +129,13 @@ fn gid_index(s: &str) -> Result<u32, String> {
     u32::try_from(number::<i64>(s)?).map_err(|_| "Failed to modify QP to RTR: RoCE needs a GID index".into())
 }
 
-/// Opens the device `-d` names (or the first one) and runs the ping-pong on it. Failures as
+/// Opens the device `-d` names (or the first one) and runs the ping-pong on it: both ends here,
+/// or with `roce` (the model has a RoCE port) one end of two processes. Failures as
 /// `ibv_rc_pingpong` words them, with exit status 1.
-pub fn run(o: &Opts) -> Result<(), ToolFailure> {
+pub fn run(o: &Opts, roce: bool) -> Result<(), ToolFailure> {
+    if o.host.is_some() && !roce {
+        return Err("a HOST needs --roce: the model's loopback port runs both ends in this process".into());
+    }
     let dev = match &o.ib_dev {
         Some(name) => ib_core::open_device(name).map_err(|_| format!("IB device {name} not found"))?,
         None => {
@@ -125,25 +143,28 @@ pub fn run(o: &Opts) -> Result<(), ToolFailure> {
             ib_core::open_device(&first.name).map_err(|e| e.to_string())?
         }
     };
+    if roce {
+        return crate::remote::run(&dev, o).map_err(ToolFailure::from);
+    }
     pingpong(&dev, o).map_err(ToolFailure::from)
 }
 
 /// Runs the ping-pong on `dev` and prints the result; `Err` (non-zero exit) on any failure.
 fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
-    validate(dev, o)?;
-    let gid = dev.query_gid(o.ib_port, o.gid_idx).map_err(|_| format!("can't read sgid of index {}", o.gid_idx))?;
-    if gid == [0; 16] {
-        return Err(format!("GID index {} of port {} holds no GID (all zeros)", o.gid_idx, o.ib_port));
-    }
+    let gid_idx = o.gid_idx.unwrap_or(0);
+    let gid = local_gid(dev, o, gid_idx)?;
     let abort = Arc::new(AtomicBool::new(false));
-    let server = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("server setup: {e}"))?);
-    let client = Arc::new(End::new(dev, o, &abort).map_err(|e| format!("client setup: {e}"))?);
-    connect(&server, &client, gid, o).map_err(|e| format!("connect: {e}"))?;
+    let server = Arc::new(End::new(dev, o, &abort, false).map_err(|e| format!("server setup: {e}"))?);
+    let client = Arc::new(End::new(dev, o, &abort, false).map_err(|e| format!("client setup: {e}"))?);
+    connect(&server, &client, gid, gid_idx, o).map_err(|e| format!("connect: {e}"))?;
     for (what, end) in [("local address: ", &client), ("remote address:", &server)] {
         let (qpn, psn, gid) = (end.qp.qpn(), end.psn, gid_str(&gid));
         println!("  {what} LID 0x0000, QPN {qpn:#08x}, PSN {psn:#08x}, GID {gid}");
     }
 
+    for (side, end) in [("server", &server), ("client", &client)] {
+        end.prepare(o).map_err(|f| format!("{side}: {}", f.msg))?;
+    }
     let cpu0 = process_cpu_time();
     let start = Instant::now();
     let (s, c) = (server.clone(), client.clone());
@@ -162,9 +183,19 @@ fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks the options against the device and reads the GID at `gid_idx`, which must hold one.
+pub(crate) fn local_gid(dev: &Device, o: &Opts, gid_idx: u32) -> Result<ib_core::Gid, String> {
+    validate(dev, o, gid_idx)?;
+    let gid = dev.query_gid(o.ib_port, gid_idx).map_err(|_| format!("can't read sgid of index {gid_idx}"))?;
+    if gid == [0; 16] {
+        return Err(format!("GID index {gid_idx} of port {} holds no GID (all zeros)", o.ib_port));
+    }
+    Ok(gid)
+}
+
 /// Runs `f` on the calling thread, pinned to `cpu` first if one is given (checked by
 /// [`validate`]).
-fn pinned(cpu: Option<usize>, f: impl FnOnce() -> Result<EndReport, Failure>) -> Result<EndReport, Failure> {
+pub(crate) fn pinned(cpu: Option<usize>, f: impl FnOnce() -> Result<EndReport, Failure>) -> Result<EndReport, Failure> {
     if let Some(id) = cpu {
         if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
             return Err(format!("cannot pin to CPU {id}").into());
@@ -182,7 +213,7 @@ fn first_failure(server: Option<Failure>, client: Option<Failure>) -> String {
 }
 
 /// Checks the options against the device's limits.
-fn validate(dev: &Device, o: &Opts) -> Result<(), String> {
+fn validate(dev: &Device, o: &Opts, gid_idx: u32) -> Result<(), String> {
     if o.size == 0 || o.iters == 0 || o.rx_depth == 0 {
         return Err("size, iters and rx-depth must be positive".into());
     }
@@ -204,8 +235,8 @@ fn validate(dev: &Device, o: &Opts) -> Result<(), String> {
     if o.size as u64 > u64::from(port.max_msg_sz) {
         return Err(format!("message size {} exceeds port {p}'s max_msg_sz {}", o.size, port.max_msg_sz));
     }
-    if o.gid_idx >= port.gid_tbl_len.min(attr.gid_tbl_len) {
-        return Err(format!("can't read sgid of index {}", o.gid_idx));
+    if gid_idx >= port.gid_tbl_len.min(attr.gid_tbl_len) {
+        return Err(format!("can't read sgid of index {gid_idx}"));
     }
     if (o.size as u64).saturating_mul(2) > attr.max_mr_size {
         return Err(format!("two messages of {} bytes exceed max_mr_size {}", o.size, attr.max_mr_size));
@@ -234,6 +265,12 @@ fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndR
             c.events
         );
     }
+    print_result_lines(o, wall);
+}
+
+/// `ibv_rc_pingpong`'s two result lines: bytes both ways, and iterations, over `wall`.
+pub(crate) fn print_result_lines(o: &Opts, wall: Duration) {
+    let secs = wall.as_secs_f64();
     let bytes = o.size as u64 * u64::from(o.iters) * 2;
     let iters = o.iters;
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
@@ -242,35 +279,43 @@ fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndR
 
 /// Each end to RTS towards the other, with the attributes `ibv_rc_pingpong` sets: port `-i`,
 /// GID index `-g`, hop limit 1, min RNR timer 12, timeout 14, 7 retries, 7 RNR retries.
-fn connect(a: &End, b: &End, gid: [u8; 16], o: &Opts) -> ib_core::Result<()> {
-    let mtu = Mtu::from_bytes(o.mtu).ok_or(ib_core::Error::InvalidArgument("path MTU"))?;
+fn connect(a: &End, b: &End, gid: [u8; 16], gid_idx: u32, o: &Opts) -> ib_core::Result<()> {
+    let access = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
     for (me, peer) in [(a, b), (b, a)] {
-        me.qp.modify_to_init(o.ib_port, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ)?;
-        let grh = GlobalRoute { dgid: gid, sgid_index: o.gid_idx as u8, hop_limit: 1, ..Default::default() };
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: peer.qp.qpn(),
-            rq_psn: peer.psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: AhAttr { grh, is_global: true, port_num: o.ib_port, sl: o.sl, ..Default::default() },
-            ..Default::default()
-        };
-        let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-        me.qp.modify_qp(&rtr, m)?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: me.psn,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 1,
-            ..Default::default()
-        };
-        me.qp.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)?;
+        me.qp.modify_to_init(o.ib_port, access)?;
+        let grh = GlobalRoute { dgid: gid, sgid_index: gid_idx as u8, hop_limit: 1, ..Default::default() };
+        let ah = AhAttr { grh, is_global: true, port_num: o.ib_port, sl: o.sl, ..Default::default() };
+        to_rts(&me.qp, me.psn, peer.qp.qpn(), peer.psn, ah, o)?;
     }
     Ok(())
+}
+
+/// `pp_connect_ctx`: the QP to RTR towards `dest_qpn` (its first PSN `rq_psn`, through `ah`),
+/// then to RTS with send PSN `sq_psn`.
+pub(crate) fn to_rts(qp: &Qp, sq_psn: u32, dest_qp_num: u32, rq_psn: u32, ah: AhAttr, o: &Opts) -> ib_core::Result<()> {
+    let path_mtu = Mtu::from_bytes(o.mtu).ok_or(ib_core::Error::InvalidArgument("path MTU"))?;
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu,
+        dest_qp_num,
+        rq_psn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr: ah,
+        ..Default::default()
+    };
+    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    qp.modify_qp(&rtr, m)?;
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    qp.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)
 }
 
 /// A start PSN that differs per run and per QP, as `ibv_rc_pingpong` draws a random one.
@@ -283,7 +328,7 @@ fn initial_psn(qpn: u32) -> u32 {
 }
 
 impl End {
-    fn new(dev: &Device, o: &Opts, abort: &Arc<AtomicBool>) -> ib_core::Result<Self> {
+    pub(crate) fn new(dev: &Device, o: &Opts, abort: &Arc<AtomicBool>, remote: bool) -> ib_core::Result<Self> {
         let pd = dev.alloc_pd()?;
         let buf = UserBuffer::new(2 * o.size)?;
         let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE)?;
@@ -294,7 +339,7 @@ impl End {
             QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
         let qp = pd.create_qp(&attr)?;
         let psn = initial_psn(qp.qpn());
-        Ok(Self { qp, cq, mr, buf, channel, psn, abort: abort.clone(), _pd: pd })
+        Ok(Self { qp, cq, mr, buf, channel, psn, abort: abort.clone(), remote, _pd: pd })
     }
 
     fn sge(&self, half: usize, size: usize) -> Sge {
@@ -305,8 +350,14 @@ impl End {
         self.qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &[self.sge(1, size)] })
     }
 
-    fn post_send(&self, seq: u32, client: bool, size: usize) -> ib_core::Result<()> {
-        self.buf.write(0, &pattern(seq, client, size))?;
+    /// Posts message `seq`: this end's pattern, or (the server of two processes) `echo`, the
+    /// message it received last.
+    fn post_send(&self, seq: u32, client: bool, size: usize, echo: &[u8]) -> ib_core::Result<()> {
+        match (self.remote, client) {
+            (false, _) => self.buf.write(0, &payload::pattern(seq, client, size))?,
+            (true, true) => self.buf.write(0, &payload::wire_pattern(seq, size, page_size()))?,
+            (true, false) => self.buf.write(0, echo)?,
+        }
         let wr = SendWr {
             wr_id: SEND_WRID,
             sg_list: &[self.sge(0, size)],
@@ -317,8 +368,22 @@ impl End {
         self.qp.post_send(&wr)
     }
 
-    /// The `ibv_rc_pingpong` loop for one end; on failure, tells the other end to stop.
-    fn run(&self, o: &Opts, client: bool) -> Result<EndReport, Failure> {
+    /// Posts `-r` receives and, with `-e`, arms the CQ: what `ibv_rc_pingpong` does before it
+    /// exchanges connection data, so the peer's first message finds a receive.
+    pub(crate) fn prepare(&self, o: &Opts) -> Result<(), Failure> {
+        let err = |e: ib_core::Error| Failure::from(e.to_string());
+        for _ in 0..o.rx_depth {
+            self.post_recv(o.size).map_err(err)?;
+        }
+        if o.events {
+            self.cq.req_notify(NotifyFlags::NEXT_COMPLETION).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// The `ibv_rc_pingpong` loop for one end, after [`End::prepare`]; on failure, tells the
+    /// other end to stop.
+    pub(crate) fn run(&self, o: &Opts, client: bool) -> Result<EndReport, Failure> {
         let side = if client { "client" } else { "server" };
         self.exchange(o, client).map_err(|mut f| {
             self.abort.store(true, Ordering::Relaxed);
@@ -331,22 +396,17 @@ impl End {
         let err = |e: ib_core::Error| Failure::from(e.to_string());
         let mut rep = EndReport::default();
         let mut routs = o.rx_depth;
-        for _ in 0..routs {
-            self.post_recv(o.size).map_err(err)?;
-        }
-        if o.events {
-            self.cq.req_notify(NotifyFlags::NEXT_COMPLETION).map_err(err)?;
-        }
         let (mut scnt, mut rcnt, mut pending) = (0u32, 0u32, RECV_WRID);
+        let mut last = vec![0u8; o.size];
         if client {
-            self.post_send(0, true, o.size).map_err(err)?;
+            self.post_send(0, true, o.size, &last).map_err(err)?;
             pending |= SEND_WRID;
         }
         let mut wc = [Wc::default(); 2];
         while scnt < o.iters || rcnt < o.iters {
             let n = self.next_completions(o, &mut wc, &mut rep)?;
             for w in &wc[..n] {
-                self.check_wc(w, rcnt, client, o.size, &mut rep)?;
+                self.check_wc(w, rcnt, client, &mut last, &mut rep)?;
                 match w.wr_id {
                     SEND_WRID => scnt += 1,
                     _ => {
@@ -362,7 +422,7 @@ impl End {
                 }
                 pending &= !w.wr_id;
                 if scnt < o.iters && pending == 0 {
-                    self.post_send(scnt, client, o.size).map_err(err)?;
+                    self.post_send(scnt, client, o.size, &last).map_err(err)?;
                     pending = RECV_WRID | SEND_WRID;
                 }
             }
@@ -417,19 +477,26 @@ impl End {
         format!("{what} (CQ {}: {armed}, CQEs queued: {queued})", self.cq.handle())
     }
 
-    fn check_wc(&self, w: &Wc, rcnt: u32, client: bool, size: usize, rep: &mut EndReport) -> Result<(), Failure> {
+    /// Checks a completion; a receive's payload (into `got`) against what the peer sends
+    /// (`payload.rs`).
+    fn check_wc(&self, w: &Wc, rcnt: u32, client: bool, got: &mut [u8], rep: &mut EndReport) -> Result<(), Failure> {
         if w.status != WcStatus::Success {
             return Err(format!("work completion for wr_id {} failed: {:?}", w.wr_id, w.status).into());
         }
         match (w.wr_id, w.opcode) {
             (SEND_WRID, WcOpcode::Send) => Ok(()),
             (RECV_WRID, WcOpcode::Recv) => {
+                let size = got.len();
                 if w.byte_len as usize != size {
                     return Err(format!("message {rcnt}: {} bytes, expected {size}", w.byte_len).into());
                 }
-                let mut got = vec![0u8; size];
-                self.buf.read(size, &mut got).map_err(|e| e.to_string())?;
-                if got != pattern(rcnt, !client, size) {
+                self.buf.read(size, got).map_err(|e| e.to_string())?;
+                let ok = match (self.remote, client) {
+                    (false, _) => *got == payload::pattern(rcnt, !client, size),
+                    (true, true) => *got == payload::wire_pattern(rcnt, size, page_size()),
+                    (true, false) => payload::server_accepts(got, rcnt, page_size()),
+                };
+                if !ok {
                     return Err(format!("message {rcnt}: payload differs from what was sent").into());
                 }
                 rep.verified += 1;
@@ -440,30 +507,13 @@ impl End {
     }
 }
 
-/// The payload of message `seq` from the client (or server) end: distinct per message and end.
-fn pattern(seq: u32, from_client: bool, size: usize) -> Vec<u8> {
-    let salt = if from_client { 0x5a } else { 0xa5 };
-    let byte = |i: usize| (i as u32).wrapping_mul(7).wrapping_add(seq.wrapping_mul(31) + salt) as u8;
-    let mut p: Vec<u8> = (0..size).map(byte).collect();
-    let n = size.min(4);
-    p[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
-    p
-}
-
-fn gid_str(g: &[u8; 16]) -> String {
+pub(crate) fn gid_str(g: &[u8; 16]) -> String {
     std::net::Ipv6Addr::from(*g).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn patterns_differ_per_message_and_end() {
-        assert_ne!(pattern(1, true, 64), pattern(2, true, 64));
-        assert_ne!(pattern(1, true, 64), pattern(1, false, 64));
-        assert_eq!(pattern(3, true, 1).len(), 1);
-    }
 
     #[test]
     fn the_root_failure_is_reported_first() {
