@@ -72,6 +72,7 @@ pub fn bind_v2(d: &mut Drv, index: u32, ip: IpAddr) {
 
 /// One end of a connection: a QP with one CQ for both queues and its MRs.
 pub struct End {
+    pub pd: u32,
     pub qp: TestQp,
     pub cq: TestCq,
     pub src: TestMr,
@@ -86,7 +87,13 @@ pub fn end(d: &mut Drv, wr: u32) -> End {
     let rw = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
     let src = d.create_mr(pd, 0x7000_0000_0000, MR_LEN, rw);
     let dst = d.create_mr(pd, 0x7100_0000_0000, MR_LEN, rw);
-    End { qp, cq, src, dst }
+    End {
+        pd,
+        qp,
+        cq,
+        src,
+        dst,
+    }
 }
 
 /// The transport attributes of a connection.
