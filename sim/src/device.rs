@@ -89,7 +89,8 @@ pub struct SimConfig {
     pub qp_bytes_in_flight: u64,
     /// Most packets the whole device holds on its wire (in flight, parked for a receive WQE, or
     /// being delivered). Past it every QP's SQ drain pauses until a packet leaves the wire (an
-    /// empty wire always takes one). Default 16384.
+    /// empty wire always takes one). Default 16384. On the RoCE port a message counts, as one
+    /// packet, from its post until it is acknowledged or failed (its requester keeps a copy).
     pub device_packets_in_flight: usize,
     /// Most payload bytes on the whole device's wire, likewise. Default 256 MiB, a quarter of
     /// the default `mem_limit`: what the model buffers for all QPs together stays well under the
@@ -591,25 +592,29 @@ impl Core {
         self.uids.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Reserves room for a message of `len` bytes of QP `qpn` on the loopback wire
-    /// ([`PortQueue::try_reserve`]); the RoCE port takes what the QPs' own limits allow.
+    /// Reserves room for a message of `len` bytes of QP `qpn` on the device's wire (the loopback's
+    /// or the RoCE port's: [`PortQueue::try_reserve`] keeps the budget of both).
     pub(crate) fn wire_reserve(&self, qpn: u32, len: u64) -> bool {
-        self.roce.is_some() || self.port.try_reserve(qpn, len)
+        self.port.try_reserve(qpn, len)
     }
 
     /// Returns a reservation of [`Core::wire_reserve`] whose message was not sent.
     pub(crate) fn wire_unreserve(&self, len: u64, fx: &mut Effects) {
-        if self.roce.is_none() {
-            self.port.unreserve(len, fx);
-        }
+        self.port.unreserve(len, fx);
     }
 
     /// Puts the message `pkt` of QP `qp` (attributes `a`, its state lock held) on the port's
     /// wire: the loopback, or the RoCE port. Errors: the completion status of a message the
     /// RoCE port cannot send (no usable source address).
-    pub(crate) fn transmit(&self, qp: &Qp, a: &pvrdma_abi::verbs::QpAttr, pkt: port::Packet) -> Result<(), u32> {
+    pub(crate) fn transmit(
+        &self,
+        qp: &Qp,
+        a: &pvrdma_abi::verbs::QpAttr,
+        pkt: port::Packet,
+        fx: &mut Effects,
+    ) -> Result<(), u32> {
         match &self.roce {
-            Some(r) => r.post(self, qp, a, pkt),
+            Some(r) => r.post(self, qp, a, pkt, fx),
             None => {
                 self.port.transmit(pkt, self.cfg.link_latency);
                 Ok(())

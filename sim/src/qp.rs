@@ -546,7 +546,8 @@ impl Qp {
                         payload,
                     };
                     core.count(|c| &c.packets_sent);
-                    if let Err(status) = core.transmit(self, &st.attrs, packet) {
+                    if let Err(status) = core.transmit(self, &st.attrs, packet, fx) {
+                        core.wire_unreserve(wire_len, fx);
                         if let Some(e) = st.inflight.back_mut() {
                             e.status = Some(status);
                         }

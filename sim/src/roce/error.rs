@@ -31,4 +31,3 @@ pub enum RoceError {
         source: Arc<std::io::Error>,
     },
 }
-

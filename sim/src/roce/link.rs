@@ -1,6 +1,7 @@
-//! Faults injected on the link ([`super::LinkFaults`]): each packet the port sends may be lost,
-//! held back behind the next one (reordered) or sent twice, as drawn from a generator seeded
-//! with `LinkFaults::seed`. Only sent packets meet faults: received ones are the peer's link's.
+//! Faults injected on the link ([`super::LinkFaults`]), in both directions: each packet the port
+//! sends, and each datagram it receives, may be lost, held back behind the next one (reordered)
+//! or passed twice, as drawn from generators seeded with `LinkFaults::seed` (one per direction,
+//! so a run can be repeated).
 
 use super::LinkFaults;
 use crate::device::Core;
@@ -15,46 +16,54 @@ pub struct Outgoing {
     pub bytes: Vec<u8>,
 }
 
-struct State {
-    rng: fastrand::Rng,
-    /// A packet held back: it goes out after the next one (or when the link goes idle).
-    held: Option<Outgoing>,
+/// A datagram received: the socket's index, the sender, and the UDP payload.
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    pub sock: usize,
+    pub peer: SocketAddr,
+    pub bytes: Vec<u8>,
 }
 
-/// The link's fault injector. Its lock is a leaf.
-pub struct Link {
+/// One direction's fault injector.
+pub struct Faults<T> {
     faults: LinkFaults,
-    st: Mutex<State>,
+    rng: fastrand::Rng,
+    /// A packet held back: it goes on after the next one (or when the link goes idle).
+    held: Option<T>,
 }
 
-impl Link {
-    /// A link injecting `faults`.
-    pub fn new(faults: LinkFaults) -> Self {
-        let st = State {
-            rng: fastrand::Rng::with_seed(faults.seed),
-            held: None,
-        };
+impl<T: Clone> Faults<T> {
+    /// An injector of `faults`, its generator seeded with `faults.seed` mixed with `stream`.
+    pub fn new(faults: &LinkFaults, stream: u64) -> Self {
+        let rng = fastrand::Rng::with_seed(faults.seed ^ stream);
         Self {
-            faults,
-            st: Mutex::new(st),
+            faults: faults.clone(),
+            rng,
+            held: None,
         }
     }
 
-    /// Decides the fate of `pkt`: appends to `out` what goes on the wire now, in order (nothing
-    /// if lost or held; twice if duplicated; a packet held earlier after it). Counts each fault.
-    pub fn pass(&self, core: &Core, pkt: Outgoing, out: &mut Vec<Outgoing>) {
+    /// Whether any fault is configured (else [`Faults::pass`] passes everything through).
+    pub fn active(&self) -> bool {
         let f = &self.faults;
-        let mut st = self.st.lock();
-        let mut hit = |p: f64| p > 0.0 && st.rng.f64() < p;
+        f.loss > 0.0 || f.reorder > 0.0 || f.duplicate > 0.0
+    }
+
+    /// Decides the fate of `pkt`: appends to `out` what goes on now, in order (nothing if lost
+    /// or held; twice if duplicated; a packet held earlier after it). Counts each fault.
+    pub fn pass(&mut self, core: &Core, pkt: T, out: &mut Vec<T>) {
+        let f = &self.faults;
+        let rng = &mut self.rng;
+        let mut hit = |p: f64| p > 0.0 && rng.f64() < p;
         if hit(f.loss) {
             core.count(|c| &c.roce_injected_loss);
             return;
         }
         let dup = hit(f.duplicate);
         let hold = hit(f.reorder);
-        if hold && st.held.is_none() {
+        if hold && self.held.is_none() {
             core.count(|c| &c.roce_injected_reorder);
-            st.held = Some(pkt);
+            self.held = Some(pkt);
             return;
         }
         if dup {
@@ -62,11 +71,31 @@ impl Link {
             out.push(pkt.clone());
         }
         out.push(pkt);
-        out.extend(st.held.take());
+        out.extend(self.held.take());
     }
 
-    /// Takes the packet held back, if any (the link went idle: it goes out now).
+    /// Takes the packet held back, if any (the link went idle: it goes on now).
+    pub fn release_held(&mut self, out: &mut Vec<T>) {
+        out.extend(self.held.take());
+    }
+}
+
+/// The sending direction, shared by every thread that sends. Its lock is a leaf.
+pub struct Link(Mutex<Faults<Outgoing>>);
+
+impl Link {
+    /// A link injecting `faults` on what is sent.
+    pub fn new(faults: &LinkFaults) -> Self {
+        Self(Mutex::new(Faults::new(faults, 0)))
+    }
+
+    /// [`Faults::pass`] for a packet sent.
+    pub fn pass(&self, core: &Core, pkt: Outgoing, out: &mut Vec<Outgoing>) {
+        self.0.lock().pass(core, pkt, out);
+    }
+
+    /// [`Faults::release_held`] for the sending direction.
     pub fn release_held(&self, out: &mut Vec<Outgoing>) {
-        out.extend(self.st.lock().held.take());
+        self.0.lock().release_held(out);
     }
 }

@@ -8,7 +8,7 @@
 //! - `requester` (per QP, behind a lock: the SQ drain posts, the receive thread acknowledges and
 //!   retransmits) cuts messages into packets (`message`) and keeps them until acknowledged;
 //!   `responder` (per QP, owned by the receive thread) executes requests and acknowledges them.
-//! - `link` injects faults on what is sent, `capture` writes the pcap file.
+//! - `link` injects faults on what is sent and received, `capture` writes the pcap file.
 //! - `rx`: the receive thread `pvrdma-roce`, one per device: it waits on the sockets with a
 //!   bounded `poll`, checks and dispatches each packet, and runs the requesters' timers; it stops
 //!   when the device is dropped.
@@ -16,8 +16,16 @@
 //! # Locks (inside the device's order, `device.rs`)
 //! A QP's state lock, then the requester map (a leaf but for creating a requester), then a
 //! requester's lock (the SQ drain posts under the QP's lock), then the leaves: the link, the
-//! capture. Nobody calls into a QP while holding a
-//! requester's lock: the requester returns its completions and the caller applies them after.
+//! capture. Nobody calls into a QP while holding a requester's lock: the requester returns its
+//! completions and the caller applies them after.
+//!
+//! # What the port holds
+//! A requester keeps each message's gathered copy until it is acknowledged (for
+//! retransmission); the device's wire budget ([`crate::SimConfig::device_bytes_in_flight`],
+//! `device_packets_in_flight`) bounds them as it bounds the loopback's packets. A requester has
+//! at most 128 unacknowledged PSNs on the wire (AckReq on every message's last packet and every
+//! 32nd packet). A responder buffers one SEND at a time, at most its receive WQE's length plus
+//! one byte.
 //!
 //! # Where the model differs
 //! - The ICRC of an IPv4 packet read from a UDP socket is not checked: its IPv4 Identification
@@ -133,7 +141,7 @@ impl RocePort {
         Ok(Self {
             udp_port: cfg.udp_port,
             socks,
-            link: Link::new(cfg.faults.clone()),
+            link: Link::new(&cfg.faults),
             capture,
             requesters: Mutex::default(),
             stop: AtomicBool::new(false),
@@ -145,7 +153,7 @@ impl RocePort {
         Self {
             udp_port: cfg.udp_port,
             socks: Vec::new(),
-            link: Link::new(LinkFaults::default()),
+            link: Link::new(&LinkFaults::default()),
             capture: None,
             requesters: Mutex::default(),
             stop: AtomicBool::new(false),
@@ -169,8 +177,15 @@ impl RocePort {
     /// Sends the message `pkt` of QP `qp` (with attributes `a`, in RTS, its state lock held by
     /// the caller). Errors: the completion status of a WQE whose path the port cannot serve
     /// (`path::resolve`).
-    pub fn post(&self, core: &Core, qp: &Qp, a: &QpAttr, pkt: Packet) -> Result<(), u32> {
-        let req = self.requester_for(core, qp, a)?;
+    pub fn post(
+        &self,
+        core: &Core,
+        qp: &Qp,
+        a: &QpAttr,
+        pkt: Packet,
+        fx: &mut Effects,
+    ) -> Result<(), u32> {
+        let req = self.requester_for(core, qp, a, fx)?;
         let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
         let kind = match pkt.op {
             Op::Send { imm: i } => Kind::Send { imm: imm(i) },
@@ -204,12 +219,19 @@ impl RocePort {
         core: &Core,
         qp: &Qp,
         a: &QpAttr,
+        fx: &mut Effects,
     ) -> Result<Arc<Mutex<Requester>>, u32> {
         let key = (qp.uid, qp.connection());
         let mut map = self.requesters.lock();
         match map.get(&qp.handle) {
             Some(e) if (e.uid, e.conn) == key => Ok(e.req.clone()),
-            _ => {
+            old => {
+                // An earlier connection's messages give their budget back.
+                if let Some(e) = old {
+                    let mut g = e.req.lock();
+                    g.forget_all();
+                    release(core, g.take_freed(), fx);
+                }
                 let path = path::resolve(core, &self.socks, self.udp_port, a)?;
                 let req = Arc::new(Mutex::new(Requester::new(path, a)));
                 map.insert(
@@ -301,15 +323,16 @@ impl RocePort {
                 .qp(qpn)
                 .filter(|q| q.uid == uid && q.connection() == conn && q.state() == rts);
             let Some(qp) = live else {
-                self.forget(qpn, &req);
+                self.forget(core, qpn, &req, fx);
                 continue;
             };
             let mut done = Done::new();
-            let due = {
+            let (due, freed) = {
                 let mut g = req.lock();
                 g.tick(self, core, now, &mut done);
-                g.next_deadline()
+                (g.next_deadline(), g.take_freed())
             };
+            release(core, freed, fx);
             next = match (next, due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -320,11 +343,15 @@ impl RocePort {
     }
 
     /// Removes requester `req` of QP `qpn` (unless another replaced it meanwhile).
-    fn forget(&self, qpn: u32, req: &Arc<Mutex<Requester>>) {
+    fn forget(&self, core: &Core, qpn: u32, req: &Arc<Mutex<Requester>>, fx: &mut Effects) {
         let mut map = self.requesters.lock();
         if map.get(&qpn).is_some_and(|e| Arc::ptr_eq(&e.req, req)) {
             map.remove(&qpn);
         }
+        drop(map);
+        let mut g = req.lock();
+        g.forget_all();
+        release(core, g.take_freed(), fx);
     }
 }
 
@@ -333,6 +360,14 @@ impl RocePort {
 fn read_response(core: &Core, qp: &Qp, seq: u64, offset: u32, data: &[u8], fx: &mut Effects) {
     if let Err(status) = qp.read_response(core, seq, offset, data) {
         qp.complete_send(core, seq, status, fx);
+    }
+}
+
+/// Returns the device's wire budget of messages a requester let go (the loopback's budget,
+/// `PortQueue::try_reserve`, bounds the RoCE port's memory too).
+fn release(core: &Core, freed: Vec<u64>, fx: &mut Effects) {
+    for len in freed {
+        core.port.unreserve(len, fx);
     }
 }
 

@@ -58,6 +58,8 @@ pub struct Requester {
     rnr_until: Option<Instant>,
     /// The READ response PSN last asked for again after a gap.
     regap: Option<u32>,
+    /// Payload lengths of messages removed, not yet returned to the device's wire budget.
+    freed: Vec<u64>,
 }
 
 impl Requester {
@@ -79,6 +81,7 @@ impl Requester {
             deadline: None,
             rnr_until: None,
             regap: None,
+            freed: Vec::new(),
         }
     }
 
@@ -245,13 +248,15 @@ impl Requester {
         }
         let seq = m.seq;
         // Every message before the READ is acknowledged by its response.
-        for m in self.msgs.drain(..i) {
-            done.push((m.seq, wc_status::SUCCESS));
+        for _ in 0..i {
+            if let Some(m) = self.pop() {
+                done.push((m.seq, wc_status::SUCCESS));
+            }
         }
         self.msgs[0].read_next = psn::add(p, 1);
         self.progress(p, Instant::now());
         if last {
-            self.msgs.pop_front();
+            self.pop();
             done.push((seq, wc_status::SUCCESS));
             self.rearm(Instant::now());
         }
@@ -276,7 +281,7 @@ impl Requester {
                 break;
             }
             done.push((m.seq, wc_status::SUCCESS));
-            self.msgs.pop_front();
+            self.pop();
         }
         self.progress(p, now);
         self.rearm(now);
@@ -298,9 +303,33 @@ impl Requester {
         }
     }
 
+    /// Removes the oldest message; its payload's length joins [`Requester::freed`].
+    fn pop(&mut self) -> Option<Message> {
+        let m = self.msgs.pop_front()?;
+        self.freed.push(m.payload.len() as u64);
+        Some(m)
+    }
+
+    /// Forgets every message (the QP left RTS or was reset): [`Requester::take_freed`] then
+    /// returns all their reservations.
+    pub fn forget_all(&mut self) {
+        while self.pop().is_some() {}
+        self.deadline = None;
+        self.rnr_until = None;
+    }
+
+    /// The payload lengths of the messages removed since the last call: the device's wire
+    /// budget they reserved (`PortQueue::try_reserve`) is the caller's to return.
+    pub fn take_freed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.freed)
+    }
+
     /// The PSN of the next response of the oldest READ still missing responses, if any.
     fn pending_read(&self) -> Option<u32> {
-        self.msgs.iter().find(|m| m.is_pending_read()).map(|m| m.read_next)
+        self.msgs
+            .iter()
+            .find(|m| m.is_pending_read())
+            .map(|m| m.read_next)
     }
 
     /// The oldest PSN not yet acknowledged.
@@ -318,7 +347,7 @@ impl Requester {
         if let Some(m) = self.msgs.front() {
             done.push((m.seq, status));
         }
-        self.msgs.clear();
+        while self.pop().is_some() {}
         self.deadline = None;
         self.rnr_until = None;
     }

@@ -205,7 +205,8 @@ impl Responder {
     /// A message ended with `outcome` at PSN `p`: ACK it, or NAK why it failed.
     fn finish(&mut self, cx: &Ctx<'_>, p: u32, outcome: Rx) {
         match outcome {
-            Rx::Delivered | Rx::Park => {
+            Rx::Park => self.rnr(cx, p),
+            Rx::Delivered => {
                 self.msn = psn::add(self.msn, 1);
                 self.advance(1);
                 self.ack(cx, p);

@@ -3,10 +3,11 @@
 //! or requester (ACKs and READ responses); between packets it runs the requesters' timers and
 //! releases a packet the link held back. Whatever arrives is dropped and counted, never trusted.
 
+use super::link::{Faults, Incoming};
 use super::path::{self, Path};
 use super::requester::Done;
 use super::responder::{Ctx, Responder};
-use super::{complete, sys, RocePort};
+use super::{complete, release, sys, RocePort};
 use crate::device::{Core, Effects};
 use crate::qp::Qp;
 use pvrdma_abi::verbs::qp_state;
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 /// Most datagrams taken from one socket before the timers run again.
 const BATCH: usize = 64;
+/// Mixed into the fault seed for the receiving direction (the sending one uses the seed as is).
+const RX_STREAM: u64 = 0x5278_5278_5278_5278;
 /// Largest datagram read: a UDP payload (an MTU of 4096 plus headers fits with room to spare).
 const MAX_DATAGRAM: usize = 1 << 16;
 
@@ -29,9 +32,16 @@ pub fn run(core: Arc<Core>) {
     let Some(port) = core.roce.as_ref() else {
         return;
     };
+    let faults = core
+        .cfg
+        .roce
+        .as_ref()
+        .map(|r| r.faults.clone())
+        .unwrap_or_default();
     let mut rx = Receiver {
         responders: HashMap::new(),
         buf: vec![0u8; MAX_DATAGRAM],
+        faults: Faults::new(&faults, RX_STREAM),
     };
     let mut ready = Vec::new();
     let mut next_timer: Option<Instant> = None;
@@ -51,6 +61,7 @@ pub fn run(core: Arc<Core>) {
             }
         }
         port.release_held(&core);
+        rx.release_held(&core, port, &mut fx);
         next_timer = port.tick(&core, &mut fx);
         core.settle(fx);
     }
@@ -61,6 +72,8 @@ struct Receiver {
     /// Responder state per QPN (replaced when the QP's uid or connection changes).
     responders: HashMap<u32, Responder>,
     buf: Vec<u8>,
+    /// The link's faults on what arrives.
+    faults: Faults<Incoming>,
 }
 
 impl Receiver {
@@ -73,9 +86,36 @@ impl Receiver {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(_) => return core.count(|c| &c.roce_rx_errors),
             };
-            let bytes = std::mem::take(&mut self.buf);
-            self.handle(core, port, sock.local, peer, &bytes[..n], fx);
-            self.buf = bytes;
+            if !self.faults.active() {
+                let bytes = std::mem::take(&mut self.buf);
+                self.handle(core, port, sock.local, peer, &bytes[..n], fx);
+                self.buf = bytes;
+                continue;
+            }
+            let mut out = Vec::new();
+            let got = Incoming {
+                sock: i,
+                peer,
+                bytes: self.buf[..n].to_vec(),
+            };
+            self.faults.pass(core, got, &mut out);
+            self.handle_all(core, port, out, fx);
+        }
+    }
+
+    /// Handles the datagram the receiving direction's faults held back, if any.
+    fn release_held(&mut self, core: &Core, port: &RocePort, fx: &mut Effects) {
+        let mut out = Vec::new();
+        self.faults.release_held(&mut out);
+        self.handle_all(core, port, out, fx);
+    }
+
+    /// Handles datagrams the receiving direction's faults let through.
+    fn handle_all(&mut self, core: &Core, port: &RocePort, got: Vec<Incoming>, fx: &mut Effects) {
+        for g in got {
+            if let Some(sock) = port.socks.get(g.sock) {
+                self.handle(core, port, sock.local, g.peer, &g.bytes, fx);
+            }
         }
     }
 
@@ -169,9 +209,9 @@ fn on_response(
         return core.count(|c| &c.roce_rx_dropped_qp);
     };
     let mut done = Done::new();
-    let scatter = {
+    let (scatter, freed) = {
         let mut r = req.lock();
-        if pkt.hdr.bth.opcode == op::RC_ACKNOWLEDGE {
+        let scatter = if pkt.hdr.bth.opcode == op::RC_ACKNOWLEDGE {
             match pkt.hdr.aeth {
                 Some(aeth) => r.on_ack(port, core, pkt.hdr.bth.psn, aeth, &mut done),
                 None => core.count(|c| &c.roce_rx_dropped_malformed),
@@ -179,8 +219,10 @@ fn on_response(
             None
         } else {
             r.on_read_response(port, core, &pkt.hdr, pkt.payload.len(), &mut done)
-        }
+        };
+        (scatter, r.take_freed())
     };
+    release(core, freed, fx);
     if let Some((seq, offset)) = scatter {
         super::read_response(core, qp, seq, offset, pkt.payload, fx);
     }

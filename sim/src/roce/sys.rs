@@ -77,7 +77,8 @@ pub fn poll_readable(
             revents: 0,
         })
         .collect();
-    let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
+    // Rounded up: a wait shorter than poll's millisecond would spin.
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd entries whose
     // descriptors stay open for the borrow of `socks`; poll(2) writes only their `revents`.
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };

@@ -39,7 +39,9 @@ impl Responder {
         if !first && !last && opcode != op::RC_RDMA_WRITE_MIDDLE {
             return self.refuse(cx, p, NakCode::InvalidRequest);
         }
-        if first {
+        // The message so far: from the RETH on a first (or only) packet, which is kept only
+        // once the packet is written (an RNR NAK leaves the responder as it was).
+        let (rkey, va, done, len) = if first {
             let (Some(reth), InMsg::None) = (hdr.reth, &self.msg) else {
                 return self.refuse(cx, p, NakCode::InvalidRequest);
             };
@@ -51,21 +53,18 @@ impl Responder {
             if let Err(status) = cx.qp.check_rdma_write(cx.core, reth.rkey, reth.va, len) {
                 return self.access_error(cx, p, status, fx);
             }
-            self.msg = InMsg::Write {
-                rkey: reth.rkey,
-                va: reth.va,
-                done: 0,
+            (reth.rkey, reth.va, 0, len)
+        } else {
+            let InMsg::Write {
+                rkey,
+                va,
+                done,
                 len,
+            } = self.msg
+            else {
+                return self.refuse(cx, p, NakCode::InvalidRequest);
             };
-        }
-        let InMsg::Write {
-            rkey,
-            va,
-            done,
-            len,
-        } = self.msg
-        else {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            (rkey, va, done, len)
         };
         let end = done + payload.len() as u64;
         if (last && end != len) || (!last && end >= len) {
@@ -95,7 +94,6 @@ impl Responder {
             }
             return;
         }
-        self.msg = InMsg::None;
         let outcome = match imm {
             None => Rx::Delivered,
             Some(v) => {
@@ -112,6 +110,12 @@ impl Responder {
                 )
             }
         };
+        if outcome == Rx::Park {
+            // No receive WQE after all: the data is in place, and the retried packet writes
+            // the same bytes again.
+            return self.rnr(cx, p);
+        }
+        self.msg = InMsg::None;
         self.finish(cx, p, outcome);
     }
 

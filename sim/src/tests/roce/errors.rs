@@ -171,3 +171,54 @@ fn a_port_that_cannot_bind_its_address_fails_device_creation() {
         Some(crate::roce::RoceError::NoAddress)
     ));
 }
+
+#[test]
+fn the_device_wire_budget_bounds_what_a_roce_requester_holds() {
+    // Room for two 4000-byte messages on A's wire: the SQ drain pauses and resumes as they are
+    // acknowledged, and every message arrives.
+    let base = SimConfig {
+        device_bytes_in_flight: 8192,
+        ..SimConfig::default()
+    };
+    let mut a = device_with(
+        addr(36, 1),
+        crate::roce::ROCE_V2_UDP_PORT,
+        LinkFaults::default(),
+        base,
+    );
+    let mut b = device(
+        addr(36, 2),
+        crate::roce::ROCE_V2_UDP_PORT,
+        LinkFaults::default(),
+    );
+    let (ea, eb) = (end(&mut a, 64), end(&mut b, 64));
+    let o = Opts::default();
+    connect(&mut a, ea.qp.qpn, eb.qp.qpn, addr(36, 2), &o);
+    connect(
+        &mut b,
+        eb.qp.qpn,
+        ea.qp.qpn,
+        addr(36, 1),
+        &Opts {
+            sq_psn: o.rq_psn,
+            rq_psn: o.sq_psn,
+            ..o
+        },
+    );
+    for i in 0..40u64 {
+        recv(&b, &eb, i, i * 4096, 4096);
+    }
+    for i in 0..40u64 {
+        send(&a, &ea, i, &pattern(i, 4000), i * 4096, None);
+    }
+    let tx = statuses(&a, &ea, 40);
+    assert_eq!(
+        tx,
+        (0..40).map(|i| (i, wc_status::SUCCESS)).collect::<Vec<_>>()
+    );
+    assert_eq!(wait(&b, &eb, 40, LONG).len(), 40);
+    for i in 0..40u64 {
+        assert_eq!(received(&b, &eb, i * 4096, 4000), pattern(i, 4000));
+    }
+    assert!(a.dev.stats().sq_throttled > 0, "the budget paused the SQ");
+}

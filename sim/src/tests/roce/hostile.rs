@@ -255,3 +255,138 @@ fn a_capture_between_two_devices_verifies_every_icrc() {
         roce_wire::decode(&c.udp_payload, Some(&c.ip)).expect("ICRC verifies");
     }
 }
+
+/// A random but well-formed RC packet (any opcode, PSN near `epsn` or anywhere, mostly the right
+/// P_Key and QP) as `from` would send it to `to`.
+fn random_packet(
+    rng: &mut fastrand::Rng,
+    from: SocketAddr,
+    to: SocketAddr,
+    qpn: u32,
+    epsn: u32,
+    mr: &TestMr,
+) -> Vec<u8> {
+    let opcode = rng.u8(0..=op::RC_ACKNOWLEDGE);
+    let reth = matches!(
+        opcode,
+        op::RC_RDMA_WRITE_FIRST
+            | op::RC_RDMA_WRITE_ONLY
+            | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+            | op::RC_RDMA_READ_REQUEST
+    );
+    let aeth = matches!(
+        opcode,
+        op::RC_ACKNOWLEDGE
+            | op::RC_RDMA_READ_RESPONSE_FIRST
+            | op::RC_RDMA_READ_RESPONSE_LAST
+            | op::RC_RDMA_READ_RESPONSE_ONLY
+    );
+    let imm = matches!(
+        opcode,
+        op::RC_SEND_LAST_WITH_IMMEDIATE
+            | op::RC_SEND_ONLY_WITH_IMMEDIATE
+            | op::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE
+            | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+    );
+    let p = if rng.bool() {
+        psn::add(epsn, rng.u32(..8))
+    } else {
+        rng.u32(..1 << 24)
+    };
+    let bth = Bth {
+        opcode,
+        pkey: if rng.u8(..10) == 0 {
+            rng.u16(..)
+        } else {
+            0xffff
+        },
+        dest_qp: if rng.u8(..10) == 0 {
+            rng.u32(..1 << 24)
+        } else {
+            qpn
+        },
+        ack_req: rng.bool(),
+        psn: p,
+        ..Default::default()
+    };
+    let hdr = Headers {
+        bth,
+        reth: reth.then(|| match rng.u8(..5) {
+            // Mostly inside the responder's MR, so WRITEs and READs get executed.
+            0 => roce_wire::Reth {
+                va: rng.u64(..),
+                rkey: rng.u32(..),
+                dma_len: rng.u32(..1 << 20),
+            },
+            _ => roce_wire::Reth {
+                va: mr.va + rng.u64(..MR_LEN - 8192),
+                rkey: mr.rkey,
+                dma_len: rng.u32(..8192),
+            },
+        }),
+        aeth: aeth.then(|| roce_wire::Aeth {
+            syndrome: rng.u8(..),
+            msn: rng.u32(..1 << 24),
+        }),
+        imm: imm.then(|| rng.u32(..)),
+    };
+    let len = if matches!(opcode, op::RC_RDMA_READ_REQUEST | op::RC_ACKNOWLEDGE) {
+        0
+    } else {
+        [0, 1, 1023, 1024, rng.usize(..1100)][rng.usize(..5)]
+    };
+    let payload: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+    let mut out = Vec::new();
+    roce_wire::encode(&hdr, &payload, &IpContext::new(from, to), &mut out).unwrap();
+    out
+}
+
+#[test]
+fn random_rc_packets_from_the_peer_address_never_break_the_port() {
+    let (mut a, ea, mut b, _eb) = pair(42, &Opts::default(), LinkFaults::default());
+    let evil = UdpSocket::bind((std::net::Ipv4Addr::new(127, 77, 42, 1), 0)).unwrap();
+    let to = SocketAddr::new(addr(42, 2), crate::roce::ROCE_V2_UDP_PORT);
+    let from = evil.local_addr().unwrap();
+    let mut rng = fastrand::Rng::with_seed(42);
+    let o = Opts::default();
+    // A responder QP with receive WQEs posted; a new one whenever the last one went to ERR
+    // (a remote access error or a receive too small moves it there, as it should).
+    let mut victims = 0;
+    let mut target: Option<End> = None;
+    for _ in 0..3000 {
+        let live = target
+            .as_ref()
+            .is_some_and(|t| b.dev.qp_state(t.qp.qpn) == Some(qp_state::RTS));
+        if !live {
+            let t = end(&mut b, 16);
+            connect(&mut b, t.qp.qpn, ea.qp.qpn, addr(42, 1), &o);
+            for i in 0..4 {
+                recv(&b, &t, i, i * 4096, 4096);
+            }
+            target = Some(t);
+            victims += 1;
+        }
+        let t = target.as_ref().unwrap();
+        let pkt = random_packet(&mut rng, from, to, t.qp.qpn, o.rq_psn, &t.dst);
+        inject(&b, &evil, to, &pkt);
+    }
+    let s = b.dev.stats();
+    assert_eq!(s.roce_rx_packets, 3000);
+    assert!(
+        victims > 1 && s.roce_acks_sent > 0 && s.roce_naks_sent > 0,
+        "{victims} {s:?}"
+    );
+    // The port still works: a fresh connection between the two devices carries messages.
+    let (x, y) = (end(&mut a, 16), end(&mut b, 16));
+    connect(&mut a, x.qp.qpn, y.qp.qpn, addr(42, 2), &o);
+    let ob = Opts {
+        sq_psn: o.rq_psn,
+        rq_psn: o.sq_psn,
+        ..o
+    };
+    connect(&mut b, y.qp.qpn, x.qp.qpn, addr(42, 1), &ob);
+    recv(&b, &y, 5, 0, 4096);
+    send(&a, &x, 5, &pattern(5, 3000), 0, None);
+    assert_eq!(wait(&b, &y, 1, LONG)[0].status.get(), wc_status::SUCCESS);
+    assert_eq!(received(&b, &y, 0, 3000), pattern(5, 3000));
+}

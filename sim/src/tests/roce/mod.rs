@@ -7,6 +7,7 @@ mod faults;
 mod hostile;
 mod rdma;
 mod send;
+mod wire;
 
 use super::minidrv::*;
 use crate::roce::{ip_gid, LinkFaults, RoceConfig};
@@ -36,6 +37,11 @@ pub fn addr(test: u8, host: u8) -> IpAddr {
 /// A device whose RoCE port binds `ip` (UDP `udp_port`), with GID 0 (RoCE v1) and GID
 /// [`SGID`] = `ip` (RoCE v2) bound.
 pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
+    device_with(ip, udp_port, faults, SimConfig::default())
+}
+
+/// [`device`] with the rest of the model's configuration from `base`.
+pub fn device_with(ip: IpAddr, udp_port: u16, faults: LinkFaults, base: SimConfig) -> Drv {
     let roce = RoceConfig {
         udp_port,
         faults,
@@ -43,7 +49,7 @@ pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
     };
     let mut d = Drv::new(SimConfig {
         roce: Some(roce),
-        ..SimConfig::default()
+        ..base
     });
     d.bind_gid(0, GID0);
     bind_v2(&mut d, SGID, ip);
@@ -66,6 +72,7 @@ pub fn bind_v2(d: &mut Drv, index: u32, ip: IpAddr) {
 
 /// One end of a connection: a QP with one CQ for both queues and its MRs.
 pub struct End {
+    pub pd: u32,
     pub qp: TestQp,
     pub cq: TestCq,
     pub src: TestMr,
@@ -80,7 +87,13 @@ pub fn end(d: &mut Drv, wr: u32) -> End {
     let rw = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
     let src = d.create_mr(pd, 0x7000_0000_0000, MR_LEN, rw);
     let dst = d.create_mr(pd, 0x7100_0000_0000, MR_LEN, rw);
-    End { qp, cq, src, dst }
+    End {
+        pd,
+        qp,
+        cq,
+        src,
+        dst,
+    }
 }
 
 /// The transport attributes of a connection.
@@ -144,12 +157,17 @@ pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
 /// Two devices at `127.77.<test>.1` and `.2`, one QP each, connected with `o` (the second
 /// end's PSNs mirrored), with `faults` on both links.
 pub fn pair(test: u8, o: &Opts, faults: LinkFaults) -> (Drv, End, Drv, End) {
-    let (ia, ib) = (addr(test, 1), addr(test, 2));
     let fb = LinkFaults {
         seed: faults.seed.wrapping_add(1),
         ..faults.clone()
     };
-    let mut a = device(ia, crate::roce::ROCE_V2_UDP_PORT, faults);
+    pair_with(test, o, faults, fb)
+}
+
+/// [`pair`] with faults `fa` on the first device's link and `fb` on the second's.
+pub fn pair_with(test: u8, o: &Opts, fa: LinkFaults, fb: LinkFaults) -> (Drv, End, Drv, End) {
+    let (ia, ib) = (addr(test, 1), addr(test, 2));
+    let mut a = device(ia, crate::roce::ROCE_V2_UDP_PORT, fa);
     let mut b = device(ib, crate::roce::ROCE_V2_UDP_PORT, fb);
     let (ea, eb) = (end(&mut a, 256), end(&mut b, 256));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, o);

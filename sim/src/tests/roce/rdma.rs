@@ -203,3 +203,47 @@ fn a_read_with_a_bad_rkey_completes_with_a_remote_access_error() {
     assert_eq!((tx.len(), tx[0].wr_id.get()), (1, 5));
     assert_eq!(tx[0].status.get(), wc_status::REM_ACCESS_ERR);
 }
+
+#[test]
+fn a_write_with_immediate_waits_for_a_receive_wqe_whole_or_in_packets() {
+    let o = Opts {
+        min_rnr_timer: 14,
+        ..Opts::default()
+    };
+    let (a, ea, b, eb) = pair(14, &o, LinkFaults::default());
+    a.dev.mem().write(ea.src.iova, &pattern(14, 5000)).unwrap();
+    // An only packet (800 bytes) and a five-packet WRITE, each RNR NAKed until B posts.
+    for (i, len) in [(1u64, 800u32), (2, 5000)] {
+        let at = eb.dst.va + 4096 * i;
+        rdma(
+            &a,
+            &ea,
+            i,
+            wr_opcode::RDMA_WRITE_WITH_IMM,
+            i as u32,
+            0,
+            len,
+            at,
+            eb.dst.rkey,
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(a.poll(&ea.cq).is_none() && b.poll(&eb.cq).is_none());
+        recv(&b, &eb, 10 + i, 0, 0);
+        let rx = wait(&b, &eb, 1, LONG);
+        assert_eq!(rx.len(), 1, "WRITE {i}");
+        assert_eq!(
+            (rx[0].wr_id.get(), rx[0].status.get()),
+            (10 + i, wc_status::SUCCESS)
+        );
+        assert_eq!(
+            (rx[0].imm_data.get(), rx[0].byte_len.get()),
+            (i as u32, len)
+        );
+        assert_eq!(
+            received(&b, &eb, 4096 * i, len as usize),
+            pattern(14, len as usize)
+        );
+        assert_eq!(wait(&a, &ea, 1, LONG)[0].status.get(), wc_status::SUCCESS);
+    }
+    assert!(b.dev.stats().roce_rnr_naks_sent >= 2);
+}
