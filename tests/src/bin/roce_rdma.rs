@@ -147,7 +147,7 @@ impl Dest {
         let text = std::str::from_utf8(msg).map_err(|_| "peer message is not text")?.trim_end_matches('\0');
         let bad = || format!("malformed peer message {text:?}");
         let f: Vec<&str> = text.split(' ').collect();
-        if f.len() != 8 || f[0] != "RDMAPEER1" || f[3].len() != 32 {
+        if f.len() != 8 || f[0] != "RDMAPEER1" || f[3].len() != 32 || !f[3].bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
         let hex32 = |s: &str| u32::from_str_radix(s, 16).map_err(|_| bad());
@@ -430,6 +430,9 @@ mod tests {
         assert!(msg.starts_with(b"RDMAPEER1 000011 abcdef fdfdfdfd"));
         assert_eq!(Dest::decode(&msg).unwrap(), d);
         assert!(Dest::decode(b"RDMAPEER1 zz").is_err());
+        let mut bad = msg;
+        bad[24..27].copy_from_slice("é0".as_bytes()); // a multibyte character inside the GID
+        assert!(Dest::decode(&bad).is_err());
     }
 
     #[test]
