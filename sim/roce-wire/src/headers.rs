@@ -9,7 +9,8 @@ pub struct Bth {
     pub opcode: u8,
     /// SE: the requester asks for a solicited event at the responder.
     pub solicited: bool,
-    /// M: migration state (always `true` for RoCE senders such as rxe and mlx5, "migrated").
+    /// M: the migration state bit (IBTA 9.2.4; APM). Linux rxe and the model send 0 on every
+    /// packet (seen in the soft-RoCE stage's capture); the receiver ignores it.
     pub mig_req: bool,
     /// Pad count: bytes added after the payload to reach a multiple of 4.
     pub pad: u8,
