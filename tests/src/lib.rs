@@ -15,3 +15,4 @@ pub mod raw_device;
 pub mod rewrite;
 pub mod sge_tamper;
 pub mod soak;
+pub mod tshark;

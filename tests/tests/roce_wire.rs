@@ -13,9 +13,8 @@ use roce_wire::opcode::{self, *};
 use roce_wire::pcap::{read, PcapWriter};
 use roce_wire::{decode, encode, Aeth, Bth, Headers, IpContext, NakCode, Reth};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 use tests::cprobe::{require_header, CProbe};
+use tests::tshark::{field, tshark_present, tshark_verbose};
 
 /// One field: Rust name, C member, Rust offset and size.
 type Field = (&'static str, &'static str, usize, usize);
@@ -171,59 +170,6 @@ fn ibta_name(op: u8) -> &'static str {
     NAMES[usize::from(op)]
 }
 
-/// Whether tshark can run; without it the caller skips unless `ROCE_REQUIRE_TSHARK=1`.
-fn tshark_present() -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok && std::env::var("ROCE_REQUIRE_TSHARK").as_deref() == Ok("1") {
-        panic!(
-            "tshark is not installed and ROCE_REQUIRE_TSHARK=1 (Debian: apt-get install tshark)"
-        );
-    }
-    ok
-}
-
-/// `tshark -V` over `pcap` (RPC-over-RDMA off: it claims plain SEND payloads; IP and UDP
-/// checksum validation on), bounded by 120 s; its standard output.
-fn tshark_verbose(pcap: &Path) -> String {
-    let out_path = pcap.with_extension("txt");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new("tshark")
-        .args(["--disable-protocol", "rpcordma", "-o", "ip.check_checksum:TRUE"])
-        .args(["-o", "udp.check_checksum:TRUE", "-V", "-r"])
-        .arg(pcap)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tshark");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tshark did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "tshark failed: {status}");
-    let text = std::fs::read_to_string(&out_path).unwrap();
-    std::fs::remove_file(&out_path).unwrap();
-    text
-}
-
-/// The value after `key` on the first line of `frame` that has it.
-fn field<'a>(frame: &'a str, key: &str) -> Option<&'a str> {
-    frame.lines().find_map(|l| l.trim().strip_prefix(key)).map(str::trim)
-}
-
 #[test]
 fn tshark_decodes_every_rc_opcode_over_ipv4_and_ipv6() {
     let dir = std::env::temp_dir().join(format!("roce-wire-tshark-{}", std::process::id()));
@@ -245,8 +191,7 @@ fn tshark_decodes_every_rc_opcode_over_ipv4_and_ipv6() {
         return;
     }
     let text = tshark_verbose(&pcap);
-    let bad = ["Malformed", "Bad]", "Expert Info (Error", "Expert Info (Warning"];
-    for b in bad {
+    for b in tests::tshark::COMPLAINTS {
         assert!(!text.contains(b), "tshark reports {b:?}:\n{text}");
     }
     let frames: Vec<&str> = text.split("\nFrame ").collect();
