@@ -178,6 +178,15 @@ fn options_parse_as_getopt_and_strtol_do() {
     assert_eq!(code, Some(0), "repeated options keep the last value");
 }
 
+/// The RoCE port speaks RoCE v2 only: `-g` naming the link-local RoCE v1 GID (index 0) is refused
+/// before any connection is attempted, with the reason.
+#[test]
+fn pingpong_over_roce_refuses_a_roce_v1_gid_index() {
+    let (code, _, err) = hca_status(&["--roce", "127.88.7.1", "pingpong", "-g", "0"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("GID index 0 is a RoCE v1 GID"), "{err}");
+}
+
 /// A closed pipe ends the tool quietly (SIGPIPE), as a C tool ends.
 #[test]
 fn a_closed_pipe_ends_the_tool_quietly() {

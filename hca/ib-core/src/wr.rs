@@ -96,8 +96,13 @@ pub enum WcStatus {
     LocProtErr,
     /// Flushed: the QP was in the error state.
     WrFlushErr,
+    /// Bad response: the responder answered with an unexpected opcode.
+    BadRespErr,
     /// Local access error.
     LocAccessErr,
+    /// Remote invalid request: the responder NAKed the request as invalid (e.g. a message longer
+    /// than its receive buffer, an opcode it does not take).
+    RemInvReqErr,
     /// Remote access error.
     RemAccessErr,
     /// Remote operation error.
@@ -123,7 +128,9 @@ impl WcStatus {
             Self::LocQpOpErr => 2,
             Self::LocProtErr => 4,
             Self::WrFlushErr => 5,
+            Self::BadRespErr => 7,
             Self::LocAccessErr => 8,
+            Self::RemInvReqErr => 9,
             Self::RemAccessErr => 10,
             Self::RemOpErr => 11,
             Self::RetryExcErr => 12,
@@ -142,7 +149,9 @@ impl WcStatus {
             Self::LocQpOpErr,
             Self::LocProtErr,
             Self::WrFlushErr,
+            Self::BadRespErr,
             Self::LocAccessErr,
+            Self::RemInvReqErr,
             Self::RemAccessErr,
             Self::RemOpErr,
             Self::RetryExcErr,
@@ -153,6 +162,45 @@ impl WcStatus {
         .into_iter()
         .find(|s| s.raw() == v)
         .unwrap_or(Self::Other(v))
+    }
+
+    /// libibverbs's text for the status (`ibv_wc_status_str`), "unknown" past its table.
+    pub fn as_str(self) -> &'static str {
+        const TEXT: [&str; 24] = [
+            "success",
+            "local length error",
+            "local QP operation error",
+            "local EE context operation error",
+            "local protection error",
+            "Work Request Flushed Error",
+            "memory management operation error",
+            "bad response error",
+            "local access error",
+            "remote invalid request error",
+            "remote access error",
+            "remote operation error",
+            "transport retry counter exceeded",
+            "RNR retry counter exceeded",
+            "local RDD violation error",
+            "remote invalid RD request",
+            "aborted error",
+            "invalid EE context number",
+            "invalid EE context state",
+            "fatal error",
+            "response timeout error",
+            "general error",
+            "TM error",
+            "TM software rendezvous",
+        ];
+        TEXT.get(self.raw() as usize).copied().unwrap_or("unknown")
+    }
+}
+
+/// As `ibv_rc_pingpong` prints a status: its text and its number, "remote invalid request
+/// error (9)".
+impl std::fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.as_str(), self.raw())
     }
 }
 
@@ -242,6 +290,15 @@ mod tests {
             assert_eq!(WcStatus::from_raw(v).raw(), v);
         }
         assert_eq!(WcStatus::from_raw(5), WcStatus::WrFlushErr);
+    }
+
+    #[test]
+    fn statuses_print_as_ibv_wc_status_str() {
+        assert_eq!(WcStatus::from_raw(9).to_string(), "remote invalid request error (9)");
+        assert_eq!(WcStatus::RetryExcErr.to_string(), "transport retry counter exceeded (12)");
+        assert_eq!(WcStatus::WrFlushErr.as_str(), "Work Request Flushed Error");
+        assert_eq!(WcStatus::Other(23).as_str(), "TM software rendezvous");
+        assert_eq!(WcStatus::Other(24).to_string(), "unknown (24)");
     }
 
     #[test]

@@ -481,7 +481,7 @@ impl End {
     /// (`payload.rs`).
     fn check_wc(&self, w: &Wc, rcnt: u32, client: bool, got: &mut [u8], rep: &mut EndReport) -> Result<(), Failure> {
         if w.status != WcStatus::Success {
-            return Err(format!("work completion for wr_id {} failed: {:?}", w.wr_id, w.status).into());
+            return Err(format!("Failed status {} for wr_id {}", w.status, w.wr_id).into());
         }
         match (w.wr_id, w.opcode) {
             (SEND_WRID, WcOpcode::Send) => Ok(()),

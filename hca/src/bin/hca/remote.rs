@@ -20,6 +20,12 @@ pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
         Some(i) => i,
         None => first_roce_v2(dev, o.ib_port)?,
     };
+    if dev.query_gid_type(o.ib_port, gid_idx) == Ok(GidType::RoceV1) {
+        // The model's RoCE port carries RoCE v2 (UDP) only: a v1 source GID could not send.
+        return Err(format!(
+            "GID index {gid_idx} is a RoCE v1 GID; the port speaks RoCE v2 only (`hca devinfo -v` lists its GIDs)"
+        ));
+    }
     let gid = local_gid(dev, o, gid_idx)?;
     let lid = dev.query_port(o.ib_port).map_err(|_| "Couldn't get port info".to_string())?.lid;
     let mut end = End::new(dev, o, &Arc::new(AtomicBool::new(false)), true).map_err(|e| format!("setup: {e}"))?;
