@@ -94,12 +94,7 @@ fn hostile_datagrams_over_ipv6_are_dropped_and_counted_and_the_connection_surviv
         pcap: Some(pcap.clone()),
         ..RoceConfig::new(vec![ip])
     };
-    let mut d = Drv::new(crate::SimConfig {
-        roce: Some(roce),
-        ..crate::SimConfig::default()
-    });
-    d.bind_gid(0, GID0);
-    bind_v2(&mut d, SGID, ip);
+    let mut d = device_from(roce, crate::SimConfig::default());
     let (x, y) = (end(&mut d, 16), end(&mut d, 16));
     let o = Opts::default();
     connect(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
@@ -219,12 +214,7 @@ fn a_capture_between_two_devices_verifies_every_icrc() {
         pcap: Some(pcap.clone()),
         ..RoceConfig::new(vec![ia])
     };
-    let mut a = Drv::new(crate::SimConfig {
-        roce: Some(roce),
-        ..crate::SimConfig::default()
-    });
-    a.bind_gid(0, GID0);
-    bind_v2(&mut a, SGID, ia);
+    let mut a = device_from(roce, crate::SimConfig::default());
     let mut b = device(ib, crate::roce::ROCE_V2_UDP_PORT, LinkFaults::default());
     let (ea, eb) = (end(&mut a, 16), end(&mut b, 16));
     let o = Opts::default();

@@ -42,15 +42,19 @@ pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
 
 /// [`device`] with the rest of the model's configuration from `base`.
 pub fn device_with(ip: IpAddr, udp_port: u16, faults: LinkFaults, base: SimConfig) -> Drv {
-    let roce = RoceConfig {
-        udp_port,
-        faults,
-        ..RoceConfig::new(vec![ip])
-    };
-    let mut d = Drv::new(SimConfig {
-        roce: Some(roce),
-        ..base
-    });
+    device_from(RoceConfig { udp_port, faults, ..RoceConfig::new(vec![ip]) }, base)
+}
+
+/// A device whose RoCE port is `roce` (its first address bound as GID [`SGID`], RoCE v2, after
+/// GID 0, RoCE v1), the rest of the model's configuration from `base`.
+pub fn device_from(roce: RoceConfig, base: SimConfig) -> Drv {
+    let (ip, udp_port) = (roce.addrs[0], roce.udp_port);
+    let mut d = Drv::new(SimConfig { roce: Some(roce), ..base });
+    // A port someone else holds (another test, or a user's `hca pingpong --roce ::1`) says so
+    // here, rather than as a message that never arrives.
+    if let Some(e) = d.dev.roce_error() {
+        panic!("the RoCE port cannot open {ip} UDP {udp_port}: {e} (is another process bound there?)");
+    }
     d.bind_gid(0, GID0);
     bind_v2(&mut d, SGID, ip);
     d
