@@ -3,7 +3,7 @@
 //! back, so the driver remembers what it bound with CREATE_BIND and what it emptied with
 //! DESTROY_BIND, and answers `query_gid` / `query_gid_type` from that copy.
 
-use crate::device::DeviceInner;
+use crate::cmd::Commands;
 use ib_core::{Error, Gid, GidType, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateBind, DestroyBind};
@@ -72,11 +72,19 @@ fn changeable(table: &[Option<(Gid, GidType)>], index: u32) -> Result<usize> {
 /// Errors: [`Error::InvalidArgument`] for index 0 or one beyond the table;
 /// [`Error::Unsupported`] for a type `caps.gid_types` lacks; the command's errors (nothing is
 /// recorded then).
-pub(crate) fn add(dev: &DeviceInner, index: u32, gid: Gid, ty: GidType) -> Result<()> {
-    let flag = reported_flag(dev.gids.types, ty)?;
-    let mut table = dev.gids.entries.lock();
+pub(crate) fn add(gids: &GidTable, cmd: &Commands, index: u32, gid: Gid, ty: GidType) -> Result<()> {
+    let flag = reported_flag(gids.types, ty)?;
+    let mut table = gids.entries.lock();
     let slot = changeable(&table, index)?;
-    dev.cmd.post(CreateBind {
+    create_bind(cmd, index, gid, flag)?;
+    table[slot] = Some((gid, ty));
+    Ok(())
+}
+
+/// CREATE_BIND of `gid` at `index` with GID type `flag` and Linux's other fields (`mtu` 1024 in
+/// bytes, `vlan` 0xfff: none), as `pvrdma_add_gid_at_index` sends it. Errors: the command's.
+pub(crate) fn create_bind(cmd: &Commands, index: u32, gid: Gid, flag: u8) -> Result<()> {
+    cmd.post(CreateBind {
         mtu: mtu::bytes(mtu::MTU_1024).unwrap_or(1024).into(),
         vlan: 0xfff.into(),
         index: index.into(),
@@ -84,7 +92,6 @@ pub(crate) fn add(dev: &DeviceInner, index: u32, gid: Gid, ty: GidType) -> Resul
         gid_type: flag,
         ..Default::default()
     })?;
-    table[slot] = Some((gid, ty));
     Ok(())
 }
 
@@ -93,11 +100,11 @@ pub(crate) fn add(dev: &DeviceInner, index: u32, gid: Gid, ty: GidType) -> Resul
 /// device's own answer (ENOENT) is what the caller gets.
 ///
 /// Errors: as [`add`]; the command's errors (the copy is kept then).
-pub(crate) fn del(dev: &DeviceInner, index: u32) -> Result<()> {
-    let mut table = dev.gids.entries.lock();
+pub(crate) fn del(gids: &GidTable, cmd: &Commands, index: u32) -> Result<()> {
+    let mut table = gids.entries.lock();
     let slot = changeable(&table, index)?;
     let dest_gid = table[slot].map(|(g, _)| g).unwrap_or_default();
-    dev.cmd.post(DestroyBind { index: index.into(), dest_gid, ..Default::default() })?;
+    cmd.post(DestroyBind { index: index.into(), dest_gid, ..Default::default() })?;
     table[slot] = None;
     Ok(())
 }

@@ -88,14 +88,14 @@ impl DeviceOps for Pvrdma {
     fn add_gid(&self, port: u8, index: u32, gid: Gid, ty: GidType) -> Result<()> {
         self.inner.check_port(port)?;
         self.inner.live()?;
-        crate::gid::add(&self.inner, index, gid, ty)
+        crate::gid::add(&self.inner.gids, &self.inner.cmd, index, gid, ty)
     }
 
     /// DESTROY_BIND at `index` (`gid.rs`); index 0 stays the probe's.
     fn del_gid(&self, port: u8, index: u32) -> Result<()> {
         self.inner.check_port(port)?;
         self.inner.live()?;
-        crate::gid::del(&self.inner, index)
+        crate::gid::del(&self.inner.gids, &self.inner.cmd, index)
     }
 
     /// `PVRDMA_BOARD_ID`, as Linux's driver reports it.

@@ -14,12 +14,11 @@ use crate::platform::Platform;
 use doorbell::ArmEncoding;
 use firmware_cmd::{WaitMode, DEFAULT_TIMEOUT};
 use ib_core::{DeviceError, Error, Gid, Result};
-use pvrdma_abi::cmd::{CreateBind, QueryPort};
+use pvrdma_abi::cmd::QueryPort;
 use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, DEVICE_MODE_ROCE};
 use ib_core::GidType;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_MACH, REG_MACL};
 use pvrdma_abi::regs::REG_VERSION;
-use pvrdma_abi::verbs::mtu;
 use pvrdma_abi::{PVRDMA_ROCEV1_VERSION, PVRDMA_ROCEV2_VERSION};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,7 +109,7 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, attr, gids));
     start(&dev)?;
     for (index, gid) in (1u32..).zip(&opts.roce_v2_gids) {
-        crate::gid::add(&dev, index, *gid, GidType::RoceV2)?;
+        crate::gid::add(&dev.gids, &dev.cmd, index, *gid, GidType::RoceV2)?;
     }
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);
@@ -132,15 +131,7 @@ fn start(dev: &DeviceInner) -> Result<()> {
     }
     let port = dev.cmd.post(QueryPort { port_num: PORT, ..Default::default() })?;
     tracing::debug!(state = port.attrs.state.get(), "port 1 queried");
-    dev.cmd.post(CreateBind {
-        mtu: mtu::bytes(mtu::MTU_1024).unwrap_or(1024).into(),
-        vlan: 0xfff.into(),
-        index: 0.into(),
-        new_gid: dev.gid0(),
-        gid_type: crate::gid::type_flag(BOUND_GID_TYPE),
-        ..Default::default()
-    })?;
-    Ok(())
+    crate::gid::create_bind(&dev.cmd, 0, dev.gid0(), crate::gid::type_flag(BOUND_GID_TYPE))
 }
 
 fn check_version(v: u32) -> Result<()> {
