@@ -126,6 +126,30 @@ pub fn connect(q: &Qp, remote: u32, gid: [u8; 16]) {
     q.modify_to_rts(0).expect("RTS");
 }
 
+/// Brings `q` to RTS towards `remote` at `dgid` through the GID at `sgid_index` (on the model's
+/// RoCE port: a RoCE v2 GID, index 1 for its first address), MTU 1024, PSNs from 0, the retry
+/// counts and ACK timeout `ibv_rc_pingpong` uses but a 4 ms timeout (10: floored to 10 ms by the
+/// model), with local write and remote write/read access.
+pub fn connect_roce(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8) {
+    use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttr, QpAttrMask as M, QpState};
+    q.modify_to_init(1, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ).expect("INIT");
+    let grh = GlobalRoute { dgid, sgid_index, hop_limit: 64, ..Default::default() };
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::from_bytes(1024).expect("an IB MTU"),
+        dest_qp_num: remote,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    q.modify_qp(&rtr, m).expect("RTR");
+    let rts =
+        QpAttr { qp_state: QpState::Rts, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+}
+
 /// Two QPs connected to each other: `a` completes into `scq_a`/`rcq_a`, `b` into `scq_b`/`rcq_b`.
 pub fn pair(dev: &Device, pd: &Pd, a_cqs: (&Cq, &Cq), b_cqs: (&Cq, &Cq)) -> Pair {
     let a = rc_qp(pd, a_cqs.0, a_cqs.1);

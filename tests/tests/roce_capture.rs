@@ -5,16 +5,13 @@
 //! DF, as the port sends it), and tshark must decode every frame as InfiniBand without a
 //! complaint (skipped without tshark unless `ROCE_REQUIRE_TSHARK=1`).
 
-use ib_core::{
-    access, AhAttr, Cq, GlobalRoute, Mr, Mtu, Qp, QpAttr, QpAttrMask as M, QpState, RecvWr, SendWr, Sge,
-    WcOpcode, WcStatus, WrOpcode,
-};
+use ib_core::{access, Cq, Mr, Qp, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use pvrdma_sim::roce::{LinkFaults, RoceConfig};
 use pvrdma_sim::SimConfig;
 use roce_wire::opcode::*;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
-use tests::fixture::{open_with, poll_n, rc_qp};
+use tests::fixture::{connect_roce, open_with, poll_n, rc_qp};
 use tests::tshark::{tshark_present, tshark_verbose, COMPLAINTS};
 
 const ACCESS: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
@@ -22,25 +19,6 @@ const ACCESS: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 93, 0, 1);
 const MSG: usize = 5000;
 const ROUNDS: u64 = 12;
-
-/// `q` to RTS towards `remote` through GID index 1 (the port's RoCE v2 GID), PSNs from 0.
-fn connect(q: &Qp, remote: u32, dgid: [u8; 16]) {
-    q.modify_to_init(1, ACCESS).expect("INIT");
-    let grh = GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() };
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::from_bytes(1024).unwrap(),
-        dest_qp_num: remote,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
-        ..Default::default()
-    };
-    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    q.modify_qp(&rtr, m).expect("RTR");
-    let rts = QpAttr { qp_state: QpState::Rts, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
-}
 
 fn post(q: &Qp, wr_id: u64, opcode: WrOpcode, mr: &Mr, off: u64) {
     let sge = [Sge { addr: mr.addr() + off, length: MSG as u32, lkey: mr.lkey() }];
@@ -68,8 +46,8 @@ fn traffic(pcap: &std::path::Path) {
     let pd = dev.alloc_pd().unwrap();
     let (cq_a, cq_b) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());
     let (a, b) = (rc_qp(&pd, &cq_a, &cq_a), rc_qp(&pd, &cq_b, &cq_b));
-    connect(&a, b.qpn(), dgid);
-    connect(&b, a.qpn(), dgid);
+    connect_roce(&a, b.qpn(), dgid, 1);
+    connect_roce(&b, a.qpn(), dgid, 1);
     let (la, rb) = (pd.alloc_mr(2 * MSG, ACCESS).unwrap(), pd.alloc_mr(2 * MSG, ACCESS).unwrap());
     for r in 0..ROUNDS {
         let recv = [Sge { addr: rb.addr(), length: MSG as u32, lkey: rb.lkey() }];

@@ -24,17 +24,21 @@ fn pin_to_cpu0() {
 }
 
 /// One end of the ping-pong: its QP, its CQ (sends unsignaled: receives only), the CQ's
-/// channel in event mode, and the MR both its sends and receives use.
-struct End {
-    qp: Qp,
-    cq: Cq,
-    ch: Option<CompChannel>,
-    mr: Mr,
+/// channel in event mode, and the MR its sends (first half) and receives (second half) use.
+pub(crate) struct End {
+    pub(crate) qp: Qp,
+    pub(crate) cq: Cq,
+    pub(crate) ch: Option<CompChannel>,
+    pub(crate) mr: Mr,
+    /// Busy polling yields the CPU between empty polls (as `hca pingpong` does): the device's
+    /// own threads (the RoCE port's receive thread) run in this process and need a CPU.
+    pub(crate) yields: bool,
 }
 
 impl End {
-    fn post_recv(&self, size: u32) {
-        let sge = [Sge { addr: self.mr.addr() + 4096, length: size, lkey: self.mr.lkey() }];
+    pub(crate) fn post_recv(&self, size: u32) {
+        let half = (self.mr.len() / 2) as u64;
+        let sge = [Sge { addr: self.mr.addr() + half, length: size, lkey: self.mr.lkey() }];
         self.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &sge }).expect("post_recv");
     }
 
@@ -60,6 +64,10 @@ impl End {
                     let cq = ch.get_cq_event(STUCK).expect("a completion event");
                     cq.ack_events(1);
                     self.cq.req_notify(NotifyFlags::NEXT_COMPLETION).expect("req_notify");
+                }
+                None if self.yields => {
+                    std::thread::yield_now();
+                    assert!(Instant::now() < deadline, "no receive within {STUCK:?}");
                 }
                 None => {
                     std::hint::spin_loop();
@@ -104,7 +112,7 @@ fn ends(events: bool, size: u32) -> (ib_core::Device, End, End) {
         let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
         let qp = pd.create_qp(&attr).expect("a QP");
         let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).expect("an MR");
-        End { qp, cq, ch, mr }
+        End { qp, cq, ch, mr, yields: false }
     };
     let (a, b) = (end(), end());
     connect(&a.qp, b.qp.qpn(), gid(&dev));
@@ -121,7 +129,7 @@ fn ends(events: bool, size: u32) -> (ib_core::Device, End, End) {
 }
 
 /// `n` round trips between `a` and `b` on two threads; the initiator's time.
-fn stack_round_trips(a: &End, b: &End, n: u64, size: u32, pinned: bool) -> Duration {
+pub(crate) fn stack_round_trips(a: &End, b: &End, n: u64, size: u32, pinned: bool) -> Duration {
     let start = Barrier::new(2);
     std::thread::scope(|s| {
         let peer = s.spawn(|| b.run(n, size, false, pinned, &start));
