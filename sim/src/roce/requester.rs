@@ -134,18 +134,24 @@ impl Requester {
 
     /// An ACKNOWLEDGE packet with PSN `p`: an ACK, an RNR NAK or a NAK (IBTA 9.7.5.2).
     pub fn on_ack(&mut self, port: &RocePort, core: &Core, p: u32, aeth: Aeth, done: &mut Done) {
-        // Only PSNs this requester sent can be acknowledged (a NAK may name the next one).
-        if psn::diff(p, self.next_psn) > 0 {
+        // Only PSNs this requester sent can be acknowledged, and a NAK names a PSN sent and not
+        // yet acknowledged (one already acknowledged is stale: the loss it reports was
+        // recovered, and it must cost neither a retry nor a work request). A PSN sequence error
+        // NAK may name the next PSN to send (the responder has all the others).
+        let syndrome = aeth.syndrome();
+        let nak = matches!(syndrome, Syndrome::Nak(_) | Syndrome::RnrNak { .. });
+        let stale = nak && psn::diff(p, self.acked) <= 0;
+        let next = matches!(syndrome, Syndrome::Nak(NakCode::PsnSequenceError)) as i32;
+        if psn::diff(p, self.max_sent) >= next || stale {
             return core.count(|c| &c.roce_rx_dropped_psn);
         }
         let now = Instant::now();
         let before = psn::add(p, 0xff_ffff);
-        match aeth.syndrome() {
-            Syndrome::Ack { .. } if p != self.next_psn => {
+        match syndrome {
+            Syndrome::Ack { .. } => {
                 self.ack_through(p, now, done);
                 self.pump(port, core, now);
             }
-            Syndrome::Ack { .. } => core.count(|c| &c.roce_rx_dropped_psn),
             Syndrome::RnrNak { timer } => {
                 core.count(|c| &c.roce_rnr_naks_received);
                 self.ack_through(before, now, done);
@@ -163,11 +169,6 @@ impl Requester {
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 core.count(|c| &c.roce_naks_received);
-                // A NAK for a PSN already acknowledged is stale (the loss it reports was
-                // recovered): it must not cost a retry.
-                if psn::diff(p, self.acked) <= 0 {
-                    return;
-                }
                 self.ack_through(before, now, done);
                 if self.msgs.is_empty() || self.rnr_until.is_some() {
                     return;
@@ -199,6 +200,11 @@ impl Requester {
         done: &mut Done,
     ) -> Option<(u64, u32)> {
         let p = hdr.bth.psn;
+        // A response to a READ request not sent yet (the window holds it back) is forged.
+        if psn::diff(p, self.max_sent) >= 0 {
+            core.count(|c| &c.roce_rx_dropped_psn);
+            return None;
+        }
         let Some(i) = self
             .msgs
             .iter()

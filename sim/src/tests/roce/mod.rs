@@ -4,6 +4,7 @@
 
 mod errors;
 mod faults;
+mod forged;
 mod hostile;
 mod rdma;
 mod send;
