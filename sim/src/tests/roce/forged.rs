@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::SimStats;
+use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, IpContext, NakCode, Reth};
 use std::net::{SocketAddr, UdpSocket};
 
@@ -186,4 +187,37 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
         assert!(got.len() < 1000, "responses keep coming");
     }
     assert_eq!(got, [(psn::add(r, 2), 1024), (psn::add(r, 3), 1024)]);
+}
+
+/// Devices dropped with traffic in flight (a lossy link: retransmissions pending, an RNR NAK
+/// loop, a READ outstanding) stop within a bound, and their addresses bind again at once.
+#[test]
+fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
+    const T: u8 = 62;
+    for round in 0..3u64 {
+        let f = LinkFaults {
+            loss: [1.0, 0.5, 0.0][round as usize],
+            duplicate: 1.0,
+            reorder: 1.0,
+            seed: round,
+        };
+        let (a, ea, b, eb) = pair(T, &Opts::default(), f);
+        for i in 0..8 {
+            // No receive WQE on b: SENDs that arrive are RNR NAKed (rnr_retry 7: for ever).
+            send(&a, &ea, i, &pattern(i, 5000), i * 8192, None);
+            send(&b, &eb, i, &pattern(i, 3000), i * 8192, None);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop((a, ea));
+            drop((b, eb));
+            tx.send(()).ok();
+        });
+        rx.recv_timeout(LONG).expect("both devices stop");
+    }
+    // The same addresses again, and a message through them.
+    let (a, ea, b, eb) = pair(T, &Opts::default(), LinkFaults::default());
+    recv(&b, &eb, 1, 0, 64);
+    send(&a, &ea, 1, b"again", 0, None);
+    assert_eq!(wait(&b, &eb, 1, LONG)[0].status.get(), wc_status::SUCCESS);
 }
