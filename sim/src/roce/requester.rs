@@ -5,6 +5,8 @@
 //! 9.7.6.1.3). Its decisions are completions `(seq, status)` the caller hands to
 //! `Qp::complete_send` once the requester's lock is released.
 //!
+//! A READ waits to be sent while `max_rd_atomic` earlier READs wait for their responses.
+//!
 //! ACKs are matched by PSN: a coalesced ACK acknowledges every packet up to its PSN, a NAK every
 //! packet before its PSN (the AETH's MSN is not needed to tell which messages completed), and a
 //! READ's first response acknowledges every message before the READ (IBTA 9.7.5.1.x implicit
@@ -15,6 +17,7 @@ use super::path::Path;
 use super::timers::{retransmit_timeout, rnr_delay};
 use super::RocePort;
 use crate::device::Core;
+use crate::dsr::limits;
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Headers, NakCode, Syndrome};
@@ -42,6 +45,10 @@ pub struct Requester {
     rnr_retry: u8,
     retries: u8,
     rnr_retries: u8,
+    /// Most READs outstanding: `max_rd_atomic` (IBTA: the consumer sets it no higher than the
+    /// responder's `max_dest_rd_atomic`, the READs a responder remembers to answer again), at
+    /// least 1 and at most the device's `max_qp_rd_atom` (what the model's responder remembers).
+    max_reads: usize,
     /// The PSN of the next new packet.
     next_psn: u32,
     /// The PSN of the next packet to transmit (behind `next_psn` while the window is full or
@@ -73,6 +80,7 @@ impl Requester {
             rnr_retry: a.rnr_retry,
             retries: a.retry_cnt,
             rnr_retries: a.rnr_retry,
+            max_reads: usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize),
             next_psn: sq_psn,
             sent_to: sq_psn,
             max_sent: sq_psn,
@@ -338,6 +346,15 @@ impl Requester {
             .map(|m| m.read_next)
     }
 
+    /// How many READs before PSN `at` still wait for responses.
+    fn reads_before(&self, at: u32) -> usize {
+        self.msgs
+            .iter()
+            .take_while(|m| psn::diff(m.psn, at) < 0)
+            .filter(|m| m.is_pending_read())
+            .count()
+    }
+
     /// The oldest PSN not yet acknowledged.
     fn first_unacked(&self) -> u32 {
         match self.msgs.front() {
@@ -388,8 +405,13 @@ impl Requester {
                 self.sent_to = self.next_psn;
                 break;
             };
-            if psn::diff(at, self.max_sent) < 0 {
+            let new = psn::diff(at, self.max_sent) >= 0;
+            if !new {
                 core.count(|c| &c.roce_retransmits);
+            } else if matches!(m.kind, Kind::Read { .. }) && self.reads_before(at) >= self.max_reads
+            {
+                // The READ waits for an earlier one's last response.
+                break;
             }
             self.sent_to = match m.kind {
                 Kind::Read { .. } => {

@@ -221,3 +221,46 @@ fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
     send(&a, &ea, 1, b"again", 0, None);
     assert_eq!(wait(&b, &eb, 1, LONG)[0].status.get(), wc_status::SUCCESS);
 }
+
+/// More READs posted at once than a responder remembers (the device's `max_qp_rd_atom`), through
+/// a lossy link: a lost response is asked for again, and the responder still answers it (the
+/// requester keeps at most that many READs outstanding). Each completes once, its bytes in place.
+#[test]
+fn many_reads_posted_at_once_through_loss_each_complete_once() {
+    let f = LinkFaults {
+        loss: 0.05,
+        seed: 9,
+        ..LinkFaults::default()
+    };
+    let o = Opts {
+        timeout: 13,
+        ..Opts::default()
+    };
+    let (a, ea, b, eb) = pair(63, &o, f);
+    let remote = pattern(63, 64 * 100);
+    b.dev.mem().write(eb.src.iova, &remote).unwrap();
+    for i in 0..64u64 {
+        let sg = [sge(ea.dst.va + i * 100, 100, ea.dst.lkey)];
+        let (op, flags) = (wr_opcode::RDMA_READ, send_flags::SIGNALED);
+        a.post_rdma_wqe(
+            &ea.qp,
+            i,
+            op,
+            flags,
+            0,
+            eb.src.va + i * 100,
+            eb.src.rkey,
+            &sg,
+        );
+    }
+    a.qp_doorbell(&ea.qp, UAR_QP_SEND);
+    let got = wait(&a, &ea, 64, Duration::from_secs(120));
+    let st: Vec<(u64, u32)> = got
+        .iter()
+        .map(|c| (c.wr_id.get(), c.status.get()))
+        .collect();
+    let want: Vec<(u64, u32)> = (0..64).map(|i| (i, wc_status::SUCCESS)).collect();
+    assert_eq!(st, want);
+    assert_eq!(received(&a, &ea, 0, 64 * 100), remote);
+    assert!(a.poll(&ea.cq).is_none(), "no completion twice");
+}
