@@ -264,3 +264,32 @@ fn many_reads_posted_at_once_through_loss_each_complete_once() {
     assert_eq!(received(&a, &ea, 0, 64 * 100), remote);
     assert!(a.poll(&ea.cq).is_none(), "no completion twice");
 }
+
+/// A port address that names no one interface (a wildcard, multicast, broadcast or IPv4-mapped
+/// IPv6 address: the source of every ICRC would be wrong) fails device creation.
+#[test]
+fn a_port_address_of_no_one_interface_fails_device_creation() {
+    for ip in [
+        "0.0.0.0",
+        "::",
+        "224.0.0.1",
+        "255.255.255.255",
+        "::ffff:127.77.64.1",
+        "ff02::1",
+    ] {
+        let ip: IpAddr = ip.parse().unwrap();
+        let roce = RoceConfig {
+            udp_port: 47_964,
+            ..RoceConfig::new(vec![ip])
+        };
+        let got = crate::SimDevice::try_new(SimConfig {
+            roce: Some(roce),
+            ..SimConfig::default()
+        });
+        let err = got.err().unwrap_or_else(|| panic!("{ip} is refused"));
+        assert!(
+            matches!(err, crate::roce::RoceError::Bind { .. }),
+            "{ip}: {err}"
+        );
+    }
+}
