@@ -411,3 +411,43 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
         );
     }
 }
+
+/// Zero-length WRITE, WRITE with immediate and READ (no SGE, an R_Key that names nothing:
+/// IBTA C9-88 needs none), and a READ scattered over two SGEs in two MRs, cut by the MTU
+/// elsewhere than the SGEs are: each completes successfully with its bytes in place.
+#[test]
+fn zero_length_rdma_and_a_read_over_sges_of_two_mrs() {
+    let (a, ea, b, eb) = pair(66, &Opts::default(), LinkFaults::default());
+    let remote = pattern(66, 5000);
+    b.dev.mem().write(eb.src.iova, &remote).unwrap();
+    recv(&b, &eb, 7, 0, 64);
+    let flags = send_flags::SIGNALED;
+    let zero = [
+        (1, wr_opcode::RDMA_WRITE),
+        (2, wr_opcode::RDMA_WRITE_WITH_IMM),
+        (3, wr_opcode::RDMA_READ),
+    ];
+    for (id, op) in zero {
+        a.post_rdma_wqe(&ea.qp, id, op, flags, 0x1234, 0xdead_0000, 0x77, &[]);
+    }
+    let sg = [
+        sge(ea.dst.va + 100, 1500, ea.dst.lkey),
+        sge(ea.src.va + 9000, 3500, ea.src.lkey),
+    ];
+    let (raddr, rkey) = (eb.src.va, eb.src.rkey);
+    a.post_rdma_wqe(&ea.qp, 4, wr_opcode::RDMA_READ, flags, 0, raddr, rkey, &sg);
+    a.qp_doorbell(&ea.qp, UAR_QP_SEND);
+    let got: Vec<(u64, u32)> = wait(&a, &ea, 4, LONG)
+        .iter()
+        .map(|c| (c.wr_id.get(), c.status.get()))
+        .collect();
+    let ok = wc_status::SUCCESS;
+    assert_eq!(got, [(1, ok), (2, ok), (3, ok), (4, ok)]);
+    let imm = wait(&b, &eb, 1, LONG);
+    assert_eq!((imm[0].wr_id.get(), imm[0].byte_len.get()), (7, 0));
+    let mut back = received(&a, &ea, 100, 1500);
+    let mut rest = vec![0u8; 3500];
+    a.dev.mem().read(ea.src.iova + 9000, &mut rest).unwrap();
+    back.extend(rest);
+    assert_eq!(back, remote);
+}
