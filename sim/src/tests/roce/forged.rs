@@ -451,3 +451,46 @@ fn zero_length_rdma_and_a_read_over_sges_of_two_mrs() {
     back.extend(rest);
     assert_eq!(back, remote);
 }
+
+/// A READ whose local MR is deregistered while its response is on the way: the response writes
+/// nothing there, and the READ completes with a local protection error (the QP then in ERR).
+#[test]
+fn a_read_response_for_a_deregistered_mr_writes_nothing() {
+    const T: u8 = 67;
+    let (mut d, e, peer, o) = device_and_peer(T);
+    let before = pattern(67, 4096);
+    d.dev.mem().write(e.dst.iova, &before).unwrap();
+    let sg = [sge(e.dst.va, 2048, e.dst.lkey)];
+    let flags = send_flags::SIGNALED;
+    d.post_rdma_wqe(&e.qp, 1, wr_opcode::RDMA_READ, flags, 0, 0x9000, 0x55, &sg);
+    d.qp_doorbell(&e.qp, UAR_QP_SEND);
+    let (opcode, p, _) = next_from_device(&peer);
+    assert_eq!((opcode, p), (op::RC_RDMA_READ_REQUEST, o.sq_psn));
+    d.ok(pvrdma_abi::cmd::DestroyMr {
+        mr_handle: U32::new(e.dst.handle),
+        ..Default::default()
+    });
+    for (k, opcode) in [
+        op::RC_RDMA_READ_RESPONSE_FIRST,
+        op::RC_RDMA_READ_RESPONSE_LAST,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let hdr = Headers {
+            bth: bth(opcode, e.qp.qpn, psn::add(p, k as u32)),
+            aeth: Some(Aeth::ack(1, 0x1f)),
+            ..Default::default()
+        };
+        forge(&peer, T, hdr, &[0xee; 1024]);
+    }
+    let c = wait(&d, &e, 1, LONG);
+    assert_eq!(
+        (c[0].wr_id.get(), c[0].status.get()),
+        (1, wc_status::LOC_PROT_ERR)
+    );
+    let mut now = vec![0u8; 4096];
+    d.dev.mem().read(e.dst.iova, &mut now).unwrap();
+    assert_eq!(now, before, "nothing written");
+    assert_eq!(d.dev.qp_state(e.qp.qpn), Some(qp_state::ERR));
+}
