@@ -494,3 +494,25 @@ fn a_read_response_for_a_deregistered_mr_writes_nothing() {
     assert_eq!(now, before, "nothing written");
     assert_eq!(d.dev.qp_state(e.qp.qpn), Some(qp_state::ERR));
 }
+
+/// A QP connected to a `dgid` that names no one host (as a hostile `ibv_rc_pingpong` peer may
+/// announce): its send completes LOC_QP_OP_ERR and nothing is sent there.
+#[test]
+fn a_dgid_of_no_one_host_fails_the_send_and_sends_nothing() {
+    let ip = addr(68, 1);
+    let mut d = device(ip, crate::roce::ROCE_V2_UDP_PORT, LinkFaults::default());
+    let o = Opts {
+        timeout: 13,
+        retry_cnt: 1,
+        ..Opts::default()
+    };
+    let bad = ["0.0.0.0", "224.0.0.1", "239.1.2.3", "255.255.255.255"];
+    for (i, dst) in bad.iter().enumerate() {
+        let e = end(&mut d, 16);
+        connect(&mut d, e.qp.qpn, 0x42, dst.parse().unwrap(), &o);
+        send(&d, &e, i as u64, b"to nobody", 0, None);
+        let c = wait(&d, &e, 1, LONG);
+        assert_eq!(c[0].status.get(), wc_status::LOC_QP_OP_ERR, "{dst}");
+    }
+    assert_eq!(d.dev.stats().roce_tx_packets, 0);
+}
