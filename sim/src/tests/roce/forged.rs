@@ -516,3 +516,60 @@ fn a_dgid_of_no_one_host_fails_the_send_and_sends_nothing() {
     }
     assert_eq!(d.dev.stats().roce_tx_packets, 0);
 }
+
+/// Posts a WRITE with immediate of 3000 bytes from `ea` to `eb` on `d` (the requester's device).
+fn write_imm(d: &Drv, ea: &End, eb: &End) {
+    let sg = [sge(ea.src.va, 3000, ea.src.lkey)];
+    let (op, flags) = (wr_opcode::RDMA_WRITE_WITH_IMM, send_flags::SIGNALED);
+    d.post_rdma_wqe(&ea.qp, 1, op, flags, 0x77, eb.dst.va, eb.dst.rkey, &sg);
+    d.qp_doorbell(&ea.qp, UAR_QP_SEND);
+}
+
+fn destroy_qp(d: &mut Drv, qpn: u32) {
+    d.ok(pvrdma_abi::cmd::DestroyQp {
+        qp_handle: U32::new(qpn),
+        ..Default::default()
+    });
+}
+
+/// A WRITE with immediate waiting on the wire for a receive WQE (RNR NAKed, `rnr_retry` 7: for
+/// ever) whose requester QP is then destroyed: the responder never completes it (a receive
+/// posted afterwards stays posted), and the requester's device carries a new message.
+#[test]
+fn a_write_with_immediate_rnr_nakked_dies_with_its_requester() {
+    let o = Opts {
+        timeout: 13,
+        ..Opts::default()
+    };
+    let (mut a, ea, b, eb) = pair(69, &o, LinkFaults::default());
+    write_imm(&a, &ea, &eb);
+    let rnr = b.dev.stats().roce_rnr_naks_sent;
+    assert!(counted(&b, rnr, |s| s.roce_rnr_naks_sent), "RNR NAKed");
+    destroy_qp(&mut a, ea.qp.qpn);
+    // What was on the wire when the QP went has arrived (and been RNR NAKed) by now.
+    std::thread::sleep(Duration::from_millis(50));
+    let idle = a.dev.stats().roce_tx_packets;
+    recv(&b, &eb, 2, 0, 4096);
+    // Give any retransmission time to come (the RNR timer is 0.01 ms): none may complete.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(b.poll(&eb.cq).is_none(), "no completion at the responder");
+    assert_eq!(a.dev.stats().roce_tx_packets, idle, "the requester stopped");
+}
+
+/// The same on the loopback port: the parked WRITE with immediate is dropped with its
+/// requester.
+#[test]
+fn a_parked_write_with_immediate_dies_with_its_requester_on_the_loopback_port() {
+    let mut d = Drv::new(SimConfig::default());
+    d.bind_gid(0, GID0);
+    let (x, y) = (end(&mut d, 16), end(&mut d, 16));
+    let rw = access::REMOTE_WRITE | access::REMOTE_READ;
+    d.connect_access(x.qp.qpn, y.qp.qpn, rw);
+    d.connect_access(y.qp.qpn, x.qp.qpn, rw);
+    write_imm(&d, &x, &y);
+    assert!(counted(&d, 0, |s| s.packets_parked), "parked");
+    destroy_qp(&mut d, x.qp.qpn);
+    recv(&d, &y, 2, 0, 4096);
+    assert!(d.dev.wait_port_idle(LONG));
+    assert!(d.poll(&y.cq).is_none(), "no completion at the responder");
+}
