@@ -573,3 +573,55 @@ fn a_parked_write_with_immediate_dies_with_its_requester_on_the_loopback_port() 
     assert!(d.dev.wait_port_idle(LONG));
     assert!(d.poll(&y.cq).is_none(), "no completion at the responder");
 }
+
+/// Forged WRITE packets that disagree with their RETH (a middle packet reaching its end, a last
+/// or middle one with no WRITE begun, a first one whose payload is its whole length, an only one
+/// shorter than it): each is refused (NAK) and writes nothing; only the one packet that fits is
+/// written.
+#[test]
+fn write_packets_that_disagree_with_their_reth_write_nothing() {
+    const T: u8 = 70;
+    let (d, e, peer, o) = device_and_peer(T);
+    let before = pattern(70, 16384);
+    d.dev.mem().write(e.dst.iova, &before).unwrap();
+    let r = o.rq_psn;
+    let va = e.dst.va + 4096;
+    let reth = |len: u32| {
+        Some(Reth {
+            va,
+            rkey: e.dst.rkey,
+            dma_len: len,
+        })
+    };
+    let pkt = |opcode: u8, p: u32, reth: Option<Reth>| Headers {
+        bth: bth(opcode, e.qp.qpn, p),
+        reth,
+        ..Default::default()
+    };
+    let mtu = 1024;
+    let sends: [(Headers, usize); 6] = [
+        (pkt(op::RC_RDMA_WRITE_FIRST, r, reth(2048)), mtu),
+        (pkt(op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None), mtu),
+        (pkt(op::RC_RDMA_WRITE_LAST, psn::add(r, 1), None), mtu),
+        (pkt(op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None), mtu),
+        (
+            pkt(op::RC_RDMA_WRITE_FIRST, psn::add(r, 1), reth(1024)),
+            mtu,
+        ),
+        (pkt(op::RC_RDMA_WRITE_ONLY, psn::add(r, 1), reth(4096)), 512),
+    ];
+    let mut replies = Vec::new();
+    for (hdr, len) in sends {
+        forge(&peer, T, hdr, &vec![0xee; len]);
+        let (opcode, p, _) = next_from_device(&peer);
+        replies.push((opcode, psn::diff(p, r)));
+    }
+    // An ACK of the first packet, then a NAK of each other at the PSN still expected.
+    let nak = (op::RC_ACKNOWLEDGE, 1);
+    assert_eq!(replies, [(op::RC_ACKNOWLEDGE, 0), nak, nak, nak, nak, nak]);
+    let mut now = vec![0u8; 16384];
+    d.dev.mem().read(e.dst.iova, &mut now).unwrap();
+    let mut want = before;
+    want[4096..5120].fill(0xee);
+    assert!(now == want, "only the first packet was written");
+}
