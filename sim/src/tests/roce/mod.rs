@@ -6,6 +6,7 @@ mod errors;
 mod faults;
 mod forged;
 mod hostile;
+mod lifecycle;
 mod rdma;
 mod send;
 mod wire;
