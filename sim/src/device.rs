@@ -222,7 +222,9 @@ sim_stats! {
     /// RoCE port: packets dropped for their destination QP: unknown, not in RTR/RTS, not
     /// connected to the sender's address, or with no requester for an ACK.
     roce_rx_dropped_qp,
-    /// RoCE port: requests with a PSN ahead of the expected one, and ACKs of PSNs never sent.
+    /// RoCE port: requests with a PSN ahead of the expected one, ACKs, NAKs and READ responses
+    /// of PSNs never sent, NAKs of PSNs already acknowledged, and duplicate READ requests
+    /// outside every READ executed.
     roce_rx_dropped_psn,
     /// RoCE port: duplicate requests (acknowledged again) and duplicate READ responses.
     roce_rx_duplicates,

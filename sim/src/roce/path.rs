@@ -41,7 +41,8 @@ pub fn ip_gid(ip: IpAddr) -> Gid {
 /// The path of a QP with attributes `a`. Errors (the work request's completion status):
 /// `LOC_QP_OP_ERR` when the `sgid_index` GID is not a RoCE v2 GID whose address the port has
 /// bound (a RoCE v1 GID, as the link-local index 0, has no UDP socket to send from), when the
-/// `dgid` is of the other IP family, or when the path MTU is no IB MTU.
+/// `dgid` is of the other IP family or names no one host (unspecified, multicast, broadcast: an
+/// RC connection has one peer, IBTA 10.5 and A17), or when the path MTU is no IB MTU.
 pub fn resolve(core: &Core, socks: &[Socket], udp_port: u16, a: &QpAttr) -> Result<Path, u32> {
     let grh = &a.ah_attr.grh;
     let entry = core
@@ -56,7 +57,7 @@ pub fn resolve(core: &Core, socks: &[Socket], udp_port: u16, a: &QpAttr) -> Resu
         .position(|s| s.local.ip() == src)
         .ok_or(wc_status::LOC_QP_OP_ERR)?;
     let dst = gid_ip(&grh.dgid);
-    if dst.is_ipv4() != src.is_ipv4() {
+    if dst.is_ipv4() != src.is_ipv4() || !unicast(dst) {
         return Err(wc_status::LOC_QP_OP_ERR);
     }
     let mtu = mtu::bytes(a.path_mtu.get()).ok_or(wc_status::LOC_QP_OP_ERR)?;
@@ -66,4 +67,12 @@ pub fn resolve(core: &Core, socks: &[Socket], udp_port: u16, a: &QpAttr) -> Resu
         dest_qp: a.dest_qp_num.get(),
         mtu,
     })
+}
+
+/// Whether `ip` names one host (a peer an RC QP can be connected to).
+fn unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
+    }
 }

@@ -5,6 +5,8 @@
 //! 9.7.6.1.3). Its decisions are completions `(seq, status)` the caller hands to
 //! `Qp::complete_send` once the requester's lock is released.
 //!
+//! A READ waits to be sent while `max_rd_atomic` earlier READs wait for their responses.
+//!
 //! ACKs are matched by PSN: a coalesced ACK acknowledges every packet up to its PSN, a NAK every
 //! packet before its PSN (the AETH's MSN is not needed to tell which messages completed), and a
 //! READ's first response acknowledges every message before the READ (IBTA 9.7.5.1.x implicit
@@ -15,6 +17,7 @@ use super::path::Path;
 use super::timers::{retransmit_timeout, rnr_delay};
 use super::RocePort;
 use crate::device::Core;
+use crate::dsr::limits;
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Headers, NakCode, Syndrome};
@@ -42,6 +45,10 @@ pub struct Requester {
     rnr_retry: u8,
     retries: u8,
     rnr_retries: u8,
+    /// Most READs outstanding: `max_rd_atomic` (IBTA: the consumer sets it no higher than the
+    /// responder's `max_dest_rd_atomic`, the READs a responder remembers to answer again), at
+    /// least 1 and at most the device's `max_qp_rd_atom` (what the model's responder remembers).
+    max_reads: usize,
     /// The PSN of the next new packet.
     next_psn: u32,
     /// The PSN of the next packet to transmit (behind `next_psn` while the window is full or
@@ -73,6 +80,7 @@ impl Requester {
             rnr_retry: a.rnr_retry,
             retries: a.retry_cnt,
             rnr_retries: a.rnr_retry,
+            max_reads: usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize),
             next_psn: sq_psn,
             sent_to: sq_psn,
             max_sent: sq_psn,
@@ -134,18 +142,24 @@ impl Requester {
 
     /// An ACKNOWLEDGE packet with PSN `p`: an ACK, an RNR NAK or a NAK (IBTA 9.7.5.2).
     pub fn on_ack(&mut self, port: &RocePort, core: &Core, p: u32, aeth: Aeth, done: &mut Done) {
-        // Only PSNs this requester sent can be acknowledged (a NAK may name the next one).
-        if psn::diff(p, self.next_psn) > 0 {
+        // Only PSNs this requester sent can be acknowledged, and a NAK names a PSN sent and not
+        // yet acknowledged (one already acknowledged is stale: the loss it reports was
+        // recovered, and it must cost neither a retry nor a work request). A PSN sequence error
+        // NAK may name the next PSN to send (the responder has all the others).
+        let syndrome = aeth.syndrome();
+        let nak = matches!(syndrome, Syndrome::Nak(_) | Syndrome::RnrNak { .. });
+        let stale = nak && psn::diff(p, self.acked) <= 0;
+        let next = matches!(syndrome, Syndrome::Nak(NakCode::PsnSequenceError)) as i32;
+        if psn::diff(p, self.max_sent) >= next || stale {
             return core.count(|c| &c.roce_rx_dropped_psn);
         }
         let now = Instant::now();
         let before = psn::add(p, 0xff_ffff);
-        match aeth.syndrome() {
-            Syndrome::Ack { .. } if p != self.next_psn => {
+        match syndrome {
+            Syndrome::Ack { .. } => {
                 self.ack_through(p, now, done);
                 self.pump(port, core, now);
             }
-            Syndrome::Ack { .. } => core.count(|c| &c.roce_rx_dropped_psn),
             Syndrome::RnrNak { timer } => {
                 core.count(|c| &c.roce_rnr_naks_received);
                 self.ack_through(before, now, done);
@@ -163,11 +177,6 @@ impl Requester {
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 core.count(|c| &c.roce_naks_received);
-                // A NAK for a PSN already acknowledged is stale (the loss it reports was
-                // recovered): it must not cost a retry.
-                if psn::diff(p, self.acked) <= 0 {
-                    return;
-                }
                 self.ack_through(before, now, done);
                 if self.msgs.is_empty() || self.rnr_until.is_some() {
                     return;
@@ -199,6 +208,11 @@ impl Requester {
         done: &mut Done,
     ) -> Option<(u64, u32)> {
         let p = hdr.bth.psn;
+        // A response to a READ request not sent yet (the window holds it back) is forged.
+        if psn::diff(p, self.max_sent) >= 0 {
+            core.count(|c| &c.roce_rx_dropped_psn);
+            return None;
+        }
         let Some(i) = self
             .msgs
             .iter()
@@ -332,6 +346,15 @@ impl Requester {
             .map(|m| m.read_next)
     }
 
+    /// How many READs before PSN `at` still wait for responses.
+    fn reads_before(&self, at: u32) -> usize {
+        self.msgs
+            .iter()
+            .take_while(|m| psn::diff(m.psn, at) < 0)
+            .filter(|m| m.is_pending_read())
+            .count()
+    }
+
     /// The oldest PSN not yet acknowledged.
     fn first_unacked(&self) -> u32 {
         match self.msgs.front() {
@@ -382,8 +405,13 @@ impl Requester {
                 self.sent_to = self.next_psn;
                 break;
             };
-            if psn::diff(at, self.max_sent) < 0 {
+            let new = psn::diff(at, self.max_sent) >= 0;
+            if !new {
                 core.count(|c| &c.roce_retransmits);
+            } else if matches!(m.kind, Kind::Read { .. }) && self.reads_before(at) >= self.max_reads
+            {
+                // The READ waits for an earlier one's last response.
+                break;
             }
             self.sent_to = match m.kind {
                 Kind::Read { .. } => {

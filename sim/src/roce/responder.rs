@@ -1,7 +1,7 @@
 //! The responder of one RC QP (IBTA 9.7.5.1, C9-*): the expected PSN (`rq_psn` at RTR), the MSN
 //! (messages completed), and the message in progress. In-order packets are executed; a
 //! duplicate (a PSN before the expected one) is acknowledged again, and a duplicate READ request
-//! executed again from its PSN; a PSN ahead of the expected one gets one PSN sequence error NAK
+//! executed again from its PSN if it lies within a READ executed; a PSN ahead of the expected one gets one PSN sequence error NAK
 //! until the expected PSN arrives. A SEND with no receive WQE posted gets an RNR NAK carrying
 //! `min_rnr_timer`. A multi-packet SEND is reassembled into at most its receive WQE's length
 //! plus one byte (enough for the scatter to report the overrun), never more.
@@ -17,6 +17,7 @@ use crate::qp::{Qp, Rx};
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
+use std::collections::VecDeque;
 
 mod rdma;
 
@@ -62,6 +63,9 @@ pub struct Responder {
     /// A PSN sequence error NAK was sent for the current expected PSN.
     nak_sent: bool,
     msg: InMsg,
+    /// The READs executed last (`max_dest_rd_atomic`, at least `max_qp_rd_atom`), oldest first: a
+    /// duplicate READ request is answered only within one of them.
+    reads: VecDeque<rdma::ReadDone>,
 }
 
 impl Responder {
@@ -74,6 +78,7 @@ impl Responder {
             msn: 0,
             nak_sent: false,
             msg: InMsg::None,
+            reads: VecDeque::new(),
         }
     }
 

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 /// Most datagrams taken from one socket before the timers run again.
 const BATCH: usize = 64;
+/// How often the responder state of QPs that are gone or reset is forgotten.
+const FORGET_EVERY: Duration = Duration::from_secs(1);
 /// Mixed into the fault seed for the receiving direction (the sending one uses the seed as is).
 const RX_STREAM: u64 = 0x5278_5278_5278_5278;
 /// Largest datagram read: a UDP payload (an MTU of 4096 plus headers fits with room to spare).
@@ -45,6 +47,7 @@ pub fn run(core: Arc<Core>) {
     };
     let mut ready = Vec::new();
     let mut next_timer: Option<Instant> = None;
+    let mut next_forget = Instant::now() + FORGET_EVERY;
     let socks: Vec<&std::net::UdpSocket> = port.socks.iter().map(|s| &s.udp).collect();
     while !port.stopped() {
         let now = Instant::now();
@@ -63,6 +66,10 @@ pub fn run(core: Arc<Core>) {
         port.release_held(&core);
         rx.release_held(&core, port, &mut fx);
         next_timer = port.tick(&core, &mut fx);
+        if now >= next_forget {
+            rx.forget_gone(&core);
+            next_forget = now + FORGET_EVERY;
+        }
         core.settle(fx);
     }
 }
@@ -77,6 +84,15 @@ struct Receiver {
 }
 
 impl Receiver {
+    /// Drops the responder state of QPs destroyed or reset since (a message in progress holds
+    /// up to a receive WQE's length), as [`RocePort::tick`] drops their requesters.
+    fn forget_gone(&mut self, core: &Core) {
+        self.responders.retain(|&qpn, r| {
+            core.qp(qpn)
+                .is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn))
+        });
+    }
+
     /// Reads up to [`BATCH`] datagrams from socket `i`.
     fn drain(&mut self, core: &Core, port: &RocePort, i: usize, fx: &mut Effects) {
         let sock = &port.socks[i];
@@ -227,4 +243,25 @@ fn on_response(
         super::read_response(core, qp, seq, offset, pkt.payload, fx);
     }
     complete(core, qp, done, fx);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pvrdma_abi::verbs::QpAttr;
+    use zerocopy::FromZeros;
+
+    #[test]
+    fn the_responder_state_of_a_qp_that_is_gone_is_forgotten() {
+        let dev = crate::SimDevice::new(crate::SimConfig::default());
+        let mut rx = Receiver {
+            responders: HashMap::new(),
+            buf: Vec::new(),
+            faults: Faults::new(&crate::roce::LinkFaults::default(), 0),
+        };
+        rx.responders
+            .insert(0x99, Responder::new(7, 0, &QpAttr::new_zeroed()));
+        rx.forget_gone(dev.core());
+        assert!(rx.responders.is_empty());
+    }
 }

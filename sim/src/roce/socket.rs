@@ -17,7 +17,8 @@ pub struct Socket {
 
 /// Binds one socket per address. IPv4 sockets send with `IP_PMTUDISC_DO` (Identification 0 on an
 /// unconnected socket, rxe-peer fact 4); IPv6 sockets accept a zero UDP checksum (fact 5).
-/// Errors: the first address that cannot be bound or configured, with the OS error.
+/// Errors: the first address that cannot be bound or configured, with the OS error, or that
+/// names no one interface (see [`unicast`]).
 pub fn bind_all(addrs: &[IpAddr], udp_port: u16) -> Result<Vec<Socket>, RoceError> {
     if addrs.is_empty() {
         return Err(RoceError::NoAddress);
@@ -35,6 +36,7 @@ pub fn bind_all(addrs: &[IpAddr], udp_port: u16) -> Result<Vec<Socket>, RoceErro
 }
 
 fn bind(local: SocketAddr) -> io::Result<Socket> {
+    unicast(local.ip())?;
     let udp = UdpSocket::bind(local)?;
     match local {
         SocketAddr::V4(_) => sys::set_pmtudisc_do(&udp)?,
@@ -43,4 +45,20 @@ fn bind(local: SocketAddr) -> io::Result<Socket> {
     sys::set_buffers(&udp, SOCKET_BUFFER)?;
     udp.set_nonblocking(true)?;
     Ok(Socket { udp, local })
+}
+
+/// A port address is the source address of what it sends, inside every ICRC, and becomes a GID:
+/// the unspecified address (a wildcard bind), a multicast or the broadcast address, or an
+/// IPv4-mapped IPv6 one (its packets are IPv4, their ICRC computed as IPv6) is refused with
+/// `InvalidInput`.
+fn unicast(ip: IpAddr) -> io::Result<()> {
+    let bad = match ip {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast() || a.to_ipv4_mapped().is_some(),
+    };
+    if bad {
+        let why = "not a unicast address of one interface (a RoCE v2 GID names one)";
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+    }
+    Ok(())
 }

@@ -168,6 +168,68 @@ mod tests {
         }
     }
 
+    /// A TCP port nothing listens on (yet).
+    fn free_port() -> u16 {
+        TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn hostile_servers_give_the_client_a_clear_error_within_its_timeout() {
+        let me = Dest { lid: 0, qpn: 3, psn: 4, gid: [2; 16] };
+        let t = Duration::from_millis(300);
+        let answers: [&[u8]; 4] = [b"", b"0000:0000", &[b'z'; MSG_LEN], &[0xff; 4096]];
+        for answer in answers {
+            let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+            let port = l.local_addr().unwrap().port();
+            let bytes = answer.to_vec();
+            let peer = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let mut msg = [0u8; MSG_LEN];
+                let _ = s.read_exact(&mut msg);
+                let _ = s.write_all(&bytes);
+                // Silent, and open, until the client gives up.
+                let _ = s.read(&mut msg);
+            });
+            let got = client("127.0.0.1", port, &me, t);
+            assert!(got.is_err(), "{answer:?}: {got:?}");
+            peer.join().unwrap();
+        }
+        assert!(client("127.0.0.1", free_port(), &me, t).unwrap_err().contains("Couldn't connect"));
+    }
+
+    #[test]
+    fn hostile_clients_give_the_server_a_clear_error_within_its_timeout() {
+        let me = Dest { lid: 0, qpn: 1, psn: 2, gid: [1; 16] };
+        let t = Duration::from_millis(300);
+        let good = Dest { lid: 0, qpn: 3, psn: 4, gid: [2; 16] }.encode();
+        // What the client sends, and whether it then answers "done" with something else.
+        let cases: [(&[u8], &[u8]); 5] =
+            [(b"", b""), (b"0000:00", b""), (&[b'q'; MSG_LEN], b""), (&good, b"nope!"), (&good, b"")];
+        for (first, last) in cases {
+            let port = free_port();
+            let (first, last) = (first.to_vec(), last.to_vec());
+            let srv = std::thread::spawn(move || server(port, &me, t, |_| Ok(())));
+            let mut s = (0..100)
+                .find_map(|_| {
+                    TcpStream::connect(("127.0.0.1", port)).ok().or_else(|| {
+                        std::thread::sleep(Duration::from_millis(20));
+                        None
+                    })
+                })
+                .expect("the server listens within 2 s");
+            s.write_all(&first).unwrap();
+            if !first.is_empty() {
+                let mut reply = [0u8; MSG_LEN];
+                let _ = s.read_exact(&mut reply);
+                s.write_all(&last).unwrap();
+            }
+            // Open and silent: only the server's timeout ends the wait.
+            let got = srv.join().unwrap();
+            assert!(got.is_err(), "{first:?} then {last:?}: {got:?}");
+            drop(s);
+        }
+    }
+
     #[test]
     fn client_and_server_exchange_over_tcp() {
         let port = {

@@ -2,7 +2,10 @@
 //! whole on its first (or only) packet, so a refused WRITE writes nothing; each packet is then
 //! written at its running offset. A READ is answered with responses cut by the path MTU, the
 //! first, last and only ones carrying an AETH (ACK with the MSN); a duplicate READ request is
-//! executed again from its own PSN and RETH (the requester names the data still wanted).
+//! executed again from its own PSN and RETH (the requester names the data still wanted) if they
+//! lie within one of the last READs executed (`max_dest_rd_atomic` of them, at least 16; IBTA
+//! 9.7.5.1.4, as Linux rxe checks them), else dropped: a peer cannot make the responder send
+//! what no READ asked for.
 
 use super::{Ctx, InMsg, Responder, NO_CREDITS};
 use crate::device::Effects;
@@ -10,7 +13,34 @@ use crate::dsr::limits;
 use crate::qp::Rx;
 use crate::roce::message::{packets, PKEY};
 use pvrdma_abi::wqe::wc_status;
-use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
+use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode, Reth};
+
+/// A READ the responder executed: its first PSN, packets, R_Key and the range it read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadDone {
+    psn: u32,
+    npkts: u32,
+    rkey: u32,
+    va: u64,
+    len: u64,
+}
+
+impl ReadDone {
+    /// Whether a duplicate READ request at `p` with `reth` asks for a part of this READ: a PSN
+    /// among its own, the same R_Key, a range within its range and no more packets than remain.
+    fn covers(&self, p: u32, reth: &Reth, mtu: u32) -> bool {
+        let k = psn::diff(p, self.psn);
+        let (va, len) = (reth.va, u64::from(reth.dma_len));
+        k >= 0
+            && (k as u32) < self.npkts
+            && reth.rkey == self.rkey
+            && va >= self.va
+            && va
+                .checked_add(len)
+                .is_some_and(|end| end <= self.va.saturating_add(self.len))
+            && packets(len, mtu) <= self.npkts - k as u32
+    }
+}
 
 impl Responder {
     /// A WRITE packet (or an opcode a responder does not take).
@@ -129,6 +159,9 @@ impl Responder {
         if reth.dma_len > limits::MAX_MSG_SZ {
             return self.refuse(cx, p, NakCode::InvalidRequest);
         }
+        if !new && !self.reads.iter().any(|r| r.covers(p, &reth, cx.path.mtu)) {
+            return cx.core.count(|c| &c.roce_rx_dropped_psn);
+        }
         let data = match cx.qp.rdma_read(cx.core, reth.rkey, reth.va, reth.dma_len) {
             Ok(data) => data,
             Err(status) => return self.access_error(cx, p, status, fx),
@@ -138,6 +171,7 @@ impl Responder {
         if new {
             self.msn = psn::add(self.msn, 1);
             self.advance(n);
+            self.remember(p, n, &reth, cx.attrs.max_dest_rd_atomic);
         }
         for k in 0..n {
             let chunk =
@@ -167,6 +201,22 @@ impl Responder {
                 },
                 chunk,
             );
+        }
+    }
+
+    /// Keeps READ `reth` at PSN `p` (`n` packets) among the last `keep` executed, and at least
+    /// the device's `max_qp_rd_atom`: the model's requester does not yet hold its READs to
+    /// `max_rd_atomic`, and many applications leave both at 0.
+    fn remember(&mut self, p: u32, n: u32, reth: &Reth, keep: u8) {
+        self.reads.push_back(ReadDone {
+            psn: p,
+            npkts: n,
+            rkey: reth.rkey,
+            va: reth.va,
+            len: u64::from(reth.dma_len),
+        });
+        while self.reads.len() > usize::from(keep.max(limits::MAX_QP_RD_ATOM as u8)) {
+            self.reads.pop_front();
         }
     }
 

@@ -249,3 +249,54 @@ fn writes_and_reads_through_a_faulty_link() {
     assert_eq!(done, OPS, "all completed within the bound");
     assert!(a.dev.stats().roce_retransmits > 0);
 }
+
+/// Every packet reordered and duplicated on both links: still exactly once, in order.
+#[test]
+fn exactly_once_when_every_packet_is_reordered_and_duplicated() {
+    let (a, b) = exactly_once(
+        27,
+        LinkFaults {
+            reorder: 1.0,
+            duplicate: 1.0,
+            seed: 27,
+            ..LinkFaults::default()
+        },
+    );
+    assert!(a.roce_injected_duplicate > 0 && b.roce_rx_duplicates > 0);
+}
+
+/// Every packet lost: each send completes, the first with RETRY_EXC_ERR and the rest flushed;
+/// nothing hangs.
+#[test]
+fn a_link_that_loses_everything_ends_in_retry_exc_err() {
+    let f = LinkFaults {
+        loss: 1.0,
+        seed: 28,
+        ..LinkFaults::default()
+    };
+    let o = Opts {
+        timeout: 13,
+        retry_cnt: 2,
+        ..Opts::default()
+    };
+    let (a, ea, b, eb) = pair(28, &o, f);
+    recv(&b, &eb, 0, 0, 4096);
+    for i in 0..4 {
+        send(&a, &ea, i, &pattern(i, 3000), i * 4096, None);
+    }
+    let got: Vec<(u64, u32)> = wait(&a, &ea, 4, LONG)
+        .iter()
+        .map(|c| (c.wr_id.get(), c.status.get()))
+        .collect();
+    let flushed = wc_status::WR_FLUSH_ERR;
+    assert_eq!(
+        got,
+        [
+            (0, wc_status::RETRY_EXC_ERR),
+            (1, flushed),
+            (2, flushed),
+            (3, flushed)
+        ]
+    );
+    assert!(b.poll(&eb.cq).is_none(), "nothing delivered");
+}

@@ -4,7 +4,9 @@
 
 mod errors;
 mod faults;
+mod forged;
 mod hostile;
+mod lifecycle;
 mod rdma;
 mod send;
 mod wire;
