@@ -86,11 +86,13 @@ fn parse_gid(s: &str) -> Result<Gid, String> {
 /// sends `me`, reads the server's data, answers "done". Every read and write waits at most
 /// `timeout`. Errors as `ibv_rc_pingpong` words them.
 pub fn client(host: &str, port: u16, me: &Dest, timeout: Duration) -> Result<Dest, String> {
-    let addrs = (host, port).to_socket_addrs().map_err(|e| format!("{e} for {host}:{port}"))?;
-    let mut sock = addrs
-        .into_iter()
-        .find_map(|a| TcpStream::connect_timeout(&a, timeout).ok())
-        .ok_or_else(|| format!("Couldn't connect to {host}:{port}"))?;
+    // An IPv6 literal with its port reads as `[fd00::1]:18515`.
+    let shown = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let addrs = (host, port).to_socket_addrs().map_err(|e| format!("{e} for {shown}"))?;
+    let mut last = None;
+    let sock = addrs.into_iter().find_map(|a| TcpStream::connect_timeout(&a, timeout).map_err(|e| last = Some(e)).ok());
+    let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
+    let mut sock = sock.ok_or_else(|| format!("Couldn't connect to {shown}: {why}"))?;
     bound(&sock, timeout)?;
     sock.write_all(&me.encode()).map_err(|e| format!("Couldn't send local address: {e}"))?;
     let mut msg = [0u8; MSG_LEN];
@@ -194,7 +196,10 @@ mod tests {
             assert!(got.is_err(), "{answer:?}: {got:?}");
             peer.join().unwrap();
         }
-        assert!(client("127.0.0.1", free_port(), &me, t).unwrap_err().contains("Couldn't connect"));
+        let refused = client("127.0.0.1", free_port(), &me, t).unwrap_err();
+        assert!(refused.starts_with("Couldn't connect to 127.0.0.1:") && refused.contains("refused"), "{refused}");
+        let refused = client("::1", free_port(), &me, t).unwrap_err();
+        assert!(refused.starts_with("Couldn't connect to [::1]:"), "{refused}");
     }
 
     #[test]
