@@ -31,9 +31,10 @@
 //! - The ICRC of an IPv4 packet read from a UDP socket is not checked: its IPv4 Identification
 //!   is inside the ICRC and a UDP socket never shows it (rxe-peer fact 4). IPv6 ICRCs always are.
 //! - Only P_Key 0xffff is accepted and sent (the port's one-entry P_Key table).
-//! - A remote access error moves the responder's QP to ERR (IBTA Class C, as rxe and the
-//!   loopback); an invalid request (a bad opcode sequence or length) is NAKed and leaves it as
-//!   it was.
+//! - A remote access error or an invalid request (a length the path MTU does not allow, a bad
+//!   opcode sequence) moves the responder's QP to ERR (IBTA Class C, as rxe; the loopback has no
+//!   invalid requests): its receive WQEs are flushed, where rxe completes the one a refused SEND
+//!   would have taken with `REM_INV_REQ_ERR`.
 
 mod capture;
 mod error;

@@ -109,11 +109,11 @@ impl Responder {
         }
         self.nak_sent = false;
         if !self.fits_mtu(cx, hdr.bth.opcode, payload.len()) {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            return self.invalid(cx, p, fx);
         }
         match hdr.bth.opcode {
-            op::RC_SEND_FIRST => self.send_first(cx, hdr, payload),
-            op::RC_SEND_MIDDLE => self.send_middle(cx, hdr, payload),
+            op::RC_SEND_FIRST => self.send_first(cx, hdr, payload, fx),
+            op::RC_SEND_MIDDLE => self.send_middle(cx, hdr, payload, fx),
             op::RC_SEND_LAST
             | op::RC_SEND_LAST_WITH_IMMEDIATE
             | op::RC_SEND_ONLY
@@ -138,10 +138,10 @@ impl Responder {
         }
     }
 
-    fn send_first(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8]) {
+    fn send_first(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
         let p = hdr.bth.psn;
         if !matches!(self.msg, InMsg::None) {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            return self.invalid(cx, p, fx);
         }
         let Some(cap) = cx.qp.recv_capacity(cx.core) else {
             return self.rnr(cx, p);
@@ -155,9 +155,9 @@ impl Responder {
         }
     }
 
-    fn send_middle(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8]) {
+    fn send_middle(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
         let InMsg::Send { buf, cap } = &mut self.msg else {
-            return self.refuse(cx, hdr.bth.psn, NakCode::InvalidRequest);
+            return self.invalid(cx, hdr.bth.psn, fx);
         };
         append_bounded(buf, payload, *cap);
         self.advance(1);
@@ -177,7 +177,7 @@ impl Responder {
             (InMsg::Send { buf, cap }, false) => (buf, cap),
             (other, _) => {
                 self.msg = other;
-                return self.refuse(cx, hdr.bth.psn, NakCode::InvalidRequest);
+                return self.invalid(cx, hdr.bth.psn, fx);
             }
         };
         let kept = buf.len();
@@ -236,6 +236,17 @@ impl Responder {
         self.msg = InMsg::None;
         cx.core.count(|c| &c.roce_naks_sent);
         self.reply(cx, p, Aeth::nak(self.msn, code));
+    }
+
+    /// An invalid request at `p` (a length the path MTU or the message does not allow, an opcode
+    /// out of sequence, a READ without its RETH): NAK Invalid Request and the QP goes to ERR,
+    /// its posted receive WQEs flushed (IBTA 9.9.3.1.2 Class C, as Linux rxe's
+    /// `RESPST_ERR_LENGTH` and `RESPST_ERR_MISSING_OPCODE_*` do; rxe completes the receive WQE
+    /// of a refused SEND with `REM_INV_REQ_ERR`, the model flushes it with the rest). The
+    /// consumer waiting on that QP sees a completion, not silence.
+    fn invalid(&mut self, cx: &Ctx<'_>, p: u32, fx: &mut Effects) {
+        cx.qp.force_error(cx.core, fx);
+        self.refuse(cx, p, NakCode::InvalidRequest);
     }
 
     /// RNR NAK for the packet at `p`, with the QP's `min_rnr_timer`.

@@ -67,18 +67,18 @@ impl Responder {
                 | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
         );
         if !first && !last && opcode != op::RC_RDMA_WRITE_MIDDLE {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            return self.invalid(cx, p, fx);
         }
         // The message so far: from the RETH on a first (or only) packet, which is kept only
         // once the packet is written (an RNR NAK leaves the responder as it was).
         let (rkey, va, done, len) = if first {
             let (Some(reth), InMsg::None) = (hdr.reth, &self.msg) else {
-                return self.refuse(cx, p, NakCode::InvalidRequest);
+                return self.invalid(cx, p, fx);
             };
             // A first packet leaves data for later ones; an only packet carries all of it.
             let len = u64::from(reth.dma_len);
             if (last && payload.len() as u64 != len) || (!last && len <= payload.len() as u64) {
-                return self.refuse(cx, p, NakCode::InvalidRequest);
+                return self.invalid(cx, p, fx);
             }
             if let Err(status) = cx.qp.check_rdma_write(cx.core, reth.rkey, reth.va, len) {
                 return self.access_error(cx, p, status, fx);
@@ -92,13 +92,13 @@ impl Responder {
                 len,
             } = self.msg
             else {
-                return self.refuse(cx, p, NakCode::InvalidRequest);
+                return self.invalid(cx, p, fx);
             };
             (rkey, va, done, len)
         };
         let end = done + payload.len() as u64;
         if (last && end != len) || (!last && end >= len) {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            return self.invalid(cx, p, fx);
         }
         // A receive WQE must be there before a WRITE with immediate writes anything.
         let imm = hdr.imm.filter(|_| last);
@@ -154,10 +154,10 @@ impl Responder {
     pub(super) fn read(&mut self, cx: &Ctx<'_>, hdr: &Headers, new: bool, fx: &mut Effects) {
         let p = hdr.bth.psn;
         let Some(reth) = hdr.reth else {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            return self.invalid(cx, p, fx);
         };
         if reth.dma_len > limits::MAX_MSG_SZ {
-            return self.refuse(cx, p, NakCode::InvalidRequest);
+            return self.invalid(cx, p, fx);
         }
         if !new && !self.reads.iter().any(|r| r.covers(p, &reth, cx.path.mtu)) {
             return cx.core.count(|c| &c.roce_rx_dropped_psn);

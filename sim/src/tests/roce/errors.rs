@@ -222,3 +222,33 @@ fn the_device_wire_budget_bounds_what_a_roce_requester_holds() {
     }
     assert!(a.dev.stats().sq_throttled > 0, "the budget paused the SQ");
 }
+
+#[test]
+fn ends_that_disagree_on_the_path_mtu_both_complete_and_go_to_err() {
+    // As `hca pingpong --roce -m 1024` against a server at -m 512: the sender's first packet
+    // is longer than the receiver's path MTU. The receiver NAKs it and must not wait on in
+    // silence: its QP goes to ERR and its receives complete (flushed), as rxe's do.
+    let (ia, ib) = (addr(80, 1), addr(80, 2));
+    let port = crate::roce::ROCE_V2_UDP_PORT;
+    let mut a = device(ia, port, LinkFaults::default());
+    let mut b = device(ib, port, LinkFaults::default());
+    let (ea, eb) = (end(&mut a, 16), end(&mut b, 16));
+    let o = Opts::default();
+    connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &o);
+    let ob = Opts {
+        mtu: 2,
+        sq_psn: o.rq_psn,
+        rq_psn: o.sq_psn,
+        ..o
+    };
+    connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &ob);
+    recv(&b, &eb, 7, 0, 4096);
+    recv(&b, &eb, 8, 4096, 4096);
+    send(&a, &ea, 1, &pattern(1, 3000), 0, None);
+    assert_eq!(statuses(&a, &ea, 1), vec![(1, wc_status::REM_INV_REQ_ERR)]);
+    assert_eq!(
+        statuses(&b, &eb, 2),
+        vec![(7, wc_status::WR_FLUSH_ERR), (8, wc_status::WR_FLUSH_ERR)]
+    );
+    assert_eq!(b.dev.qp_state(eb.qp.qpn), Some(qp_state::ERR));
+}

@@ -241,47 +241,56 @@ fn a_read_response_for_a_deregistered_mr_writes_nothing() {
 #[test]
 fn write_packets_that_disagree_with_their_reth_write_nothing() {
     const T: u8 = 70;
-    let (d, e, peer, o) = device_and_peer(T);
-    let before = pattern(70, 16384);
-    d.dev.mem().write(e.dst.iova, &before).unwrap();
+    let (mut d, e, peer, o) = device_and_peer(T);
     let r = o.rq_psn;
-    let va = e.dst.va + 4096;
-    let reth = |len: u32| {
-        Some(Reth {
-            va,
-            rkey: e.dst.rkey,
-            dma_len: len,
-        })
-    };
-    let pkt = |opcode: u8, p: u32, reth: Option<Reth>| Headers {
-        bth: bth(opcode, e.qp.qpn, p),
-        reth,
-        ..Default::default()
-    };
     let mtu = 1024;
-    let sends: [(Headers, usize); 6] = [
-        (pkt(op::RC_RDMA_WRITE_FIRST, r, reth(2048)), mtu),
-        (pkt(op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None), mtu),
-        (pkt(op::RC_RDMA_WRITE_LAST, psn::add(r, 1), None), mtu),
-        (pkt(op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None), mtu),
-        (
-            pkt(op::RC_RDMA_WRITE_FIRST, psn::add(r, 1), reth(1024)),
-            mtu,
-        ),
-        (pkt(op::RC_RDMA_WRITE_ONLY, psn::add(r, 1), reth(4096)), 512),
+    // Each case on a QP of its own (an invalid request moves the QP to ERR): packets before
+    // the bad one, then the bad one, NAKed at the PSN still expected.
+    type Case = Vec<(u8, u32, Option<u32>, usize)>;
+    let cases: [Case; 5] = [
+        vec![
+            (op::RC_RDMA_WRITE_FIRST, r, Some(2048), mtu),
+            (op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None, mtu),
+        ],
+        vec![(op::RC_RDMA_WRITE_LAST, r, None, mtu)],
+        vec![(op::RC_RDMA_WRITE_MIDDLE, r, None, mtu)],
+        vec![(op::RC_RDMA_WRITE_FIRST, r, Some(1024), mtu)],
+        vec![(op::RC_RDMA_WRITE_ONLY, r, Some(4096), 512)],
     ];
-    let mut replies = Vec::new();
-    for (hdr, len) in sends {
-        forge(&peer, T, hdr, &vec![0xee; len]);
-        let (opcode, p, _) = next_from_device(&peer);
-        replies.push((opcode, psn::diff(p, r)));
+    let mut qp = Some(e);
+    for (i, case) in cases.into_iter().enumerate() {
+        let e = qp.take().unwrap_or_else(|| {
+            let e = end(&mut d, 16);
+            connect(&mut d, e.qp.qpn, PEER_QPN, addr(T, 2), &o);
+            e
+        });
+        let before = pattern(70, 16384);
+        d.dev.mem().write(e.dst.iova, &before).unwrap();
+        let va = e.dst.va + 4096;
+        let n = case.len();
+        let mut replies = Vec::new();
+        for (opcode, p, len, bytes) in case {
+            let hdr = Headers {
+                bth: bth(opcode, e.qp.qpn, p),
+                reth: len.map(|dma_len| Reth {
+                    va,
+                    rkey: e.dst.rkey,
+                    dma_len,
+                }),
+                ..Default::default()
+            };
+            forge(&peer, T, hdr, &vec![0xee; bytes]);
+            let (opcode, p, _) = next_from_device(&peer);
+            replies.push((opcode, psn::diff(p, r)));
+        }
+        // An ACK of each good packet, then a NAK of the bad one.
+        let want: Vec<(u8, i32)> = (0..n).map(|k| (op::RC_ACKNOWLEDGE, k as i32)).collect();
+        assert_eq!(replies, want, "case {i}");
+        assert_eq!(d.dev.qp_state(e.qp.qpn), Some(qp_state::ERR), "case {i}");
+        let mut now = vec![0u8; 16384];
+        d.dev.mem().read(e.dst.iova, &mut now).unwrap();
+        let mut want = before;
+        want[4096..4096 + (n - 1) * mtu].fill(0xee);
+        assert!(now == want, "case {i}: only the packets before the bad one were written");
     }
-    // An ACK of the first packet, then a NAK of each other at the PSN still expected.
-    let nak = (op::RC_ACKNOWLEDGE, 1);
-    assert_eq!(replies, [(op::RC_ACKNOWLEDGE, 0), nak, nak, nak, nak, nak]);
-    let mut now = vec![0u8; 16384];
-    d.dev.mem().read(e.dst.iova, &mut now).unwrap();
-    let mut want = before;
-    want[4096..5120].fill(0xee);
-    assert!(now == want, "only the first packet was written");
 }
