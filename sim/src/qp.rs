@@ -730,6 +730,20 @@ impl Qp {
         mr::remote_read(core, self.pd, rkey, remote_addr, len)
     }
 
+    /// Checks a whole RDMA READ's RETH (`len` bytes at `remote_addr` under `rkey`) before its
+    /// first response is sent, as [`Qp::rdma_read`] checks each response's part: a READ the
+    /// responder refuses sends nothing. Errors: as `rdma_read`.
+    pub(crate) fn check_rdma_read(&self, core: &Core, rkey: u32, remote_addr: u64, len: u32) -> Result<(), u32> {
+        self.check_remote_access(access::REMOTE_READ)?;
+        if len > limits::MAX_MSG_SZ {
+            return Err(wc_status::REM_INV_REQ_ERR);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        mr::remote(core, self.pd, rkey, remote_addr, u64::from(len), access::REMOTE_READ).map(|_| ())
+    }
+
     /// Checks a whole RDMA WRITE's RETH (`len` bytes at `remote_addr` under `rkey`) before its
     /// first packet is written, as [`Qp::rdma_write`] checks each packet: a multi-packet WRITE
     /// the responder refuses writes nothing. Errors: `REM_ACCESS_ERR`.

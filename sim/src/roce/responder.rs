@@ -3,7 +3,8 @@
 //! duplicate (a PSN before the expected one) is acknowledged again, and a duplicate READ request
 //! executed again from its PSN if it lies within a READ executed; a PSN ahead of the expected one gets one PSN sequence error NAK
 //! until the expected PSN arrives. A SEND with no receive WQE posted gets an RNR NAK carrying
-//! `min_rnr_timer`. A multi-packet SEND is reassembled into at most its receive WQE's length
+//! `min_rnr_timer`. A READ's responses go out a burst at a time between received packets
+//! ([`Responder::pump`]). A multi-packet SEND is reassembled into at most its receive WQE's length
 //! plus one byte (enough for the scatter to report the overrun), never more.
 //!
 //! Responder state lives on the receive thread alone (no lock): it is the only one that
@@ -66,6 +67,8 @@ pub struct Responder {
     /// The READs executed last (`max_dest_rd_atomic`, at least `max_qp_rd_atom`), oldest first: a
     /// duplicate READ request is answered only within one of them.
     reads: VecDeque<rdma::ReadDone>,
+    /// The READ whose responses are being sent, if any.
+    reading: Option<rdma::ReadReply>,
 }
 
 impl Responder {
@@ -79,6 +82,7 @@ impl Responder {
             nak_sent: false,
             msg: InMsg::None,
             reads: VecDeque::new(),
+            reading: None,
         }
     }
 
@@ -86,6 +90,11 @@ impl Responder {
     pub fn on_request(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
         let p = hdr.bth.psn;
         let d = psn::diff(p, self.epsn);
+        // Whatever this packet makes the responder send (an ACK or NAK past the READ being
+        // answered) goes after the READ's last response; only a duplicate READ replaces it.
+        if !(d < 0 && hdr.bth.opcode == op::RC_RDMA_READ_REQUEST) {
+            self.read_responses(cx, u32::MAX, fx);
+        }
         if d > 0 {
             cx.core.count(|c| &c.roce_rx_dropped_psn);
             if !self.nak_sent {
@@ -123,6 +132,23 @@ impl Responder {
             }
             opcode => self.on_write(cx, hdr, opcode, payload, fx),
         }
+    }
+
+    /// Sends the next [`rdma::READ_BURST`] responses of the READ being answered (the receive
+    /// thread calls it between the packets it receives); whether responses remain.
+    pub fn pump(&mut self, cx: &Ctx<'_>, fx: &mut Effects) -> bool {
+        self.read_responses(cx, rdma::READ_BURST, fx);
+        self.reading.is_some()
+    }
+
+    /// Whether a READ's responses remain to be sent.
+    pub fn is_reading(&self) -> bool {
+        self.reading.is_some()
+    }
+
+    /// Forgets the READ being answered (its QP left RTR/RTS).
+    pub fn stop_reading(&mut self) {
+        self.reading = None;
     }
 
     /// First and middle packets carry exactly one MTU, last and only packets at most one (IBTA

@@ -48,12 +48,15 @@ pub fn run(core: Arc<Core>) {
     let mut ready = Vec::new();
     let mut next_timer: Option<Instant> = None;
     let mut next_forget = Instant::now() + FORGET_EVERY;
+    let mut reading = false;
     let socks: Vec<&std::net::UdpSocket> = port.socks.iter().map(|s| &s.udp).collect();
     while !port.stopped() {
         let now = Instant::now();
         let wait = next_timer.map_or(IDLE_WAIT, |t| {
             t.saturating_duration_since(now).min(IDLE_WAIT)
         });
+        // READ responses still to send: look at the sockets, do not wait on them.
+        let wait = if reading { Duration::ZERO } else { wait };
         if sys::poll_readable(&socks, wait, &mut ready).is_err() {
             std::thread::sleep(IDLE_WAIT);
         }
@@ -63,6 +66,7 @@ pub fn run(core: Arc<Core>) {
                 rx.drain(&core, port, i, &mut fx);
             }
         }
+        reading = rx.pump_reads(&core, port, &mut fx);
         port.release_held(&core);
         rx.release_held(&core, port, &mut fx);
         next_timer = port.tick(&core, &mut fx);
@@ -91,6 +95,28 @@ impl Receiver {
             core.qp(qpn)
                 .is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn))
         });
+    }
+
+    /// Sends the next burst of every READ being answered (a QP no longer connected stops
+    /// answering). Returns whether any responses remain.
+    fn pump_reads(&mut self, core: &Core, port: &RocePort, fx: &mut Effects) -> bool {
+        let mut more = false;
+        for (&qpn, r) in self.responders.iter_mut().filter(|(_, r)| r.is_reading()) {
+            let Some((qp, attrs, path)) = responding_qp(core, port, qpn, r) else {
+                r.stop_reading();
+                continue;
+            };
+            let cx = Ctx {
+                port,
+                core,
+                qp: &qp,
+                attrs: &attrs,
+                path,
+                conn: r.conn,
+            };
+            more |= r.pump(&cx, fx);
+        }
+        more
     }
 
     /// Reads up to [`BATCH`] datagrams from socket `i`.
@@ -210,6 +236,25 @@ fn connected_qp(
     }
     let path = path::resolve(core, &port.socks, port.udp_port, &attrs).ok()?;
     (path.dst.ip() == peer.ip()).then_some((qp, attrs, path))
+}
+
+/// The QP responder `r` answers for, if it is still the same QP and connection, in RTR or RTS,
+/// with its attributes and path.
+fn responding_qp(
+    core: &Core,
+    port: &RocePort,
+    qpn: u32,
+    r: &Responder,
+) -> Option<(Arc<Qp>, pvrdma_abi::verbs::QpAttr, Path)> {
+    let qp = core
+        .qp(qpn)
+        .filter(|q| (q.uid, q.connection()) == (r.uid, r.conn))?;
+    let (state, attrs) = qp.transport_attrs()?;
+    if !matches!(state, qp_state::RTR | qp_state::RTS) {
+        return None;
+    }
+    let path = path::resolve(core, &port.socks, port.udp_port, &attrs).ok()?;
+    Some((qp, attrs, path))
 }
 
 /// An ACKNOWLEDGE or READ response for QP `qp`'s requester.

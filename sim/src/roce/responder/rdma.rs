@@ -15,6 +15,23 @@ use crate::roce::message::{packets, PKEY};
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode, Reth};
 
+/// Responses of a READ sent at once; the receive thread sends the rest between the packets it
+/// receives, so a long READ neither holds up the other QPs' packets for its whole length nor
+/// fills the socket buffers in one burst.
+pub(super) const READ_BURST: u32 = 64;
+
+/// The READ being answered: its first response's PSN, responses, the next one to send, and the
+/// range (the request's RETH) it reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadReply {
+    psn: u32,
+    npkts: u32,
+    next: u32,
+    rkey: u32,
+    va: u64,
+    len: u32,
+}
+
 /// A READ the responder executed: its first PSN, packets, R_Key and the range it read.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ReadDone {
@@ -150,7 +167,9 @@ impl Responder {
     }
 
     /// A READ request at its PSN: `new` for the expected PSN, else a duplicate executed again
-    /// (the MSN and expected PSN stay).
+    /// (the MSN and expected PSN stay). Its responses are sent [`READ_BURST`] at a time (the rest
+    /// by [`Responder::pump`]); a duplicate replaces the READ being answered, as Linux rxe's
+    /// `duplicate_request` does.
     pub(super) fn read(&mut self, cx: &Ctx<'_>, hdr: &Headers, new: bool, fx: &mut Effects) {
         let p = hdr.bth.psn;
         let Some(reth) = hdr.reth else {
@@ -162,21 +181,50 @@ impl Responder {
         if !new && !self.reads.iter().any(|r| r.covers(p, &reth, cx.path.mtu)) {
             return cx.core.count(|c| &c.roce_rx_dropped_psn);
         }
-        let data = match cx.qp.rdma_read(cx.core, reth.rkey, reth.va, reth.dma_len) {
-            Ok(data) => data,
-            Err(status) => return self.access_error(cx, p, status, fx),
-        };
-        let mtu = cx.path.mtu as usize;
-        let n = packets(data.len() as u64, cx.path.mtu);
+        if let Err(status) = cx
+            .qp
+            .check_rdma_read(cx.core, reth.rkey, reth.va, reth.dma_len)
+        {
+            return self.access_error(cx, p, status, fx);
+        }
+        let n = packets(u64::from(reth.dma_len), cx.path.mtu);
         if new {
             self.msn = psn::add(self.msn, 1);
             self.advance(n);
             self.remember(p, n, &reth, cx.attrs.max_dest_rd_atomic);
         }
-        for k in 0..n {
-            let chunk =
-                &data[(k as usize * mtu).min(data.len())..((k as usize + 1) * mtu).min(data.len())];
-            let opcode = match (k == 0, k + 1 == n) {
+        self.reading = Some(ReadReply {
+            psn: p,
+            npkts: n,
+            next: 0,
+            rkey: reth.rkey,
+            va: reth.va,
+            len: reth.dma_len,
+        });
+        self.read_responses(cx, READ_BURST, fx);
+    }
+
+    /// Sends up to `most` more responses of the READ being answered. A part of it the MR no
+    /// longer grants (deregistered meanwhile) ends it with a remote access error.
+    pub(super) fn read_responses(&mut self, cx: &Ctx<'_>, most: u32, fx: &mut Effects) {
+        let Some(mut r) = self.reading.take() else {
+            return;
+        };
+        let mtu = cx.path.mtu;
+        let end = r.next.saturating_add(most).min(r.npkts);
+        while r.next < end {
+            let k = r.next;
+            let off = u64::from(k) * u64::from(mtu);
+            let len = u64::from(r.len).saturating_sub(off).min(u64::from(mtu)) as u32;
+            let p = psn::add(r.psn, k);
+            let chunk = match cx
+                .qp
+                .rdma_read(cx.core, r.rkey, r.va.wrapping_add(off), len)
+            {
+                Ok(data) => data,
+                Err(status) => return self.access_error(cx, p, status, fx),
+            };
+            let opcode = match (k == 0, k + 1 == r.npkts) {
                 (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
                 (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
                 (false, false) => op::RC_RDMA_READ_RESPONSE_MIDDLE,
@@ -188,19 +236,19 @@ impl Responder {
                 opcode,
                 pkey: PKEY,
                 dest_qp: cx.path.dest_qp,
-                psn: psn::add(p, k),
+                psn: p,
                 ..Default::default()
             };
-            cx.port.send(
-                cx.core,
-                &cx.path,
-                &Headers {
-                    bth,
-                    aeth,
-                    ..Default::default()
-                },
-                chunk,
-            );
+            let hdr = Headers {
+                bth,
+                aeth,
+                ..Default::default()
+            };
+            cx.port.send(cx.core, &cx.path, &hdr, &chunk);
+            r.next += 1;
+        }
+        if r.next < r.npkts {
+            self.reading = Some(r);
         }
     }
 

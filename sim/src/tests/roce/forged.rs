@@ -291,6 +291,9 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
         d.dev.mem().read(e.dst.iova, &mut now).unwrap();
         let mut want = before;
         want[4096..4096 + (n - 1) * mtu].fill(0xee);
-        assert!(now == want, "case {i}: only the packets before the bad one were written");
+        assert!(
+            now == want,
+            "case {i}: only the packets before the bad one were written"
+        );
     }
 }

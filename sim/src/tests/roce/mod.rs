@@ -7,6 +7,7 @@ mod faults;
 mod forged;
 mod hostile;
 mod lifecycle;
+mod many;
 mod rdma;
 mod send;
 mod wire;
