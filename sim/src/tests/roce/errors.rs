@@ -252,3 +252,26 @@ fn ends_that_disagree_on_the_path_mtu_both_complete_and_go_to_err() {
     );
     assert_eq!(b.dev.qp_state(eb.qp.qpn), Some(qp_state::ERR));
 }
+
+#[test]
+fn the_source_gid_of_a_connected_qp_deleted_fails_both_ends_within_their_retries() {
+    // DESTROY_BIND of the GID a connected QP sends from: what it sends and what comes back for
+    // it have no address of the port any more. Both ends end in RETRY_EXC_ERR, nothing hangs.
+    let (mut a, ea, b, eb) = pair(83, &Opts::default(), LinkFaults::default());
+    recv(&b, &eb, 1, 0, 4096);
+    send(&a, &ea, 1, &pattern(1, 100), 0, None);
+    assert_eq!(statuses(&a, &ea, 1), vec![(1, wc_status::SUCCESS)]);
+    assert_eq!(statuses(&b, &eb, 1), vec![(1, wc_status::SUCCESS)]);
+    a.ok(pvrdma_abi::cmd::DestroyBind {
+        index: U32::new(SGID),
+        ..Default::default()
+    });
+    send(&a, &ea, 2, &pattern(2, 100), 0, None);
+    recv(&a, &ea, 3, 0, 4096);
+    send(&b, &eb, 4, &pattern(4, 100), 0, None);
+    assert_eq!(
+        statuses(&a, &ea, 2),
+        vec![(2, wc_status::RETRY_EXC_ERR), (3, wc_status::WR_FLUSH_ERR)]
+    );
+    assert_eq!(statuses(&b, &eb, 1), vec![(4, wc_status::RETRY_EXC_ERR)]);
+}
