@@ -25,7 +25,7 @@
 //! `device_packets_in_flight`) bounds them as it bounds the loopback's packets. A requester has
 //! at most 128 unacknowledged PSNs on the wire (AckReq on every message's last packet and every
 //! 32nd packet). A responder buffers one SEND at a time, at most its receive WQE's length plus
-//! one byte, and answers one READ at a time, reading each response from the MR as it sends it,
+//! one byte and at most `max_msg_sz` (16 MiB), and answers one READ at a time, reading each response from the MR as it sends it,
 //! 64 responses between the packets the receive thread takes in (so a long READ holds up no
 //! other QP's packets for its whole length).
 //!

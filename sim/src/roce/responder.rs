@@ -5,7 +5,8 @@
 //! until the expected PSN arrives. A SEND with no receive WQE posted gets an RNR NAK carrying
 //! `min_rnr_timer`. A READ's responses go out a burst at a time between received packets
 //! ([`Responder::pump`]). A multi-packet SEND is reassembled into at most its receive WQE's length
-//! plus one byte (enough for the scatter to report the overrun), never more.
+//! plus one byte (enough for the scatter to report the overrun), never more, and never more
+//! than `max_msg_sz` (a longer one is an invalid request).
 //!
 //! Responder state lives on the receive thread alone (no lock): it is the only one that
 //! receives.
@@ -13,6 +14,7 @@
 use super::path::Path;
 use super::{message::PKEY, RocePort};
 use crate::device::{Core, Effects};
+use crate::dsr::limits;
 use crate::port::{Op, Packet};
 use crate::qp::{Qp, Rx};
 use pvrdma_abi::verbs::QpAttr;
@@ -172,6 +174,9 @@ impl Responder {
         let Some(cap) = cx.qp.recv_capacity(cx.core) else {
             return self.rnr(cx, p);
         };
+        // What the WQE's SGEs claim is checked only by the scatter: never buffer past what a
+        // message may carry.
+        let cap = cap.min(u64::from(limits::MAX_MSG_SZ));
         let mut buf = Vec::new();
         append_bounded(&mut buf, payload, cap);
         self.msg = InMsg::Send { buf, cap };
@@ -186,6 +191,9 @@ impl Responder {
             return self.invalid(cx, hdr.bth.psn, fx);
         };
         append_bounded(buf, payload, *cap);
+        if too_long(buf) {
+            return self.invalid(cx, hdr.bth.psn, fx);
+        }
         self.advance(1);
         if hdr.bth.ack_req {
             self.ack(cx, hdr.bth.psn);
@@ -208,6 +216,9 @@ impl Responder {
         };
         let kept = buf.len();
         append_bounded(&mut buf, payload, cap);
+        if too_long(&buf) {
+            return self.invalid(cx, hdr.bth.psn, fx);
+        }
         let pkt = Packet {
             src: cx.path.dest_qp,
             src_uid: 0,
@@ -312,6 +323,13 @@ impl Responder {
         };
         cx.port.send(cx.core, &cx.path, &hdr, &[]);
     }
+}
+
+/// Whether a SEND reassembled into `buf` is longer than the device's `max_msg_sz`: an invalid
+/// request (the model's requester never sends one; the receive WQE's SGEs, which could claim
+/// gigabytes, are checked only when the message is scattered).
+fn too_long(buf: &[u8]) -> bool {
+    buf.len() as u64 > u64::from(limits::MAX_MSG_SZ)
 }
 
 /// Appends `data` to `buf`, keeping at most `cap + 1` bytes (one past the receive WQE's length

@@ -297,3 +297,46 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
         );
     }
 }
+
+#[test]
+fn a_send_longer_than_the_max_message_size_is_refused_not_buffered() {
+    // A receive WQE whose SGEs claim 8 GiB (the scatter would check them later) and a peer
+    // that keeps sending SEND_MIDDLE packets: the responder buffers the message, so it must
+    // stop at the device's max_msg_sz (16 MiB), not at the WQE's claim.
+    const T: u8 = 71;
+    let (d, e, peer, o) = device_and_peer(T);
+    let huge = sge(e.dst.va, u32::MAX, e.dst.lkey);
+    d.recv(&e.qp, 1, &[huge, huge]);
+    let r = o.rq_psn;
+    let mtu = 1024;
+    let most = crate::dsr::limits::MAX_MSG_SZ as usize / mtu;
+    let payload = vec![0x5a; mtu];
+    let mut k = 0u32;
+    let reply = loop {
+        let opcode = if k == 0 {
+            op::RC_SEND_FIRST
+        } else {
+            op::RC_SEND_MIDDLE
+        };
+        let hdr = Headers {
+            bth: bth(opcode, e.qp.qpn, psn::add(r, k)),
+            ..Default::default()
+        };
+        forge(&peer, T, hdr, &payload);
+        let mut buf = vec![0u8; 1 << 16];
+        let (n, _) = peer.recv_from(&mut buf).expect("a reply within LONG");
+        let pkt = roce_wire::decode(&buf[..n], None).unwrap();
+        let nak =
+            pkt.hdr.aeth.map(|a| a.syndrome()) != Some(roce_wire::Syndrome::Ack { credits: 0x1f });
+        if nak || k as usize > most + 1 {
+            break (k, pkt.hdr.aeth);
+        }
+        k += 1;
+    };
+    assert_eq!(
+        reply,
+        (most as u32, Some(Aeth::nak(0, NakCode::InvalidRequest))),
+        "the packet past max_msg_sz is refused"
+    );
+    assert_eq!(d.dev.qp_state(e.qp.qpn), Some(qp_state::ERR));
+}
