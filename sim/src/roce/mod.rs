@@ -25,9 +25,11 @@
 //! `device_packets_in_flight`) bounds them as it bounds the loopback's packets. A requester has
 //! at most 128 unacknowledged PSNs on the wire (AckReq on every message's last packet and every
 //! 32nd packet). A responder buffers one SEND at a time, at most its receive WQE's length plus
-//! one byte and at most `max_msg_sz` (16 MiB), and answers one READ at a time, reading each response from the MR as it sends it,
-//! 64 responses between the packets the receive thread takes in (so a long READ holds up no
-//! other QP's packets for its whole length).
+//! one byte and at most `max_msg_sz` (16 MiB); the responders' SENDs in progress together count
+//! at most `device_bytes_in_flight` (a SEND's first packet past it is RNR NAKed). A responder
+//! answers one READ at a time, reading each response from the MR as it sends it, 64 responses
+//! between the packets the receive thread takes in (so a long READ holds up no other QP's
+//! packets for its whole length).
 //!
 //! # Where the model differs
 //! - The ICRC of an IPv4 packet read from a UDP socket is not checked: its IPv4 Identification

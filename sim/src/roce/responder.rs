@@ -6,7 +6,9 @@
 //! `min_rnr_timer`. A READ's responses go out a burst at a time between received packets
 //! ([`Responder::pump`]). A multi-packet SEND is reassembled into at most its receive WQE's length
 //! plus one byte (enough for the scatter to report the overrun), never more, and never more
-//! than `max_msg_sz` (a longer one is an invalid request).
+//! than `max_msg_sz` (a longer one is an invalid request); the SENDs in progress of all QPs
+//! together hold at most the device's `device_bytes_in_flight` (a first packet past it is RNR
+//! NAKed).
 //!
 //! Responder state lives on the receive thread alone (no lock): it is the only one that
 //! receives.
@@ -20,6 +22,7 @@ use crate::qp::{Qp, Rx};
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 mod rdma;
@@ -37,6 +40,9 @@ pub struct Ctx<'a> {
     pub attrs: &'a QpAttr,
     pub path: Path,
     pub conn: u64,
+    /// Bytes all responders of the receive thread hold for SENDs in progress (see
+    /// [`Responder::held`]), bounded by the device's `device_bytes_in_flight`.
+    pub reserved: &'a Cell<u64>,
 }
 
 /// The message the responder is in the middle of.
@@ -71,6 +77,9 @@ pub struct Responder {
     reads: VecDeque<rdma::ReadDone>,
     /// The READ whose responses are being sent, if any.
     reading: Option<rdma::ReadReply>,
+    /// What the SEND in progress counts against [`Ctx::reserved`]: its receive WQE's length (at
+    /// most `max_msg_sz`), from its first packet until it ends.
+    held: u64,
 }
 
 impl Responder {
@@ -85,11 +94,26 @@ impl Responder {
             msg: InMsg::None,
             reads: VecDeque::new(),
             reading: None,
+            held: 0,
         }
     }
 
     /// Processes one request packet (a SEND, WRITE or READ request).
     pub fn on_request(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
+        self.request(cx, hdr, payload, fx);
+        if !matches!(self.msg, InMsg::Send { .. }) {
+            self.release(cx.reserved);
+        }
+    }
+
+    /// Gives back what the SEND in progress held of `reserved` (it ended, or the responder
+    /// state is dropped).
+    pub fn release(&mut self, reserved: &Cell<u64>) {
+        let held = std::mem::take(&mut self.held);
+        reserved.set(reserved.get().saturating_sub(held));
+    }
+
+    fn request(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
         let p = hdr.bth.psn;
         let d = psn::diff(p, self.epsn);
         // Whatever this packet makes the responder send (an ACK or NAK past the READ being
@@ -177,6 +201,14 @@ impl Responder {
         // What the WQE's SGEs claim is checked only by the scatter: never buffer past what a
         // message may carry.
         let cap = cap.min(u64::from(limits::MAX_MSG_SZ));
+        // What all SENDs in progress may grow to stays within the device's wire budget (one is
+        // always let through); past it the receive resources are "not ready".
+        let (now, most) = (cx.reserved.get(), cx.core.cfg.device_bytes_in_flight);
+        if now > 0 && now.saturating_add(cap) > most {
+            return self.rnr(cx, p);
+        }
+        cx.reserved.set(now + cap);
+        self.held = cap;
         let mut buf = Vec::new();
         append_bounded(&mut buf, payload, cap);
         self.msg = InMsg::Send { buf, cap };

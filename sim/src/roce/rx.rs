@@ -12,6 +12,7 @@ use crate::device::{Core, Effects};
 use crate::qp::Qp;
 use pvrdma_abi::verbs::qp_state;
 use roce_wire::{opcode as op, IpContext, Packet, WireError};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ pub fn run(core: Arc<Core>) {
         .unwrap_or_default();
     let mut rx = Receiver {
         responders: HashMap::new(),
+        reserved: Cell::new(0),
         buf: vec![0u8; MAX_DATAGRAM],
         faults: Faults::new(&faults, RX_STREAM),
     };
@@ -82,6 +84,8 @@ pub fn run(core: Arc<Core>) {
 struct Receiver {
     /// Responder state per QPN (replaced when the QP's uid or connection changes).
     responders: HashMap<u32, Responder>,
+    /// What the responders' SENDs in progress hold ([`Ctx::reserved`]).
+    reserved: Cell<u64>,
     buf: Vec<u8>,
     /// The link's faults on what arrives.
     faults: Faults<Incoming>,
@@ -91,9 +95,15 @@ impl Receiver {
     /// Drops the responder state of QPs destroyed or reset since (a message in progress holds
     /// up to a receive WQE's length), as [`RocePort::tick`] drops their requesters.
     fn forget_gone(&mut self, core: &Core) {
+        let reserved = &self.reserved;
         self.responders.retain(|&qpn, r| {
-            core.qp(qpn)
-                .is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn))
+            let live = core
+                .qp(qpn)
+                .is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn));
+            if !live {
+                r.release(reserved);
+            }
+            live
         });
     }
 
@@ -113,6 +123,7 @@ impl Receiver {
                 attrs: &attrs,
                 path,
                 conn: r.conn,
+                reserved: &self.reserved,
             };
             more |= r.pump(&cx, fx);
         }
@@ -205,6 +216,7 @@ impl Receiver {
                     .entry(qp.handle)
                     .or_insert_with(|| Responder::new(qp.uid, conn, &attrs));
                 if (r.uid, r.conn) != (qp.uid, conn) {
+                    r.release(&self.reserved);
                     *r = Responder::new(qp.uid, conn, &attrs);
                 }
                 let cx = Ctx {
@@ -214,6 +226,7 @@ impl Receiver {
                     attrs: &attrs,
                     path,
                     conn,
+                    reserved: &self.reserved,
                 };
                 r.on_request(&cx, &pkt.hdr, pkt.payload, fx);
             }
@@ -301,6 +314,7 @@ mod tests {
         let dev = crate::SimDevice::new(crate::SimConfig::default());
         let mut rx = Receiver {
             responders: HashMap::new(),
+            reserved: Cell::new(0),
             buf: Vec::new(),
             faults: Faults::new(&crate::roce::LinkFaults::default(), 0),
         };

@@ -340,3 +340,45 @@ fn a_send_longer_than_the_max_message_size_is_refused_not_buffered() {
     );
     assert_eq!(d.dev.qp_state(e.qp.qpn), Some(qp_state::ERR));
 }
+
+#[test]
+fn partial_sends_on_many_qps_are_bounded_by_the_device_wire_budget() {
+    // Receive WQEs that claim 8 GiB each, and a peer that starts a SEND on each QP and never
+    // ends it: what the responders reassemble together stays within the device's wire budget
+    // (here 32 MiB): past it, a first packet gets an RNR NAK instead of a buffer.
+    const T: u8 = 73;
+    let cfg = crate::SimConfig {
+        device_bytes_in_flight: 32 << 20,
+        ..crate::SimConfig::default()
+    };
+    let port = crate::roce::ROCE_V2_UDP_PORT;
+    let mut d = device_with(addr(T, 1), port, LinkFaults::default(), cfg);
+    let peer = UdpSocket::bind(SocketAddr::new(addr(T, 2), port)).unwrap();
+    peer.set_read_timeout(Some(LONG)).unwrap();
+    let o = Opts {
+        timeout: 0,
+        ..Opts::default()
+    };
+    let mut replies = Vec::new();
+    for i in 0..4 {
+        let e = end(&mut d, 16);
+        connect(&mut d, e.qp.qpn, PEER_QPN, addr(T, 2), &o);
+        let huge = sge(e.dst.va, u32::MAX, e.dst.lkey);
+        d.recv(&e.qp, i, &[huge, huge]);
+        let hdr = Headers {
+            bth: bth(op::RC_SEND_FIRST, e.qp.qpn, o.rq_psn),
+            ..Default::default()
+        };
+        forge(&peer, T, hdr, &[0x5a; 1024]);
+        let mut buf = vec![0u8; 1 << 16];
+        let (n, _) = peer.recv_from(&mut buf).expect("a reply within LONG");
+        let pkt = roce_wire::decode(&buf[..n], None).unwrap();
+        replies.push(pkt.hdr.aeth.map(|a| a.syndrome()));
+    }
+    // Each message may grow to max_msg_sz (16 MiB): two fit in 32 MiB, the others wait.
+    let ack = Some(roce_wire::Syndrome::Ack { credits: 0x1f });
+    let rnr = Some(roce_wire::Syndrome::RnrNak {
+        timer: o.min_rnr_timer,
+    });
+    assert_eq!(replies, [ack, ack, rnr, rnr]);
+}
