@@ -97,18 +97,7 @@ fn hostile_datagrams_over_ipv6_are_dropped_and_counted_and_the_connection_surviv
     let mut d = device_from(roce, crate::SimConfig::default());
     let (x, y) = (end(&mut d, 16), end(&mut d, 16));
     let o = Opts::default();
-    connect(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
-    connect(
-        &mut d,
-        y.qp.qpn,
-        x.qp.qpn,
-        ip,
-        &Opts {
-            sq_psn: o.rq_psn,
-            rq_psn: o.sq_psn,
-            ..o
-        },
-    );
+    connect_both(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
     still_works(&d, &x, &y, 0, 3);
 
     // The attacker sends from the peer's address (any UDP port), so only what it sends decides.

@@ -131,6 +131,13 @@ impl Default for Opts {
     }
 }
 
+/// Connects QPs `x` and `y` of one device to each other through `ip` (`y` with `o`'s PSNs
+/// swapped).
+pub fn connect_both(d: &mut Drv, x: u32, y: u32, ip: IpAddr, o: &Opts) {
+    connect(d, x, y, ip, o);
+    connect(d, y, x, ip, &Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..*o });
+}
+
 /// RESET -> INIT -> RTR -> RTS towards QP `dest` at `dest_ip`, from GID [`SGID`].
 pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
     let mut a = QpAttr::new_zeroed();

@@ -61,18 +61,7 @@ fn one_device_talks_to_itself_over_ipv6_loopback() {
     let mut d = device(ip, 47_901, LinkFaults::default());
     let (x, y) = (end(&mut d, 64), end(&mut d, 64));
     let o = Opts::default();
-    connect(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
-    connect(
-        &mut d,
-        y.qp.qpn,
-        x.qp.qpn,
-        ip,
-        &Opts {
-            sq_psn: o.rq_psn,
-            rq_psn: o.sq_psn,
-            ..o
-        },
-    );
+    connect_both(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
     for i in 0..20u64 {
         recv(&d, &y, i, i * 3000, 3000);
         send(&d, &x, i, &pattern(i, 2500), i * 3000, None);

@@ -106,18 +106,7 @@ fn ipv6_datagrams_with_a_zero_udp_checksum_are_received_as_rxe_sends_them() {
     let mut d = device(ip, PORT, LinkFaults::default());
     let (x, y) = (end(&mut d, 16), end(&mut d, 16));
     let o = Opts::default();
-    connect(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
-    connect(
-        &mut d,
-        y.qp.qpn,
-        x.qp.qpn,
-        ip,
-        &Opts {
-            sq_psn: o.rq_psn,
-            rq_psn: o.sq_psn,
-            ..o
-        },
-    );
+    connect_both(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
     recv(&d, &y, 1, 0, 4096);
     // A SEND as x would send it, from UDP port 50000, with its UDP checksum left 0 (raw IPv6
     // sockets do not fill it in for UDP).
