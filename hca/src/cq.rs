@@ -323,7 +323,11 @@ impl Owed for OnCq<'_> {
         if wqs.iter().all(Option::is_none) {
             return Verdict::WrongQueue;
         }
-        wqs.into_iter().flatten().find_map(|wq| wq.complete(wr_id, success)).map_or(Verdict::NotOwed, Verdict::Posted)
+        match wqs.into_iter().flatten().find_map(|wq| wq.complete(wr_id, success)) {
+            Some((len, true)) => Verdict::Posted(len),
+            Some((_, false)) => Verdict::WrongKind,
+            None => Verdict::NotOwed,
+        }
     }
 }
 

@@ -54,8 +54,8 @@ pub(crate) struct WorkQueue {
 type SharedWq = Arc<Mutex<WorkQueue>>;
 
 impl OwedQueue for Mutex<WorkQueue> {
-    fn complete(&self, wr_id: u64, success: Option<WcOpcode>) -> Option<u32> {
-        self.lock().owed.complete(wr_id, success).map(|p| p.len)
+    fn complete(&self, wr_id: u64, success: Option<WcOpcode>) -> Option<(u32, bool)> {
+        self.lock().owed.retire(wr_id, success).map(|(p, agrees)| (p.len, agrees))
     }
 }
 

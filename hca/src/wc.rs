@@ -12,9 +12,9 @@ use std::sync::Arc;
 /// retire from it (the QP owns the queue; a CQ holds it as this).
 pub(crate) trait OwedQueue: Send + Sync {
     /// Retires the WQE a CQE with `wr_id` completes (`success`: the opcode of a successful CQE,
-    /// which must match the WQE's kind; `None` for an error CQE); its total length in bytes, or
-    /// `None` if no such WQE is owed a completion.
-    fn complete(&self, wr_id: u64, success: Option<WcOpcode>) -> Option<u32>;
+    /// which should match the WQE's kind; `None` for an error CQE): its total length in bytes and
+    /// whether the kinds agreed, or `None` if no such WQE is owed a completion.
+    fn complete(&self, wr_id: u64, success: Option<WcOpcode>) -> Option<(u32, bool)>;
 }
 
 /// A work queue as a CQ holds it.
@@ -77,6 +77,8 @@ pub enum Verdict {
     NotOwed,
     /// The posted WQE it completes (now retired), with its total length in bytes.
     Posted(u32),
+    /// A successful CQE whose opcode is not the kind of the WQE it names (retired all the same).
+    WrongKind,
 }
 
 /// The CQ's side of [`translate`]: the QPs completing into it and their owed WQEs.

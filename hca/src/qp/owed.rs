@@ -115,6 +115,18 @@ impl Owed {
         Some(p)
     }
 
+    /// [`Owed::complete`]; and when a successful CQE names no owed WQE of its kind but one of
+    /// another kind with its `wr_id` (QEMU 7.2 reports an RDMA WRITE as a SEND), retires that one
+    /// as an error CQE would, so the record never fills with WQEs no CQE can retire. The WQE and
+    /// whether the kinds agreed (the caller reports a disagreement as an error).
+    pub(crate) fn retire(&mut self, wr_id: u64, success: Option<WcOpcode>) -> Option<(Posted, bool)> {
+        if let Some(p) = self.complete(wr_id, success) {
+            return Some((p, true));
+        }
+        success?;
+        self.complete(wr_id, None).map(|p| (p, false))
+    }
+
     /// Forgets every WQE (the queue was reset).
     pub(crate) fn clear(&mut self) {
         self.head = self.tail;
@@ -194,5 +206,19 @@ mod tests {
         assert_eq!(o.complete(3, Some(WcOpcode::RecvRdmaWithImm)), Some(recv));
         assert_eq!(o.complete(3, Some(WcOpcode::Recv)), Some(recv));
         assert_eq!(o.complete(3, Some(WcOpcode::Recv)), None);
+    }
+
+    #[test]
+    fn a_cqe_of_the_wrong_kind_still_retires_what_it_names_so_the_record_never_fills() {
+        let mut o = Owed::new(1);
+        let write = Posted { opcode: WcOpcode::RdmaWrite, ..p(1, true) };
+        for _ in 0..100 {
+            assert!(o.reserve(), "QEMU 7.2's SEND CQEs for WRITEs retire them");
+            o.push(write);
+            assert_eq!(o.retire(1, OK), Some((write, false)), "retired, the kinds disagreeing");
+        }
+        o.push(write);
+        assert_eq!(o.retire(1, Some(WcOpcode::RdmaWrite)), Some((write, true)));
+        assert_eq!(o.retire(1, OK), None, "nothing owed");
     }
 }

@@ -73,7 +73,7 @@ pub use path::{gid_ip, ip_gid};
 pub(crate) use rx::run;
 
 /// The UDP destination port of RoCE v2 (IBTA A17.4.3).
-pub const ROCE_V2_UDP_PORT: u16 = 4791;
+pub use roce_wire::ROCE_V2_UDP_PORT;
 
 /// How the port speaks RoCE v2.
 #[derive(Clone, Debug)]

@@ -297,10 +297,16 @@ fn on_response(
         (scatter, r.take_freed())
     };
     release(core, freed, fx);
+    // The messages this response acknowledges complete first: a READ whose data cannot be
+    // placed then moves the QP to ERR without flushing what the peer already acknowledged. The
+    // READ's own completion comes after its data.
+    let own = scatter.map(|(seq, _)| seq);
+    let (own_done, earlier): (Done, Done) = done.into_iter().partition(|&(seq, _)| Some(seq) == own);
+    complete(core, qp, earlier, fx);
     if let Some((seq, offset)) = scatter {
         super::read_response(core, qp, seq, offset, pkt.payload, fx);
     }
-    complete(core, qp, done, fx);
+    complete(core, qp, own_done, fx);
 }
 
 #[cfg(test)]

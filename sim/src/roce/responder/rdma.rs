@@ -253,8 +253,8 @@ impl Responder {
     }
 
     /// Keeps READ `reth` at PSN `p` (`n` packets) among the last `keep` executed, and at least
-    /// the device's `max_qp_rd_atom`: the model's requester does not yet hold its READs to
-    /// `max_rd_atomic`, and many applications leave both at 0.
+    /// the device's `max_qp_rd_atom`: many applications leave `max_dest_rd_atomic` at 0 while
+    /// their requester (rxe's, or ours at `max_rd_atomic` 0) still has a READ outstanding.
     fn remember(&mut self, p: u32, n: u32, reth: &Reth, keep: u8) {
         self.reads.push_back(ReadDone {
             psn: p,
