@@ -5,7 +5,7 @@
 //! panic or a silently trusted value.
 
 use ib_core::{Wc, WcOpcode, WcStatus};
-use pvrdma_abi::wqe::{wc_flags, wc_opcode, wc_status, Cqe};
+use pvrdma_abi::wqe::{wc_flags, wc_opcode, Cqe};
 use std::sync::Arc;
 
 /// One work queue's record of the WQEs it owes a completion, as the CQs it completes into
@@ -19,28 +19,6 @@ pub(crate) trait OwedQueue: Send + Sync {
 
 /// A work queue as a CQ holds it.
 pub(crate) type SharedWq = Arc<dyn OwedQueue>;
-
-/// The core's status for `enum pvrdma_wc_status` (same meanings as `ib_wc_status`); codes
-/// without a variant of their own keep their value.
-fn status(v: u32) -> WcStatus {
-    match v {
-        wc_status::SUCCESS => WcStatus::Success,
-        wc_status::LOC_LEN_ERR => WcStatus::LocLenErr,
-        wc_status::LOC_QP_OP_ERR => WcStatus::LocQpOpErr,
-        wc_status::LOC_PROT_ERR => WcStatus::LocProtErr,
-        wc_status::WR_FLUSH_ERR => WcStatus::WrFlushErr,
-        wc_status::BAD_RESP_ERR => WcStatus::BadRespErr,
-        wc_status::LOC_ACCESS_ERR => WcStatus::LocAccessErr,
-        wc_status::REM_INV_REQ_ERR => WcStatus::RemInvReqErr,
-        wc_status::REM_ACCESS_ERR => WcStatus::RemAccessErr,
-        wc_status::REM_OP_ERR => WcStatus::RemOpErr,
-        wc_status::RETRY_EXC_ERR => WcStatus::RetryExcErr,
-        wc_status::RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
-        wc_status::FATAL_ERR => WcStatus::FatalErr,
-        wc_status::GENERAL_ERR => WcStatus::GeneralErr,
-        other => WcStatus::Other(other),
-    }
-}
 
 /// The core's opcode for `enum pvrdma_wc_opcode`.
 fn opcode(v: u32) -> WcOpcode {
@@ -110,7 +88,8 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
     let raw_qp = cqe.qp.get();
     let qp = u32::try_from(raw_qp).ok().filter(|&h| owed.on_cq(h));
     let opcode = opcode(cqe.opcode.get());
-    let mut status = status(cqe.status.get());
+    // `enum pvrdma_wc_status` numbers its codes as `ibv_wc_status` does.
+    let mut status = WcStatus::from_raw(cqe.status.get());
     let mut byte_len = cqe.byte_len.get();
     let success = status == WcStatus::Success;
     let queue = match opcode {
@@ -156,6 +135,7 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pvrdma_abi::wqe::wc_status;
     use std::cell::RefCell;
     use zerocopy::FromBytes;
 
