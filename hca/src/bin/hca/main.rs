@@ -138,14 +138,34 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
 }
 
 /// Adds the built-in model to the verbs core's device list; the returned handle keeps it there.
-fn add_model(opts: &ModelOpts) -> ib_core::Result<Device> {
+fn add_model(opts: &ModelOpts) -> ib_core::Result<(Device, hca::platform::sim::SimPlatform)> {
     let cfg = SimConfig {
         profile: opts.profile,
         link_latency: Duration::from_micros(opts.link_latency_us),
         roce: opts.roce(),
         ..SimConfig::default()
     };
-    hca::open_sim(cfg).map(|(dev, _)| dev)
+    hca::open_sim(cfg)
+}
+
+/// After a ping-pong over RoCE, the port keeps answering until the wire has been quiet for
+/// [`QUIET`] (at most [`LINGER`]), as a host's RoCE stack outlives one program: a peer whose
+/// last acknowledgement from this end was lost resends its last message and is acknowledged
+/// again, rather than retrying into a port that is gone (`ibv_rc_pingpong` would then wait out
+/// its retries instead of exiting).
+fn linger(sim: &hca::platform::sim::SimPlatform) {
+    const QUIET: Duration = Duration::from_millis(300);
+    const LINGER: Duration = Duration::from_secs(3);
+    let start = std::time::Instant::now();
+    let mut seen = sim.device().stats().roce_rx_packets;
+    while start.elapsed() < LINGER {
+        std::thread::sleep(QUIET);
+        let now = sim.device().stats().roce_rx_packets;
+        if now == seen {
+            return;
+        }
+        seen = now;
+    }
 }
 
 fn main() -> ExitCode {
@@ -154,7 +174,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return parse_failure(&e),
     };
-    let _model = match add_model(&cli.model) {
+    let (_model, sim) = match add_model(&cli.model) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("cannot open the built-in device: {e}");
@@ -165,6 +185,9 @@ fn main() -> ExitCode {
         Cmd::Devinfo(o) => devinfo::run(o),
         Cmd::Pingpong(o) => pingpong::run(o, !cli.model.roce.is_empty()),
     };
+    if matches!(cli.cmd, Cmd::Pingpong(_)) && !cli.model.roce.is_empty() {
+        linger(&sim);
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
