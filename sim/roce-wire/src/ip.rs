@@ -33,12 +33,6 @@ impl IpContext {
     pub fn is_ipv4(&self) -> bool {
         self.src.is_ipv4() && self.dst.is_ipv4()
     }
-
-    /// Bytes of IP and UDP header in front of the UDP payload: 28 for IPv4, 48 for IPv6.
-    pub fn header_len(&self) -> usize {
-        let ip = if self.is_ipv4() { 20 } else { 40 };
-        ip + 8
-    }
 }
 
 /// The synthesized IP header of a packet.

@@ -80,22 +80,34 @@ impl<T: Clone> Faults<T> {
     }
 }
 
-/// The sending direction, shared by every thread that sends. Its lock is a leaf.
-pub struct Link(Mutex<Faults<Outgoing>>);
+/// The sending direction, shared by every thread that sends. Its lock is a leaf, taken only
+/// when a fault is configured (a faultless link passes every packet through untouched).
+pub struct Link {
+    faults: Mutex<Faults<Outgoing>>,
+    active: bool,
+}
 
 impl Link {
     /// A link injecting `faults` on what is sent.
     pub fn new(faults: &LinkFaults) -> Self {
-        Self(Mutex::new(Faults::new(faults, 0)))
+        let faults = Faults::new(faults, 0);
+        let active = faults.active();
+        Self { faults: Mutex::new(faults), active }
     }
 
     /// [`Faults::pass`] for a packet sent.
     pub fn pass(&self, core: &Core, pkt: Outgoing, out: &mut Vec<Outgoing>) {
-        self.0.lock().pass(core, pkt, out);
+        if self.active {
+            self.faults.lock().pass(core, pkt, out);
+        } else {
+            out.push(pkt);
+        }
     }
 
     /// [`Faults::release_held`] for the sending direction.
     pub fn release_held(&self, out: &mut Vec<Outgoing>) {
-        self.0.lock().release_held(out);
+        if self.active {
+            self.faults.lock().release_held(out);
+        }
     }
 }
