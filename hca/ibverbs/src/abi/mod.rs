@@ -22,8 +22,9 @@ pub use pd::*;
 pub use qp::*;
 pub use wr::*;
 
-/// `union ibv_gid`: 16 bytes, network order (`raw`; the `global` view is two `__be64`).
-#[repr(C)]
+/// `union ibv_gid`: 16 bytes, network order (`raw`; the `global` view is two `__be64`, which
+/// give the union its 8-byte alignment).
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ibv_gid {
     pub raw: [u8; 16],
@@ -45,6 +46,6 @@ pub const IBV_SYSFS_NAME_MAX: usize = 64;
 /// `IBV_SYSFS_PATH_MAX`.
 pub const IBV_SYSFS_PATH_MAX: usize = 256;
 
-const _: () = assert!(std::mem::size_of::<ibv_gid>() == 16);
+const _: () = assert!(std::mem::size_of::<ibv_gid>() == 16 && std::mem::align_of::<ibv_gid>() == 8);
 const _: () = assert!(std::mem::size_of::<pthread_mutex_t>() == 40);
 const _: () = assert!(std::mem::size_of::<pthread_cond_t>() == 48);
