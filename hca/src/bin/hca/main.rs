@@ -6,6 +6,9 @@
 //!   `ibv_rc_pingpong` does between two hosts (`-d`, `-i`, `-g`, `-s`, `-n`, `-r`, `-m`, `-l`, `-e`),
 //!   checking every payload; with `--roce` this process is one end, server or client (`HOST`),
 //!   and the other end another process: this tool again, or `ibv_rc_pingpong` (`-p`).
+//! - `hca run -- PROGRAM ARGS...` runs an unmodified rdma-core program (`ibv_devinfo`,
+//!   `ibv_rc_pingpong`, perftest...) over this project's `libibverbs.so.1` and the model the
+//!   options describe (no model is opened in this process).
 //!
 //! `--roce ADDR` gives the model a RoCE v2 port on ADDR instead of its in-process loopback, with
 //! link faults (`--link-loss`, `--link-reorder`, `--link-duplicate`, `--link-seed`) and a packet
@@ -17,6 +20,7 @@ mod exchange;
 mod payload;
 mod pingpong;
 mod remote;
+mod run;
 mod sys;
 
 use args::number;
@@ -127,6 +131,9 @@ enum Cmd {
     Devinfo(devinfo::Opts),
     /// RC ping-pong between two QPs of a device (like ibv_rc_pingpong).
     Pingpong(pingpong::Opts),
+    /// Run an rdma-core program over this project's libibverbs.so.1 and the model these options
+    /// describe (as HCA_DEVICES, unless already set): `hca run --roce 127.0.0.1 -- ibv_devinfo`.
+    Run(run::Opts),
 }
 
 fn parse_profile(s: &str) -> Result<Profile, String> {
@@ -174,6 +181,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return parse_failure(&e),
     };
+    if let Cmd::Run(o) = &cli.cmd {
+        let f = run::run(o, &cli.model);
+        eprintln!("{}", f.msg);
+        return ExitCode::from(f.code);
+    }
     let (_model, sim) = match add_model(&cli.model) {
         Ok(d) => d,
         Err(e) => {
@@ -184,6 +196,7 @@ fn main() -> ExitCode {
     let result = match &cli.cmd {
         Cmd::Devinfo(o) => devinfo::run(o),
         Cmd::Pingpong(o) => pingpong::run(o, !cli.model.roce.is_empty()),
+        Cmd::Run(_) => unreachable!("run execs before the model opens"),
     };
     if matches!(cli.cmd, Cmd::Pingpong(_)) && !cli.model.roce.is_empty() {
         linger(&sim);
