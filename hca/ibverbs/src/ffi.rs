@@ -62,3 +62,36 @@ pub(crate) unsafe fn boxed<'a, B, T>(p: *const T) -> Option<&'a B> {
     // SAFETY: the caller's promise: `p` is the address of a live `B` (its first field).
     unsafe { p.cast::<B>().as_ref() }
 }
+
+/// Destroys the core object inside the box at `p` with `destroy`, which hands it back on
+/// failure (busy): on success the box is freed and 0 returned; on failure the object goes back
+/// in place (the program's pointer stays valid) and the errno is returned.
+///
+/// # Safety
+/// `p` is a live box of this library, leaked with `Box::leak`, that no other thread uses
+/// meanwhile (as libibverbs requires of a destroy); `field` returns the address of the core
+/// object inside it.
+pub(crate) unsafe fn destroy_boxed<B, T>(
+    p: *mut B,
+    field: impl FnOnce(*mut B) -> *mut T,
+    destroy: impl FnOnce(T) -> Result<(), (T, Error)>,
+) -> i32 {
+    let slot = field(p);
+    // SAFETY: `slot` is the live core object inside the box; it is either written back below or
+    // the box is freed without dropping it again.
+    let core = unsafe { std::ptr::read(slot) };
+    match destroy(core) {
+        Ok(()) => {
+            // SAFETY: the box came from `Box::leak`; `ManuallyDrop` has `B`'s layout and skips
+            // dropping the core object, which `destroy` consumed.
+            drop(unsafe { Box::from_raw(p.cast::<std::mem::ManuallyDrop<B>>()) });
+            // The rest of the box (the libibverbs struct, plain data) needs no drop.
+            0
+        }
+        Err((core, e)) => {
+            // SAFETY: the slot read above, still allocated.
+            unsafe { std::ptr::write(slot, core) };
+            errno_of(&e)
+        }
+    }
+}

@@ -1,1 +1,105 @@
-//! TODO
+//! Memory regions (`ibv_reg_mr`, `ibv_reg_mr_iova2`, `ibv_dereg_mr`, `ibv_rereg_mr`) over the
+//! program's own memory at its own addresses: the core's external-memory registration.
+
+use crate::abi::{ibv_mr, ibv_pd};
+use crate::ffi::{guard, null, set_errno};
+use crate::pd::pd;
+use ib_core::UserMemory;
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a provider may ignore (relaxed ordering and later
+/// hints), as libibverbs strips the ones it does not support.
+const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
+/// What an `ibv_mr` pointer is the start of.
+#[repr(C)]
+pub(crate) struct Mr {
+    pub ibv: ibv_mr,
+    pub core: ib_core::Mr,
+}
+
+/// `ibv_reg_mr(pd, addr, length, access)`: registers `length` bytes at `addr` of the program's
+/// memory, whose addresses are the MR's (an SGE or a peer's RDMA names `addr + offset`). NULL
+/// with errno: `EINVAL` for NULL, a zero length, a range past `max_mr_size` or wrapping, or
+/// access flags IBTA forbids (remote write without local write); `ENOMEM` past the device's MRs.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(p: *mut ibv_pd, addr: *mut libc::c_void, length: usize, access: i32) -> *mut ibv_mr {
+    // SAFETY: as `ibv_reg_mr_iova2` with the MR's addresses its own.
+    unsafe { ibv_reg_mr_iova2(p, addr, length, addr as u64, access as u32) }
+}
+
+/// `ibv_reg_mr_iova2(pd, addr, length, iova, access)`: as [`ibv_reg_mr`]; the MR's address
+/// space here is always the memory's own addresses, so an `iova` other than `addr` gets NULL
+/// with `EOPNOTSUPP` (pvrdma's MRs carry no separate I/O virtual address).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    p: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller passes a live PD of this library (or NULL).
+        let Some(pd) = (unsafe { pd(p) }) else { return null(libc::EINVAL) };
+        if iova != addr as u64 {
+            return null(libc::EOPNOTSUPP);
+        }
+        // SAFETY: the program registers memory it owns and keeps until `ibv_dereg_mr`, as
+        // libibverbs requires of `ibv_reg_mr`.
+        let mem = unsafe { UserMemory::new(addr.cast(), length) };
+        match pd.core.reg_mr(mem, access & !IBV_ACCESS_OPTIONAL_RANGE) {
+            Ok(core) => {
+                let ibv = ibv_mr {
+                    context: pd.ibv.context,
+                    pd: p,
+                    addr,
+                    length,
+                    handle: core.handle(),
+                    lkey: core.lkey(),
+                    rkey: core.rkey(),
+                };
+                &mut Box::leak(Box::new(Mr { ibv, core })).ibv
+            }
+            Err(e) => null(e.errno()),
+        }
+    })
+}
+
+/// `ibv_dereg_mr(mr)`: deregisters and frees the MR; 0, or `EINVAL` for NULL.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> i32 {
+    guard(libc::EIO, || {
+        if mr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a live MR of this library, leaked in `ibv_reg_mr`, deregistered once.
+        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        0
+    })
+}
+
+/// `IBV_REREG_MR_ERR_INPUT` and `IBV_REREG_MR_ERR_CMD` (`enum ibv_rereg_mr_err_code`).
+const IBV_REREG_MR_ERR_INPUT: i32 = -1;
+const IBV_REREG_MR_ERR_CMD: i32 = -5;
+
+/// `ibv_rereg_mr(mr, flags, pd, addr, length, access)`: pvrdma has no REREG_MR command, so this
+/// answers as libibverbs does when the provider lacks the verb: `IBV_REREG_MR_ERR_CMD` with
+/// errno `EOPNOTSUPP` (`IBV_REREG_MR_ERR_INPUT` with `EINVAL` for a NULL MR). The MR is unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    _flags: i32,
+    _pd: *mut ibv_pd,
+    _addr: *mut libc::c_void,
+    _length: usize,
+    _access: i32,
+) -> i32 {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        if mr.is_null() {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        set_errno(libc::EOPNOTSUPP);
+        IBV_REREG_MR_ERR_CMD
+    })
+}

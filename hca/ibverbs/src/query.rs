@@ -1,18 +1,353 @@
-//! Device, port, GID and P_Key queries.
+//! Device, port, GID and P_Key queries, converted field by field from the core's attributes
+//! (which keep libibverbs's shapes and numbers) — so `ibv_devinfo` over this library prints what
+//! `hca devinfo` prints.
 
-use crate::abi::{ibv_context, ibv_device_attr_ex, ibv_port_attr, ibv_query_device_ex_input};
+use crate::abi::{
+    ibv_context, ibv_device_attr, ibv_device_attr_ex, ibv_gid, ibv_gid_entry, ibv_port_attr, ibv_query_device_ex_input,
+    COMPAT_PORT_ATTR_LEN, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2,
+};
+use crate::context::{context, Context};
+use crate::devices::copy_str;
+use crate::ffi::{guard, minus_one, set_errno};
+use ib_core::{DeviceAttr, GidType, Mtu, PortAttr};
+use memoffset::offset_of;
+use std::mem::size_of;
 
-/// `verbs_context.query_port` (the header's inline `ibv_query_port`).
-pub(crate) unsafe extern "C" fn query_port_ex(_ctx: *mut ibv_context, _port: u8, _attr: *mut ibv_port_attr, _len: usize) -> i32 {
-    libc::ENOSYS
+fn clamp(v: u32) -> i32 {
+    v.min(i32::MAX as u32) as i32
 }
 
-/// `verbs_context.query_device_ex` (the header's inline `ibv_query_device_ex`).
+/// `ibv_device_attr` of the core's attributes (GUIDs big-endian, as the header has them).
+pub(crate) fn device_attr(ctx: &Context) -> ibv_device_attr {
+    let a: DeviceAttr = ctx.dev.core.query_device();
+    let mut fw_ver = [0u8; 64];
+    copy_str(&mut fw_ver, &ctx.dev.core.fw_ver());
+    ibv_device_attr {
+        fw_ver,
+        node_guid: a.node_guid.to_be(),
+        sys_image_guid: a.sys_image_guid.to_be(),
+        max_mr_size: a.max_mr_size,
+        page_size_cap: a.page_size_cap,
+        vendor_id: a.vendor_id,
+        vendor_part_id: a.vendor_part_id,
+        hw_ver: a.hw_ver,
+        max_qp: clamp(a.max_qp),
+        max_qp_wr: clamp(a.max_qp_wr),
+        device_cap_flags: a.device_cap_flags,
+        max_sge: clamp(a.max_sge),
+        max_sge_rd: clamp(a.max_sge_rd),
+        max_cq: clamp(a.max_cq),
+        max_cqe: clamp(a.max_cqe),
+        max_mr: clamp(a.max_mr),
+        max_pd: clamp(a.max_pd),
+        max_qp_rd_atom: clamp(a.max_qp_rd_atom),
+        max_ee_rd_atom: clamp(a.max_ee_rd_atom),
+        max_res_rd_atom: clamp(a.max_res_rd_atom),
+        max_qp_init_rd_atom: clamp(a.max_qp_init_rd_atom),
+        max_ee_init_rd_atom: clamp(a.max_ee_init_rd_atom),
+        atomic_cap: a.atomic_cap as u32,
+        max_ee: clamp(a.max_ee),
+        max_rdd: clamp(a.max_rdd),
+        max_mw: clamp(a.max_mw),
+        max_raw_ipv6_qp: clamp(a.max_raw_ipv6_qp),
+        max_raw_ethy_qp: clamp(a.max_raw_ethy_qp),
+        max_mcast_grp: clamp(a.max_mcast_grp),
+        max_mcast_qp_attach: clamp(a.max_mcast_qp_attach),
+        max_total_mcast_qp_attach: clamp(a.max_total_mcast_qp_attach),
+        max_ah: clamp(a.max_ah),
+        max_fmr: clamp(a.max_fmr),
+        max_map_per_fmr: clamp(a.max_map_per_fmr),
+        max_srq: clamp(a.max_srq),
+        max_srq_wr: clamp(a.max_srq_wr),
+        max_srq_sge: clamp(a.max_srq_sge),
+        max_pkeys: a.max_pkeys,
+        local_ca_ack_delay: a.local_ca_ack_delay,
+        phys_port_cnt: a.phys_port_cnt,
+    }
+}
+
+/// `ibv_query_device(context, device_attr)`: 0, or `EINVAL` for NULL arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `attr` is the caller's writable `ibv_device_attr`.
+        unsafe { attr.write(device_attr(c)) };
+        0
+    })
+}
+
+/// `verbs_context.query_device_ex` (the header's inline `ibv_query_device_ex`): zeroes the
+/// caller's `attr_size` bytes and fills `orig_attr` and `phys_port_cnt_ex`; pvrdma has none of
+/// the extended capabilities. `EINVAL` for a nonzero `input->comp_mask` or an `attr_size`
+/// smaller than `ibv_device_attr`, as libibverbs's providers answer.
 pub(crate) unsafe extern "C" fn query_device_ex(
-    _ctx: *mut ibv_context,
-    _input: *const ibv_query_device_ex_input,
-    _attr: *mut ibv_device_attr_ex,
-    _len: usize,
+    ctx: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
 ) -> i32 {
-    libc::ENOSYS
+    guard(libc::EIO, || {
+        // SAFETY: the header passes the context it was called with.
+        let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+        // SAFETY: `input` is NULL or the caller's readable input.
+        if attr.is_null() || attr_size < size_of::<ibv_device_attr>() || unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
+            return libc::EINVAL;
+        }
+        let mut ex: ibv_device_attr_ex = ibv_device_attr_ex {
+            orig_attr: device_attr(c),
+            comp_mask: 0,
+            caps: [0; 19],
+            xrc_odp_caps: 0,
+            phys_port_cnt_ex: 0,
+        };
+        ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
+        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's buffer holds `attr_size` bytes; `n` is no more than that or ours.
+        unsafe {
+            std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            std::ptr::copy_nonoverlapping((&ex as *const ibv_device_attr_ex).cast::<u8>(), attr.cast::<u8>(), n);
+        }
+        0
+    })
 }
+
+/// `ibv_port_attr` of the core's attributes (MTUs as `enum ibv_mtu`).
+fn port_attr(p: &PortAttr) -> ibv_port_attr {
+    let mtu = |b: u32| Mtu::from_bytes(b).map_or(0, |m| m.0);
+    ibv_port_attr {
+        state: p.state.raw(),
+        max_mtu: mtu(p.max_mtu),
+        active_mtu: mtu(p.active_mtu),
+        gid_tbl_len: clamp(p.gid_tbl_len),
+        port_cap_flags: p.port_cap_flags,
+        max_msg_sz: p.max_msg_sz,
+        bad_pkey_cntr: p.bad_pkey_cntr,
+        qkey_viol_cntr: p.qkey_viol_cntr,
+        pkey_tbl_len: p.pkey_tbl_len,
+        lid: p.lid,
+        sm_lid: p.sm_lid,
+        lmc: p.lmc,
+        max_vl_num: p.max_vl_num,
+        sm_sl: p.sm_sl,
+        subnet_timeout: p.subnet_timeout,
+        init_type_reply: p.init_type_reply,
+        active_width: p.active_width,
+        active_speed: p.active_speed,
+        phys_state: p.phys_state,
+        link_layer: p.link_layer as u8,
+        flags: 0,
+        port_cap_flags2: 0,
+    }
+}
+
+/// Writes the first `len` bytes of port `port`'s attributes at `out`.
+///
+/// # Safety
+/// `out` is writable for `len` bytes.
+unsafe fn write_port(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> i32 {
+    // SAFETY: the caller passes an open context of this library (or NULL).
+    let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+    if out.is_null() {
+        return libc::EINVAL;
+    }
+    let p = match c.dev.core.query_port(port) {
+        Ok(p) => port_attr(&p),
+        Err(e) => return e.errno(),
+    };
+    // SAFETY: `out` holds `len` bytes (the caller's promise); we copy at most our struct's size.
+    unsafe {
+        std::ptr::write_bytes(out, 0, len);
+        std::ptr::copy_nonoverlapping((&p as *const ibv_port_attr).cast::<u8>(), out, len.min(size_of::<ibv_port_attr>()));
+    }
+    0
+}
+
+/// `ibv_query_port(context, port_num, port_attr)`, the exported (compat) entry point: fills the
+/// `struct _compat_ibv_port_attr` part (up to `link_layer`). 0, or `EINVAL` for a port outside
+/// 1..=phys_port_cnt or NULL arguments. (The header's inline `ibv_query_port` reaches
+/// [`query_port_ex`] instead.)
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
+    // SAFETY: `attr` is the caller's compat port attribute struct.
+    guard(libc::EIO, || unsafe { write_port(ctx, port, attr.cast(), COMPAT_PORT_ATTR_LEN) })
+}
+
+/// `verbs_context.query_port`: fills `port_attr_len` bytes of an `ibv_port_attr` (the caller's
+/// size: older programs pass a shorter struct). 0 or errno as [`ibv_query_port`].
+pub(crate) unsafe extern "C" fn query_port_ex(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr, len: usize) -> i32 {
+    // SAFETY: the header passes its caller's struct and its size.
+    guard(libc::EIO, || unsafe { write_port(ctx, port, attr.cast(), len) })
+}
+
+/// The GID entry at `index` of `port`: `Err(ENODATA)` for an empty entry (as the kernel
+/// answers), `Err(EINVAL)` outside the table.
+fn gid_entry(c: &Context, port: u8, index: u32) -> Result<ibv_gid_entry, i32> {
+    let gid = c.dev.core.query_gid(port, index).map_err(|e| e.errno())?;
+    if gid == [0; 16] {
+        return Err(libc::ENODATA);
+    }
+    let gid_type = match c.dev.core.query_gid_type(port, index).map_err(|e| e.errno())? {
+        GidType::RoceV1 => IBV_GID_TYPE_ROCE_V1,
+        GidType::RoceV2 => IBV_GID_TYPE_ROCE_V2,
+    };
+    Ok(ibv_gid_entry { gid: ibv_gid { raw: gid }, gid_index: index, port_num: u32::from(port), gid_type, ndev_ifindex: 0 })
+}
+
+/// `ibv_query_gid(context, port_num, index, gid)`: 0 with the GID (all zeros for an empty entry,
+/// as libibverbs keeps), -1 with errno otherwise (`EINVAL`: bad port, index or NULL).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(ctx: *mut ibv_context, port: u8, index: i32, gid: *mut ibv_gid) -> i32 {
+    guard(-1, || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
+        if gid.is_null() || index < 0 {
+            return minus_one(libc::EINVAL);
+        }
+        let raw = match gid_entry(c, port, index as u32) {
+            Ok(e) => e.gid,
+            Err(libc::ENODATA) => ibv_gid::default(),
+            Err(e) => return minus_one(e),
+        };
+        // SAFETY: `gid` is the caller's writable GID.
+        unsafe { gid.write(raw) };
+        0
+    })
+}
+
+/// `ibv_query_gid_type(context, port_num, index, type)` (`IBVERBS_PRIVATE_34`): writes
+/// `enum ibv_gid_type_sysfs` (0: IB/RoCE v1, also for an empty entry, as libibverbs; 1: RoCE v2).
+/// 0, or -1 with errno.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(ctx: *mut ibv_context, port: u8, index: u32, ty: *mut u32) -> i32 {
+    guard(-1, || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
+        if ty.is_null() {
+            return minus_one(libc::EINVAL);
+        }
+        let v = match gid_entry(c, port, index) {
+            Ok(e) => u32::from(e.gid_type == IBV_GID_TYPE_ROCE_V2),
+            Err(libc::ENODATA) => 0,
+            Err(e) => return minus_one(e),
+        };
+        // SAFETY: `ty` is the caller's writable enum.
+        unsafe { ty.write(v) };
+        0
+    })
+}
+
+/// `_ibv_query_gid_ex(context, port_num, gid_index, entry, flags, entry_size)` (the header's
+/// `ibv_query_gid_ex`): 0 and the entry; `ENODATA` for an empty entry, `EINVAL` for nonzero
+/// `flags`, a short `entry_size`, a bad port or index.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+        if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() || port > u32::from(u8::MAX) {
+            return libc::EINVAL;
+        }
+        match gid_entry(c, port as u8, index) {
+            Ok(e) => {
+                // SAFETY: `entry` is the caller's writable entry of at least our size.
+                unsafe { entry.write(e) };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+/// `_ibv_query_gid_table(context, entries, max_entries, flags, entry_size)` (the header's
+/// `ibv_query_gid_table`): the valid entries of every port, their count; a negative errno
+/// (`-EINVAL` for nonzero flags or a short entry size, `-ENOMEM` if `max_entries` is too few).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard(-(libc::EIO as isize), || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return -(libc::EINVAL as isize) };
+        if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || (entries.is_null() && max_entries > 0) {
+            return -(libc::EINVAL as isize);
+        }
+        let valid = all_gids(c);
+        if valid.len() > max_entries {
+            return -(libc::ENOMEM as isize);
+        }
+        for (i, e) in valid.iter().enumerate() {
+            // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
+            unsafe { entries.cast::<u8>().add(i * entry_size).cast::<ibv_gid_entry>().write_unaligned(*e) };
+        }
+        valid.len() as isize
+    })
+}
+
+fn all_gids(c: &Context) -> Vec<ibv_gid_entry> {
+    let ports = c.dev.core.query_device().phys_port_cnt;
+    let mut out = Vec::new();
+    for port in 1..=ports {
+        let len = c.dev.core.query_port(port).map_or(0, |p| p.gid_tbl_len);
+        out.extend((0..len).filter_map(|i| gid_entry(c, port, i).ok()));
+    }
+    out
+}
+
+/// `ibv_query_pkey(context, port_num, index, pkey)`: 0 and the P_Key (big-endian, `__be16`), or
+/// -1 with errno (`EINVAL`: bad port, index or NULL).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(ctx: *mut ibv_context, port: u8, index: i32, pkey: *mut u16) -> i32 {
+    guard(-1, || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
+        if pkey.is_null() || !(0..=i32::from(u16::MAX)).contains(&index) {
+            return minus_one(libc::EINVAL);
+        }
+        match c.dev.core.query_pkey(port, index as u16) {
+            // SAFETY: `pkey` is the caller's writable `__be16`.
+            Ok(v) => unsafe { pkey.write(v.to_be()) },
+            Err(e) => return minus_one(e.errno()),
+        }
+        0
+    })
+}
+
+/// `ibv_get_pkey_index(context, port_num, pkey)` (`pkey` big-endian): the index holding that
+/// P_Key, or -1 with errno (`ENOENT` when no entry holds it, as libibverbs; `EINVAL` bad port).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> i32 {
+    guard(-1, || {
+        // SAFETY: the caller passes an open context of this library (or NULL).
+        let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
+        let len = match c.dev.core.query_port(port) {
+            Ok(p) => p.pkey_tbl_len,
+            Err(e) => return minus_one(e.errno()),
+        };
+        let want = u16::from_be(pkey);
+        match (0..len).find(|&i| c.dev.core.query_pkey(port, i).is_ok_and(|v| v == want)) {
+            Some(i) => i32::from(i),
+            None => {
+                set_errno(libc::ENOENT);
+                -1
+            }
+        }
+    })
+}
+
+const _: () = assert!(offset_of!(ibv_device_attr_ex, orig_attr) == 0);
