@@ -1,1 +1,106 @@
-//! TODO
+//! Async events (`ibv_get_async_event`, `ibv_ack_async_event`): the context's queue of CQ, QP,
+//! port and device events.
+
+use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_context, ibv_cq, ibv_qp};
+use crate::context::{context, Context};
+use crate::ffi::{guard, minus_one};
+use ib_core::{AsyncElement, AsyncEvent, Error};
+use std::time::Duration;
+
+/// How long one wait of the core lasts before `ibv_get_async_event` waits again.
+const WAIT_SLICE: Duration = Duration::from_secs(1);
+
+/// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*` (every core CQ and QP
+/// of this library carries its box's address), or the port number (0 for the device).
+fn element(ev: &AsyncEvent) -> ibv_async_event_element {
+    match &ev.element {
+        AsyncElement::Cq(c) => ibv_async_event_element { cq: c.cq_context() as *mut ibv_cq },
+        AsyncElement::Qp(q) => ibv_async_event_element { qp: q.qp_context() as *mut ibv_qp },
+        AsyncElement::Port(p) => ibv_async_event_element { port_num: i32::from(*p) },
+        AsyncElement::Device => ibv_async_event_element { port_num: 0 },
+    }
+}
+
+/// `ibv_get_async_event(context, event)`: waits for the context's next async event and returns
+/// 0 with it in `*event`; acknowledge it with `ibv_ack_async_event` (destroying its CQ or QP
+/// waits for that). Blocks without bound unless `context->async_fd` has `O_NONBLOCK` (set by
+/// the program with `fcntl`): then -1 with `EAGAIN` when nothing waits. -1 with `EIO` once the
+/// device is fatal and its `IBV_EVENT_DEVICE_FATAL` was taken, `EINVAL` for NULL.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut ibv_async_event) -> i32 {
+    guard(-1, || {
+        // SAFETY: the caller passes NULL or an open context of this library.
+        let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
+        if event.is_null() {
+            return minus_one(libc::EINVAL);
+        }
+        let ev = loop {
+            match c.core.get_async_event(WAIT_SLICE) {
+                Ok(ev) => break ev,
+                Err(Error::Timeout) => continue,
+                Err(e) => return minus_one(e.errno()),
+            }
+        };
+        let out = ibv_async_event { element: element(&ev), event_type: ev.event_type.raw() };
+        // Port and device events need no acknowledgement (nothing waits for them).
+        if ev.cq().is_some() || ev.qp().is_some() {
+            c.async_taken.lock().push(ev);
+        }
+        // SAFETY: `event` is writable (the caller's).
+        unsafe { event.write(out) };
+        0
+    })
+}
+
+/// The context an acknowledged event's CQ or QP belongs to.
+///
+/// # Safety
+/// `ev`'s element is a live CQ or QP of this library for a CQ or QP event.
+unsafe fn owner<'a>(ev: &ibv_async_event) -> Option<&'a Context> {
+    let ty = ib_core::AsyncEventType::from_raw(ev.event_type)?;
+    // SAFETY: the caller's promise: the union holds the pointer the event type names, and it
+    // points at a live object whose first field is its `ibv_context*`.
+    let ctx = unsafe {
+        match ty.scope() {
+            ib_core::EventScope::Cq => ev.element.cq.as_ref()?.context,
+            ib_core::EventScope::Qp => ev.element.qp.as_ref()?.context,
+            _ => return None,
+        }
+    };
+    // SAFETY: an object's context is open while the object lives.
+    unsafe { context(ctx) }
+}
+
+/// Whether the core event `taken` is the one `ev` describes.
+fn matches(taken: &AsyncEvent, ev: &ibv_async_event) -> bool {
+    if taken.event_type.raw() != ev.event_type {
+        return false;
+    }
+    // SAFETY: reading the union as a pointer-sized integer is defined for every member stored.
+    let (cq, qp) = unsafe { (ev.element.cq as u64, ev.element.qp as u64) };
+    match &taken.element {
+        AsyncElement::Cq(c) => c.cq_context() == cq,
+        AsyncElement::Qp(q) => q.qp_context() == qp,
+        _ => false,
+    }
+}
+
+/// `ibv_ack_async_event(event)`: acknowledges an event `ibv_get_async_event` returned. An event
+/// of a port or the device needs none (no-op), as in libibverbs; so does NULL.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    guard((), || {
+        // SAFETY: the caller passes NULL or an event `ibv_get_async_event` filled.
+        let Some(ev) = (unsafe { event.as_ref() }) else { return };
+        // SAFETY: that event's CQ or QP cannot be destroyed before this acknowledgement.
+        let Some(c) = (unsafe { owner(ev) }) else { return };
+        let taken = {
+            let mut list = c.async_taken.lock();
+            let at = list.iter().position(|t| matches(t, ev));
+            at.map(|i| list.remove(i))
+        };
+        if let Some(t) = taken {
+            t.ack();
+        }
+    })
+}

@@ -170,3 +170,10 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
 pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> i32 {
     guard(-1, || entry(device).map_or(-1, |e| e.index))
 }
+
+/// Test hook: the model behind `device` (to forge CQEs and events through it), `None` for a
+/// device that is not a model or not of this library.
+#[doc(hidden)]
+pub fn test_model(device: *const ibv_device) -> Option<hca::platform::sim::SimPlatform> {
+    entry(device).and_then(|e| e._backend.downcast_ref::<hca::platform::sim::SimPlatform>()).cloned()
+}

@@ -7,6 +7,7 @@
 //! | `poll_cq_b1`, `poll_cq_b16` | `Cq::poll` of 1 or 16 CQEs per call: receive completions the model delivered for receives the consumer posted (each retires its owed WQE, as every poll does) | a raw ring of 64-byte entries laid out as the CQ ring: one acquire load of the producer index, a 64-byte copy per entry, one release store of the consumer index, under one uncontended lock (a thread-safe poll takes one) |
 //! | `req_notify` | `Cq::req_notify(NEXT_COMPLETION)` of a kernel CQ already armed (rings nothing) | one bare UAR write of the same arm value through the same platform |
 //! | `req_notify_spent` | the same after an event spent the arm (rings the arm doorbell), each arm timed alone | each bare write timed alone |
+//! | `ibv_poll_cq_empty`, `ibv_poll_cq_one`, `ibv_req_notify_cq` | the libibverbs-compatible library's `ops.poll_cq` (1 entry; empty, or one CQE each) and `ops.req_notify_cq` (already armed) through the ops table, as the header's inline functions | the core's `Cq::poll` / `Cq::req_notify(NEXT_COMPLETION)` on a user context's CQ of the same size |
 //! | `post_send_b1`, `post_send_b32` | `Qp::post_send_list` of 1 or 32 64-byte SENDs (as `ibv_post_send` with a chain), its one doorbell included (a posted write, as on hardware: the model runs it after the batch, untimed) | the same WQE bytes (header and SGE) written into a ring under one lock, one release store of the producer index and one store standing for the doorbell |
 //! | `event_rt_64B`, `event_rt_64B_pinned` | a 64-byte RC ping-pong between two threads sleeping on completion channels (arm, wait, ack, poll, post), unpinned and both threads on CPU 0 | two threads handing a token back and forth through a `Mutex` and `Condvar` |
 //! | `busy_rt_64B`, `busy_rt_4096B` | the same ping-pong busy-polling, link latency 0 | a software loopback: the payload copy, one 64-byte entry and an index update into the other end's ring, and a poll that copies it back |
@@ -96,6 +97,7 @@ fn summary() {
     });
 }
 
+mod ibverbs;
 mod poll;
 mod post;
 mod roce;
@@ -109,6 +111,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     poll::poll_pairs(&mut c);
     poll::req_notify_pair(&mut c);
+    ibverbs::ibverbs_pairs(&mut c);
     post::post_pairs(&mut c);
     round_trip::event_pairs(&mut c);
     round_trip::busy_pairs(&mut c);
