@@ -134,7 +134,8 @@ fn structs(ck: &mut Checks) {
         abi_placeholder1 = "ABI_placeholder1", open_qp, create_qp_ex, get_srq_num, create_srq_ex, open_xrcd,
         close_xrcd, abi_placeholder3 = "_ABI_placeholder3", sz, context);
     layout!(ck, ibv_async_event, "struct ibv_async_event", element, event_type);
-    layout!(ck, ibv_device_attr_ex, "struct ibv_device_attr_ex", orig_attr, comp_mask, caps ~ "odp_caps",
+    layout!(ck, ibv_device_attr_ex, "struct ibv_device_attr_ex", orig_attr, comp_mask, odp_caps ~ "odp_caps",
+        completion_timestamp_mask, hca_core_clock, device_cap_flags_ex, caps ~ "tso_caps",
         xrc_odp_caps, phys_port_cnt_ex);
 }
 
@@ -143,8 +144,9 @@ fn spans(ck: &mut Checks) {
     let mut span = |name: &str, c: &str, rust: usize| ck.add(format!("span {name}"), c.to_owned(), rust);
     span("verbs_context.unused_ops", "offsetof(struct verbs_context, priv) - offsetof(struct verbs_context, advise_mr)",
         size_of::<[Option<unsafe extern "C" fn()>; 25]>());
-    span("ibv_device_attr_ex.caps", "offsetof(struct ibv_device_attr_ex, xrc_odp_caps) - offsetof(struct ibv_device_attr_ex, odp_caps)",
-        size_of::<[u64; 19]>());
+    span("ibv_device_attr_ex.odp_caps", "sizeof(struct ibv_odp_caps)", size_of::<[u64; 3]>());
+    span("ibv_device_attr_ex.caps", "offsetof(struct ibv_device_attr_ex, xrc_odp_caps) - offsetof(struct ibv_device_attr_ex, tso_caps)",
+        size_of::<[u64; 13]>());
     span("ibv_send_wr.bind_mw", "sizeof(struct ibv_send_wr) - offsetof(struct ibv_send_wr, bind_mw)", 48);
 }
 

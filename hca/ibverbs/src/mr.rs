@@ -65,6 +65,19 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     })
 }
 
+/// `ibv_reg_mr_iova(pd, addr, length, iova, access)` (`IBVERBS_1.7`): as [`ibv_reg_mr_iova2`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    p: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    iova: u64,
+    access: i32,
+) -> *mut ibv_mr {
+    // SAFETY: the same call with the access flags as unsigned.
+    unsafe { ibv_reg_mr_iova2(p, addr, length, iova, access as u32) }
+}
+
 /// `ibv_dereg_mr(mr)`: deregisters and frees the MR; 0, or `EINVAL` for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> i32 {

@@ -101,11 +101,16 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         let mut ex: ibv_device_attr_ex = ibv_device_attr_ex {
             orig_attr: device_attr(c),
             comp_mask: 0,
-            caps: [0; 19],
+            odp_caps: [0; 3],
+            completion_timestamp_mask: 0,
+            hca_core_clock: 0,
+            device_cap_flags_ex: 0,
+            caps: [0; 13],
             xrc_odp_caps: 0,
             phys_port_cnt_ex: 0,
         };
         ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
+        ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
         let n = attr_size.min(size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's buffer holds `attr_size` bytes; `n` is no more than that or ours.
         unsafe {

@@ -80,15 +80,22 @@ pub struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
 
-/// `struct ibv_device_attr_ex`. The capability structs between `comp_mask` and
-/// `phys_port_cnt_ex` (ODP, TSO, RSS, packet pacing, tag matching, CQ moderation, DM, PCI
-/// atomics) are none of pvrdma's: the library zeroes them, so they stay opaque bytes here.
+/// `struct ibv_device_attr_ex`. The capability structs (ODP, TSO, RSS, packet pacing, tag
+/// matching, CQ moderation, DM, PCI atomics) are none of pvrdma's: the library zeroes them, so
+/// they stay opaque here.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_device_attr_ex {
     pub orig_attr: ibv_device_attr,
     pub comp_mask: u32,
-    pub caps: [u64; 19],
+    /// `odp_caps` (on-demand paging).
+    pub odp_caps: [u64; 3],
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    /// The device's capability flags in full (`device_cap_flags` is their low 32 bits).
+    pub device_cap_flags_ex: u64,
+    /// `tso_caps` ... `pci_atomic_caps`.
+    pub caps: [u64; 13],
     pub xrc_odp_caps: u32,
     pub phys_port_cnt_ex: u32,
 }
