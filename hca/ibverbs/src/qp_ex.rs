@@ -114,8 +114,8 @@ unsafe fn with<R: Default>(qpx: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut State) 
 /// # Safety
 /// As [`with`].
 unsafe fn start(qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
-    // SAFETY: the program's `ibv_qp_ex` (checked non-NULL by `with` before this runs is not
-    // needed: `with` returns first for NULL, and these reads happen inside it).
+    // SAFETY: the caller's promise; `with` runs the closure only for a QP it found, so the
+    // fields read are the program's `ibv_qp_ex`, which it does not write during the call.
     unsafe {
         with(qpx, |_, s| {
             let (wr_id, flags) = ((*qpx).wr_id, (*qpx).wr_flags);

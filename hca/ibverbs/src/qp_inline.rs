@@ -75,7 +75,7 @@ impl Staging<'_> {
     /// Copies `parts` (at most `max` bytes in all, checked by the caller) into the slot of the
     /// `j`-th inline WR of this call; the SGE to post over it.
     pub(crate) fn copy<'p>(&mut self, j: usize, total: u32, parts: impl Iterator<Item = &'p [u8]>) -> Result<Sge> {
-        let i = &*self.inline;
+        let i = self.inline;
         let slot = (*self.next + j as u64) % i.slots;
         let start = slot as usize * i.max as usize;
         let mut at = start;

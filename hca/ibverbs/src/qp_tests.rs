@@ -264,7 +264,7 @@ fn create_refuses_what_it_does_not_carry() {
     };
     assert_eq!(try_create(&|a| a.qp_type = IBV_QPT_UD), libc::EOPNOTSUPP);
     assert_eq!(try_create(&|a| a.qp_type = IBV_QPT_UC), libc::EOPNOTSUPP);
-    assert_eq!(try_create(&|a| a.srq = 8 as *mut ibv_srq), libc::EOPNOTSUPP);
+    assert_eq!(try_create(&|a| a.srq = NonNull::<ibv_srq>::dangling().as_ptr()), libc::EOPNOTSUPP);
     assert_eq!(try_create(&|a| a.recv_cq = null_mut()), libc::EINVAL);
     assert_eq!(try_create(&|a| a.cap.max_inline_data = 513), libc::EINVAL);
     assert_eq!(try_create(&|a| a.cap.max_send_wr = 1 << 30), libc::EINVAL);
@@ -502,4 +502,37 @@ fn a_qp_ex_batch_with_an_error_posts_nothing() {
     let wcs = poll(fx.cq, 2);
     assert!(wcs.iter().any(|w| w.wr_id == 201), "{wcs:?}");
     assert!(wcs.iter().all(|w| w.wr_id != 200), "the failed batch posted nothing: {wcs:?}");
+}
+
+#[test]
+fn a_chain_mixes_inline_and_plain_sends() {
+    let fx = fixture();
+    let (a, b) = pair(&fx, cap(8, 32));
+    for i in 0..4u64 {
+        let mut r = sge(&fx, 40_000 + 100 * i, 64);
+        assert_eq!(recv(b, 500 + i, &mut r), 0);
+    }
+    fx.buf.write(0, b"plain").unwrap();
+    let mut texts = [*b"first", *b"secnd", *b"third"];
+    let mut sgs: Vec<[ibv_sge; 1]> =
+        texts.iter().map(|t| [ibv_sge { addr: t.as_ptr() as u64, length: 5, lkey: 0 }]).collect();
+    sgs.push([sge(&fx, 0, 5)]);
+    let mut wrs: Vec<ibv_send_wr> = sgs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, sg)| send_wr(i as u64, sg, IBV_WR_SEND, IBV_SEND_SIGNALED | if i < 3 { IBV_SEND_INLINE } else { 0 }))
+        .collect();
+    for i in 0..3 {
+        let next: *mut ibv_send_wr = &mut wrs[i + 1];
+        wrs[i].next = next;
+    }
+    let mut bad = null_mut();
+    // SAFETY: a live QP; the chain outlives the call.
+    assert_eq!(unsafe { post_send(a.as_ptr(), wrs.as_mut_ptr(), &mut bad) }, 0);
+    texts.iter_mut().for_each(|t| t.fill(0));
+    let wcs = poll(fx.cq, 8);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    for (i, want) in [b"first", b"secnd", b"third", b"plain"].iter().enumerate() {
+        assert_eq!(read(&fx, 40_000 + 100 * i, 5), *want, "message {i}");
+    }
 }
