@@ -225,6 +225,7 @@ unsafe fn set_sges(qpx: *mut ibv_qp_ex, list: &[Sge]) {
             s.sges.extend_from_slice(list);
             if let Some(w) = s.last() {
                 w.sges = at..at + list.len();
+                w.data = None;
             }
         })
     }
