@@ -5,13 +5,14 @@
 //!
 //! Each QP with `max_inline_data` > 0 owns a registered bounce buffer on its PD, in slots of
 //! `max_inline_data` bytes used round-robin: a post copies the bytes into the next slot and posts
-//! one SGE over it. A slot must not be rewritten while the WQE that used it may still be read by
-//! the device. pvrdma frees an SQ slot as soon as the device's consumer index passes it (before
-//! the WQE has completed: an RC WQE may be retransmitted later), so the SQ depth does not bound
-//! the WQEs in flight; the provider does, keeping at most twice the depth owed a completion and
-//! refusing posts beyond. Hence `3 × depth` slots, advanced only by posts that succeeded, with at
-//! most `depth` inline WQEs staged per post call: when a slot is written, at least `2 × depth`
-//! posts have succeeded since the WQE that used it before, which therefore has completed.
+//! one SGE over it. A slot must not be rewritten while the device may still read the WQE that
+//! used it. A pvrdma device frees an SQ slot when it consumes the WQE: the model gathers the
+//! payload then; QEMU posts it to its backend QP, whose send queue (of the same depth) keeps it
+//! until it completes. So at most `2 × depth` WQEs of a QP may still be read (`depth` in the ring,
+//! `depth` behind it), and once `2 × depth` posts have succeeded after a WQE it has been read for
+//! the last time. Hence `3 × depth` slots, advanced only by posts that succeeded, with at most
+//! `depth` inline WQEs staged per post call (the rest are posted first): when a slot is written,
+//! at least `2 × depth` posts have succeeded since the WQE that used it before.
 
 use crate::abi::ibv_qp_cap;
 use ib_core::{Error, Mr, Pd, Result, Sge};
