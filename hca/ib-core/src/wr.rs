@@ -4,7 +4,10 @@
 use std::ops::BitOr;
 
 /// A scatter/gather element: `length` bytes at `addr` of the MR with `lkey` (`addr` is in the
-/// MR's address space: [`crate::Mr::addr`] plus an offset).
+/// MR's address space: [`crate::Mr::addr`] plus an offset). `#[repr(C)]` with libibverbs's
+/// `struct ibv_sge` layout (16 bytes: `addr`, `length`, `lkey`), so a C layer passes a program's
+/// SGE array through without copying it.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sge {
     /// Address in the MR's address space.

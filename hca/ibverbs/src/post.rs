@@ -1,13 +1,273 @@
-//! `ops.post_send` and `ops.post_recv`: the header's inline `ibv_post_send`/`ibv_post_recv`.
+//! `ops.post_send` and `ops.post_recv` (the header's inline `ibv_post_send`/`ibv_post_recv`),
+//! and the posting both they and the `ibv_qp_ex` batches share.
+//!
+//! As rdma-core's providers: the WRs of a chain are posted in order (one doorbell for a run of
+//! them); the first that cannot be posted is returned in `*bad_wr` with its errno (`EINVAL` for a
+//! bad WR or a QP before RTS, `ENOMEM` when the send queue is full), and those before it are
+//! posted. The program's SGE arrays are passed to the core as they are (`ib_core::Sge` has
+//! `ibv_sge`'s layout); one WR with few SGEs allocates nothing.
 
-use crate::abi::{ibv_qp, ibv_recv_wr, ibv_send_wr};
+use crate::abi::{
+    ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_sge, IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    IBV_SEND_SOLICITED, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM,
+};
+use crate::ffi::{errno_of, guard};
+use crate::qp::{qp, Qp};
+use ib_core::{RecvWr, SendWr, Sge, WrOpcode};
+use memoffset::offset_of;
+use smallvec::SmallVec;
+use std::mem::{align_of, size_of};
 
-/// `ops.post_send`.
-pub(crate) unsafe extern "C" fn post_send(_qp: *mut ibv_qp, _wr: *mut ibv_send_wr, _bad: *mut *mut ibv_send_wr) -> i32 {
-    libc::ENOSYS
+const _: () = assert!(size_of::<Sge>() == size_of::<ibv_sge>() && align_of::<Sge>() == align_of::<ibv_sge>());
+const _: () = assert!(offset_of!(Sge, addr) == offset_of!(ibv_sge, addr));
+const _: () = assert!(offset_of!(Sge, length) == offset_of!(ibv_sge, length));
+const _: () = assert!(offset_of!(Sge, lkey) == offset_of!(ibv_sge, lkey));
+
+/// The send flags this library takes (`IBV_SEND_FENCE` is accepted and has no effect: the
+/// device orders every WQE after the RDMA READs before it).
+const KNOWN_FLAGS: u32 = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+
+/// One send WR as either path gives it.
+pub(crate) struct Src<'a> {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    /// `ibv_send_flags`.
+    pub flags: u32,
+    /// The SGEs: posted as they are, or with `IBV_SEND_INLINE` and no `data`, the bytes to copy.
+    pub sges: &'a [Sge],
+    /// Inline bytes already taken (`ibv_wr_set_inline_data`).
+    pub data: Option<&'a [u8]>,
 }
 
-/// `ops.post_recv`.
-pub(crate) unsafe extern "C" fn post_recv(_qp: *mut ibv_qp, _wr: *mut ibv_recv_wr, _bad: *mut *mut ibv_recv_wr) -> i32 {
-    libc::ENOSYS
+/// A WR ready to post: its SGEs are the source's or one over a bounce slot.
+struct Staged<'a> {
+    wr_id: u64,
+    opcode: WrOpcode,
+    flags: u32,
+    sges: &'a [Sge],
+    bounce: Option<Sge>,
+}
+
+impl Staged<'_> {
+    fn wr(&self) -> SendWr<'_> {
+        SendWr {
+            wr_id: self.wr_id,
+            sg_list: self.bounce.as_ref().map_or(self.sges, std::slice::from_ref),
+            opcode: self.opcode,
+            signaled: self.flags & IBV_SEND_SIGNALED != 0,
+            solicited: self.flags & IBV_SEND_SOLICITED != 0,
+        }
+    }
+}
+
+/// The program's SGE array as the core's (`num` of them at `list`).
+///
+/// # Safety
+/// `list` points at `num` readable `ibv_sge`s that outlive `'a` (the program's promise).
+pub(crate) unsafe fn sges<'a>(list: *const ibv_sge, num: i32) -> Result<&'a [Sge], i32> {
+    let n = usize::try_from(num).map_err(|_| libc::EINVAL)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if list.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: `Sge` has `ibv_sge`'s layout (asserted above); the caller's promise covers the rest.
+    Ok(unsafe { std::slice::from_raw_parts(list.cast::<Sge>(), n) })
+}
+
+/// The core's opcode of an `ibv_send_wr` (its immediate data is big-endian there, host order in
+/// the core). `EINVAL` for an opcode this library does not carry.
+fn opcode(wr: &ibv_send_wr) -> Result<WrOpcode, i32> {
+    // SAFETY: every member of the `wr` union is plain data; `rdma` is the one these opcodes use.
+    let rdma = unsafe { wr.wr.rdma };
+    let (remote_addr, rkey, imm) = (rdma.remote_addr, rdma.rkey, u32::from_be(wr.imm_data));
+    Ok(match wr.opcode {
+        IBV_WR_SEND => WrOpcode::Send,
+        IBV_WR_SEND_WITH_IMM => WrOpcode::SendWithImm(imm),
+        IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite { remote_addr, rkey },
+        IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm { remote_addr, rkey, imm },
+        IBV_WR_RDMA_READ => WrOpcode::RdmaRead { remote_addr, rkey },
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// An `ibv_send_wr` as a [`Src`].
+///
+/// # Safety
+/// `wr`'s SGE list is the program's promise (see [`sges`]).
+unsafe fn src<'a>(wr: &ibv_send_wr) -> Result<Src<'a>, i32> {
+    if wr.send_flags & !KNOWN_FLAGS != 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's promise.
+    let list = unsafe { sges(wr.sg_list, wr.num_sge) }?;
+    Ok(Src { wr_id: wr.wr_id, opcode: opcode(wr)?, flags: wr.send_flags, sges: list, data: None })
+}
+
+impl Qp {
+    /// Posts the send WRs `srcs` gives, in order. `Err((index, errno))` for the first not
+    /// posted (a source's own error, or the core's); those before it are posted.
+    pub(crate) fn post_srcs<'a>(&self, srcs: impl Iterator<Item = Result<Src<'a>, i32>>) -> Result<(), (usize, i32)> {
+        let mut srcs = srcs.peekable();
+        let mut staging = self.inline.as_ref().map(|i| i.lock());
+        let per_call = self.inline.as_ref().map_or(usize::MAX, |i| i.per_call);
+        let mut base = 0;
+        while srcs.peek().is_some() {
+            let mut staged: SmallVec<[Staged<'a>; 1]> = SmallVec::new();
+            let mut stop = None;
+            let mut inlined = 0;
+            while inlined < per_call {
+                let Some(s) = srcs.next() else { break };
+                match s.and_then(|s| self.stage(s, staging.as_mut(), inlined)) {
+                    Ok(st) => {
+                        inlined += usize::from(st.bounce.is_some());
+                        staged.push(st);
+                    }
+                    Err(e) => {
+                        stop = Some(e);
+                        break;
+                    }
+                }
+            }
+            let wrs: SmallVec<[SendWr<'_>; 1]> = staged.iter().map(Staged::wr).collect();
+            let posted = if wrs.is_empty() { Ok(()) } else { self.core.post_send_list(&wrs) };
+            let done = posted.as_ref().map_or_else(|(i, _)| *i, |()| staged.len());
+            if let Some(s) = staging.as_mut() {
+                s.commit(staged[..done].iter().filter(|st| st.bounce.is_some()).count());
+            }
+            if let Err((i, e)) = posted {
+                return Err((base + i, errno_of(&e)));
+            }
+            if let Some(e) = stop {
+                crate::ffi::set_errno(e);
+                return Err((base + staged.len(), e));
+            }
+            base += staged.len();
+        }
+        Ok(())
+    }
+
+    /// Makes `s` postable, copying its bytes into bounce slot `j` of this call for an inline WR.
+    /// `EINVAL` for inline data on an RDMA READ; `ENOMEM` for more of it than the QP's
+    /// `max_inline_data` (as mlx5).
+    fn stage<'a>(&self, s: Src<'a>, staging: Option<&mut crate::qp::Staging<'_>>, j: usize) -> Result<Staged<'a>, i32> {
+        let mut st = Staged { wr_id: s.wr_id, opcode: s.opcode, flags: s.flags, sges: s.sges, bounce: None };
+        if s.flags & IBV_SEND_INLINE == 0 {
+            return Ok(st);
+        }
+        if matches!(s.opcode, WrOpcode::RdmaRead { .. }) {
+            return Err(libc::EINVAL);
+        }
+        let total: u64 = match s.data {
+            Some(d) => d.len() as u64,
+            None => s.sges.iter().map(|g| u64::from(g.length)).sum(),
+        };
+        st.sges = &[];
+        if total == 0 {
+            return Ok(st);
+        }
+        let Some(staging) = staging else { return Err(libc::ENOMEM) };
+        if total > u64::from(self.max_inline()) {
+            return Err(libc::ENOMEM);
+        }
+        let copied = match s.data {
+            Some(d) => staging.copy(j, total as u32, std::iter::once(d)),
+            // SAFETY: an inline SGE names `length` readable bytes of the program's at `addr`
+            // (libibverbs's contract; no lkey is checked). Empty ones are skipped (their address
+            // may be anything).
+            None => staging.copy(j, total as u32, s.sges.iter().filter(|g| g.length > 0).map(|g| unsafe {
+                std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
+            })),
+        };
+        st.bounce = Some(copied.map_err(|e| e.errno())?);
+        Ok(st)
+    }
+}
+
+/// Stores `wr` in `*bad` (when `bad` is not NULL) and returns `errno`.
+fn bad_wr<T>(bad: *mut *mut T, wr: *mut T, errno: i32) -> i32 {
+    if !bad.is_null() {
+        // SAFETY: a non-NULL `bad_wr` is the program's pointer to write the failing WR to.
+        unsafe { *bad = wr };
+    }
+    errno
+}
+
+/// The `i`-th WR of the chain at `wr` (`i` is within the chain: the walk reached it).
+///
+/// # Safety
+/// The chain is the program's, walked once already.
+unsafe fn nth<T>(mut wr: *mut T, i: usize, next: impl Fn(*mut T) -> *mut T) -> *mut T {
+    for _ in 0..i {
+        wr = next(wr);
+    }
+    wr
+}
+
+/// `ops.post_send` (`ibv_post_send(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
+/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR (unknown opcode or
+/// flag, negative `num_sge`, more SGEs than the QP takes, inline data on an RDMA READ) or a QP
+/// before RTS; `ENOMEM` when the send queue is full or for inline data beyond
+/// `max_inline_data` (as mlx5).
+pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the program passes a live QP of this library.
+        let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, libc::EINVAL) };
+        // SAFETY: each WR of the chain is the program's, valid until it is walked past.
+        let next = |w: *mut ibv_send_wr| unsafe { (*w).next };
+        let mut cur = wr;
+        let chain = std::iter::from_fn(|| {
+            // SAFETY: as above; the WR is read during this call only.
+            let w = unsafe { cur.as_ref() }?;
+            cur = w.next;
+            // SAFETY: its SGE list is the program's promise.
+            Some(unsafe { src(w) })
+        });
+        match q.post_srcs(chain) {
+            Ok(()) => 0,
+            // SAFETY: the walk reached index `i`.
+            Err((i, e)) => bad_wr(bad, unsafe { nth(wr, i, next) }, e),
+        }
+    })
+}
+
+/// `ops.post_recv` (`ibv_post_recv(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
+/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR or a QP in RESET,
+/// `ENOMEM` when the receive queue is full.
+pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the program passes a live QP of this library.
+        let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, libc::EINVAL) };
+        let mut wrs: SmallVec<[RecvWr<'_>; 1]> = SmallVec::new();
+        let mut cur = wr;
+        let mut stop = None;
+        // SAFETY: each WR of the chain is the program's, read during this call only.
+        while let Some(w) = unsafe { cur.as_ref() } {
+            // SAFETY: its SGE list is the program's promise.
+            match unsafe { sges(w.sg_list, w.num_sge) } {
+                Ok(sg_list) => wrs.push(RecvWr { wr_id: w.wr_id, sg_list }),
+                Err(e) => {
+                    stop = Some(e);
+                    break;
+                }
+            }
+            cur = w.next;
+        }
+        // SAFETY: each WR of the chain is the program's; the walk reached the index.
+        let nth_wr = |i| unsafe { nth(wr, i, |w: *mut ibv_recv_wr| (*w).next) };
+        if !wrs.is_empty() {
+            if let Err((i, e)) = q.core.post_recv_list(&wrs) {
+                return bad_wr(bad, nth_wr(i), errno_of(&e));
+            }
+        }
+        match stop {
+            Some(e) => {
+                crate::ffi::set_errno(e);
+                bad_wr(bad, nth_wr(wrs.len()), e)
+            }
+            None => 0,
+        }
+    })
 }

@@ -1,13 +1,36 @@
 //! QPs (`ibv_create_qp`, `ibv_create_qp_ex`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
-//! `ibv_qp_to_qp_ex`).
+//! `ibv_qp_to_qp_ex`). RC only, as the core carries (UD comes with issue 13).
 
-use crate::abi::{ibv_context, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex};
+#[path = "qp_attr.rs"]
+mod attr;
+#[path = "qp_inline.rs"]
+mod inline;
 
-/// What an `ibv_qp` (and its `ibv_qp_ex`) pointer is the start of.
+pub(crate) use inline::{Inline, Staging, MAX_INLINE};
+
+use crate::abi::{
+    ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
+    pthread_cond_t, pthread_mutex_t, IBV_QPT_RC, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+};
+use crate::ffi::{errno_of, guard, null, set_errno, status};
+use ib_core::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ptr::{addr_of_mut, null_mut};
+
+/// What an `ibv_qp` (and its `ibv_qp_ex`) pointer is the start of. `core` is taken out by a
+/// successful `ibv_destroy_qp` (the core's destroy consumes it and may hand it back), hence
+/// `ManuallyDrop`.
 #[repr(C)]
 pub(crate) struct Qp {
     pub ibv: ibv_qp_ex,
-    pub core: ib_core::Qp,
+    pub core: ManuallyDrop<ib_core::Qp>,
+    /// The sizes granted (written back at create, answered by `ibv_query_qp`).
+    pub cap: ibv_qp_cap,
+    pub sq_sig_all: bool,
+    /// The bounce buffer of inline sends (`cap.max_inline_data` > 0).
+    pub inline: Option<Inline>,
+    /// The `ibv_qp_ex` batch: `Some` for a QP created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+    pub batch: Option<crate::qp_ex::Batch>,
 }
 
 /// The [`Qp`] behind `qp`; `None` for NULL.
@@ -19,7 +42,255 @@ pub(crate) unsafe fn qp<'a>(qp: *const ibv_qp) -> Option<&'a Qp> {
     unsafe { crate::ffi::boxed(qp) }
 }
 
-/// `verbs_context.create_qp_ex`.
-pub(crate) unsafe extern "C" fn create_qp_ex(_ctx: *mut ibv_context, _attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
-    crate::ffi::null(libc::ENOSYS)
+impl Qp {
+    /// Inline bytes a WR may carry.
+    pub(crate) fn max_inline(&self) -> u32 {
+        self.inline.as_ref().map_or(0, Inline::max)
+    }
 }
+
+/// The sizes granted for `asked`, as rdma-core's pvrdma provider grants them: work request
+/// counts rounded up to a power of two, at least one of each; inline data as asked (the
+/// library's, see `qp_inline.rs`).
+fn granted(asked: &ibv_qp_cap) -> ibv_qp_cap {
+    let pow2 = |n: u32| n.max(1).checked_next_power_of_two().unwrap_or(n);
+    ibv_qp_cap {
+        max_send_wr: pow2(asked.max_send_wr),
+        max_recv_wr: pow2(asked.max_recv_wr),
+        max_send_sge: asked.max_send_sge.max(1),
+        max_recv_sge: asked.max_recv_sge.max(1),
+        max_inline_data: asked.max_inline_data,
+    }
+}
+
+/// Creates a QP of `ctx` on `pd` from the `ibv_qp_init_attr` fields at `a` (the head of an
+/// `ibv_qp_init_attr_ex` too); `send_ops` makes it an `ibv_qp_ex` QP. NULL with errno on failure.
+///
+/// # Safety
+/// `pd` and the CQs `a` names are NULL or live objects of this library.
+unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, send_ops: Option<u64>) -> *mut ibv_qp {
+    // SAFETY: the caller's promise.
+    let (p, scq, rcq) = unsafe { (crate::pd::pd(pd), crate::cq::cq(a.send_cq), crate::cq::cq(a.recv_cq)) };
+    let (Some(p), Some(scq), Some(rcq)) = (p, scq, rcq) else { return null(libc::EINVAL) };
+    if !a.srq.is_null() || a.qp_type != IBV_QPT_RC {
+        return null(libc::EOPNOTSUPP);
+    }
+    if a.cap.max_inline_data > MAX_INLINE {
+        return null(libc::EINVAL);
+    }
+    let cap = granted(&a.cap);
+    let slot = Box::into_raw(Box::new(MaybeUninit::<Qp>::uninit())).cast::<Qp>();
+    // SAFETY: `slot` came from `Box::into_raw` of this layout and holds nothing to drop.
+    let free = || drop(unsafe { Box::from_raw(slot.cast::<MaybeUninit<Qp>>()) });
+    let dev_cap = QpCap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: 0,
+    };
+    let init = QpInitAttr {
+        send_cq: &scq.core,
+        recv_cq: &rcq.core,
+        cap: dev_cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: a.sq_sig_all != 0,
+        qp_context: slot as u64,
+    };
+    let made = p.core.create_qp(&init).and_then(|core| Ok((Inline::new(&p.core, &cap)?, core)));
+    let (inline, core) = match made {
+        Ok(x) => x,
+        Err(e) => {
+            free();
+            return null(e.errno());
+        }
+    };
+    let qpn = core.qpn();
+    let base = ibv_qp {
+        context: ctx,
+        qp_context: a.qp_context,
+        pd,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: null_mut(),
+        handle: qpn,
+        qp_num: qpn,
+        state: QpState::Reset.raw(),
+        qp_type: IBV_QPT_RC,
+        mutex: pthread_mutex_t([0; 5]),
+        cond: pthread_cond_t([0; 6]),
+        events_completed: 0,
+    };
+    let ibv = crate::qp_ex::qp_ex(base, send_ops.is_some());
+    let batch = send_ops.map(|_| crate::qp_ex::Batch::default());
+    let q = Qp { ibv, core: ManuallyDrop::new(core), cap, sq_sig_all: a.sq_sig_all != 0, inline, batch };
+    // SAFETY: `slot` is this box's memory, uninitialised until now.
+    unsafe { slot.write(q) };
+    a.cap = cap;
+    slot.cast::<ibv_qp>()
+}
+
+/// `ibv_create_qp(pd, qp_init_attr)`: an RC QP in RESET, the sizes granted written back into
+/// `qp_init_attr->cap` (work request counts rounded up to a power of two, as rdma-core's pvrdma
+/// provider). NULL with errno: `EINVAL` for a NULL PD, CQ or attribute, sizes beyond the
+/// device's, `max_inline_data` above 512; `EOPNOTSUPP` for another QP type or an SRQ (pvrdma
+/// here has neither yet); the core's errno otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        // SAFETY: the program passes a PD of this library and its attributes.
+        let (Some(p), Some(a)) = (unsafe { crate::pd::pd(pd) }, unsafe { attr.as_mut() }) else {
+            return null(libc::EINVAL);
+        };
+        // SAFETY: as above; the CQs are the program's.
+        unsafe { create(p.ibv.context, pd, a, None) }
+    })
+}
+
+/// The `send_ops_flags` an `ibv_qp_ex` QP may ask for.
+const SEND_OPS: u64 = crate::abi::IBV_QP_EX_WITH_RDMA_WRITE
+    | crate::abi::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | crate::abi::IBV_QP_EX_WITH_SEND
+    | crate::abi::IBV_QP_EX_WITH_SEND_WITH_IMM
+    | crate::abi::IBV_QP_EX_WITH_RDMA_READ;
+
+/// `verbs_context.create_qp_ex` (the header's `ibv_create_qp_ex` when `comp_mask` is more than
+/// `IBV_QP_INIT_ATTR_PD`): as [`ibv_create_qp`]; with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the QP
+/// carries the `ibv_qp_ex` post-send API ([`ibv_qp_to_qp_ex`]). As rdma-core's rxe provider,
+/// `EOPNOTSUPP` for other `comp_mask` bits or operations beyond SEND, SEND_WITH_IMM, RDMA_WRITE,
+/// RDMA_WRITE_WITH_IMM and RDMA_READ; `EINVAL` without a PD.
+pub(crate) unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    guard(null_mut(), || {
+        // SAFETY: the program passes its attributes.
+        let Some(a) = (unsafe { attr.as_mut() }) else { return null(libc::EINVAL) };
+        if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+            return null(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
+            return null(libc::EINVAL);
+        }
+        let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+        if ex && a.send_ops_flags & !SEND_OPS != 0 {
+            return null(libc::EOPNOTSUPP);
+        }
+        let pd = a.pd;
+        // SAFETY: `ibv_qp_init_attr_ex` begins with `ibv_qp_init_attr`'s fields (the header's
+        // `ibv_create_qp_ex` casts it so too).
+        let head = unsafe { &mut *attr.cast::<ibv_qp_init_attr>() };
+        // SAFETY: the PD and CQs are the program's, of this library.
+        unsafe { create(ctx, pd, head, ex.then_some(a.send_ops_flags)) }
+    })
+}
+
+/// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno (the core's transition table: `EINVAL`
+/// for an illegal transition, a mask it does not take or a value out of range). On success with
+/// `IBV_QP_STATE`, `qp->state` follows, as libibverbs keeps it. A mask of 0 does nothing, as
+/// rdma-core's pvrdma provider.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the program passes a live QP of this library and its attributes.
+        let (Some(q), Some(a)) = (unsafe { qp(qp_) }, unsafe { attr.as_ref() }) else { return einval() };
+        if mask == 0 {
+            return 0;
+        }
+        let mask = QpAttrMask(mask as u32);
+        let core_attr = match attr::to_core(a, mask) {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(e);
+                return e;
+            }
+        };
+        let r = q.core.modify_qp(&core_attr, mask);
+        if r.is_ok() && mask.contains(QpAttrMask::STATE) {
+            // SAFETY: the program's QP; `state` is the field libibverbs updates here.
+            unsafe { addr_of_mut!((*qp_).state).write(core_attr.qp_state.raw()) };
+        }
+        status(r)
+    })
+}
+
+fn einval() -> i32 {
+    set_errno(libc::EINVAL);
+    libc::EINVAL
+}
+
+/// `ibv_query_qp(qp, attr, attr_mask, init_attr)`: the device's attributes into `attr` (its
+/// `cap` and `init_attr->cap` are the granted sizes, as rdma-core's pvrdma provider answers)
+/// and the creation attributes into `init_attr`. 0 or the errno; with `IBV_QP_STATE`,
+/// `qp->state` is updated, as libibverbs does.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32, init: *mut ibv_qp_init_attr) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the program passes a live QP of this library and room for both answers.
+        let (Some(q), Some(a), Some(i)) = (unsafe { qp(qp_) }, unsafe { attr.as_mut() }, unsafe { init.as_mut() }) else {
+            return einval();
+        };
+        let got = match q.core.query_qp(QpAttrMask(mask as u32)) {
+            Ok(g) => g,
+            Err(e) => return errno_of(&e),
+        };
+        *a = attr::from_core(&got, q.cap);
+        let b = &q.ibv.qp_base;
+        *i = ibv_qp_init_attr {
+            qp_context: b.qp_context,
+            send_cq: b.send_cq,
+            recv_cq: b.recv_cq,
+            srq: null_mut(),
+            cap: q.cap,
+            qp_type: b.qp_type,
+            sq_sig_all: i32::from(q.sq_sig_all),
+        };
+        if mask as u32 & QpAttrMask::STATE.bits() != 0 {
+            // SAFETY: the program's QP; `state` is the field libibverbs updates here.
+            unsafe { addr_of_mut!((*qp_).state).write(got.qp_state.raw()) };
+        }
+        0
+    })
+}
+
+/// `ibv_destroy_qp(qp)`: 0, or the errno with the QP kept (`EINVAL` for NULL, `EDEADLK` from
+/// inside the QP's own async handler). As libibverbs, it first waits for every async event
+/// taken for the QP to be acknowledged (without bound; a fatal device ends the wait).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp_: *mut ibv_qp) -> i32 {
+    guard(libc::EIO, || {
+        if qp_.is_null() {
+            return einval();
+        }
+        let p = qp_.cast::<Qp>();
+        // SAFETY: a live QP box of this library (the program's promise); its core is taken out
+        // here and put back below unless the destroy consumed it.
+        let core = unsafe { ManuallyDrop::take(&mut (*p).core) };
+        match core.destroy(Some(ib_core::time::FAR_FUTURE)) {
+            Ok(()) => {
+                // SAFETY: the box was leaked at create; its core is gone, the rest drops here.
+                drop(unsafe { Box::from_raw(p) });
+                0
+            }
+            Err((core, e)) => {
+                // SAFETY: as above: the core goes back into its box, which had none.
+                unsafe { addr_of_mut!((*p).core).write(ManuallyDrop::new(core)) };
+                errno_of(&e)
+            }
+        }
+    })
+}
+
+/// `ibv_qp_to_qp_ex(qp)`: the `ibv_qp_ex` of a QP created with
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, NULL for any other (as libibverbs).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp_: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard(null_mut(), || {
+        // SAFETY: the program passes a live QP of this library.
+        match unsafe { qp(qp_) } {
+            Some(q) if q.batch.is_some() => qp_.cast::<ibv_qp_ex>(),
+            _ => null_mut(),
+        }
+    })
+}
+
+#[cfg(test)]
+#[path = "qp_tests.rs"]
+mod tests;
