@@ -1,28 +1,30 @@
 //! `hca run -- PROGRAM`: the program sees our library's folder first in `LD_LIBRARY_PATH` and the
 //! model options as `HCA_DEVICES`; without the library, the tool says how to build it.
 //!
-//! Each test runs a copy of the tool in a folder of its own, so whether `lib/libibverbs.so.1`
+//! Each test runs the tool from a folder of its own (a hard link in the target's tmp folder), so whether `lib/libibverbs.so.1`
 //! sits next to it is up to the test (the real library is not needed: `env` never loads it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A folder holding a copy of the tool, removed on drop.
+/// A folder holding the tool (linked), removed on drop.
 struct Install(PathBuf);
 
 impl Install {
     fn new(name: &str, with_library: bool) -> Self {
-        let dir = std::env::temp_dir().join(format!("hca-run-{name}-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("hca-run-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("lib")).unwrap();
-        std::fs::copy(env!("CARGO_BIN_EXE_hca"), dir.join("hca")).unwrap();
+        // A hard link, not a copy: a copy's write descriptor, inherited by a program another
+        // test thread forks meanwhile, would make exec fail with ETXTBSY.
+        std::fs::hard_link(env!("CARGO_BIN_EXE_hca"), dir.join("hca")).unwrap();
         if with_library {
             std::fs::write(dir.join("lib/libibverbs.so.1"), b"").unwrap();
         }
         Self(dir)
     }
 
-    /// Runs the copy with `args` and `env` (set, or removed when `None`): status, stdout, stderr.
+    /// Runs the tool from this folder with `args` and `env` (set, or removed when `None`): status, stdout, stderr.
     fn run(&self, args: &[&str], env: &[(&str, Option<&str>)]) -> (Option<i32>, String, String) {
         let mut cmd = Command::new(self.0.join("hca"));
         cmd.args(args);
@@ -32,7 +34,7 @@ impl Install {
                 None => cmd.env_remove(k),
             };
         }
-        let out = cmd.output().expect("run the copy of hca");
+        let out = cmd.output().expect("run hca");
         let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
         (out.status.code(), text(out.stdout), text(out.stderr))
     }
