@@ -39,6 +39,11 @@ const POLL_RUN: usize = 16;
 /// (a power of two).
 const POLL_KICK_EVERY: u32 = 64;
 const _: () = assert!(POLL_KICK_EVERY.is_power_of_two());
+/// On a device that shares the host's CPUs ([`crate::Platform::shares_cpus`]), every this many
+/// empty polls yield the CPU: a consumer busy-polling (`ibv_rc_pingpong` without `-e`,
+/// perftest) would otherwise keep the device's own threads off a CPU until the scheduler's
+/// tick, about a millisecond per message on two CPUs.
+const YIELD_EVERY: u32 = 16;
 
 pub(crate) struct CqInner {
     dev: Arc<DeviceInner>,
@@ -185,6 +190,9 @@ impl CqInner {
             return Err(Error::DeviceFatal);
         }
         let out = self.poll_ring(wc);
+        if matches!(out, Ok(0)) && self.dev.shares_cpus && self.empty_polls.load(Ordering::Relaxed) % YIELD_EVERY == 0 {
+            std::thread::yield_now();
+        }
         // Told on a thread of its own: the core runs the consumer's async handler, which may poll.
         if self.broken.load(Ordering::Acquire) && !self.broken_reported.swap(true, Ordering::AcqRel) {
             if let Some(h) = self.dev.eq.cq_handler(self.handle) {

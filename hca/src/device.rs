@@ -25,6 +25,8 @@ use std::thread::JoinHandle;
 /// The device state.
 pub(crate) struct DeviceInner {
     pub(crate) platform: Arc<dyn Platform>,
+    /// [`Platform::shares_cpus`], read once.
+    pub(crate) shares_cpus: bool,
     pub(crate) health: Arc<Health>,
     pub(crate) eq: Arc<EventRings>,
     pub(crate) cmd: Commands,
@@ -57,6 +59,7 @@ impl DeviceInner {
         let uar = UarTable::new(mmio, platform.uar_base_pfn(), uar_pages(platform.uar_pages(), attr.max_uar));
         let kernel_db = uar.kernel_doorbells();
         Self {
+            shares_cpus: platform.shares_cpus(),
             platform,
             health,
             eq,

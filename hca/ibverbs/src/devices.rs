@@ -47,7 +47,8 @@ fn open_all() -> Vec<&'static DeviceEntry> {
         match open(&spec) {
             Ok((core, backend)) => {
                 let index = out.len() as i32;
-                out.push(&*Box::leak(Box::new(DeviceEntry { ibv: describe(&core), core, index, _backend: backend })));
+                let e = DeviceEntry { ibv: describe(&core), core, index, _backend: backend };
+                out.push(&*Box::leak(Box::new(e)));
             }
             Err(e) => eprintln!("libibverbs: cannot open device {spec:?}: {e}"),
         }

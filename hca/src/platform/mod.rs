@@ -108,6 +108,12 @@ pub trait Platform: Send + Sync + 'static {
     /// Waits up to `timeout` for MSI-X `vector` and returns how many interrupts arrived since the
     /// last call (eventfd semantics); 0 on timeout.
     fn wait_vector(&self, vector: u16, timeout: Duration) -> u32;
+    /// Whether the device runs on this host's CPUs beside the driver (the in-process model's
+    /// threads, QEMU's process under qtest), so a consumer spinning on an empty CQ takes CPU
+    /// time the device needs to produce the completion; hardware (VFIO) runs beside the CPUs.
+    fn shares_cpus(&self) -> bool {
+        false
+    }
     /// Runs `handler` on the thread that raises MSI-X `vector`, as a CPU runs an interrupt
     /// handler, instead of waking a [`Platform::wait_vector`] waiter (`None` takes it back).
     /// Returns whether the backend can: the in-process model can; under qtest and VFIO an

@@ -824,6 +824,10 @@ impl Drop for QtestPlatform {
 }
 
 impl Platform for QtestPlatform {
+    fn shares_cpus(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> String {
         self.name.clone()
     }

@@ -69,6 +69,10 @@ fn map(e: MemError) -> PlatformError {
 }
 
 impl Platform for SimPlatform {
+    fn shares_cpus(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> String {
         "sim".into()
     }
