@@ -44,6 +44,7 @@ const _: () = assert!(POLL_KICK_EVERY.is_power_of_two());
 /// perftest) would otherwise keep the device's own threads off a CPU until the scheduler's
 /// tick, about a millisecond per message on two CPUs.
 const YIELD_EVERY: u32 = 16;
+const _: () = assert!(YIELD_EVERY.is_power_of_two());
 
 pub(crate) struct CqInner {
     dev: Arc<DeviceInner>,
@@ -190,7 +191,7 @@ impl CqInner {
             return Err(Error::DeviceFatal);
         }
         let out = self.poll_ring(wc);
-        if matches!(out, Ok(0)) && self.dev.shares_cpus && self.empty_polls.load(Ordering::Relaxed) % YIELD_EVERY == 0 {
+        if matches!(out, Ok(0)) && self.dev.shares_cpus && self.empty_polls.load(Ordering::Relaxed) & (YIELD_EVERY - 1) == 0 {
             std::thread::yield_now();
         }
         // Told on a thread of its own: the core runs the consumer's async handler, which may poll.

@@ -175,7 +175,7 @@ unsafe fn write_port(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) 
 /// `ibv_query_port(context, port_num, port_attr)`, the exported (compat) entry point: fills the
 /// `struct _compat_ibv_port_attr` part (up to `link_layer`). 0, or `EINVAL` for a port outside
 /// 1..=phys_port_cnt or NULL arguments. (The header's inline `ibv_query_port` reaches
-/// [`query_port_ex`] instead.)
+/// `verbs_context.query_port` instead.)
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
     // SAFETY: `attr` is the caller's compat port attribute struct.
