@@ -158,7 +158,7 @@ const SEND_OPS: u64 = crate::abi::IBV_QP_EX_WITH_RDMA_WRITE
 /// `IBV_QP_INIT_ATTR_PD`): as [`ibv_create_qp`]; with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the QP
 /// carries the `ibv_qp_ex` post-send API ([`ibv_qp_to_qp_ex`]). As rdma-core's rxe provider,
 /// `EOPNOTSUPP` for other `comp_mask` bits or operations beyond SEND, SEND_WITH_IMM, RDMA_WRITE,
-/// RDMA_WRITE_WITH_IMM and RDMA_READ; `EINVAL` without a PD.
+/// RDMA_WRITE_WITH_IMM and RDMA_READ; `EINVAL` without a PD or with a PD of another context.
 pub(crate) unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
     guard(null_mut(), || {
         // SAFETY: the program passes its attributes.
@@ -174,6 +174,11 @@ pub(crate) unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut i
             return null(libc::EOPNOTSUPP);
         }
         let pd = a.pd;
+        // SAFETY: the program's PD of this library (checked non-NULL above).
+        if unsafe { (*pd).context } != ctx {
+            // A PD of another context is no object of this one (the kernel finds no such handle).
+            return null(libc::EINVAL);
+        }
         // SAFETY: `ibv_qp_init_attr_ex` begins with `ibv_qp_init_attr`'s fields (the header's
         // `ibv_create_qp_ex` casts it so too).
         let head = unsafe { &mut *attr.cast::<ibv_qp_init_attr>() };

@@ -257,10 +257,11 @@ unsafe fn set_inline(qpx: *mut ibv_qp_ex, bufs: &[ibv_data_buf]) {
     // SAFETY: the caller's promise.
     unsafe {
         with(qpx, |q, s| {
-            let total: usize = bufs.iter().map(|b| b.length).sum();
-            if total > q.max_inline() as usize {
+            // Checked: lengths from the program may wrap when added.
+            let total = bufs.iter().try_fold(0usize, |t, b| t.checked_add(b.length));
+            let Some(total) = total.filter(|&t| t <= q.max_inline() as usize) else {
                 return s.fail(libc::ENOMEM);
-            }
+            };
             let at = s.data.len();
             for b in bufs.iter().filter(|b| b.length > 0) {
                 // SAFETY: the program's buffer of `length` bytes (checked non-empty).
