@@ -832,3 +832,96 @@ fn get_async_event_blocked_while_the_cq_overflows() {
     fx.close();
 }
 
+
+#[test]
+fn no_event_names_a_cq_destroyed_before_its_events_were_taken() {
+    let (ctx, model) = open();
+    // SAFETY: objects of this library.
+    unsafe {
+        let ch = ibv_create_comp_channel(ctx);
+        let cq = ibv_create_cq(ctx, 1, null_mut(), ch, 0);
+        assert_eq!(((*ctx).ops.req_notify_cq.unwrap())(cq, 0), 0);
+        let h = (*cq).handle;
+        for i in 0..4 {
+            let c = pvrdma_abi::wqe::Cqe { wr_id: zerocopy::little_endian::U64::new(i), ..Default::default() };
+            model.device().post_cqe(h, &c, false);
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(ibv_destroy_cq(cq), 0, "nothing taken for it");
+        // Its completion event and its CQ_ERR are gone with it.
+        let fd = (*ch).fd;
+        libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK);
+        let (mut c, mut t) = (null_mut(), null_mut());
+        assert_eq!(ibv_get_cq_event(ch, &mut c, &mut t), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(get_async(ctx, Duration::from_millis(50)).is_none(), "no event of the freed CQ");
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+#[test]
+fn long_inline_chains_post_exactly_the_wrs_before_bad_wr() {
+    let mut fx = fixture(512);
+    let mk = |fx: &Fx, inline| {
+        let mut a = init_attr(fx.cq, fx.cq, 4, inline);
+        // SAFETY: a PD and CQ of this library.
+        let q = unsafe { ibv_create_qp(fx.pd, &mut a) };
+        assert!(!q.is_null());
+        q
+    };
+    let (a, b) = (mk(&fx, 64), mk(&fx, 0));
+    connect(a, b);
+    connect(b, a);
+    for i in 0..32u64 {
+        fx.buf[i as usize * 8..i as usize * 8 + 8].copy_from_slice(&(0xa0 + i).to_ne_bytes());
+    }
+    let mut next_recv = 0u64;
+    for (len, bad_at, spoil) in [(10usize, 6usize, 99u32), (3, 1, 99), (12, 11, 99), (9, 8, 0)] {
+        for _ in 0..16 {
+            let mut s = fx.sge(8192 + (next_recv as usize % 64) * 64, 64);
+            assert_eq!(post_recv(b, 5000 + next_recv, &mut s), 0);
+            next_recv += 1;
+        }
+        let mut sg: Vec<ibv_sge> = (0..len).map(|i| fx.sge(i * 8, 8)).collect();
+        let mut w: Vec<ibv_send_wr> = (0..len).map(|i| send_wr(i as u64, &mut sg[i], 1)).collect();
+        for x in &mut w {
+            x.send_flags |= IBV_SEND_INLINE;
+        }
+        if spoil == 99 {
+            w[bad_at].opcode = 99;
+        } else {
+            w[bad_at].sg_list = null_mut();
+            w[bad_at].num_sge = 0;
+            w[bad_at].send_flags = 1 << 30;
+        }
+        let p = w.as_mut_ptr();
+        for i in 0..len - 1 {
+            // SAFETY: within the vector.
+            w[i].next = unsafe { p.add(i + 1) };
+        }
+        let mut bad = null_mut();
+        let r = post_send(a, p, &mut bad);
+        assert!(r == libc::EINVAL || r == libc::ENOMEM, "{r}");
+        // SAFETY: `bad` points into `w`.
+        let k = unsafe { bad.offset_from(p) } as usize;
+        assert!(k <= bad_at, "bad_wr {k} past the bad WR {bad_at}");
+        assert_eq!(r == libc::EINVAL, k == bad_at);
+        let got = poll_n(fx.cq, 2 * k);
+        let mut sends: Vec<_> = got.iter().filter(|c| c.opcode != IBV_WC_RECV).map(|c| c.wr_id).collect();
+        sends.sort_unstable();
+        assert_eq!(sends, (0..k as u64).collect::<Vec<_>>(), "exactly the WRs before bad_wr");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(poll(fx.cq, &mut [ibv_wc::default(); 4]), 0);
+        for c in got.iter().filter(|c| c.opcode == IBV_WC_RECV) {
+            let slot = (c.wr_id - 5000) as usize % 64;
+            let v = u64::from_ne_bytes(fx.buf[8192 + slot * 64..8192 + slot * 64 + 8].try_into().unwrap());
+            assert!((0xa0..0xa0 + k as u64).contains(&v), "payload {v:#x}");
+        }
+        // Leftover receives are reused by the next round's sends.
+        next_recv -= 16 - k as u64;
+    }
+    destroy_qp(a);
+    destroy_qp(b);
+    fx.close();
+}
