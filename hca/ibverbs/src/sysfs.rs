@@ -55,7 +55,11 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_
             Ok(t) => t,
             Err(e) => return minus_one(e),
         };
-        // SAFETY: the caller's `buf` holds `size` writable bytes.
+        if size == 0 {
+            // `buf` may be NULL here, which no slice may be built on.
+            return finish(&text, &mut []);
+        }
+        // SAFETY: the caller's `buf` holds `size` writable bytes (not NULL: checked above).
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), size) };
         finish(&text, out)
     })

@@ -294,6 +294,26 @@ fn nulls_and_bad_values_get_errnos() {
         r.num_sge = -1;
         assert_eq!(pr(qp, &mut r, null_mut()), libc::EINVAL);
         assert_eq!(((*fx.ctx).ops.post_srq_recv.unwrap())(null_mut(), null_mut(), null_mut()), libc::EOPNOTSUPP);
+        assert_eq!(ibv_read_sysfs_file(c"/proc/self".as_ptr(), c"comm".as_ptr(), null_mut(), 0), 0, "size 0, NULL buffer");
+        assert_eq!(ibv_read_sysfs_file(c"/nonexistent".as_ptr(), c"x".as_ptr(), null_mut(), 0), -1);
+        let mut pa: ibv_port_attr = std::mem::zeroed();
+        for port in [0u8, 2, 255] {
+            assert_eq!(ibv_query_port(fx.ctx, port, &mut pa), libc::EINVAL, "port {port}");
+        }
+        let mut g = ibv_gid::default();
+        assert_eq!(ibv_query_gid(fx.ctx, 1, i32::MAX, &mut g), -1);
+        assert_eq!(ibv_query_gid(fx.ctx, 0, 0, &mut g), -1);
+        let mut pk = 0u16;
+        assert_eq!(ibv_query_pkey(fx.ctx, 1, 70_000, &mut pk), -1);
+        assert_eq!(ibv_query_pkey(fx.ctx, 1, -1, &mut pk), -1);
+        assert_eq!(ibv_get_pkey_index(fx.ctx, 9, 0xffff), -1);
+        let mut ge: ibv_gid_entry = std::mem::zeroed();
+        assert_eq!(_ibv_query_gid_ex(fx.ctx, 1 << 20, 0, &mut ge, 0, std::mem::size_of::<ibv_gid_entry>()), libc::EINVAL);
+        assert_eq!(_ibv_query_gid_ex(fx.ctx, 1, u32::MAX, &mut ge, 0, std::mem::size_of::<ibv_gid_entry>()), libc::EINVAL);
+        assert_eq!(_ibv_query_gid_table(fx.ctx, null_mut(), 0, 0, std::mem::size_of::<ibv_gid_entry>()), -(libc::ENOMEM as isize));
+        assert!(ibv_get_device_name(null_mut()).is_null());
+        assert_eq!(ibv_get_device_index(null_mut()), -1);
+        ibv_free_device_list(null_mut());
         destroy_qp(qp);
     }
     fx.close();
