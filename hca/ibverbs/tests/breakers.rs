@@ -69,11 +69,8 @@ fn fixture(cqe: i32) -> Fx {
 impl Fx {
     fn sge(&self, off: usize, len: u32) -> ibv_sge {
         // SAFETY: a live MR.
-        ibv_sge {
-            addr: self.buf.as_ptr() as u64 + off as u64,
-            length: len,
-            lkey: unsafe { (*self.mr).lkey },
-        }
+        let lkey = unsafe { (*self.mr).lkey };
+        ibv_sge { addr: self.buf.as_ptr() as u64 + off as u64, length: len, lkey }
     }
 
     fn close(self) {
@@ -519,10 +516,8 @@ fn modify_with_out_of_range_enums_is_einval_and_keeps_the_qp() {
     let mut q = ibv_qp_attr::default();
     let mut init = init_attr(null_mut(), null_mut(), 0, 0);
     // SAFETY: a live QP.
-    assert_eq!(
-        unsafe { ibv_query_qp(qp, &mut q, STATE as i32, &mut init) },
-        0
-    );
+    let r = unsafe { ibv_query_qp(qp, &mut q, STATE as i32, &mut init) };
+    assert_eq!(r, 0);
     // SAFETY: a live QP.
     assert_eq!((q.qp_state, unsafe { (*qp).state }), (1, 1), "still INIT");
     destroy_qp(qp);
@@ -1062,8 +1057,9 @@ fn a_qp_event_names_its_qp_and_none_names_a_destroyed_one() {
     fx.model.device().inject_async_event(EqeType::QpFatal, qpn);
     let mut ev = get_async(fx.ctx, Duration::from_secs(10)).expect("QP fatal");
     // SAFETY: the union holds the QP for a QP event.
+    let got = unsafe { ev.element.qp };
     assert_eq!(
-        (ev.event_type, unsafe { ev.element.qp }),
+        (ev.event_type, got),
         (1, qp),
         "IBV_EVENT_QP_FATAL names the QP"
     );
@@ -1079,8 +1075,9 @@ fn a_qp_event_names_its_qp_and_none_names_a_destroyed_one() {
     fx.model.device().inject_async_event(EqeType::CqErr, h);
     let ev = get_async(fx.ctx, Duration::from_secs(10)).expect("the CQ event");
     // SAFETY: as above.
+    let got = unsafe { ev.element.cq };
     assert_eq!(
-        (ev.event_type, unsafe { ev.element.cq }),
+        (ev.event_type, got),
         (0, cq),
         "the QP's stale event was dropped"
     );
