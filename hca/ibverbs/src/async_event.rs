@@ -3,12 +3,9 @@
 
 use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_context, ibv_cq, ibv_qp};
 use crate::context::{context, Context};
-use crate::ffi::{guard, minus_one};
-use ib_core::{AsyncElement, AsyncEvent, Error};
-use std::time::Duration;
+use crate::ffi::{block, guard, minus_one};
+use ib_core::{AsyncElement, AsyncEvent};
 
-/// How long one wait of the core lasts before `ibv_get_async_event` waits again.
-const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*` (every core CQ and QP
 /// of this library carries its box's address), or the port number (0 for the device).
@@ -34,12 +31,9 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut 
         if event.is_null() {
             return minus_one(libc::EINVAL);
         }
-        let ev = loop {
-            match c.core.get_async_event(WAIT_SLICE) {
-                Ok(ev) => break ev,
-                Err(Error::Timeout) => continue,
-                Err(e) => return minus_one(e.errno()),
-            }
+        let ev = match block(|slice| c.core.get_async_event(slice)) {
+            Ok(ev) => ev,
+            Err(e) => return minus_one(e.errno()),
         };
         let out = ibv_async_event { element: element(&ev), event_type: ev.event_type.raw() };
         // Port and device events need no acknowledgement (nothing waits for them).

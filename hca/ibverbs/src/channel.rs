@@ -3,9 +3,8 @@
 
 use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq};
 use crate::context::context;
-use crate::ffi::{errno_of, guard, minus_one, null};
+use crate::ffi::{block, errno_of, guard, minus_one, null};
 use ib_core::Error;
-use std::time::Duration;
 
 /// What an `ibv_comp_channel` pointer is the start of.
 #[repr(C)]
@@ -59,9 +58,6 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     })
 }
 
-/// How long one wait of the core lasts before `ibv_get_cq_event` waits again (it has no
-/// timeout of its own).
-const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// `ibv_get_cq_event(channel, cq, cq_context)`: waits for the channel's next completion event
 /// and returns 0 with the CQ in `*cq` and its `cq_context` in `*cq_context`; acknowledge it with
@@ -81,12 +77,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return minus_one(libc::EINVAL);
         }
-        let ev = loop {
-            match c.core.get_cq_event(WAIT_SLICE) {
-                Ok(ev) => break ev,
-                Err(Error::Timeout) => continue,
-                Err(e) => return minus_one(e.errno()),
-            }
+        let ev = match block(|slice| c.core.get_cq_event(slice)) {
+            Ok(ev) => ev,
+            Err(e) => return minus_one(e.errno()),
         };
         let p = ev.cq_context() as *mut ibv_cq;
         // SAFETY: every core CQ of this library carries the address of its live box (its

@@ -7,10 +7,9 @@ use crate::abi::{
 };
 use crate::channel::channel;
 use crate::context::context;
-use crate::ffi::{errno_of, guard, null, set_errno};
+use crate::ffi::{destroy_boxed, errno_of, guard, null, set_errno, WAIT_SLICE};
 use ib_core::{Error, NotifyFlags, Wc, WcOpcode};
 use std::mem::MaybeUninit;
-use std::time::Duration;
 
 /// What an `ibv_cq` pointer is the start of.
 #[repr(C)]
@@ -77,58 +76,28 @@ pub unsafe extern "C" fn ibv_create_cq(
     })
 }
 
-/// How often `ibv_destroy_cq` looks again while it waits for events to be acknowledged.
-const ACK_POLL: Duration = Duration::from_millis(1);
-
-/// `ibv_destroy_cq(cq)`: 0, or the errno: `EINVAL` for NULL, `EBUSY` while a QP uses the CQ,
-/// `EIO`... As libibverbs, it first blocks until every completion event (`ibv_get_cq_event`)
-/// and async event (`ibv_get_async_event`) taken for the CQ has been acknowledged — without
-/// bound. (libibverbs asks the kernel first, so a CQ still used by a QP answers `EBUSY` at
-/// once; here a CQ both used and with events unacknowledged answers `EBUSY` once they are.)
+/// `ibv_destroy_cq(cq)`: 0, or the errno: `EINVAL` for NULL, `EBUSY` while a QP uses the CQ
+/// (at once, as libibverbs), `EIO` once the device is fatal. As libibverbs, it first blocks until
+/// every completion event (`ibv_get_cq_event`) and async event (`ibv_get_async_event`) taken for
+/// the CQ has been acknowledged — without bound (the core's destroy waits, slice after slice).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> i32 {
     guard(libc::EIO, || {
         if p.is_null() {
             return errno_of(&Error::InvalidArgument("NULL CQ"));
         }
-        let pc = p.cast::<Cq>();
-        loop {
-            // SAFETY: the caller passes a live CQ of this library (the reference ends before
-            // the core CQ is moved out below).
-            let c = unsafe { &*pc };
-            while c.core.unacked_events() > 0 && !c.core_fatal() {
-                std::thread::sleep(ACK_POLL);
-            }
-            // SAFETY: the box is this library's; the core CQ is moved out and, unless the
-            // destroy succeeds, written back before anything else reads the box (a program
-            // racing its own destroy with other verbs on the CQ is its error, as in C).
-            let core = unsafe { std::ptr::read(std::ptr::addr_of!((*pc).core)) };
-            match core.destroy(None) {
-                Ok(()) => return free(p),
-                Err((core, e)) => {
-                    // SAFETY: as above: the slot read out is refilled.
-                    unsafe { std::ptr::write(std::ptr::addr_of_mut!((*pc).core), core) };
-                    if !matches!(e, Error::EventsNotAcked(_)) {
-                        return errno_of(&e);
-                    }
-                }
-            }
-        }
+        // SAFETY: a live CQ of this library, destroyed once by the program.
+        unsafe { destroy_boxed(p.cast::<Cq>(), |b| std::ptr::addr_of_mut!((*b).core), destroy_acked) }
     })
 }
 
-/// Frees the box of a destroyed CQ (its core CQ already consumed).
-fn free(p: *mut ibv_cq) -> i32 {
-    // SAFETY: `p` is the CQ box leaked by `ibv_create_cq`; its `core` was moved out and
-    // consumed, so the box is freed as uninitialised memory (nothing dropped twice).
-    drop(unsafe { Box::from_raw(p.cast::<MaybeUninit<Cq>>()) });
-    0
-}
-
-impl Cq {
-    fn core_fatal(&self) -> bool {
-        // SAFETY: `ibv.context` is the open context this CQ was made on.
-        unsafe { context(self.ibv.context) }.is_some_and(|c| c.core.is_fatal())
+/// Destroys `core` once its events are acknowledged, however long that takes.
+fn destroy_acked(mut core: ib_core::Cq) -> Result<(), (ib_core::Cq, Error)> {
+    loop {
+        match core.destroy(Some(WAIT_SLICE)) {
+            Err((c, Error::EventsNotAcked(_))) => core = c,
+            r => return r,
+        }
     }
 }
 

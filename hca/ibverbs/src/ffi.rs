@@ -4,6 +4,7 @@
 
 use ib_core::Error;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 /// Runs `f`; a panic inside it is caught (it must not unwind into C), sets `errno` to `EIO`
 /// and returns `on_panic`.
@@ -92,6 +93,21 @@ pub(crate) unsafe fn destroy_boxed<B, T>(
             // SAFETY: the slot read above, still allocated.
             unsafe { std::ptr::write(slot, core) };
             errno_of(&e)
+        }
+    }
+}
+
+/// One slice of a wait without bound: libibverbs's blocking verbs (`ibv_get_cq_event`,
+/// `ibv_get_async_event`, the waits of `ibv_destroy_cq`/`ibv_destroy_qp` for acknowledgements)
+/// have no timeout, while every wait of the core has one, so the library waits slice after slice.
+pub(crate) const WAIT_SLICE: Duration = Duration::from_secs(1);
+
+/// Calls `wait` with [`WAIT_SLICE`] until it gives anything but [`Error::Timeout`].
+pub(crate) fn block<T>(mut wait: impl FnMut(Duration) -> ib_core::Result<T>) -> ib_core::Result<T> {
+    loop {
+        match wait(WAIT_SLICE) {
+            Err(Error::Timeout) => continue,
+            r => return r,
         }
     }
 }
