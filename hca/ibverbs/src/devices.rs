@@ -43,14 +43,14 @@ fn open_all() -> Vec<&'static DeviceEntry> {
         }
     };
     let mut out = Vec::new();
-    for spec in specs {
-        match open(&spec) {
+    for (n, spec) in specs.iter().enumerate() {
+        match open(spec) {
             Ok((core, backend)) => {
                 let index = out.len() as i32;
                 let e = DeviceEntry { ibv: describe(&core), core, index, _backend: backend };
                 out.push(&*Box::leak(Box::new(e)));
             }
-            Err(e) => eprintln!("libibverbs: cannot open device {spec:?}: {e}"),
+            Err(e) => eprintln!("libibverbs: cannot open device spec {} ({spec}): {e}", n + 1),
         }
     }
     out
