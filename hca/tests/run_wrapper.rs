@@ -111,4 +111,7 @@ fn run_fails_like_a_shell_when_the_program_is_missing() {
     let (code, _, err) = inst.run(&["--roce", "::1", "--pcap", "/tmp/a,b", "run", "--", "env"], &CLEAN);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("without ',' or ';'"), "{err}");
+    let (code, _, err) = inst.run(&["run", "--bogus", "--", "env"], &CLEAN);
+    assert_eq!(code, Some(1), "an unknown option is not a program: {err}");
+    assert!(err.contains("unknown option --bogus"), "{err}");
 }

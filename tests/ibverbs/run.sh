@@ -230,17 +230,48 @@ pingpong_output_ok() {
 }
 
 # ibv_rc_pingpong server and client over RoCE v2 (GID 1), -c: SIZE, then its extra options.
+# SERVER_KEYS (extra keys of the server's model spec, e.g. link faults) is empty unless set.
 case_rc_pingpong() {
   local size=$1
   shift
   PORT=$(free_port) || { echo "no free TCP port"; return 1; }
   local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -m 1024 -s "$size" -n "$PP_ITERS" -c "$@")
-  SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP" ibv_rc_pingpong "${opts[@]}")
+  SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP${SERVER_KEYS:-}" ibv_rc_pingpong "${opts[@]}")
   CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_rc_pingpong "${opts[@]}" "$SERVER_IP")
   pair || return 1
   pingpong_output_ok "$D/server.log" "$PP_ITERS" "$size" "$SERVER_IP" "$CLIENT_IP" || return 1
   pingpong_output_ok "$D/client.log" "$PP_ITERS" "$size" "$CLIENT_IP" "$SERVER_IP" || return 1
   grep -h 'usec/iter' "$D/client.log"
+}
+
+# ibv_rc_pingpong over a lossy link: the server's model drops 5 % of the packets both ways
+# (a fixed seed), so both ends recover through retransmission and still end with every payload
+# checked (-c), the last acknowledgement included (ibv_destroy_qp lingers for it).
+case_rc_pingpong_lossy() {
+  SERVER_KEYS=",link-loss=0.05,link-seed=1" PP_ITERS=100 case_rc_pingpong 4096 "$@"
+}
+
+# A device list that cannot be made: ibv_devinfo and ibv_rc_pingpong exit with their "No IB
+# devices found" failure (255, 1), after one `libibverbs: ...` line saying why, never hanging.
+case_bad_devices() {
+  local spec want rc out
+  while IFS='|' read -r spec want; do
+    for p in ibv_devinfo ibv_rc_pingpong; do
+      rc=0
+      out=$("${LIBENV[@]}" "HCA_DEVICES=$spec" timeout -k 5 10 "$p" 2>&1) || rc=$?
+      printf '%s\n' "== HCA_DEVICES='$spec' $p: $rc" "$out" >>"$D/bad_devices.log"
+      case $p:$rc in ibv_devinfo:255 | ibv_rc_pingpong:1) ;; *) echo "HCA_DEVICES='$spec' $p: $(status_text "$rc")"; return 1 ;; esac
+      grep -qF "libibverbs: $want" <<<"$out" || { echo "HCA_DEVICES='$spec' $p: no 'libibverbs: $want' line"; return 1; }
+      grep -qx 'No IB devices found' <<<"$out" || { echo "HCA_DEVICES='$spec' $p: no 'No IB devices found'"; return 1; }
+    done
+  done <<EOF2
+garbage|device spec "garbage": expected
+;;|HCA_DEVICES=";;" names no device
+model,foo=1|device spec "model,foo=1": "foo=1": unknown key
+model,roce=192.0.2.1|cannot open device spec 1 (model): cannot bind UDP 192.0.2.1:4791
+vfio:0000:00:1f.7|cannot open device spec 1 (vfio:0000:00:1f.7)
+EOF2
+  echo "5 bad device lists refused"
 }
 
 # This project's `hca pingpong --roce` (its own model, no libibverbs) as the server, Debian's
@@ -309,6 +340,8 @@ for size in 1 4096 65536; do
   run_case "rc_pingpong_${size}_events" case_rc_pingpong "$size" -e
 done
 run_case rc_pingpong_4096_new_send case_rc_pingpong 4096 -N
+run_case rc_pingpong_4096_lossy case_rc_pingpong_lossy
+run_case bad_devices case_bad_devices
 run_case hca_pingpong_to_rc_pingpong case_hca_pingpong_interop
 for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
   run_case "${test}_2" case_perftest "$test" 2

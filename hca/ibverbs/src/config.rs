@@ -33,6 +33,16 @@ pub enum DeviceSpec {
     Vfio(String),
 }
 
+impl std::fmt::Display for DeviceSpec {
+    /// `model` or `vfio:BDF`: the kind, for messages (a model's faults say where they arise).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Model(_) => f.write_str("model"),
+            DeviceSpec::Vfio(bdf) => write!(f, "vfio:{bdf}"),
+        }
+    }
+}
+
 /// A spec that does not parse: the spec and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -45,17 +55,28 @@ impl std::fmt::Display for ConfigError {
 
 /// The specs this process uses (`HCA_DEVICES`, else `HCA_CONFIG`'s file, else `model`).
 ///
-/// Errors: a spec that does not parse; a config file that cannot be read.
+/// Errors: a spec that does not parse; a config file that cannot be read; a variable or file
+/// that names no device (empty, only `;` or comments), which would otherwise leave the list
+/// empty without a word.
 pub fn from_env() -> Result<Vec<DeviceSpec>, ConfigError> {
     if let Ok(list) = std::env::var(ENV_DEVICES) {
-        return parse_list(list.split(';'));
+        return non_empty(parse_list(list.split(';'))?, || format!("{ENV_DEVICES}={list:?}"));
     }
     if let Some(path) = std::env::var_os(ENV_CONFIG) {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ConfigError(format!("{ENV_CONFIG}={}: {e}", PathBuf::from(&path).display())))?;
-        return parse_list(text.lines().map(|l| l.split('#').next().unwrap_or("")));
+        let shown = PathBuf::from(&path).display().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError(format!("{ENV_CONFIG}={shown}: {e}")))?;
+        return non_empty(parse_list(text.lines().map(|l| l.split('#').next().unwrap_or("")))?, || {
+            format!("{ENV_CONFIG}={shown}")
+        });
     }
     parse_list(["model"])
+}
+
+fn non_empty(specs: Vec<DeviceSpec>, source: impl FnOnce() -> String) -> Result<Vec<DeviceSpec>, ConfigError> {
+    if specs.is_empty() {
+        return Err(ConfigError(format!("{} names no device", source())));
+    }
+    Ok(specs)
 }
 
 /// Parses specs, skipping blank ones.
@@ -138,5 +159,14 @@ mod tests {
         for bad in ["mode", "model,roce=x", "model,link-loss=2,roce=::1", "model,pcap=/tmp/x", "model,what=1"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_list_of_no_device_is_an_error_that_names_its_source() {
+        for text in ["", ";;", " ; "] {
+            let e = non_empty(parse_list(text.split(';')).unwrap(), || "HCA_DEVICES=x".into()).unwrap_err();
+            assert_eq!(e.0, "HCA_DEVICES=x names no device");
+        }
+        assert!(non_empty(parse_list(["model"]).unwrap(), String::new).is_ok());
     }
 }

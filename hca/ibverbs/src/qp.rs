@@ -16,6 +16,7 @@ use crate::ffi::{errno_of, guard, null, set_errno, status};
 use ib_core::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::{addr_of_mut, null_mut};
+use std::time::Duration;
 
 /// What an `ibv_qp` (and its `ibv_qp_ex`) pointer is the start of. `core` is taken out by a
 /// successful `ibv_destroy_qp` (the core's destroy consumes it and may hand it back), hence
@@ -265,6 +266,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp_: *mut ibv_qp) -> i32 {
             return einval();
         }
         let p = qp_.cast::<Qp>();
+        // SAFETY: a live QP box of this library (the program's promise).
+        linger(unsafe { &*p });
         // SAFETY: a live QP box of this library (the program's promise); its core is taken out
         // here and put back below unless the destroy consumed it.
         let core = unsafe { ManuallyDrop::take(&mut (*p).core) };
@@ -281,6 +284,22 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp_: *mut ibv_qp) -> i32 {
             }
         }
     })
+}
+
+/// Before destroying an RC QP that was connected (RTS, SQD, SQE): lets the RoCE port of its
+/// model answer the peer's retransmissions until the wire is quiet for the QP's local ACK
+/// timeout (4.096 µs × 2^timeout; the peer's is likely alike) four times over (so that up to three
+/// retransmissions in a row may be lost), within 10 ms ..= 1 s.
+fn linger(q: &Qp) {
+    let Ok(a) = q.core.query_qp(QpAttrMask::STATE | QpAttrMask::TIMEOUT) else { return };
+    if q.ibv.qp_base.qp_type != IBV_QPT_RC || !matches!(a.qp_state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+        return;
+    }
+    // SAFETY: the QP's context outlives it (a context with QPs cannot be closed).
+    let Some(ctx) = (unsafe { crate::context::context(q.ibv.qp_base.context) }) else { return };
+    let ack_timeout_us = 4.096 * f64::from(1u32 << a.timeout.min(31));
+    let quiet = Duration::from_micros((4.0 * ack_timeout_us) as u64).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    ctx.dev.linger_roce(quiet);
 }
 
 /// `ibv_qp_to_qp_ex(qp)`: the `ibv_qp_ex` of a QP created with

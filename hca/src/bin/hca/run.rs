@@ -28,7 +28,7 @@ pub struct Opts {
 }
 
 /// Replaces this process with the program. Returns only on failure: the library is not built
-/// (exit status 1), a model option does not fit the spec grammar (1), or the program cannot be
+/// (exit status 1), an unknown option where the program should be (1), a model option does not fit the spec grammar (1), or the program cannot be
 /// executed (127 when it is not found, 126 otherwise, as a shell does).
 pub fn run(opts: &Opts, model: &ModelOpts) -> Failure {
     let lib = match library_dir() {
@@ -36,6 +36,11 @@ pub fn run(opts: &Opts, model: &ModelOpts) -> Failure {
         Err(f) => return f,
     };
     let (program, args) = opts.program.split_first().expect("clap requires PROGRAM");
+    if program.to_string_lossy().starts_with('-') {
+        // An option clap did not know, taken as the program because hyphens are allowed there.
+        let msg = format!("hca run: unknown option {}: put the model options before `--` and the program after it", program.to_string_lossy());
+        return Failure { msg, code: 1 };
+    }
     let mut cmd = Command::new(program);
     cmd.args(args).env("LD_LIBRARY_PATH", search_path(&lib, std::env::var_os("LD_LIBRARY_PATH")));
     if std::env::var_os(ENV_DEVICES).is_none() {
