@@ -398,6 +398,11 @@ impl SimDevice {
         Arc::new(Self { core, port_thread, roce_thread, roce_error })
     }
 
+    /// Whether the model has a RoCE v2 port ([`SimConfig::roce`]) that opened.
+    pub fn has_roce(&self) -> bool {
+        self.core.roce.is_some() && self.roce_error.is_none()
+    }
+
     /// Why the RoCE port could not open (a socket's bind, the capture file), if it could not.
     pub fn roce_error(&self) -> Option<&crate::roce::RoceError> {
         self.roce_error.as_ref()

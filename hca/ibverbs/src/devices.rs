@@ -9,7 +9,7 @@ use crate::ffi::{guard, null, set_errno};
 use hca::platform::vfio::VfioPlatform;
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One device of the process: the `ibv_device` programs hold (first, so its pointer is the
 /// entry's), the core's device, and what keeps the device's backend alive.
@@ -18,8 +18,6 @@ pub(crate) struct DeviceEntry {
     pub ibv: ibv_device,
     pub core: ib_core::Device,
     pub index: i32,
-    /// Whether the device is a model with a RoCE v2 port (see [`DeviceEntry::linger_roce`]).
-    roce: bool,
     _backend: Box<dyn Any + Send + Sync>,
 }
 
@@ -27,25 +25,13 @@ pub(crate) struct DeviceEntry {
 const LINGER_MAX: Duration = Duration::from_secs(3);
 
 impl DeviceEntry {
-    /// On a model with a RoCE port: waits until the port has received nothing for `quiet` (at
-    /// most [`LINGER_MAX`] in all). Called before a connected RC QP is destroyed, so that a peer
-    /// whose last acknowledgement from this QP was lost (a lossy link) resends and is answered,
-    /// rather than retrying into a QP that is gone and failing with "retry counter exceeded"
-    /// after this end finished: the model lives in this process, unlike a host's RoCE stack,
-    /// and `hca pingpong` lingers the same way. No-op on any other device.
+    /// On a model with a RoCE port: [`hca::platform::sim::SimPlatform::linger_roce`] for
+    /// `quiet` (at most [`LINGER_MAX`]). Called before a connected RC QP is destroyed, so a
+    /// peer whose last acknowledgement from it was lost is answered again. No-op on any other
+    /// device.
     pub(crate) fn linger_roce(&self, quiet: Duration) {
-        let Some(sim) = self._backend.downcast_ref::<hca::platform::sim::SimPlatform>().filter(|_| self.roce) else {
-            return;
-        };
-        let start = Instant::now();
-        let mut seen = sim.device().stats().roce_rx_packets;
-        while start.elapsed() < LINGER_MAX {
-            std::thread::sleep(quiet);
-            let now = sim.device().stats().roce_rx_packets;
-            if now == seen {
-                return;
-            }
-            seen = now;
+        if let Some(sim) = self._backend.downcast_ref::<hca::platform::sim::SimPlatform>() {
+            sim.linger_roce(quiet, LINGER_MAX);
         }
     }
 }
@@ -77,8 +63,7 @@ fn open_all() -> Vec<&'static DeviceEntry> {
         match open(spec) {
             Ok((core, backend)) => {
                 let index = out.len() as i32;
-                let roce = matches!(spec, DeviceSpec::Model(cfg) if cfg.roce.is_some());
-                let e = DeviceEntry { ibv: describe(&core), core, index, roce, _backend: backend };
+                let e = DeviceEntry { ibv: describe(&core), core, index, _backend: backend };
                 out.push(&*Box::leak(Box::new(e)));
             }
             Err(e) => eprintln!("libibverbs: cannot open device spec {} ({spec}): {e}", n + 1),

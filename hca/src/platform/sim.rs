@@ -37,6 +37,28 @@ impl SimPlatform {
     pub fn device(&self) -> &Arc<SimDevice> {
         &self.dev
     }
+
+    /// Waits until the model's RoCE port has received nothing for `quiet`, at most `max` in all
+    /// (at once without a RoCE port). A host's RoCE stack outlives one program; this model lives
+    /// in the program's process, so before it goes (or a connected QP does) it keeps answering
+    /// for a while: a peer whose last acknowledgement was lost resends and is acknowledged
+    /// again, rather than retrying into a port that is gone and failing with "retry counter
+    /// exceeded" after this end finished.
+    pub fn linger_roce(&self, quiet: Duration, max: Duration) {
+        if !self.dev.has_roce() {
+            return;
+        }
+        let start = std::time::Instant::now();
+        let mut seen = self.dev.stats().roce_rx_packets;
+        while start.elapsed() < max {
+            std::thread::sleep(quiet);
+            let now = self.dev.stats().roce_rx_packets;
+            if now == seen {
+                return;
+            }
+            seen = now;
+        }
+    }
 }
 
 /// A region of the model's guest memory, reached directly.

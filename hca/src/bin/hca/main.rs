@@ -155,26 +155,6 @@ fn add_model(opts: &ModelOpts) -> ib_core::Result<(Device, hca::platform::sim::S
     hca::open_sim(cfg)
 }
 
-/// After a ping-pong over RoCE, the port keeps answering until the wire has been quiet for
-/// [`QUIET`] (at most [`LINGER`]), as a host's RoCE stack outlives one program: a peer whose
-/// last acknowledgement from this end was lost resends its last message and is acknowledged
-/// again, rather than retrying into a port that is gone (`ibv_rc_pingpong` would then wait out
-/// its retries instead of exiting).
-fn linger(sim: &hca::platform::sim::SimPlatform) {
-    const QUIET: Duration = Duration::from_millis(300);
-    const LINGER: Duration = Duration::from_secs(3);
-    let start = std::time::Instant::now();
-    let mut seen = sim.device().stats().roce_rx_packets;
-    while start.elapsed() < LINGER {
-        std::thread::sleep(QUIET);
-        let now = sim.device().stats().roce_rx_packets;
-        if now == seen {
-            return;
-        }
-        seen = now;
-    }
-}
-
 fn main() -> ExitCode {
     sys::default_sigpipe();
     let cli = match Cli::try_parse().and_then(|c| c.model.check().map(|()| c)) {
@@ -199,7 +179,8 @@ fn main() -> ExitCode {
         Cmd::Run(_) => unreachable!("run execs before the model opens"),
     };
     if matches!(cli.cmd, Cmd::Pingpong(_)) && !cli.model.roce.is_empty() {
-        linger(&sim);
+        // The peer's last ACK may have been lost: answer its resend before the model goes.
+        sim.linger_roce(Duration::from_millis(300), Duration::from_secs(3));
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
