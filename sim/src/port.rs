@@ -95,6 +95,9 @@ pub struct Packet {
     pub src_uid: u64,
     /// The send's sequence number on its QP.
     pub seq: u64,
+    /// Its PSN on the loopback port (one per message, from the sender's `sq_psn`; the RoCE
+    /// port numbers its packets itself).
+    pub psn: u32,
     /// Destination QPN.
     pub dest: u32,
     /// Destination GID from the sender's address vector.
@@ -446,7 +449,13 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
     }
     let bound = core.gids.lock().iter().flatten().any(|g| g.gid == pkt.dgid);
     let outcome = match (dest, connection) {
-        (Some(dest), Some(conn)) if bound => respond(core, &src, &dest, &pkt, conn, fx),
+        (Some(dest), Some(conn)) if bound && dest.expects_psn(pkt.psn) => {
+            let rx = respond(core, &src, &dest, &pkt, conn, fx);
+            if matches!(rx, Rx::Delivered) {
+                dest.took_psn();
+            }
+            rx
+        }
         _ => Rx::Fail(wc_status::RETRY_EXC_ERR),
     };
     let status = match outcome {
@@ -573,11 +582,6 @@ pub struct GidEntry {
 }
 
 impl Core {
-    /// The GID bound at `index`, if any.
-    pub(crate) fn gid(&self, index: u8) -> Option<Gid> {
-        self.gid_entry(index).map(|e| e.gid)
-    }
-
     /// The GID table entry at `index`, if bound.
     pub(crate) fn gid_entry(&self, index: u8) -> Option<GidEntry> {
         self.gids.lock().get(index as usize).copied().flatten()

@@ -20,6 +20,7 @@
 //! signaled or not).
 
 use crate::budget::Charge;
+use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
 use crate::cq::Cq;
 use crate::device::{Core, Effects};
 use crate::dsr::limits;
@@ -93,7 +94,14 @@ struct QpState {
     /// completes; the device's wire budget spent: resumes when a packet leaves the wire).
     throttled: bool,
     next_seq: u64,
+    /// The loopback port's PSNs, one per message there: the next this QP sends (from
+    /// `sq_psn`) and the next it takes as a responder (from `rq_psn`).
+    send_psn: u32,
+    recv_psn: u32,
 }
+
+/// 24-bit PSNs (IBTA 9.7.1).
+const PSN_MASK: u32 = (1 << 24) - 1;
 
 /// A consumed send WQE whose completion is not yet published.
 #[derive(Debug)]
@@ -214,6 +222,8 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         bytes_on_wire: 0,
         throttled: false,
         next_seq: 0,
+        send_psn: 0,
+        recv_psn: 0,
     };
     let mut objs = core.objects.lock();
     let handle = objs.qps.alloc().ok_or(Errno::ENOMEM)?;
@@ -246,7 +256,10 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
 }
 
 /// Checks an address vector: a nonzero `dgid` and an `sgid_index` naming a bound GID, as the real
-/// device does at RTR, and every field within what RoCE and its width allow.
+/// device does at RTR, and every field within what RoCE and its width allow. On a model with a
+/// RoCE v2 port the source GID must be a RoCE v2 one: the port sends nothing else, so a QP from
+/// the link-local RoCE v1 GID could never reach its peer (refused here rather than at its first
+/// send, so `ibv_rc_pingpong -g 0` says "Failed to modify QP to RTR").
 fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
     // RoCE: a GRH always (IBTA A16.4.1), no LID path bits, 12-bit VLAN IDs, 4-bit SLs, 20-bit
     // flow labels, and a static rate `enum ib_rate` names (up to IB_RATE_1200_GBPS, 24).
@@ -257,7 +270,9 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
         && av.static_rate <= 24
         && av.vlan_id.get() < 4096
         && av.grh.flow_label.get() < 1 << 20;
-    if !fits || av.grh.dgid == [0u8; 16] || core.gid(av.grh.sgid_index).is_none() {
+    let Some(sgid) = core.gid_entry(av.grh.sgid_index) else { return Err(Errno::EINVAL) };
+    let roce_v1_on_v2_port = core.roce.is_some() && sgid.gid_type != GID_TYPE_FLAG_ROCE_V2;
+    if !fits || av.grh.dgid == [0u8; 16] || roce_v1_on_v2_port {
         return Err(Errno::EINVAL);
     }
     Ok(())
@@ -309,6 +324,12 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         check_av(core, &a.ah_attr)?;
     }
     apply(&mut st.attrs, mask, a);
+    if mask & m::SQ_PSN != 0 {
+        st.send_psn = a.sq_psn.get();
+    }
+    if mask & m::RQ_PSN != 0 {
+        st.recv_psn = a.rq_psn.get();
+    }
     st.state = new;
     st.attrs.qp_state = U32::new(new);
     if new == ERR && cur != ERR {
@@ -316,6 +337,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     } else if new == RESET {
         qp.resets.fetch_add(1, Ordering::AcqRel);
         st.inflight.clear();
+        (st.send_psn, st.recv_psn) = (0, 0);
         st.bytes_on_wire = 0;
         st.throttled = false;
         fx.kicks.push(qp.handle);
@@ -362,7 +384,6 @@ fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
     const KNOWN: u32 = (m::DEST_QPN << 1) - 1;
     // `enum ib_mig_state`: MIGRATED, REARM, ARMED.
     const PATH_MIG_ARMED: u32 = 2;
-    const PSN_MAX: u32 = (1 << 24) - 1;
     let over = |bit: u32, value: u32, max: u32| mask & bit != 0 && value > max;
     let bad = mask & !KNOWN != 0
         || mask & m::CAP != 0
@@ -370,8 +391,8 @@ fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
         || over(m::RNR_RETRY, a.rnr_retry.into(), 7)
         || over(m::TIMEOUT, a.timeout.into(), 31)
         || over(m::MIN_RNR_TIMER, a.min_rnr_timer.into(), 31)
-        || over(m::SQ_PSN, a.sq_psn.get(), PSN_MAX)
-        || over(m::RQ_PSN, a.rq_psn.get(), PSN_MAX)
+        || over(m::SQ_PSN, a.sq_psn.get(), PSN_MASK)
+        || over(m::RQ_PSN, a.rq_psn.get(), PSN_MASK)
         || over(m::MAX_QP_RD_ATOMIC, a.max_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
         || over(m::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
         || over(m::PATH_MIG_STATE, a.path_mig_state.get(), PATH_MIG_ARMED)
@@ -535,10 +556,13 @@ impl Qp {
                 Ok((op, payload)) => {
                     st.bytes_on_wire += u64::from(entry.byte_len);
                     st.inflight.push_back(entry);
+                    let psn = st.send_psn;
+                    st.send_psn = (psn + 1) & PSN_MASK;
                     let packet = Packet {
                         src: self.handle,
                         src_uid: self.uid,
                         seq,
+                        psn,
                         dest: st.attrs.dest_qp_num.get(),
                         dgid: st.attrs.ah_attr.grh.dgid,
                         op,
@@ -621,6 +645,20 @@ impl Qp {
     /// Which connection the QP is in: read before a delivery, passed to [`Qp::receive`].
     pub fn connection(&self) -> u64 {
         self.resets.load(Ordering::Acquire)
+    }
+
+    /// The loopback port's PSN check: whether `psn` is the next this responder takes. A QP whose
+    /// peer's PSNs disagree with its own (misconnected: two processes' models that each found
+    /// their own QP under the peer's number) fails the request, as a wire's requester would once
+    /// its sequence-error retries ran out, rather than delivering it to the wrong QP.
+    pub(crate) fn expects_psn(&self, psn: u32) -> bool {
+        self.st.lock().recv_psn == psn
+    }
+
+    /// The loopback port delivered the request [`Qp::expects_psn`] passed: the next PSN is due.
+    pub(crate) fn took_psn(&self) {
+        let mut st = self.st.lock();
+        st.recv_psn = (st.recv_psn + 1) & PSN_MASK;
     }
 
     /// Whether the QP, as a responder, takes requests from QP `src_qp` in `connection`: it is

@@ -255,6 +255,7 @@ impl Responder {
             src: cx.path.dest_qp,
             src_uid: 0,
             seq: 0,
+            psn: hdr.bth.psn,
             dest: cx.qp.handle,
             dgid: cx.attrs.ah_attr.grh.dgid,
             op: Op::Send {
