@@ -28,8 +28,8 @@ pub struct Opts {
 }
 
 /// Replaces this process with the program. Returns only on failure: the library is not built
-/// (exit status 1), an unknown option where the program should be (1), a model option does not fit the spec grammar (1), or the program cannot be
-/// executed (127 when it is not found, 126 otherwise, as a shell does).
+/// (exit status 1), an unknown option where the program should be (1), a model option does not
+/// fit the spec grammar (1), or the program cannot be executed (127 when it is not found, 126 otherwise, as a shell does).
 pub fn run(opts: &Opts, model: &ModelOpts) -> Failure {
     let lib = match library_dir() {
         Ok(dir) => dir,
@@ -43,12 +43,17 @@ pub fn run(opts: &Opts, model: &ModelOpts) -> Failure {
     }
     let mut cmd = Command::new(program);
     cmd.args(args).env("LD_LIBRARY_PATH", search_path(&lib, std::env::var_os("LD_LIBRARY_PATH")));
-    if std::env::var_os(ENV_DEVICES).is_none() {
-        match devices_spec(model) {
+    match std::env::var_os(ENV_DEVICES) {
+        None => match devices_spec(model) {
             Ok(spec) => cmd.env(ENV_DEVICES, spec),
             Err(f) => return f,
-        };
-    }
+        },
+        Some(set) if link_options_given(model) => {
+            eprintln!("hca run: {ENV_DEVICES}={} is set and wins over --roce and the link options", set.to_string_lossy());
+            &mut cmd
+        }
+        Some(_) => &mut cmd,
+    };
     let err = cmd.exec();
     let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
     Failure { msg: format!("hca run: cannot run {}: {err}", Path::new(program).display()), code }
@@ -65,7 +70,7 @@ fn library_dir() -> Result<PathBuf, Failure> {
         Ok(dir)
     } else {
         Err(format!(
-            "hca run: {} not found: build it first with `bash hca/ibverbs/build.sh` (it goes next to the hca executable it builds)",
+            "hca run: {} not found: build it first with `bash hca/ibverbs/build.sh` (it writes it there, in lib/ beside this hca executable, where hca run looks)",
             dir.join(LIBRARY).display()
         )
         .into())
@@ -108,6 +113,13 @@ fn devices_spec(m: &ModelOpts) -> Result<String, Failure> {
         spec += &format!(",pcap={}", pcap_value(pcap)?);
     }
     Ok(spec)
+}
+
+/// Whether a RoCE address, a link fault or a capture was asked for (what a stale `HCA_DEVICES`
+/// would silently override).
+fn link_options_given(m: &ModelOpts) -> bool {
+    let faults = [m.link_loss, m.link_reorder, m.link_duplicate];
+    !m.roce.is_empty() || faults.iter().any(Option::is_some) || m.link_seed.is_some() || m.pcap.is_some()
 }
 
 /// A capture path as a spec value: UTF-8 without the grammar's separators.
