@@ -120,9 +120,9 @@ fn a_qp_whose_source_gid_is_not_a_bound_roce_v2_address_fails_its_send() {
 /// Index 0, the link-local RoCE v1 GID, cannot source a QP on the RoCE v2 port: RTR refuses it.
 #[test]
 fn rtr_from_the_roce_v1_gid_is_refused_on_a_roce_v2_port() {
-    let (mut a, _ea, _b, eb) = pair(36, &Opts::default(), LinkFaults::default());
+    let (mut a, _ea, _b, eb) = pair(37, &Opts::default(), LinkFaults::default());
     let e = end(&mut a, 16);
-    assert_eq!(connect_from(&mut a, e.qp.qpn, eb.qp.qpn, addr(36, 2), 0), Errno::EINVAL.0);
+    assert_eq!(connect_from(&mut a, e.qp.qpn, eb.qp.qpn, addr(37, 2), 0), Errno::EINVAL.0);
     assert_eq!(a.dev.qp_state(e.qp.qpn), Some(qp_state::INIT));
 }
 
