@@ -11,6 +11,12 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// Where `ibv_device::ibdev_path` points (`<IB_CLASS>/vmw_pvrdma0`; `ibv_read_sysfs_file`
+/// answers for the files below it).
+pub(crate) const IB_CLASS: &str = "/sys/class/infiniband";
+/// Where `ibv_device::dev_path` points (`<VERBS_CLASS>/uverbs0`).
+pub(crate) const VERBS_CLASS: &str = "/sys/class/infiniband_verbs";
+
 /// One device of the process: the `ibv_device` programs hold (first, so its pointer is the
 /// entry's), the core's device, and what keeps the device's backend alive.
 #[repr(C)]
@@ -101,8 +107,8 @@ fn describe(dev: &ib_core::Device) -> ibv_device {
     };
     copy_str(&mut d.name, &name);
     copy_str(&mut d.dev_name, &format!("uverbs{}", name.trim_start_matches(|c: char| !c.is_ascii_digit())));
-    copy_str(&mut d.dev_path, &format!("{}/{}", crate::sysfs::VERBS_CLASS, cstr(&d.dev_name)));
-    copy_str(&mut d.ibdev_path, &format!("{}/{name}", crate::sysfs::IB_CLASS));
+    copy_str(&mut d.dev_path, &format!("{}/{}", VERBS_CLASS, cstr(&d.dev_name)));
+    copy_str(&mut d.ibdev_path, &format!("{}/{name}", IB_CLASS));
     d
 }
 

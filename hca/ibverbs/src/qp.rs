@@ -1,12 +1,13 @@
 //! QPs (`ibv_create_qp`, `ibv_create_qp_ex`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
 //! `ibv_qp_to_qp_ex`). RC only, as the core carries (UD comes with issue 13).
 
-#[path = "qp_attr.rs"]
 mod attr;
-#[path = "qp_inline.rs"]
+mod ex;
 mod inline;
+mod post;
 
 pub(crate) use inline::{Inline, Staging, MAX_INLINE};
+pub(crate) use post::{post_recv, post_send};
 
 use crate::abi::{
     ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
@@ -31,7 +32,7 @@ pub(crate) struct Qp {
     /// The bounce buffer of inline sends (`cap.max_inline_data` > 0).
     pub inline: Option<Inline>,
     /// The `ibv_qp_ex` batch: `Some` for a QP created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
-    pub batch: Option<crate::qp_ex::Batch>,
+    pub batch: Option<ex::Batch>,
 }
 
 /// The [`Qp`] behind `qp`; `None` for NULL.
@@ -52,7 +53,7 @@ impl Qp {
 
 /// The sizes granted for `asked`, as rdma-core's pvrdma provider grants them: work request
 /// counts rounded up to a power of two, at least one of each; inline data as asked (the
-/// library's, see `qp_inline.rs`).
+/// library's, see `qp/inline.rs`).
 fn granted(asked: &ibv_qp_cap) -> ibv_qp_cap {
     let pow2 = |n: u32| n.max(1).checked_next_power_of_two().unwrap_or(n);
     ibv_qp_cap {
@@ -122,8 +123,8 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
         cond: pthread_cond_t([0; 6]),
         events_completed: 0,
     };
-    let ibv = crate::qp_ex::qp_ex(base, send_ops.is_some());
-    let batch = send_ops.map(|_| crate::qp_ex::Batch::default());
+    let ibv = ex::qp_ex(base, send_ops.is_some());
+    let batch = send_ops.map(|_| ex::Batch::default());
     let q = Qp { ibv, core: ManuallyDrop::new(core), cap, sq_sig_all: a.sq_sig_all != 0, inline, batch };
     // SAFETY: `slot` is this box's memory, uninitialised until now.
     unsafe { slot.write(q) };
@@ -316,5 +317,4 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp_: *mut ibv_qp) -> *mut ibv_qp_ex {
 }
 
 #[cfg(test)]
-#[path = "qp_tests.rs"]
 mod tests;

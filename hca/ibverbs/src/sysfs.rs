@@ -3,7 +3,7 @@
 //! from the device, in the text Linux's sysfs gives (`ibv_devinfo` reads `board_id` this way);
 //! any other path reads the real file.
 
-use crate::devices::{cstr, devices, DeviceEntry};
+use crate::devices::{cstr, devices, DeviceEntry, IB_CLASS};
 use crate::ffi::{guard, minus_one};
 use ib_core::{GidType, LinkLayer};
 use libc::{c_char, c_int};
@@ -11,10 +11,6 @@ use std::ffi::{CStr, CString};
 use std::io::Read;
 use std::sync::OnceLock;
 
-/// Where `ibv_device::ibdev_path` points (`<IB_CLASS>/vmw_pvrdma0`).
-pub(crate) const IB_CLASS: &str = "/sys/class/infiniband";
-/// Where `ibv_device::dev_path` points (`<VERBS_CLASS>/uverbs0`).
-pub(crate) const VERBS_CLASS: &str = "/sys/class/infiniband_verbs";
 
 /// `ibv_get_sysfs_path()`: where sysfs is mounted: `$SYSFS_PATH` without trailing slashes (at
 /// most 256 bytes, and only when the process is not set-uid), else "/sys"; read once, as

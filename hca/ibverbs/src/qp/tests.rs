@@ -5,7 +5,7 @@
 use crate::abi::*;
 use crate::cq::Cq;
 use crate::pd::Pd;
-use crate::post::{post_recv, post_send};
+use crate::qp::{post_recv, post_send};
 use crate::qp::{create_qp_ex, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, ibv_qp_to_qp_ex, ibv_query_qp};
 use ib_core::{access, UserBuffer, Wc, WcOpcode, WcStatus};
 use std::ptr::{null_mut, NonNull};

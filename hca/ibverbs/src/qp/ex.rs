@@ -15,8 +15,8 @@
 //! so a warm QP allocates nothing; inline bytes are taken when `wr_set_inline_data` returns.
 
 use crate::abi::{ibv_data_buf, ibv_qp, ibv_qp_ex, ibv_sge, IBV_SEND_INLINE};
-use crate::post::{sges, Src};
-use crate::qp::{qp, Qp};
+use super::post::{sges, Src};
+use super::{qp, Qp};
 use ib_core::{Sge, WrOpcode};
 use parking_lot::Mutex;
 use std::ops::Range;

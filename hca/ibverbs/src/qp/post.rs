@@ -13,7 +13,7 @@ use crate::abi::{
     IBV_WR_SEND_WITH_IMM,
 };
 use crate::ffi::{errno_of, guard};
-use crate::qp::{qp, Qp};
+use super::{qp, Qp};
 use ib_core::{RecvWr, SendWr, Sge, WrOpcode};
 use memoffset::offset_of;
 use smallvec::SmallVec;
@@ -152,7 +152,7 @@ impl Qp {
     /// Makes `s` postable, copying its bytes into bounce slot `j` of this call for an inline WR.
     /// `EINVAL` for inline data on an RDMA READ; `ENOMEM` for more of it than the QP's
     /// `max_inline_data` (as mlx5).
-    fn stage<'a>(&self, s: Src<'a>, staging: Option<&mut crate::qp::Staging<'_>>, j: usize) -> Result<Staged<'a>, i32> {
+    fn stage<'a>(&self, s: Src<'a>, staging: Option<&mut super::Staging<'_>>, j: usize) -> Result<Staged<'a>, i32> {
         let mut st = Staged { wr_id: s.wr_id, opcode: s.opcode, flags: s.flags, sges: s.sges, bounce: None };
         if s.flags & IBV_SEND_INLINE == 0 {
             return Ok(st);
