@@ -38,7 +38,9 @@ fn reset_discards_posted_receives() {
 }
 
 /// After sends and a RESET the send queue starts over: the driver's indices and the device's
-/// agree, and the next send is the only one that goes.
+/// agree, and the next send is the only one that goes. Both ends reconnect, as a real one does:
+/// the reset end's PSNs start over, so its peer's must too (the model checks them, as a wire's
+/// responder does).
 #[test]
 fn reset_restarts_the_send_queue() {
     let dev = open();
@@ -52,6 +54,7 @@ fn reset_restarts_the_send_queue() {
     let got = poll_n(&cq, 6);
     assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
     reconnect(&dev, &p.a, p.b.qpn());
+    reconnect(&dev, &p.b, p.a.qpn());
     p.recv_b(300, 0, 64);
     p.send_a(400, 0, b"y", WrOpcode::Send, false);
     let mut ids: Vec<u64> = poll_n(&cq, 2).iter().map(|w| w.wr_id).collect();
