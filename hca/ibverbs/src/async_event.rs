@@ -6,7 +6,6 @@ use crate::context::{context, Context};
 use crate::ffi::{block, guard, minus_one};
 use ib_core::{AsyncElement, AsyncEvent};
 
-
 /// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*` (every core CQ and QP
 /// of this library carries its box's address), or the port number (0 for the device).
 fn element(ev: &AsyncEvent) -> ibv_async_event_element {

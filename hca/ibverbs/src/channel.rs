@@ -3,8 +3,7 @@
 
 use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq};
 use crate::context::context;
-use crate::ffi::{block, errno_of, guard, minus_one, null};
-use ib_core::Error;
+use crate::ffi::{block, errno_of, fail, guard, minus_one, null};
 
 /// What an `ibv_comp_channel` pointer is the start of.
 #[repr(C)]
@@ -48,7 +47,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
 pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the caller passes NULL or a live channel of this library.
-        let Some(c) = (unsafe { channel(ch) }) else { return errno_of(&Error::InvalidArgument("NULL channel")) };
+        let Some(c) = (unsafe { channel(ch) }) else { return fail(libc::EINVAL) };
         if let Err((_, e)) = c.core.clone().destroy() {
             return errno_of(&e);
         }
@@ -57,7 +56,6 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
         0
     })
 }
-
 
 /// `ibv_get_cq_event(channel, cq, cq_context)`: waits for the channel's next completion event
 /// and returns 0 with the CQ in `*cq` and its `cq_context` in `*cq_context`; acknowledge it with

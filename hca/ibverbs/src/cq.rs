@@ -7,7 +7,7 @@ use crate::abi::{
 };
 use crate::channel::channel;
 use crate::context::context;
-use crate::ffi::{destroy_boxed, errno_of, guard, null, set_errno, WAIT_SLICE};
+use crate::ffi::{destroy_boxed, errno_of, fail, guard, null, WAIT_SLICE};
 use ib_core::{Error, NotifyFlags, Wc, WcOpcode};
 use std::mem::MaybeUninit;
 
@@ -84,7 +84,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> i32 {
     guard(libc::EIO, || {
         if p.is_null() {
-            return errno_of(&Error::InvalidArgument("NULL CQ"));
+            return fail(libc::EINVAL);
         }
         // SAFETY: a live CQ of this library, destroyed once by the program.
         unsafe { destroy_boxed(p.cast::<Cq>(), |b| std::ptr::addr_of_mut!((*b).core), destroy_acked) }
@@ -105,10 +105,7 @@ fn destroy_acked(mut core: ib_core::Cq) -> Result<(), (ib_core::Cq, Error)> {
 /// yet), so it answers `EOPNOTSUPP`, as libibverbs does for a provider without the verb.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: i32) -> i32 {
-    guard(libc::EIO, || {
-        set_errno(libc::EOPNOTSUPP);
-        libc::EOPNOTSUPP
-    })
+    guard(libc::EIO, || fail(libc::EOPNOTSUPP))
 }
 
 /// The `ibv_wc_opcode` value of `op`.
@@ -218,12 +215,9 @@ unsafe fn write_wcs(src: &[Wc], dst: *mut ibv_wc) -> i32 {
 pub(crate) unsafe extern "C" fn req_notify_cq(p: *mut ibv_cq, solicited_only: i32) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the caller passes a live CQ of this library.
-        let Some(c) = (unsafe { cq(p) }) else { return libc::EINVAL };
+        let Some(c) = (unsafe { cq(p) }) else { return fail(libc::EINVAL) };
         let flags = if solicited_only != 0 { NotifyFlags::SOLICITED } else { NotifyFlags::NEXT_COMPLETION };
-        match c.core.req_notify(flags) {
-            Ok(_) => 0,
-            Err(e) => errno_of(&e),
-        }
+        c.core.req_notify(flags).map_or_else(|e| errno_of(&e), |_| 0)
     })
 }
 

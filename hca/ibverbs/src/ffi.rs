@@ -36,9 +36,14 @@ pub(crate) fn status(r: ib_core::Result<()>) -> i32 {
 
 /// The errno of `e` (the core's one table), also stored in `errno`.
 pub(crate) fn errno_of(e: &Error) -> i32 {
-    let n = e.errno();
-    set_errno(n);
-    n
+    fail(e.errno())
+}
+
+/// An `int` verb's failure of the library's own finding (a NULL argument, a value out of
+/// range): the positive `errno`, also stored in `errno` (as [`status`] does for the core's).
+pub(crate) fn fail(errno: i32) -> i32 {
+    set_errno(errno);
+    errno
 }
 
 /// A pointer verb's failure: NULL with `errno` set (`ibv_create_cq`, `ibv_reg_mr`, ...).

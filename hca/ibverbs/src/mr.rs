@@ -2,7 +2,7 @@
 //! program's own memory at its own addresses: the core's external-memory registration.
 
 use crate::abi::{ibv_mr, ibv_pd};
-use crate::ffi::{guard, null, set_errno};
+use crate::ffi::{fail, guard, null, set_errno};
 use crate::pd::pd;
 use ib_core::UserMemory;
 
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> i32 {
     guard(libc::EIO, || {
         if mr.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         // SAFETY: a live MR of this library, leaked in `ibv_reg_mr`, deregistered once.
         drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });

@@ -4,7 +4,7 @@
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, VERBS_ABI_IS_EXTENDED};
 use crate::context::{context, Context};
 use crate::devices::{entry, DeviceEntry};
-use crate::ffi::{guard, null, status};
+use crate::ffi::{fail, guard, null};
 use parking_lot::Mutex;
 use std::mem::size_of;
 
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the caller passes a context this library opened and closes it once.
-        let Some(c) = (unsafe { context(ctx) }) else { return status(Err(ib_core::Error::InvalidArgument("NULL context"))) };
+        let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
         // SAFETY: `c` was leaked from a Box in `ibv_open_device`; this is its one release.
         drop(unsafe { Box::from_raw(c as *const Context as *mut Context) });
         0

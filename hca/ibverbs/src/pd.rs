@@ -2,7 +2,7 @@
 
 use crate::abi::{ibv_context, ibv_pd};
 use crate::context::context;
-use crate::ffi::{destroy_boxed, guard, null};
+use crate::ffi::{destroy_boxed, fail, guard, null};
 
 /// What an `ibv_pd` pointer is the start of.
 #[repr(C)]
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 pub unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> i32 {
     guard(libc::EIO, || {
         if p.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         // SAFETY: a live PD of this library, destroyed once by the program.
         unsafe { destroy_boxed(p.cast::<Pd>(), |b| std::ptr::addr_of_mut!((*b).core), ib_core::Pd::dealloc) }

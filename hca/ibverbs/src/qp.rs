@@ -13,7 +13,7 @@ use crate::abi::{
     ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
     pthread_cond_t, pthread_mutex_t, IBV_QPT_RC, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 };
-use crate::ffi::{errno_of, guard, null, set_errno, status};
+use crate::ffi::{errno_of, fail, guard, null, status};
 use ib_core::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::{addr_of_mut, null_mut};
@@ -197,17 +197,14 @@ pub(crate) unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut i
 pub unsafe extern "C" fn ibv_modify_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library and its attributes.
-        let (Some(q), Some(a)) = (unsafe { qp(qp_) }, unsafe { attr.as_ref() }) else { return einval() };
+        let (Some(q), Some(a)) = (unsafe { qp(qp_) }, unsafe { attr.as_ref() }) else { return fail(libc::EINVAL) };
         if mask == 0 {
             return 0;
         }
         let mask = QpAttrMask(mask as u32);
         let core_attr = match attr::to_core(a, mask) {
             Ok(c) => c,
-            Err(e) => {
-                set_errno(e);
-                return e;
-            }
+            Err(e) => return fail(e),
         };
         let r = q.core.modify_qp(&core_attr, mask);
         if r.is_ok() && mask.contains(QpAttrMask::STATE) {
@@ -216,11 +213,6 @@ pub unsafe extern "C" fn ibv_modify_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr,
         }
         status(r)
     })
-}
-
-fn einval() -> i32 {
-    set_errno(libc::EINVAL);
-    libc::EINVAL
 }
 
 /// `ibv_query_qp(qp, attr, attr_mask, init_attr)`: the device's attributes into `attr` (its
@@ -232,7 +224,7 @@ pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, 
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library and room for both answers.
         let (Some(q), Some(a), Some(i)) = (unsafe { qp(qp_) }, unsafe { attr.as_mut() }, unsafe { init.as_mut() }) else {
-            return einval();
+            return fail(libc::EINVAL);
         };
         let got = match q.core.query_qp(QpAttrMask(mask as u32)) {
             Ok(g) => g,
@@ -264,7 +256,7 @@ pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, 
 pub unsafe extern "C" fn ibv_destroy_qp(qp_: *mut ibv_qp) -> i32 {
     guard(libc::EIO, || {
         if qp_.is_null() {
-            return einval();
+            return fail(libc::EINVAL);
         }
         let p = qp_.cast::<Qp>();
         // SAFETY: a live QP box of this library (the program's promise).

@@ -8,7 +8,7 @@ use crate::abi::{
 };
 use crate::context::{context, Context};
 use crate::devices::copy_str;
-use crate::ffi::{guard, minus_one, set_errno};
+use crate::ffi::{errno_of, fail, guard, minus_one};
 use ib_core::{DeviceAttr, GidType, Mtu, PortAttr};
 use memoffset::offset_of;
 use std::mem::size_of;
@@ -71,9 +71,9 @@ pub(crate) fn device_attr(ctx: &Context) -> ibv_device_attr {
 pub unsafe extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the caller passes an open context of this library (or NULL).
-        let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+        let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
         if attr.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         // SAFETY: `attr` is the caller's writable `ibv_device_attr`.
         unsafe { attr.write(device_attr(c)) };
@@ -93,10 +93,10 @@ pub(crate) unsafe extern "C" fn query_device_ex(
 ) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the header passes the context it was called with.
-        let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+        let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
         // SAFETY: `input` is NULL or the caller's readable input.
         if attr.is_null() || attr_size < size_of::<ibv_device_attr>() || unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         let mut ex: ibv_device_attr_ex = ibv_device_attr_ex {
             orig_attr: device_attr(c),
@@ -156,13 +156,13 @@ fn port_attr(p: &PortAttr) -> ibv_port_attr {
 /// `out` is writable for `len` bytes.
 unsafe fn write_port(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> i32 {
     // SAFETY: the caller passes an open context of this library (or NULL).
-    let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+    let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
     if out.is_null() {
-        return libc::EINVAL;
+        return fail(libc::EINVAL);
     }
     let p = match c.dev.core.query_port(port) {
         Ok(p) => port_attr(&p),
-        Err(e) => return e.errno(),
+        Err(e) => return errno_of(&e),
     };
     // SAFETY: `out` holds `len` bytes (the caller's promise); we copy at most our struct's size.
     unsafe {
@@ -260,9 +260,9 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
 ) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the caller passes an open context of this library (or NULL).
-        let Some(c) = (unsafe { context(ctx) }) else { return libc::EINVAL };
+        let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
         if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() || port > u32::from(u8::MAX) {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         match gid_entry(c, port as u8, index) {
             Ok(e) => {
@@ -270,7 +270,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                 unsafe { entry.write(e) };
                 0
             }
-            Err(e) => e,
+            Err(e) => fail(e),
         }
     })
 }
@@ -347,10 +347,7 @@ pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pke
         let want = u16::from_be(pkey);
         match (0..len).find(|&i| c.dev.core.query_pkey(port, i).is_ok_and(|v| v == want)) {
             Some(i) => i32::from(i),
-            None => {
-                set_errno(libc::ENOENT);
-                -1
-            }
+            None => minus_one(libc::ENOENT),
         }
     })
 }

@@ -11,7 +11,6 @@ use std::ffi::{CStr, CString};
 use std::io::Read;
 use std::sync::OnceLock;
 
-
 /// `ibv_get_sysfs_path()`: where sysfs is mounted: `$SYSFS_PATH` without trailing slashes (at
 /// most 256 bytes, and only when the process is not set-uid), else "/sys"; read once, as
 /// libibverbs does.

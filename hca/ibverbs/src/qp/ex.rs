@@ -144,8 +144,7 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> i32 {
             if s.err != 0 {
                 let e = s.err;
                 s.clear();
-                crate::ffi::set_errno(e);
-                return e;
+                return crate::ffi::fail(e);
             }
             let st = &*s;
             let srcs = st.wrs.iter().map(|w| {

@@ -12,7 +12,7 @@ use crate::abi::{
     IBV_SEND_SOLICITED, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
     IBV_WR_SEND_WITH_IMM,
 };
-use crate::ffi::{errno_of, guard};
+use crate::ffi::{errno_of, fail, guard};
 use super::{qp, Qp};
 use ib_core::{RecvWr, SendWr, Sge, WrOpcode};
 use memoffset::offset_of;
@@ -141,8 +141,7 @@ impl Qp {
                 return Err((base + i, errno_of(&e)));
             }
             if let Some(e) = stop {
-                crate::ffi::set_errno(e);
-                return Err((base + staged.len(), e));
+                return Err((base + staged.len(), fail(e)));
             }
             base += staged.len();
         }
@@ -214,7 +213,7 @@ unsafe fn nth<T>(mut wr: *mut T, i: usize, next: impl Fn(*mut T) -> *mut T) -> *
 pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
-        let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, libc::EINVAL) };
+        let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, fail(libc::EINVAL)) };
         // SAFETY: each WR of the chain is the program's, valid until it is walked past.
         let next = |w: *mut ibv_send_wr| unsafe { (*w).next };
         let mut cur = wr;
@@ -239,7 +238,7 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
 pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
-        let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, libc::EINVAL) };
+        let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, fail(libc::EINVAL)) };
         let mut wrs: SmallVec<[RecvWr<'_>; 1]> = SmallVec::new();
         let mut cur = wr;
         let mut stop = None;
@@ -263,10 +262,7 @@ pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr
             }
         }
         match stop {
-            Some(e) => {
-                crate::ffi::set_errno(e);
-                bad_wr(bad, nth_wr(wrs.len()), e)
-            }
+            Some(e) => bad_wr(bad, nth_wr(wrs.len()), fail(e)),
             None => 0,
         }
     })
