@@ -37,16 +37,13 @@ pub(crate) struct Inline {
 
 impl Inline {
     /// The bounce buffer of a QP with the granted `cap` (`None` when it asks for no inline
-    /// data).
+    /// data); `cap.max_inline_data` is at most [`MAX_INLINE`] (the QP's create refused more).
     ///
-    /// Errors: [`Error::InvalidArgument`] above [`MAX_INLINE`]; MR allocation errors.
+    /// Errors: MR allocation errors.
     pub(crate) fn new(pd: &Pd, cap: &ibv_qp_cap) -> Result<Option<Self>> {
         let max = cap.max_inline_data;
         if max == 0 {
             return Ok(None);
-        }
-        if max > MAX_INLINE {
-            return Err(Error::InvalidArgument("max_inline_data above the library's limit"));
         }
         let depth = u64::from(cap.max_send_wr.max(1));
         let slots = 3 * depth;
