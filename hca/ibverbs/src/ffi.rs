@@ -103,8 +103,10 @@ pub(crate) unsafe fn destroy_boxed<B, T>(
 }
 
 /// One slice of a wait without bound: libibverbs's blocking verbs (`ibv_get_cq_event`,
-/// `ibv_get_async_event`, the waits of `ibv_destroy_cq`/`ibv_destroy_qp` for acknowledgements)
-/// have no timeout, while every wait of the core has one, so the library waits slice after slice.
+/// `ibv_get_async_event`, the wait of `ibv_destroy_cq` for acknowledgements) have no timeout,
+/// while every wait of the core has one, so the library waits slice after slice.
+/// (`ibv_destroy_qp` passes the core [`ib_core::time::FAR_FUTURE`] instead: a QP's destroy has
+/// no later step bounded by the same deadline, while a CQ's teardown waits until it again.)
 pub(crate) const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// Calls `wait` with [`WAIT_SLICE`] until it gives anything but [`Error::Timeout`].

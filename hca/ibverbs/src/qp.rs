@@ -226,7 +226,8 @@ pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         let (Some(q), Some(a), Some(i)) = (unsafe { qp(qp_) }, unsafe { attr.as_mut() }, unsafe { init.as_mut() }) else {
             return fail(libc::EINVAL);
         };
-        let got = match q.core.query_qp(QpAttrMask(mask as u32)) {
+        let mask = QpAttrMask(mask as u32);
+        let got = match q.core.query_qp(mask) {
             Ok(g) => g,
             Err(e) => return errno_of(&e),
         };
@@ -241,7 +242,7 @@ pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, 
             qp_type: b.qp_type,
             sq_sig_all: i32::from(q.sq_sig_all),
         };
-        if mask as u32 & QpAttrMask::STATE.bits() != 0 {
+        if mask.contains(QpAttrMask::STATE) {
             // SAFETY: the program's QP; `state` is the field libibverbs updates here.
             unsafe { addr_of_mut!((*qp_).state).write(got.qp_state.raw()) };
         }
@@ -249,9 +250,11 @@ pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, 
     })
 }
 
-/// `ibv_destroy_qp(qp)`: 0, or the errno with the QP kept (`EINVAL` for NULL, `EDEADLK` from
-/// inside the QP's own async handler). As libibverbs, it first waits for every async event
-/// taken for the QP to be acknowledged (without bound; a fatal device ends the wait).
+/// `ibv_destroy_qp(qp)`: 0, or `EINVAL` for NULL. As libibverbs, it first waits for every async
+/// event taken for the QP to be acknowledged (without bound; a fatal device ends the wait); a
+/// connected RC QP over a model's RoCE port first lingers (see `linger`). The box is freed here
+/// rather than by `ffi::destroy_boxed`, which drops none of a box's other fields: a
+/// `Qp`'s inline buffer (an MR) and batch must be dropped.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp_: *mut ibv_qp) -> i32 {
     guard(libc::EIO, || {
@@ -288,7 +291,8 @@ fn linger(q: &Qp) {
     if q.ibv.qp_base.qp_type != IBV_QPT_RC || !matches!(a.qp_state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
         return;
     }
-    // SAFETY: the QP's context outlives it (a context with QPs cannot be closed).
+    // SAFETY: the program's QP is live, so its context is open (closing a context frees its
+    // objects; a QP used after that is the program's error, as in C).
     let Some(ctx) = (unsafe { crate::context::context(q.ibv.qp_base.context) }) else { return };
     let ack_timeout_us = 4.096 * f64::from(1u32 << a.timeout.min(31));
     let quiet = Duration::from_micros((4.0 * ack_timeout_us) as u64).clamp(Duration::from_millis(10), Duration::from_secs(1));

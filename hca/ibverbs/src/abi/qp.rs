@@ -25,9 +25,10 @@ pub struct ibv_ah {
     pub handle: u32,
 }
 
-/// `struct ibv_qp`: written by the library (`state` is not kept current, as in libibverbs:
-/// `ibv_query_qp` answers). The header's inline `ibv_post_send`/`ibv_post_recv` call through
-/// `context`.
+/// `struct ibv_qp`: written by the library; `state` follows a successful `ibv_modify_qp` or
+/// `ibv_query_qp` naming `IBV_QP_STATE`, as libibverbs keeps it (a QP the device moves to ERR
+/// on its own is seen by `ibv_query_qp`). The header's inline `ibv_post_send`/`ibv_post_recv`
+/// call through `context`.
 #[repr(C)]
 pub struct ibv_qp {
     pub context: *mut ibv_context,
