@@ -69,11 +69,13 @@ fn matches(taken: &AsyncEvent, ev: &ibv_async_event) -> bool {
     if taken.event_type.raw() != ev.event_type {
         return false;
     }
-    // SAFETY: reading the union as a pointer-sized integer is defined for every member stored.
-    let (cq, qp) = unsafe { (ev.element.cq as u64, ev.element.qp as u64) };
+    // The event types are equal, so `ev`'s union holds the member `taken`'s element names, as
+    // `ibv_get_async_event` wrote it (a port event's `port_num` is never read as a pointer).
     match &taken.element {
-        AsyncElement::Cq(c) => c.cq_context() == cq,
-        AsyncElement::Qp(q) => q.qp_context() == qp,
+        // SAFETY: a CQ event: the union holds `cq` (above).
+        AsyncElement::Cq(c) => c.cq_context() == unsafe { ev.element.cq } as u64,
+        // SAFETY: a QP event: the union holds `qp` (above).
+        AsyncElement::Qp(q) => q.qp_context() == unsafe { ev.element.qp } as u64,
         _ => false,
     }
 }
