@@ -136,7 +136,7 @@ fn port_file(dev: &DeviceEntry, port: u8, file: &[&str]) -> Result<String, i32> 
             LinkLayer::Unspecified => "Unknown",
         }
         .into()),
-        ["state"] => Ok(format!("{}: {}", attr.state as u32, state_name(attr.state as u32))),
+        ["state"] => Ok(format!("{}: {}", attr.state.raw(), state_name(attr.state.raw()))),
         ["lid"] => Ok(format!("0x{:x}", attr.lid)),
         // An entry not in use reads as the zero GID.
         ["gids", i] => Ok(gid_text(&dev.core.query_gid(port, index(i)?).unwrap_or([0; 16]))),
