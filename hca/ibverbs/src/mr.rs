@@ -91,24 +91,36 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> i32 {
     })
 }
 
-/// `IBV_REREG_MR_ERR_INPUT` and `IBV_REREG_MR_ERR_CMD` (`enum ibv_rereg_mr_err_code`).
+/// `enum ibv_rereg_mr_err_code`: `IBV_REREG_MR_ERR_INPUT` and `IBV_REREG_MR_ERR_CMD`.
 const IBV_REREG_MR_ERR_INPUT: i32 = -1;
-const IBV_REREG_MR_ERR_CMD: i32 = -5;
+const IBV_REREG_MR_ERR_CMD: i32 = -4;
+/// `enum ibv_rereg_mr_flags`: `IBV_REREG_MR_CHANGE_TRANSLATION`, `IBV_REREG_MR_CHANGE_ACCESS`
+/// and every flag (`IBV_REREG_MR_FLAGS_SUPPORTED`).
+const IBV_REREG_MR_CHANGE_TRANSLATION: i32 = 1 << 0;
+const IBV_REREG_MR_CHANGE_ACCESS: i32 = 1 << 2;
+const IBV_REREG_MR_FLAGS_SUPPORTED: i32 = (1 << 3) - 1;
 
 /// `ibv_rereg_mr(mr, flags, pd, addr, length, access)`: pvrdma has no REREG_MR command, so this
-/// answers as libibverbs does when the provider lacks the verb: `IBV_REREG_MR_ERR_CMD` with
-/// errno `EOPNOTSUPP` (`IBV_REREG_MR_ERR_INPUT` with `EINVAL` for a NULL MR). The MR is unchanged.
+/// answers as libibverbs 44 does when the provider lacks the verb. Its input checks first, each
+/// `IBV_REREG_MR_ERR_INPUT` with `EINVAL`: a NULL MR, an unknown flag, a new translation without
+/// an address or a length, access flags without `IBV_REREG_MR_CHANGE_ACCESS`. Then the
+/// provider's refusal: `IBV_REREG_MR_ERR_CMD` with `EOPNOTSUPP`. The MR is unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
-    _flags: i32,
+    flags: i32,
     _pd: *mut ibv_pd,
-    _addr: *mut libc::c_void,
-    _length: usize,
-    _access: i32,
+    addr: *mut libc::c_void,
+    length: usize,
+    access: i32,
 ) -> i32 {
     guard(IBV_REREG_MR_ERR_CMD, || {
-        if mr.is_null() {
+        let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        let bad = mr.is_null()
+            || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (translation && (addr.is_null() || length == 0))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0);
+        if bad {
             set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_INPUT;
         }

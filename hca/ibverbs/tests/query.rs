@@ -115,7 +115,13 @@ fn pds_and_mrs_over_program_memory() {
         let relaxed = ibv_reg_mr(pd, addr, 64, 1 | (1 << 20));
         assert!(!relaxed.is_null(), "IBV_ACCESS_RELAXED_ORDERING is optional");
         assert_eq!(ibv_dereg_mr(relaxed), 0);
-        assert_eq!(ibv_rereg_mr(mr, 0, pd, addr, 16, 1), -5);
+        // libibverbs 44's input checks (IBV_REREG_MR_ERR_INPUT, EINVAL), then the provider's
+        // refusal (IBV_REREG_MR_ERR_CMD, EOPNOTSUPP).
+        for (flags, a, len, access) in [(0, addr, 16, 1), (8, addr, 16, 0), (1, null_mut(), 16, 0), (1, addr, 0, 0)] {
+            assert_eq!(ibv_rereg_mr(mr, flags, pd, a, len, access), -1, "flags {flags} access {access}");
+            assert_eq!(errno(), libc::EINVAL);
+        }
+        assert_eq!(ibv_rereg_mr(mr, 4, pd, addr, 16, 1), -4);
         assert_eq!(errno(), libc::EOPNOTSUPP);
         assert_eq!(ibv_dereg_mr(mr), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
