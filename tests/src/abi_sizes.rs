@@ -69,6 +69,12 @@ pub const HEADERLESS: &[HeaderlessStruct] = &[
     row!("pvrdma_cmd_destroy_qp_resp", cmd::DestroyQpResp, 24),
     row!("pvrdma_cmd_create_bind", cmd::CreateBind, 48),
     row!("pvrdma_cmd_destroy_bind", cmd::DestroyBind, 40),
+    row!("pvrdma_cmd_create_srq", cmd::CreateSrq, 56),
+    row!("pvrdma_cmd_create_srq_resp", cmd::CreateSrqResp, 24),
+    row!("pvrdma_cmd_modify_srq", cmd::ModifySrq, 40),
+    row!("pvrdma_cmd_query_srq", cmd::QuerySrq, 24),
+    row!("pvrdma_cmd_query_srq_resp", cmd::QuerySrqResp, 32),
+    row!("pvrdma_cmd_destroy_srq", cmd::DestroySrq, 24),
     // Rings (pvrdma_ring.h) and their entries (pvrdma_dev_api.h).
     row!("pvrdma_ring", ring::Ring, 8),
     row!("pvrdma_ring_state", ring::RingState, 16),
@@ -80,4 +86,5 @@ pub const HEADERLESS: &[HeaderlessStruct] = &[
     row!("pvrdma_ah_attr", verbs::AhAttr, 40),
     row!("pvrdma_qp_cap", verbs::QpCap, 24),
     row!("pvrdma_qp_attr", verbs::QpAttr, 160),
+    row!("pvrdma_srq_attr", verbs::SrqAttr, 16),
 ];

@@ -6,7 +6,7 @@
 //! One struct per command (no unions); [`CmdRequest`] pairs each request with its response.
 
 use crate::assert_layout;
-use crate::verbs::{Gid, PortAttr, QpAttr};
+use crate::verbs::{Gid, PortAttr, QpAttr, SrqAttr};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -259,6 +259,36 @@ abi_struct!(/// DESTROY_BIND.
     DestroyBind { hdr: CmdHdr, index: U32, dest_gid: Gid, reserved: [u8; 4] });
 assert_layout!(DestroyBind, 40, hdr = 0, index = 16, dest_gid = 20, reserved = 36);
 request!(DestroyBind, opcode::DESTROY_BIND, NoopResp);
+
+abi_struct!(/// CREATE_SRQ: a receive ring of `attrs.max_wr` WQEs in `nchunks` pages; page 0 is the
+    /// ring state (the SRQ uses its `rx` half), the WQEs start at page 1.
+    CreateSrq { hdr: CmdHdr, pdir_dma: U64, pd_handle: U32, nchunks: U32, attrs: SrqAttr,
+        srq_type: u8, reserved: [u8; 7] });
+assert_layout!(CreateSrq, 56, hdr = 0, pdir_dma = 16, pd_handle = 24, nchunks = 28, attrs = 32,
+    srq_type = 48, reserved = 49);
+abi_struct!(/// CREATE_SRQ response: the SRQ's handle.
+    CreateSrqResp { hdr: RespHdr, srqn: U32, reserved: [u8; 4] });
+assert_layout!(CreateSrqResp, 24, hdr = 0, srqn = 16, reserved = 20);
+request!(CreateSrq, opcode::CREATE_SRQ, CreateSrqResp);
+
+abi_struct!(/// MODIFY_SRQ: apply the `attrs` fields `attr_mask` ([`crate::verbs::srq_attr_mask`])
+    /// selects.
+    ModifySrq { hdr: CmdHdr, srq_handle: U32, attr_mask: U32, attrs: SrqAttr });
+assert_layout!(ModifySrq, 40, hdr = 0, srq_handle = 16, attr_mask = 20, attrs = 24);
+request!(ModifySrq, opcode::MODIFY_SRQ, NoopResp);
+
+abi_struct!(/// QUERY_SRQ.
+    QuerySrq { hdr: CmdHdr, srq_handle: U32, reserved: [u8; 4] });
+assert_layout!(QuerySrq, 24, hdr = 0, srq_handle = 16, reserved = 20);
+abi_struct!(/// QUERY_SRQ response.
+    QuerySrqResp { hdr: RespHdr, attrs: SrqAttr });
+assert_layout!(QuerySrqResp, 32, hdr = 0, attrs = 16);
+request!(QuerySrq, opcode::QUERY_SRQ, QuerySrqResp);
+
+abi_struct!(/// DESTROY_SRQ.
+    DestroySrq { hdr: CmdHdr, srq_handle: U32, reserved: [u8; 4] });
+assert_layout!(DestroySrq, 24, hdr = 0, srq_handle = 16, reserved = 20);
+request!(DestroySrq, opcode::DESTROY_SRQ, NoopResp);
 
 #[cfg(test)]
 mod tests {

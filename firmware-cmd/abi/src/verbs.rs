@@ -159,6 +159,37 @@ assert_layout!(QpAttr, 160, qp_state = 0, cur_qp_state = 4, path_mtu = 8, path_m
     rnr_retry = 48, alt_port_num = 49, alt_timeout = 50, reserved = 51, cap = 56, ah_attr = 80,
     alt_ah_attr = 120);
 
+/// SRQ attributes (`struct pvrdma_srq_attr`), carried by CREATE_SRQ, MODIFY_SRQ and QUERY_SRQ.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
+pub struct SrqAttr {
+    /// Receive WQEs the SRQ holds (a power of two on this device: the ring's size).
+    pub max_wr: U32,
+    /// SGEs per receive WQE.
+    pub max_sge: U32,
+    /// The limit: below this many posted WQEs the device raises SRQ_LIMIT_REACHED once
+    /// (0: not armed).
+    pub srq_limit: U32,
+    pub reserved: U32,
+}
+assert_layout!(SrqAttr, 16, max_wr = 0, max_sge = 4, srq_limit = 8, reserved = 12);
+
+/// `enum pvrdma_srq_attr_mask` bits of MODIFY_SRQ (as `enum ibv_srq_attr_mask`).
+pub mod srq_attr_mask {
+    /// Resize to `max_wr` (refused by Linux's vmw_pvrdma and by the device).
+    pub const MAX_WR: u32 = 1 << 0;
+    /// Set (arm) `srq_limit`.
+    pub const LIMIT: u32 = 1 << 1;
+}
+
+/// `enum pvrdma_srq_type` (`srq_type` of CREATE_SRQ).
+pub mod srq_type {
+    /// A basic SRQ, the only type the device takes.
+    pub const BASIC: u8 = 0;
+    /// An XRC SRQ (not supported).
+    pub const XRC: u8 = 1;
+}
+
 /// `enum pvrdma_qp_state`.
 pub mod qp_state {
     pub const RESET: u32 = 0;
