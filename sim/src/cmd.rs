@@ -2,13 +2,14 @@
 //! module's handler, and builds the response bytes (header included).
 //!
 //! Every response carries `ack = opcode | 0x8000_0000` and the request's cookie; `err` is 0 or a
-//! positive errno. An unknown or unmodelled opcode (RESIZE_CQ, the SRQ commands, anything past
-//! them) gets its ack with `EINVAL` (QEMU 7.2 answers nothing for opcodes past its table).
+//! positive errno (QEMU 7.2 profile: MODIFY_SRQ and QUERY_SRQ swapped, see `srq.rs`). An unknown
+//! or unmodelled opcode (RESIZE_CQ, anything past DESTROY_SRQ) gets its ack with `EINVAL` (QEMU
+//! 7.2 answers nothing for opcodes past its table).
 
 use crate::device::{Core, Effects};
 use crate::dsr::DsrInfo;
 use crate::errno::{CmdResult, Errno};
-use crate::{cq, mr, pd, port, qp, uc};
+use crate::{cq, mr, pd, port, qp, srq, uc};
 use pvrdma_abi::cmd::{opcode as op, CmdRequest, NoopResp, RespHdr};
 use zerocopy::IntoBytes;
 
@@ -29,6 +30,7 @@ pub struct Outcome {
 /// Runs the request in `req` (the first [`MAX_REQUEST`] bytes of the command slot).
 pub fn execute(core: &Core, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outcome {
     let opcode = u32::from_le_bytes([req[8], req[9], req[10], req[11]]);
+    let opcode = srq::table_opcode(core.cfg.profile, opcode);
     let (mut resp, err) = match opcode {
         op::QUERY_PORT => run(req, |r| port::query_port(core, r)),
         op::QUERY_PKEY => run(req, |r| port::query_pkey(core, r)),
@@ -46,6 +48,10 @@ pub fn execute(core: &Core, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outc
         op::DESTROY_QP => run(req, |r| qp::destroy(core, r, fx)),
         op::CREATE_BIND => run(req, |r| port::create_bind(core, r)),
         op::DESTROY_BIND => run(req, |r| port::destroy_bind(core, r)),
+        op::CREATE_SRQ => run(req, |r| srq::create(core, r)),
+        op::MODIFY_SRQ => run(req, |r| srq::modify(core, r)),
+        op::QUERY_SRQ => run(req, |r| srq::query(core, r)),
+        op::DESTROY_SRQ => run(req, |r| srq::destroy(core, r)),
         _ => (NoopResp::default().as_bytes().to_vec(), Errno::EINVAL.0),
     };
     // Header: the cookie and err; ack is stored separately, last.

@@ -166,7 +166,7 @@ sim_stats! {
     ignored_requests,
     /// BAR2 writes.
     doorbells,
-    /// BAR2 writes refused: unowned page, foreign or unknown handle, SRQ or unknown offset,
+    /// BAR2 writes refused: unowned page, foreign or unknown handle, unknown offset,
     /// broken device.
     refused_doorbells,
     /// CQ doorbells with the POLL bit.

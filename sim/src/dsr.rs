@@ -39,6 +39,12 @@ pub mod limits {
     /// responder (`max_qp_init_rd_atom`, `max_qp_rd_atom`); MODIFY_QP refuses more. Reported and
     /// enforced (16, as mlx4); the operations themselves come with RDMA READ.
     pub const MAX_QP_RD_ATOM: u32 = 16;
+    /// SRQs.
+    pub const MAX_SRQ: u32 = 1024;
+    /// Receive WQEs per SRQ (a power of two).
+    pub const MAX_SRQ_WR: u32 = MAX_QP_WR;
+    /// SGEs per SRQ receive WQE.
+    pub const MAX_SRQ_SGE: u32 = MAX_SGE;
     /// Address handles (reported only: no UD yet).
     pub const MAX_AH: u32 = 64;
     /// Bytes one MR may span: what one page directory can describe (512 * 512 pages of 4 KiB).
@@ -163,6 +169,9 @@ pub fn caps(mac: [u8; 6]) -> DeviceCaps {
         max_mr: U32::new(MAX_MR),
         max_pd: U32::new(MAX_PD),
         max_ah: U32::new(MAX_AH),
+        max_srq: U32::new(MAX_SRQ),
+        max_srq_wr: U32::new(MAX_SRQ_WR),
+        max_srq_sge: U32::new(MAX_SRQ_SGE),
         max_qp_rd_atom: U32::new(MAX_QP_RD_ATOM),
         max_qp_init_rd_atom: U32::new(MAX_QP_RD_ATOM),
         max_res_rd_atom: U32::new(MAX_QP_RD_ATOM * MAX_QP),

@@ -29,6 +29,7 @@ mod pdir;
 mod port;
 mod qp;
 mod ring;
+mod srq;
 pub mod roce;
 mod table;
 mod uar;

@@ -37,7 +37,8 @@ pub fn destroy(core: &Core, req: &DestroyPd) -> CmdResult<NoopResp> {
     let h = req.pd_handle.get();
     let mut objs = core.objects.lock();
     objs.pds.get(h).ok_or(Errno::EINVAL)?;
-    if objs.qps.values().any(|q| q.pd == h) || objs.mrs.values().any(|m| m.pd == h) {
+    let srq_uses = objs.srqs.values().any(|s| s.pd == h);
+    if objs.qps.values().any(|q| q.pd == h) || objs.mrs.values().any(|m| m.pd == h) || srq_uses {
         return Err(Errno::EBUSY);
     }
     objs.pds.remove(h);

@@ -67,6 +67,8 @@ pub struct Qp {
     pub send_cq: Arc<Cq>,
     /// CQ of its receive completions.
     pub recv_cq: Arc<Cq>,
+    /// The SRQ its receive WQEs come from (`is_srq`); its own RQ is then never read.
+    srq: Option<Arc<crate::srq::Srq>>,
     sq_sig_all: bool,
     max_send_sge: u32,
     max_recv_sge: u32,
@@ -143,9 +145,11 @@ fn pow2_within(n: u32, max: u32) -> bool {
     n.is_power_of_two() && n <= max
 }
 
-/// CREATE_QP.
+/// CREATE_QP. With `is_srq` its receive WQEs come from the SRQ `srq_handle` (`srq.rs`): it then
+/// takes no receive WRs, SGEs or pages.
 ///
-/// Errors: `EINVAL` for a non-RC type, an SRQ or SRQ handle, inline data or atomic arguments
+/// Errors: `EINVAL` for a non-RC type, an unknown SRQ or an SRQ handle without `is_srq`, receive
+/// WRs or SGEs with an SRQ, inline data or atomic arguments
 /// (the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
 /// 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
@@ -153,14 +157,14 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an
 /// unknown PD or CQ, or a
 /// misaligned page or a page outside guest memory (QEMU answers `EINVAL` there too); `EPERM` if a
-/// CQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist or the host budget is
+/// CQ or the SRQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist or the host budget is
 /// spent.
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     // Every field means what it says: no SRQ, no inline data and no atomics (the caps report
     // none), QP access bits only, a boolean `sq_sig_all`.
     let meaningful = req.qp_type == qp_type::RC
-        && req.is_srq == 0
-        && req.srq_handle.get() == 0
+        && req.is_srq <= 1
+        && (req.is_srq == 1 || req.srq_handle.get() == 0)
         && req.max_inline_data.get() == 0
         && req.max_atomic_arg.get() == 0
         && req.access_flags.get() & !QP_ACCESS_BITS == 0
@@ -170,11 +174,10 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     }
     let (swr, rwr) = (req.max_send_wr.get(), req.max_recv_wr.get());
     let (ssge, rsge) = (req.max_send_sge.get(), req.max_recv_sge.get());
-    if !pow2_within(swr, limits::MAX_QP_WR)
-        || !pow2_within(rwr, limits::MAX_QP_WR)
-        || ssge > limits::MAX_SGE
-        || rsge > limits::MAX_SGE
-    {
+    let with_srq = req.is_srq == 1;
+    // A QP on an SRQ has no RQ: no receive WRs, no receive pages (as Linux's vmw_pvrdma sends).
+    let rq_fits = if with_srq { rwr == 0 && rsge == 0 } else { pow2_within(rwr, limits::MAX_QP_WR) };
+    if !pow2_within(swr, limits::MAX_QP_WR) || !rq_fits || ssge > limits::MAX_SGE || rsge > limits::MAX_SGE {
         return Err(Errno::EINVAL);
     }
     let (pd, ctx, send_cq, recv_cq) = {
@@ -187,11 +190,14 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         }
         (pd.handle, pd.ctx, scq.clone(), rcq.clone())
     };
+    let srq = crate::srq::for_new_qp(core, with_srq, req.srq_handle.get(), ctx)?;
     let (Some(sstride), Some(rstride)) = (sq_wqe_stride(ssge), rq_wqe_stride(rsge)) else {
         return Err(Errno::EINVAL);
     };
     let sq_pages = pdir::pages_for(u64::from(swr) * u64::from(sstride)).unwrap_or(u64::MAX);
     let rq_pages = pdir::pages_for(u64::from(rwr) * u64::from(rstride)).unwrap_or(u64::MAX);
+    // With an SRQ the RQ is a placeholder of one entry over the ring-state page, never read.
+    let (rq_pages, rwr_ring) = if with_srq { (0, 1) } else { (rq_pages, rwr) };
     let (total, send_chunks) =
         (u64::from(req.total_chunks.get()), u64::from(req.send_chunks.get()));
     let recv_chunks = total.checked_sub(1 + send_chunks).ok_or(Errno::EINVAL)?;
@@ -201,9 +207,12 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let dir = req.pdir_dma.get();
     let state_page = pdir::resolve(&core.mem, dir, 0, 1)?[0];
     let sq = pdir::resolve(&core.mem, dir, 1, sq_pages as usize)?;
-    let rq = pdir::resolve(&core.mem, dir, 1 + send_chunks as usize, rq_pages as usize)?;
+    let mut rq = pdir::resolve(&core.mem, dir, 1 + send_chunks as usize, rq_pages as usize)?;
+    if with_srq {
+        rq.push(state_page);
+    }
     let sq = RingPages::new(&core.mem, sq, sstride, swr).ok_or(Errno::EINVAL)?;
-    let rq = RingPages::new(&core.mem, rq, rstride, rwr).ok_or(Errno::EINVAL)?;
+    let rq = RingPages::new(&core.mem, rq, rstride, rwr_ring).ok_or(Errno::EINVAL)?;
     // Its rings' page lists, and its in-flight queue at full SQ depth.
     let queues = u64::from(swr) * size_of::<InFlight>() as u64;
     let charge = core.budget.charge_object::<Qp>(sq.host_bytes() + rq.host_bytes() + queues)?;
@@ -234,6 +243,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         pd,
         send_cq,
         recv_cq,
+        srq,
         sq_sig_all: req.sq_sig_all != 0,
         max_send_sge: ssge,
         max_recv_sge: rsge,
@@ -464,6 +474,11 @@ pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<Dest
 }
 
 impl Qp {
+    /// The unique id of the SRQ it receives from, if any.
+    pub(crate) fn srq_uid(&self) -> Option<u64> {
+        self.srq.as_ref().map(|s| s.uid)
+    }
+
     /// Marks the QP destroyed (DESTROY_QP, device reset).
     pub fn kill(&self) {
         let mut st = self.st.lock();
@@ -832,6 +847,12 @@ impl Qp {
         st: &mut MutexGuard<'_, QpState>,
         fx: &mut Effects,
     ) -> Result<Option<(RqWqeHdr, Sges)>, Rx> {
+        if let Some(srq) = &self.srq {
+            return srq.take(core).map_err(|()| {
+                self.fault(core, st, fx);
+                Rx::Fail(wc_status::RETRY_EXC_ERR)
+            });
+        }
         let wqe = match self.rq.next(&core.mem) {
             Ok(None) => return Ok(None),
             Ok(Some(slot)) => self
@@ -851,7 +872,8 @@ impl Qp {
     /// A receive WQE's header agrees with what the QP allows: `LOC_QP_OP_ERR` for too many SGEs,
     /// `LOC_LEN_ERR` for a `total_len` that disagrees with them.
     fn check_rq_wqe(&self, hdr: &RqWqeHdr, sges: &[Sge]) -> Result<(), u32> {
-        if hdr.num_sge.get() > self.max_recv_sge {
+        let max_sge = self.srq.as_ref().map_or(self.max_recv_sge, |s| s.max_sge());
+        if hdr.num_sge.get() > max_sge {
             Err(wc_status::LOC_QP_OP_ERR)
         } else if !total_len_agrees(hdr.total_len.get(), sges) {
             Err(wc_status::LOC_LEN_ERR)
@@ -872,6 +894,9 @@ impl Qp {
         let st = self.st.lock();
         if st.dead || !matches!(st.state, qp_state::RTR | qp_state::RTS) {
             return None;
+        }
+        if let Some(srq) = &self.srq {
+            return srq.capacity(core);
         }
         let slot = self.rq.next(&core.mem).ok()??;
         let (_, sges) = self.read_rq_wqe(core, slot)?;
@@ -982,6 +1007,10 @@ impl Qp {
         self.retire(core, st, fx);
         self.flush(core, true, fx);
         self.flush(core, false, fx);
+        if self.srq.is_some() && core.cfg.profile == crate::Profile::Ibta {
+            // IBTA 11.6.3.3 (o11-5.2.5): no more WQEs will be taken from the SRQ for this QP.
+            core.post_async_event(EqeType::QpLastWqeReached, self.handle);
+        }
         fx.kicks.push(self.handle);
     }
 
@@ -997,6 +1026,10 @@ impl Qp {
     /// Completes every posted WQE of the SQ (`send`) or RQ with `WR_FLUSH_ERR`. Stops at a bad
     /// index; never loops more than twice the queue size.
     fn flush(&self, core: &Core, send: bool, fx: &mut Effects) {
+        // The SRQ's WQEs stay posted for its other QPs: this QP holds none once it completed.
+        if !send && self.srq.is_some() {
+            return;
+        }
         let (ring, cq, opcode) = if send {
             (&self.sq, &self.send_cq, wc_opcode::SEND)
         } else {

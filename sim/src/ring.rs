@@ -239,6 +239,13 @@ impl Consumer {
     pub fn elems(&self) -> u32 {
         self.entries.elems
     }
+
+    /// How many entries are posted (producer minus consumer).
+    pub fn posted(&self, mem: &GuestMemory) -> Result<u32, RingFault> {
+        let prod = self.idx.load(mem, self.idx.prod)?;
+        let cons = self.idx.load(mem, self.idx.cons)?;
+        ring_count(prod, cons, self.entries.elems).ok_or(RingFault)
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::cq::Cq;
 use crate::mr::Mr;
 use crate::pd::Pd;
 use crate::qp::Qp;
+use crate::srq::Srq;
 use crate::uc::Uc;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -88,6 +89,8 @@ pub struct LiveObjects {
     pub cqs: usize,
     /// Queue pairs.
     pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
     /// UAR pages bound to a user context.
     pub uar_pages: usize,
 }
@@ -103,6 +106,7 @@ pub struct Objects {
     pub rkeys: HashMap<u32, u32>,
     pub cqs: Table<Arc<Cq>>,
     pub qps: Table<Arc<Qp>>,
+    pub srqs: Table<Arc<Srq>>,
     /// UAR page index -> owning context handle.
     pub uar_pages: HashMap<u32, u32>,
     key_state: u64,
@@ -120,6 +124,7 @@ impl Objects {
             rkeys: HashMap::new(),
             cqs: Table::new(1, MAX_CQ),
             qps: Table::new(2, MAX_QP),
+            srqs: Table::new(1, MAX_SRQ),
             uar_pages: HashMap::new(),
             key_state: seed,
         }
@@ -134,6 +139,7 @@ impl Objects {
             mr_keys: self.lkeys.len() + self.rkeys.len(),
             cqs: self.cqs.len(),
             qps: self.qps.len(),
+            srqs: self.srqs.len(),
             uar_pages: self.uar_pages.len(),
         }
     }

@@ -6,8 +6,8 @@
 //! 31), 8 the SRQ doorbell; the handle is in the low 24 bits. QEMU looks only at `offset & 0xfff`
 //! and rings any handle from any page; the model enforces ownership (design decision 5):
 //! page 0 is the kernel's and may ring any handle; a page CREATE_UC gave a context rings only
-//! that context's QPs and CQs; anything else (an unowned page, a foreign or unknown handle, the
-//! SRQ doorbell, an unknown offset) is refused and counted in `SimStats::refused_doorbells`.
+//! that context's QPs, CQs and SRQs; anything else (an unowned page, a foreign or unknown handle,
+//! an unknown offset) is refused and counted in `SimStats::refused_doorbells`.
 
 use crate::device::{Core, DeviceState, Effects};
 use crate::Profile;
@@ -79,7 +79,17 @@ impl Core {
                 };
                 cq.doorbell(self, arm, poll);
             }
-            Decoded::Srq { .. } | Decoded::Unknown => return false,
+            Decoded::Srq { handle, recv } => {
+                let Some(srq) = self.srq(handle).filter(|s| owner.allows(s.ctx)) else {
+                    return false;
+                };
+                if recv {
+                    let mut fx = Effects::default();
+                    srq.doorbell(self, &mut fx);
+                    self.settle_and_deliver(fx);
+                }
+            }
+            Decoded::Unknown => return false,
         }
         true
     }
