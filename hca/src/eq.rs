@@ -16,7 +16,7 @@ use crate::health::{Count, Health};
 use crate::platform::{Platform, VectorHandler};
 use crate::ring::DevRing;
 use doorbell::Owner;
-use ib_core::provider::{CqDelivery, CqError, CqEventHandler, QpEventHandler};
+use ib_core::provider::{CqDelivery, CqError, CqEventHandler, QpEventHandler, SrqEventHandler};
 use ib_core::{AsyncEventType, Error, EventScope, Result};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::event::{Cqne, Eqe, EqeType};
@@ -81,6 +81,7 @@ struct CqEntry {
 enum AsyncEntry {
     Cq(Arc<CqFlags>, Arc<dyn CqEventHandler>),
     Qp(Arc<dyn QpEventHandler>, AsyncEventType),
+    Srq(Arc<dyn SrqEventHandler>, AsyncEventType),
     Port(u8, AsyncEventType),
     Fatal(&'static str),
     /// No live object, or a type the driver does not know: (type, info).
@@ -91,7 +92,7 @@ impl std::fmt::Debug for AsyncEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Cq(..) => write!(f, "CQ_ERR"),
-            Self::Qp(_, e) => write!(f, "{e:?}"),
+            Self::Qp(_, e) | Self::Srq(_, e) => write!(f, "{e:?}"),
             Self::Port(p, e) => write!(f, "{e:?} on port {p}"),
             Self::Fatal(r) => write!(f, "fatal: {r}"),
             Self::Dropped(t, i) => write!(f, "type {t}, info {i:#x}"),
@@ -106,6 +107,7 @@ pub struct EventRings {
     stop: AtomicBool,
     cqs: RwLock<HashMap<u32, CqEntry>>,
     qps: RwLock<HashMap<u32, Arc<dyn QpEventHandler>>>,
+    srqs: RwLock<HashMap<u32, Arc<dyn SrqEventHandler>>>,
     /// Held while a CQ or QP is created and registered, or destroyed and unregistered, and while
     /// async entries are resolved to objects (see [`EventRings::destroy_object`]).
     pub(crate) objects: Mutex<()>,
@@ -127,6 +129,7 @@ impl EventRings {
             stop: AtomicBool::new(false),
             cqs: RwLock::new(HashMap::new()),
             qps: RwLock::new(HashMap::new()),
+            srqs: RwLock::new(HashMap::new()),
             objects: Mutex::new(()),
             async_ring: Mutex::new(DevRing::new(platform, ASYNC_RING_ELEMS, 8, Owner::Kernel)?),
             notify_ring: Mutex::new(DevRing::new(platform, NOTIFY_RING_ELEMS, 4, Owner::Kernel)?),
@@ -179,6 +182,22 @@ impl EventRings {
         }
         t.insert(handle, handler);
         Ok(())
+    }
+
+    /// Adds an SRQ the device just created (as [`EventRings::register_cq`]).
+    pub(crate) fn register_srq(&self, handle: u32, handler: Arc<dyn SrqEventHandler>) -> Result<()> {
+        let mut t = self.srqs.write();
+        if t.contains_key(&handle) {
+            drop(t);
+            return self.duplicate("SRQ", handle);
+        }
+        t.insert(handle, handler);
+        Ok(())
+    }
+
+    /// Removes an SRQ; later events for its handle are dropped and counted.
+    pub(crate) fn unregister_srq(&self, handle: u32) {
+        self.srqs.write().remove(&handle);
     }
 
     /// Removes a QP; later events for its handle are dropped and counted.
@@ -384,7 +403,7 @@ impl EventRings {
                 u8::try_from(info).ok().filter(|&p| p >= 1).map(|p| AsyncEntry::Port(p, event))
             }
             EventScope::Device => Some(AsyncEntry::Fatal(DEVICE_FATAL_EVENT)),
-            EventScope::Srq => None,
+            EventScope::Srq => self.srqs.read().get(&info).map(|h| AsyncEntry::Srq(h.clone(), event)),
         };
         found.unwrap_or(AsyncEntry::Dropped(type_, info))
     }
@@ -399,6 +418,7 @@ impl EventRings {
                 handler.error(CqError::Overrun)
             }
             AsyncEntry::Qp(handler, event) => handler.event(*event),
+            AsyncEntry::Srq(handler, event) => handler.event(*event),
             AsyncEntry::Port(port, event) => self.health.core().map(|c| c.port_event(*port, *event)).is_some(),
             AsyncEntry::Fatal(reason) => {
                 self.health.set_fatal(reason);

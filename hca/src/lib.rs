@@ -31,6 +31,7 @@ pub mod probe;
 pub mod qp;
 pub mod ring;
 mod selftest;
+pub mod srq;
 pub mod uar;
 pub mod uctx;
 pub mod wc;

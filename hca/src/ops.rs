@@ -141,6 +141,15 @@ impl DeviceOps for Pvrdma {
         Ok(Box::new(Qp::create(Pd::of(pd)?, init, events)?))
     }
 
+    fn create_srq(
+        &self,
+        pd: &dyn PdOps,
+        attr: &ib_core::SrqAttr,
+        events: Arc<dyn ib_core::provider::SrqEventHandler>,
+    ) -> Result<Box<dyn ib_core::provider::SrqOps>> {
+        Ok(Box::new(crate::srq::Srq::create(Pd::of(pd)?, attr, events)?))
+    }
+
     fn alloc_mr(&self, pd: &dyn PdOps, len: usize, access: u32) -> Result<Box<dyn MrOps>> {
         Ok(Box::new(Mr::alloc(Pd::of(pd)?, len, access)?))
     }

@@ -159,7 +159,10 @@ impl Qp {
             return Err(Error::InvalidArgument("CQ of another context"));
         }
         let (sq, rq) = queues(&init.cap)?;
-        let total = 1 + sq.pages() + rq.pages();
+        let srq = init.srq.map(crate::srq::Srq::of).transpose()?;
+        // On an SRQ the QP has no RQ: no receive WRs, SGEs or pages (as Linux's vmw_pvrdma).
+        let (rq_cnt, rq_sge, rq_pages) = if srq.is_some() { (0, 0, 0) } else { (rq.cnt, rq.max_sge, rq.pages()) };
+        let total = 1 + sq.pages() + rq_pages;
         if total > PAGE_DIR_MAX_PAGES || total > usize::from(u16::MAX) {
             return Err(Error::InvalidArgument("QP too large"));
         }
@@ -175,9 +178,11 @@ impl Qp {
             send_cq_handle: CqOps::handle(&send_cq).into(),
             recv_cq_handle: CqOps::handle(&recv_cq).into(),
             max_send_wr: sq.cnt.into(),
-            max_recv_wr: rq.cnt.into(),
+            max_recv_wr: rq_cnt.into(),
             max_send_sge: sq.max_sge.into(),
-            max_recv_sge: rq.max_sge.into(),
+            max_recv_sge: rq_sge.into(),
+            srq_handle: srq.map_or(0, |s| s.handle()).into(),
+            is_srq: u8::from(srq.is_some()),
             total_chunks: (total as u16).into(),
             send_chunks: (sq.pages() as u16).into(),
             sq_sig_all: u8::from(init.sq_sig_all),
@@ -201,7 +206,7 @@ impl Qp {
             buf.abandon();
             return Err(e);
         }
-        if let Err(e) = check_sizes(&resp, &sq, &rq) {
+        if let Err(e) = check_sizes(&resp, [sq.cnt, rq_cnt, sq.max_sge, rq_sge]) {
             // The handle is fresh (registered just now): DESTROY_QP names only this QP.
             if !destroy_qp(dev, handle) {
                 buf.abandon();
@@ -212,7 +217,11 @@ impl Qp {
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
         let (sq, rq) = (Arc::new(Mutex::new(sq)), Arc::new(Mutex::new(rq)));
         send_cq.attach_qp(handle, Some(sq.clone()), None);
-        recv_cq.attach_qp(handle, None, Some(rq.clone()));
+        let recv_owed: crate::wc::SharedWq = match srq {
+            Some(s) => s.owed(),
+            None => rq.clone(),
+        };
+        recv_cq.attach_qp(handle, None, Some(recv_owed));
         tracing::debug!(qpn = handle, "QP created");
         let sig_all = init.sq_sig_all;
         Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db })
@@ -246,14 +255,14 @@ fn destroy_qp(dev: &DeviceInner, handle: u32) -> bool {
 /// QPN of the GSI QP (QP1); QP0 is the SMI's. Neither is ever an RC QP (IBTA 10.2.4.2).
 const GSI_QPN: u32 = 1;
 
-/// Refuses a CREATE_QP answer whose queue sizes differ from the request: the rings were sized
+/// Refuses a CREATE_QP answer whose queue sizes (`asked`: send WRs, receive WRs, send SGEs,
+/// receive SGEs) differ from the request: the rings were sized
 /// and laid out (page counts, `send_chunks`) for exactly what was asked, so a device working to
 /// other sizes would read WQEs from the wrong place or past the ring. QEMU 7.2 and the model
 /// echo the request.
 ///
 /// Errors: [`Error::BadResponse`].
-fn check_sizes(resp: &CreateQpResp, sq: &WorkQueue, rq: &WorkQueue) -> Result<()> {
-    let asked = [sq.cnt, rq.cnt, sq.max_sge, rq.max_sge];
+fn check_sizes(resp: &CreateQpResp, asked: [u32; 4]) -> Result<()> {
     let got = [resp.max_send_wr.get(), resp.max_recv_wr.get(), resp.max_send_sge.get(), resp.max_recv_sge.get()];
     if asked == got {
         return Ok(());
@@ -436,7 +445,7 @@ fn sg_totals(sg: &[Sge], max_sge: u32) -> Result<(u32, u32)> {
 
 /// Writes a WQE at `slot`: its header, then its SGEs (at most the queue's `max_sge`, which its
 /// stride holds), straight into the ring: nothing allocated per work request.
-fn write_wqe(buf: &DmaBuf, slot: u64, hdr: &[u8], sg: &[Sge]) -> Result<()> {
+pub(crate) fn write_wqe(buf: &DmaBuf, slot: u64, hdr: &[u8], sg: &[Sge]) -> Result<()> {
     buf.write(slot, hdr)?;
     let mut at = slot + hdr.len() as u64;
     for s in sg {

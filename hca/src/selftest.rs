@@ -160,7 +160,7 @@ impl Loopback {
         let mr = Mr::alloc(&pd, 4096, access::LOCAL_WRITE)?;
         let cq = Cq::create(dev, None, 4, witness.clone())?;
         let cap = QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let init = QpCreate { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: true };
+        let init = QpCreate { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: true, srq: None };
         let a = Qp::create(&pd, &init, Arc::new(Quiet))?;
         let b = Qp::create(&pd, &init, Arc::new(Quiet))?;
         // A RoCE v2 port sends only from a RoCE v2 GID: the first one when the probe bound any.

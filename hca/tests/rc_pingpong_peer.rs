@@ -46,7 +46,7 @@ impl Peer {
         let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE).unwrap();
         let cq = dev.create_cq(RX_DEPTH + 1, None).unwrap();
         let cap = QpCap { max_send_wr: 1, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr).unwrap();
         qp.modify_to_init(1, 0).unwrap();
         let gid = gid_from_ip(ip.parse().unwrap());

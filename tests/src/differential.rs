@@ -384,6 +384,7 @@ pub fn objects(t: &Target) {
         qp_type: ib_core::QpType::Rc,
         sq_sig_all: false,
         qp_context: 0,
+        srq: None,
     };
     assert!(matches!(
         upd.create_qp(&attr),

@@ -115,6 +115,7 @@ pub fn rc_qp(pd: &Pd, scq: &Cq, rcq: &Cq) -> Qp {
         qp_type: QpType::Rc,
         sq_sig_all: false,
         qp_context: 0,
+        srq: None,
     };
     pd.create_qp(&attr).expect("create_qp")
 }

@@ -16,7 +16,7 @@ fn opts() -> ProbeOptions {
 }
 
 fn qp_attr<'a>(cq: &'a ib_core::Cq) -> QpInitAttr<'a> {
-    QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 }
+    QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None }
 }
 
 #[test]

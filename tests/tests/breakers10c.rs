@@ -15,7 +15,7 @@ use zerocopy::little_endian::{U32, U64};
 /// An RC QP of `send_wr`/`recv_wr` slots (two SGEs each) on the given CQs.
 fn qp_sized(pd: &Pd, scq: &Cq, rcq: &Cq, send_wr: u32, recv_wr: u32, sig_all: bool) -> Qp {
     let cap = QpCap { max_send_wr: send_wr, max_recv_wr: recv_wr, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: scq, recv_cq: rcq, cap, qp_type: QpType::Rc, sq_sig_all: sig_all, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: scq, recv_cq: rcq, cap, qp_type: QpType::Rc, sq_sig_all: sig_all, qp_context: 0, srq: None };
     pd.create_qp(&attr).expect("create_qp")
 }
 

@@ -253,6 +253,7 @@ fn a_duplicate_qp_handle_from_the_device_is_refused() {
         qp_type: ib_core::QpType::Rc,
         sq_sig_all: false,
         qp_context: 0,
+        srq: None,
     };
     match pd.create_qp(&attr) {
         Err(_) => {}

@@ -211,7 +211,7 @@ fn fatal_async_event_during_destroy_churn() {
     });
     let start = Instant::now();
     for _ in 0..50 {
-        match pd.create_qp(&ib_core::QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: ib_core::QpType::Rc, sq_sig_all: false, qp_context: 0 }) {
+        match pd.create_qp(&ib_core::QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: ib_core::QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None }) {
             Ok(q) => drop(q),
             Err(Error::DeviceFatal) => break,
             Err(e) => panic!("{e:?}"),

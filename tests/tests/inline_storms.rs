@@ -20,7 +20,7 @@ struct Side {
 fn side(dev: &ib_core::Device, pd: &ib_core::Pd, ch: Option<&ib_core::CompChannel>, depth: u32) -> Side {
     let cq = dev.create_cq(64, ch).unwrap();
     let cap = QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
     let qp = pd.create_qp(&attr).unwrap();
     let mr = pd.alloc_mr(1 << 16, access::LOCAL_WRITE).unwrap();
     Side { qp, cq, mr }

@@ -49,7 +49,7 @@ fn qp_churn(plat: Arc<dyn hca::platform::Platform>, run: Duration) {
 }
 
 fn attr(cq: &Cq, qp_context: u64) -> QpInitAttr<'_> {
-    QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context }
+    QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context, srq: None }
 }
 
 /// A QP created while another is destroyed, on a device that hands the destroyed QPN straight

@@ -74,6 +74,7 @@ fn objects_create_and_destroy_in_any_order() {
         qp_type: ib_core::QpType::Rc,
         sq_sig_all: false,
         qp_context: 0,
+        srq: None,
     };
     assert!(matches!(upd.create_qp(&attr), Err(Error::InvalidArgument(_))));
     drop(ctx);

@@ -161,6 +161,7 @@ fn a_cq_or_qp_handle_wider_than_24_bits_is_refused() {
                 qp_type: ib_core::QpType::Rc,
                 sq_sig_all: false,
                 qp_context: 0,
+                srq: None,
             };
             pd.create_qp(&attr).map(|_| ()).unwrap_err()
         };

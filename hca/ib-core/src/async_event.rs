@@ -119,6 +119,8 @@ pub enum AsyncElement {
     Cq(CqRef),
     /// A QP of the context.
     Qp(QpRef),
+    /// An SRQ of the context.
+    Srq(crate::srq::SrqRef),
     /// A port of the device.
     Port(u8),
     /// The device.
@@ -152,6 +154,14 @@ impl AsyncEvent {
         }
     }
 
+    /// The SRQ, for an SRQ event.
+    pub fn srq(&self) -> Option<&crate::srq::SrqRef> {
+        match &self.element {
+            AsyncElement::Srq(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The port, for a port event.
     pub fn port(&self) -> Option<u8> {
         match self.element {
@@ -171,6 +181,7 @@ impl AsyncEvent {
         match &self.element {
             AsyncElement::Cq(c) => Some(&c.0.async_),
             AsyncElement::Qp(q) => Some(&q.0.async_),
+            AsyncElement::Srq(s) => Some(&s.0.async_),
             _ => None,
         }
     }
@@ -179,6 +190,7 @@ impl AsyncEvent {
         match &self.element {
             AsyncElement::Cq(c) => Some(c.uid()),
             AsyncElement::Qp(q) => Some(q.uid()),
+            AsyncElement::Srq(s) => Some(s.uid()),
             _ => None,
         }
     }

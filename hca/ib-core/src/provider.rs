@@ -113,6 +113,8 @@ pub struct QpCreate<'a> {
     pub qp_type: QpType,
     /// Every send produces a CQE.
     pub sq_sig_all: bool,
+    /// The SRQ its receives come from (this provider's); the RQ sizes in `cap` are then 0.
+    pub srq: Option<&'a dyn SrqOps>,
 }
 
 /// A probed device (`ib_device_ops`).
@@ -175,6 +177,17 @@ pub trait DeviceOps: Send + Sync + 'static {
         init: &QpCreate<'_>,
         events: Arc<dyn QpEventHandler>,
     ) -> Result<Box<dyn QpOps>>;
+    /// An SRQ in `pd` of `attr`'s sizes (`srq_limit` ignored) that reports its async events to
+    /// `events`. The default refuses: a device without SRQs.
+    fn create_srq(
+        &self,
+        pd: &dyn PdOps,
+        attr: &crate::srq::SrqAttr,
+        events: Arc<dyn SrqEventHandler>,
+    ) -> Result<Box<dyn SrqOps>> {
+        let _ = (pd, attr, events);
+        Err(crate::Error::Unsupported("SRQs"))
+    }
     /// An MR over `len` bytes of memory the provider allocates itself (its address space starts
     /// at [`MrOps::addr`]).
     fn alloc_mr(&self, pd: &dyn PdOps, len: usize, access: u32) -> Result<Box<dyn MrOps>>;
@@ -267,6 +280,26 @@ pub trait QpOps: Send + Sync + 'static {
     fn query(&self, mask: QpAttrMask) -> Result<QpAttr>;
 }
 
+/// A shared receive queue. Dropping it destroys it on the device.
+pub trait SrqOps: Send + Sync + 'static {
+    /// The provider's own type.
+    fn as_any(&self) -> &dyn Any;
+    /// The device's SRQ handle.
+    fn handle(&self) -> u32;
+    /// Receive work requests it holds (what it was created with, rounded up by the device).
+    fn max_wr(&self) -> u32;
+    /// Posts receive work requests, as [`QpOps::post_recv`].
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, crate::Error)>;
+    /// Modifies the SRQ (mask and limit already checked by the core).
+    fn modify(&self, attr: &crate::srq::SrqAttr, mask: crate::srq::SrqAttrMask) -> Result<()>;
+    /// Asks the device for the SRQ's attributes.
+    fn query(&self) -> Result<crate::srq::SrqAttr>;
+}
+/// What the core does with an SRQ's async events (given to [`DeviceOps::create_srq`]).
+pub trait SrqEventHandler: Send + Sync {
+    /// An async event of SRQ scope. Returns `false` if the core no longer has the SRQ.
+    fn event(&self, event: AsyncEventType) -> bool;
+}
 /// How a CQ erred.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CqError {

@@ -43,6 +43,10 @@ pub struct QpInitAttr<'a> {
     pub sq_sig_all: bool,
     /// The consumer's value, carried by the QP's async events.
     pub qp_context: u64,
+    /// The SRQ its receives come from (of the PD's context), or `None` for its own RQ. With an
+    /// SRQ, `cap.max_recv_wr` and `cap.max_recv_sge` are ignored (libibverbs) and
+    /// [`Qp::post_recv`] is refused.
+    pub srq: Option<&'a crate::Srq>,
 }
 
 /// What the provider reports a QP's async events to.
@@ -70,6 +74,8 @@ pub struct Qp {
     ops: Option<Box<dyn QpOps>>,
     events: Arc<QpEvents>,
     qp_type: QpType,
+    /// The SRQ it receives from (held: the SRQ refuses destruction while the QP exists).
+    srq: Option<Arc<crate::srq::SrqInner>>,
     /// The state last set by a modify or read by a query, and the port last set.
     /// Written by modify and query (held across their commands); read by posts, held across
     /// the post, so no WQE is written after a modify to RESET emptied the rings (IBTA 10.3.1).
@@ -95,7 +101,14 @@ impl Pd {
                 return Err(Error::InvalidArgument("CQ of another device or context"));
             }
         }
-        check_cap(&attr.cap, &pd.ctx)?;
+        if attr.srq.is_some_and(|s| !s.of_context(&pd.ctx)) {
+            return Err(Error::InvalidArgument("SRQ of another device or context"));
+        }
+        let mut cap = attr.cap;
+        if attr.srq.is_some() {
+            (cap.max_recv_wr, cap.max_recv_sge) = (0, 0);
+        }
+        check_cap(&cap, &pd.ctx, attr.srq.is_some())?;
         let cqs = [attr.send_cq, attr.recv_cq];
         // Counted first, then the CQs' closing flags: a CQ being destroyed sees the count or this
         // sees its flag (SeqCst), never neither.
@@ -114,9 +127,10 @@ impl Pd {
         let create = QpCreate {
             send_cq: &*attr.send_cq.inner.ops,
             recv_cq: &*attr.recv_cq.inner.ops,
-            cap: attr.cap,
+            cap,
             qp_type: attr.qp_type,
             sq_sig_all: attr.sq_sig_all,
+            srq: attr.srq.map(|s| s.inner.ops()),
         };
         let late = Arc::new(LateQp(std::sync::OnceLock::new()));
         let ops = pd.ctx.device.ops.create_qp(&*pd.ops, &create, late.clone()).inspect_err(|_| release())?;
@@ -127,7 +141,12 @@ impl Pd {
         });
         let _ = late.0.set(events.clone());
         pd.hold();
+        let srq = attr.srq.map(|s| s.inner.clone());
+        if let Some(s) = &srq {
+            s.users.fetch_add(1, Ordering::AcqRel);
+        }
         Ok(Qp {
+            srq,
             pd: pd.clone(),
             send_cq: attr.send_cq.inner.clone(),
             recv_cq: attr.recv_cq.inner.clone(),
@@ -148,10 +167,10 @@ impl QpEventHandler for LateQp {
     }
 }
 
-fn check_cap(cap: &QpCap, ctx: &ContextInner) -> Result<()> {
+fn check_cap(cap: &QpCap, ctx: &ContextInner, with_srq: bool) -> Result<()> {
     let a = ctx.device.ops.query_device();
     let wr_ok = |n: u32| (1..=a.max_qp_wr).contains(&n);
-    if !wr_ok(cap.max_send_wr) || !wr_ok(cap.max_recv_wr) {
+    if !wr_ok(cap.max_send_wr) || !(with_srq || wr_ok(cap.max_recv_wr)) {
         return Err(Error::InvalidArgument("work request count out of range"));
     }
     if cap.max_send_sge > a.max_sge || cap.max_recv_sge > a.max_sge {
@@ -359,7 +378,8 @@ impl Qp {
     /// Posts one receive work request (IBTA 11.4.1.2).
     ///
     /// Errors: [`Error::InvalidState`] in RESET; in ERR the request is posted and completes with
-    /// `WR_FLUSH_ERR`; [`Error::InvalidArgument`]; [`Error::QueueFull`]; [`Error::DeviceFatal`].
+    /// `WR_FLUSH_ERR`; [`Error::InvalidArgument`] (also for a QP on an SRQ);
+    /// [`Error::QueueFull`]; [`Error::DeviceFatal`].
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<()> {
         self.post_recv_list(std::slice::from_ref(wr)).map_err(|(_, e)| e)
     }
@@ -368,6 +388,10 @@ impl Qp {
     /// chain). Errors: as [`Qp::post_send_list`], with the errors of [`Qp::post_recv`].
     pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, Error)> {
         self.pd.ctx.live().map_err(|e| (0, e))?;
+        if self.srq.is_some() {
+            // As Linux rxe and rdma-core's providers: a QP on an SRQ has no RQ to post to.
+            return Err((0, Error::InvalidArgument("the QP receives from an SRQ")));
+        }
         let cached = self.cached.read();
         if cached.state == QpState::Reset {
             return Err((0, Error::InvalidState));
@@ -409,6 +433,9 @@ impl Drop for Qp {
         self.pd.release();
         for cq in [&self.send_cq, &self.recv_cq] {
             cq.users.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(s) = self.srq.take() {
+            s.users.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

@@ -66,7 +66,7 @@ fn no_event_reaches_a_consumer_for_a_cq_or_qp_it_no_longer_has() {
     let pd = dev.alloc_pd().unwrap();
     let cq2 = dev.create_cq(8, None).unwrap();
     let cap = QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq2, recv_cq: &cq2, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 5 };
+    let attr = QpInitAttr { send_cq: &cq2, recv_cq: &cq2, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 5, srq: None };
     let qp = pd.create_qp(&attr).unwrap();
     let stale_qp = script(&dev).qp_events(qp.qpn());
     assert!(stale_qp.event(AsyncEventType::QpFatal));

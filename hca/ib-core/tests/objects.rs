@@ -46,7 +46,7 @@ fn a_channel_of_another_context_or_device_cannot_be_used() {
     let ucq = uctx.create_cq(16, Some(&uch)).unwrap();
     let kcq = dev1.create_cq(16, None).unwrap();
     let upd = uctx.alloc_pd().unwrap();
-    let attr = QpInitAttr { send_cq: &kcq, recv_cq: &ucq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: &kcq, recv_cq: &ucq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
     assert!(matches!(upd.create_qp(&attr), Err(Error::InvalidArgument(_))));
     let other_dev_cq = dev2.create_cq(16, None).unwrap();
     let attr = QpInitAttr { send_cq: &other_dev_cq, recv_cq: &ucq, ..attr };
@@ -69,7 +69,7 @@ fn destroy_refuses_while_the_object_is_used_and_succeeds_after() {
         other => panic!("a PD with an MR: {other:?}"),
     };
     mr.dereg();
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 9 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 9, srq: None };
     let qp = pd.create_qp(&attr).unwrap();
     let pd = match pd.dealloc() {
         Err((pd, Error::Busy(_))) => pd,

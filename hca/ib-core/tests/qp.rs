@@ -11,7 +11,7 @@ fn qp_on(dev: &ib_core::Device) -> (ib_core::Qp, ib_core::Cq, ib_core::Pd) {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
     let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
     (pd.create_qp(&attr).unwrap(), cq, pd)
 }
 

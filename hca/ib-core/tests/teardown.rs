@@ -18,7 +18,7 @@ fn cap() -> QpCap {
 }
 
 fn qp_on(pd: &Pd, cq: &Cq) -> Qp {
-    let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 7 };
+    let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 7, srq: None };
     pd.create_qp(&attr).unwrap()
 }
 
@@ -182,7 +182,7 @@ fn upcall_view_cannot_create_a_qp_on_a_cq_being_destroyed() {
     cq.set_upcall(UpcallPolicy::SingleInstance, move |view, _| {
         let _ = started_tx.lock().unwrap().send(());
         let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
-        let attr = QpInitAttr { send_cq: view, recv_cq: view, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 1 };
+        let attr = QpInitAttr { send_cq: view, recv_cq: view, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 1, srq: None };
         let r = pd2.create_qp(&attr);
         let _ = tx.send(r);
     })
@@ -230,7 +230,7 @@ fn upcall_view_cannot_create_a_qp_on_a_destroyed_cq() {
         slot.lock().unwrap().as_ref().unwrap().set_upcall(UpcallPolicy::SingleInstance, move |view, _| {
             let _ = started_tx.lock().unwrap().send(());
             let _ = rel_rx.lock().unwrap().recv_timeout(WAIT);
-            let attr = QpInitAttr { send_cq: view, recv_cq: view, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 1 };
+            let attr = QpInitAttr { send_cq: view, recv_cq: view, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 1, srq: None };
             let r = pd.create_qp(&attr).map(|q| { let n = q.qpn(); std::mem::forget(q); n });
             let _ = tx.send(("qp on A", format!("{r:?}")));
         }).unwrap();
@@ -422,9 +422,9 @@ fn cross_context_mixing_is_refused() {
     let cq2 = u2.create_cq(8, None).unwrap();
     let pd2 = u2.alloc_pd().unwrap();
     let kpd = dev.alloc_pd().unwrap();
-    let attr = QpInitAttr { send_cq: &cq2, recv_cq: &cq1, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: &cq2, recv_cq: &cq1, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
     assert!(pd2.create_qp(&attr).is_err());
-    let attr = QpInitAttr { send_cq: &cq1, recv_cq: &cq1, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: &cq1, recv_cq: &cq1, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
     assert!(kpd.create_qp(&attr).is_err());
     // A user context's async queue gets its own CQ's events only.
     scq(&cq1).0.events.error(CqError::Overrun);

@@ -98,6 +98,7 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
         qp_type: QpType::Rc,
         sq_sig_all: a.sq_sig_all != 0,
         qp_context: slot as u64,
+        srq: None,
     };
     let made = p.core.create_qp(&init).and_then(|core| Ok((Inline::new(&p.core, &cap)?, core)));
     let (inline, core) = match made {

@@ -57,7 +57,7 @@ const DEPTH: u32 = 1024;
 fn receiving_pair(dev: &ib_core::Device, pd: &ib_core::Pd, scq: &ib_core::Cq, rcq: &ib_core::Cq) -> (ib_core::Qp, ib_core::Qp) {
     let cap = QpCap { max_send_wr: DEPTH, max_recv_wr: DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp = |recv_cq| {
-        let attr = QpInitAttr { send_cq: scq, recv_cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+        let attr = QpInitAttr { send_cq: scq, recv_cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         pd.create_qp(&attr).expect("create_qp")
     };
     let (a, b) = (qp(scq), qp(rcq));

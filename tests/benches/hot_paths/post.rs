@@ -103,7 +103,7 @@ fn setup() -> Bench {
     let cq_b = dev.create_cq(4 * DEPTH, None).expect("a CQ");
     let cap = QpCap { max_send_wr: DEPTH, max_recv_wr: DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp = |cq| {
-        let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+        let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         pd.create_qp(&attr).expect("a QP")
     };
     let (a, b) = (qp(&cq_a), qp(&cq_b));

@@ -31,7 +31,7 @@ fn ends(size: u32) -> ([ib_core::Device; 2], End, End) {
     let end = |dev: &ib_core::Device| {
         let pd = dev.alloc_pd().expect("a PD");
         let cq = dev.create_cq(2 * RX_DEPTH, None).expect("a CQ");
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr).expect("a QP");
         let mr = pd.alloc_mr(2 * (size as usize).max(4096), access::LOCAL_WRITE).expect("an MR");
         End { qp, cq, ch: None, mr, yields: true }

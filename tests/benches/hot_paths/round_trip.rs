@@ -109,7 +109,7 @@ fn ends(events: bool, size: u32) -> (ib_core::Device, End, End) {
     let end = || {
         let ch = events.then(|| dev.create_comp_channel().expect("a channel"));
         let cq = dev.create_cq(2 * RX_DEPTH, ch.as_ref()).expect("a CQ");
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr).expect("a QP");
         let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).expect("an MR");
         End { qp, cq, ch, mr, yields: false }

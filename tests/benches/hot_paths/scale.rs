@@ -89,7 +89,7 @@ fn qp_memory() -> (u64, u64) {
     let pd = dev.alloc_pd().expect("a PD");
     let cq = dev.create_cq(64, None).expect("a CQ");
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
     let (dma0, heap0) = (sim.device().mem().used(), heap_live());
     let qps: Vec<_> = (0..QPS).map(|_| pd.create_qp(&attr).expect("a QP")).collect();
     let dma = (sim.device().mem().used() - dma0) / QPS as u64;

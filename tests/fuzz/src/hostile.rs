@@ -161,6 +161,7 @@ fn make_into(dev: &Device, o: &mut Objects) -> ib_core::Result<()> {
             qp_type: QpType::Rc,
             sq_sig_all: false,
             qp_context: 0,
+            srq: None,
         };
         o.qps.push(pd.create_qp(&attr)?);
     }

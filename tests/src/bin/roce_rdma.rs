@@ -297,7 +297,7 @@ impl Side {
         let cq = dev.create_cq(16, None)?;
         let cap = QpCap { max_send_wr: 8, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let attr =
-            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr)?;
         qp.modify_to_init(1, access::REMOTE_WRITE | access::REMOTE_READ)?;
         let sge = Sge { addr: mr.addr() + lay.scratch() as u64, length: SCRATCH as u32, lkey: mr.lkey() };

@@ -141,6 +141,7 @@ fn new_end(g: &Group, pick: &mut fastrand::Rng) -> End {
         qp_type: QpType::Rc,
         sq_sig_all: false,
         qp_context: 0,
+        srq: None,
     };
     let qp = g.pd.create_qp(&attr).expect("create_qp");
     let len = (2 * DEPTH * SLOT) as usize;

@@ -336,7 +336,7 @@ impl End {
         let cq = dev.create_cq(o.rx_depth + 1, channel.as_ref())?;
         let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let attr =
-            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0 };
+            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr)?;
         let psn = initial_psn(qp.qpn());
         Ok(Self { qp, cq, mr, buf, channel, psn, abort: abort.clone(), remote, _pd: pd })
