@@ -6,12 +6,13 @@ use crate::context::{context, Context};
 use crate::ffi::{block, guard, minus_one};
 use ib_core::{AsyncElement, AsyncEvent};
 
-/// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*` (every core CQ and QP
-/// of this library carries its box's address), or the port number (0 for the device).
+/// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` (every core
+/// CQ, QP and SRQ of this library carries its box's address), or the port number (0 for the device).
 fn element(ev: &AsyncEvent) -> ibv_async_event_element {
     match &ev.element {
         AsyncElement::Cq(c) => ibv_async_event_element { cq: c.cq_context() as *mut ibv_cq },
         AsyncElement::Qp(q) => ibv_async_event_element { qp: q.qp_context() as *mut ibv_qp },
+        AsyncElement::Srq(s) => ibv_async_event_element { srq: s.srq_context() as *mut libc::c_void },
         AsyncElement::Port(p) => ibv_async_event_element { port_num: i32::from(*p) },
         AsyncElement::Device => ibv_async_event_element { port_num: 0 },
     }
@@ -36,7 +37,7 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut 
         };
         let out = ibv_async_event { element: element(&ev), event_type: ev.event_type.raw() };
         // Port and device events need no acknowledgement (nothing waits for them).
-        if ev.cq().is_some() || ev.qp().is_some() {
+        if ev.cq().is_some() || ev.qp().is_some() || ev.srq().is_some() {
             c.async_taken.lock().push(ev);
         }
         // SAFETY: `event` is writable (the caller's).
@@ -57,6 +58,7 @@ unsafe fn owner<'a>(ev: &ibv_async_event) -> Option<&'a Context> {
         match ty.scope() {
             ib_core::EventScope::Cq => ev.element.cq.as_ref()?.context,
             ib_core::EventScope::Qp => ev.element.qp.as_ref()?.context,
+            ib_core::EventScope::Srq => ev.element.srq.cast::<crate::abi::ibv_srq>().as_ref()?.context,
             _ => return None,
         }
     };
@@ -76,6 +78,8 @@ fn matches(taken: &AsyncEvent, ev: &ibv_async_event) -> bool {
         AsyncElement::Cq(c) => c.cq_context() == unsafe { ev.element.cq } as u64,
         // SAFETY: a QP event: the union holds `qp` (above).
         AsyncElement::Qp(q) => q.qp_context() == unsafe { ev.element.qp } as u64,
+        // SAFETY: an SRQ event: the union holds `srq` (above).
+        AsyncElement::Srq(s) => s.srq_context() == unsafe { ev.element.srq } as u64,
         _ => false,
     }
 }

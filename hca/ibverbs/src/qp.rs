@@ -7,7 +7,7 @@ mod inline;
 mod post;
 
 pub(crate) use inline::{Inline, Staging, MAX_INLINE};
-pub(crate) use post::{post_recv, post_send};
+pub(crate) use post::{post_recv, post_recv_chain, post_send};
 
 use crate::abi::{
     ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
@@ -74,13 +74,19 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
     // SAFETY: the caller's promise.
     let (p, scq, rcq) = unsafe { (crate::pd::pd(pd), crate::cq::cq(a.send_cq), crate::cq::cq(a.recv_cq)) };
     let (Some(p), Some(scq), Some(rcq)) = (p, scq, rcq) else { return null(libc::EINVAL) };
-    if !a.srq.is_null() || a.qp_type != IBV_QPT_RC {
+    if a.qp_type != IBV_QPT_RC {
         return null(libc::EOPNOTSUPP);
     }
+    // SAFETY: the caller's promise covers the SRQ `a` names (NULL or a live SRQ of this library).
+    let srq = unsafe { crate::srq::srq(a.srq) };
     if a.cap.max_inline_data > MAX_INLINE {
         return null(libc::EINVAL);
     }
-    let cap = granted(&a.cap);
+    let mut cap = granted(&a.cap);
+    if srq.is_some() {
+        // No RQ: receives come from the SRQ (rdma-core's pvrdma provider grants none).
+        (cap.max_recv_wr, cap.max_recv_sge) = (0, 0);
+    }
     let slot = Box::into_raw(Box::new(MaybeUninit::<Qp>::uninit())).cast::<Qp>();
     // SAFETY: `slot` came from `Box::into_raw` of this layout and holds nothing to drop.
     let free = || drop(unsafe { Box::from_raw(slot.cast::<MaybeUninit<Qp>>()) });
@@ -98,7 +104,7 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
         qp_type: QpType::Rc,
         sq_sig_all: a.sq_sig_all != 0,
         qp_context: slot as u64,
-        srq: None,
+        srq: srq.map(|s| &*s.core),
     };
     let made = p.core.create_qp(&init).and_then(|core| Ok((Inline::new(&p.core, &cap)?, core)));
     let (inline, core) = match made {
@@ -115,7 +121,7 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
         pd,
         send_cq: a.send_cq,
         recv_cq: a.recv_cq,
-        srq: null_mut(),
+        srq: a.srq,
         handle: qpn,
         qp_num: qpn,
         state: QpState::Reset.raw(),
@@ -136,8 +142,9 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
 /// `ibv_create_qp(pd, qp_init_attr)`: an RC QP in RESET, the sizes granted written back into
 /// `qp_init_attr->cap` (work request counts rounded up to a power of two, as rdma-core's pvrdma
 /// provider). NULL with errno: `EINVAL` for a NULL PD, CQ or attribute, sizes beyond the
-/// device's, `max_inline_data` above 512; `EOPNOTSUPP` for another QP type or an SRQ (pvrdma
-/// here has neither yet); the core's errno otherwise.
+/// device's, `max_inline_data` above 512, an SRQ of another context; `EOPNOTSUPP` for another
+/// QP type; the core's errno otherwise. With `srq`, the QP's receives come from the SRQ and its
+/// granted `max_recv_wr`/`max_recv_sge` are 0.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard(null_mut(), || {
@@ -238,7 +245,7 @@ pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, 
             qp_context: b.qp_context,
             send_cq: b.send_cq,
             recv_cq: b.recv_cq,
-            srq: null_mut(),
+            srq: b.srq,
             cap: q.cap,
             qp_type: b.qp_type,
             sq_sig_all: i32::from(q.sq_sig_all),

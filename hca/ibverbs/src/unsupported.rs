@@ -9,11 +9,3 @@ mod verbs;
 pub use marshall::*;
 pub use private::*;
 pub use verbs::*;
-
-use crate::abi::ibv_recv_wr;
-
-/// `ops.post_srq_recv`: no SRQ can exist, so there is nothing to post to (`EOPNOTSUPP`, as
-/// libibverbs's dummy op).
-pub(crate) unsafe extern "C" fn post_srq_recv(_srq: *mut libc::c_void, _wr: *mut ibv_recv_wr, _bad: *mut *mut ibv_recv_wr) -> i32 {
-    libc::EOPNOTSUPP
-}

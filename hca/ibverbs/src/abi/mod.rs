@@ -13,6 +13,7 @@ mod cq;
 mod device;
 mod pd;
 mod qp;
+mod srq;
 mod wr;
 
 pub use context::*;
@@ -20,6 +21,7 @@ pub use cq::*;
 pub use device::*;
 pub use pd::*;
 pub use qp::*;
+pub use srq::*;
 pub use wr::*;
 
 /// `union ibv_gid`: 16 bytes, network order (`raw`; the `global` view is two `__be64`, which

@@ -5,7 +5,8 @@ use super::{ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_sge, pthread_cond_t, pthre
 use memoffset::offset_of;
 use std::mem::size_of;
 
-/// `struct ibv_srq` (no SRQ here yet: never made, only named).
+/// `struct ibv_srq`: written by the library at create; the header's inline `ibv_post_srq_recv`
+/// calls through `context`.
 #[repr(C)]
 pub struct ibv_srq {
     pub context: *mut ibv_context,

@@ -233,37 +233,52 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
 }
 
 /// `ops.post_recv` (`ibv_post_recv(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
-/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR or a QP in RESET,
-/// `ENOMEM` when the receive queue is full.
+/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR, a QP in RESET or a QP
+/// on an SRQ, `ENOMEM` when the receive queue is full.
 pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
         let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, fail(libc::EINVAL)) };
-        let mut wrs: SmallVec<[RecvWr<'_>; 1]> = SmallVec::new();
-        let mut cur = wr;
-        let mut stop = None;
-        // SAFETY: each WR of the chain is the program's, read during this call only.
-        while let Some(w) = unsafe { cur.as_ref() } {
-            // SAFETY: its SGE list is the program's promise.
-            match unsafe { sges(w.sg_list, w.num_sge) } {
-                Ok(sg_list) => wrs.push(RecvWr { wr_id: w.wr_id, sg_list }),
-                Err(e) => {
-                    stop = Some(e);
-                    break;
-                }
-            }
-            cur = w.next;
-        }
-        // SAFETY: each WR of the chain is the program's; the walk reached the index.
-        let nth_wr = |i| unsafe { nth(wr, i, |w: *mut ibv_recv_wr| (*w).next) };
-        if !wrs.is_empty() {
-            if let Err((i, e)) = q.core.post_recv_list(&wrs) {
-                return bad_wr(bad, nth_wr(i), errno_of(&e));
-            }
-        }
-        match stop {
-            Some(e) => bad_wr(bad, nth_wr(wrs.len()), fail(e)),
-            None => 0,
-        }
+        // SAFETY: the chain and `bad` are the program's.
+        unsafe { post_recv_chain(wr, bad, |wrs| q.core.post_recv_list(wrs)) }
     })
+}
+
+/// Posts the receive chain at `wr` with `post` (a QP's RQ or an SRQ), in one call for every WR
+/// read; 0, or the errno of the first WR not posted, stored in `*bad_wr` (a WR whose SGE list is
+/// unreadable stops the walk: those before it are posted).
+///
+/// # Safety
+/// `wr` is NULL or the program's chain, `bad` NULL or writable.
+pub(crate) unsafe fn post_recv_chain(
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl FnOnce(&[RecvWr<'_>]) -> Result<(), (usize, ib_core::Error)>,
+) -> i32 {
+    let mut wrs: SmallVec<[RecvWr<'_>; 1]> = SmallVec::new();
+    let mut cur = wr;
+    let mut stop = None;
+    // SAFETY: each WR of the chain is the program's, read during this call only.
+    while let Some(w) = unsafe { cur.as_ref() } {
+        // SAFETY: its SGE list is the program's promise.
+        match unsafe { sges(w.sg_list, w.num_sge) } {
+            Ok(sg_list) => wrs.push(RecvWr { wr_id: w.wr_id, sg_list }),
+            Err(e) => {
+                stop = Some(e);
+                break;
+            }
+        }
+        cur = w.next;
+    }
+    // SAFETY: each WR of the chain is the program's; the walk reached the index.
+    let nth_wr = |i| unsafe { nth(wr, i, |w: *mut ibv_recv_wr| (*w).next) };
+    if !wrs.is_empty() {
+        if let Err((i, e)) = post(&wrs) {
+            return bad_wr(bad, nth_wr(i), errno_of(&e));
+        }
+    }
+    match stop {
+        Some(e) => bad_wr(bad, nth_wr(wrs.len()), fail(e)),
+        None => 0,
+    }
 }

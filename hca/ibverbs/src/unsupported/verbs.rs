@@ -1,37 +1,13 @@
-//! Public verbs pvrdma lacks here (SRQ, address handles, multicast, ECE, importing objects
+//! Public verbs pvrdma lacks here (address handles, multicast, ECE, importing objects
 //! from another process, dma-buf MRs), answering as libibverbs 44 does over a provider
 //! without them, and the fork-protection calls, which this library does not need.
 
-use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_qp, ibv_srq, ibv_wc};
+use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_qp, ibv_wc};
 use crate::ffi::{guard, null, set_errno};
 use libc::{c_int, c_void, EOPNOTSUPP};
 
 /// `enum ibv_fork_status`'s `IBV_FORK_UNNEEDED`.
 const IBV_FORK_UNNEEDED: c_int = 2;
-
-/// `ibv_create_srq(pd, attr)`: NULL, `errno` `EOPNOTSUPP`: no SRQs here.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_srq(_pd: *mut ibv_pd, _attr: *mut c_void) -> *mut ibv_srq {
-    guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
-}
-
-/// `ibv_modify_srq(srq, attr, mask)`: `EOPNOTSUPP` (no SRQ can exist).
-#[no_mangle]
-pub unsafe extern "C" fn ibv_modify_srq(_srq: *mut ibv_srq, _attr: *mut c_void, _mask: c_int) -> c_int {
-    EOPNOTSUPP
-}
-
-/// `ibv_query_srq(srq, attr)`: `EOPNOTSUPP`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_srq(_srq: *mut ibv_srq, _attr: *mut c_void) -> c_int {
-    EOPNOTSUPP
-}
-
-/// `ibv_destroy_srq(srq)`: `EOPNOTSUPP`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
-    EOPNOTSUPP
-}
 
 /// `ibv_create_ah(pd, attr)`: NULL, `errno` `EOPNOTSUPP`: no address handles (UD) here.
 #[no_mangle]
