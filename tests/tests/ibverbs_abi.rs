@@ -119,6 +119,10 @@ fn structs(ck: &mut Checks) {
         en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout,
         retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
     layout!(ck, ibv_srq, "struct ibv_srq", context, srq_context, pd, handle, mutex, cond, events_completed);
+    layout!(ck, ibv_srq_attr, "struct ibv_srq_attr", max_wr, max_sge, srq_limit);
+    layout!(ck, ibv_srq_init_attr, "struct ibv_srq_init_attr", srq_context, attr);
+    layout!(ck, ibv_srq_init_attr_ex, "struct ibv_srq_init_attr_ex", srq_context, attr, comp_mask, srq_type, pd,
+        xrcd, cq, tm_cap);
     layout!(ck, ibv_ah, "struct ibv_ah", context, pd, handle);
     layout!(ck, ibv_context, "struct ibv_context", device, ops, cmd_fd, async_fd, num_comp_vectors, mutex,
         abi_compat);
