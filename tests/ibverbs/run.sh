@@ -244,6 +244,26 @@ case_rc_pingpong() {
   grep -h 'usec/iter' "$D/client.log"
 }
 
+# ibv_srq_pingpong server and client over RoCE v2 (GID 1): $1 QPs on each end receiving from
+# that end's one SRQ, messages of $2 bytes, then its extra options; -c checks every buffer. Each
+# end lists one local and one remote address per QP.
+case_srq_pingpong() {
+  local qps=$1 size=$2 f
+  shift 2
+  PORT=$(free_port) || { echo "no free TCP port"; return 1; }
+  local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -m 1024 -q "$qps" -s "$size" -n "$PP_ITERS" -c "$@")
+  SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP" ibv_srq_pingpong "${opts[@]}")
+  CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_srq_pingpong "${opts[@]}" "$SERVER_IP")
+  pair || return 1
+  pingpong_output_ok "$D/server.log" "$PP_ITERS" "$size" "$SERVER_IP" "$CLIENT_IP" || return 1
+  pingpong_output_ok "$D/client.log" "$PP_ITERS" "$size" "$CLIENT_IP" "$SERVER_IP" || return 1
+  for f in server client; do
+    [ "$(grep -c 'local address:' "$D/$f.log")" = "$qps" ] || { echo "$f.log: not $qps local addresses"; return 1; }
+    [ "$(grep -c 'remote address:' "$D/$f.log")" = "$qps" ] || { echo "$f.log: not $qps remote addresses"; return 1; }
+  done
+  grep -h 'usec/iter' "$D/client.log"
+}
+
 # ibv_rc_pingpong over a lossy link: the server's model drops 5 % of the packets both ways
 # (a fixed seed), so both ends recover through retransmission and still end with every payload
 # checked (-c), the last acknowledgement included (ibv_destroy_qp lingers for it).
@@ -341,6 +361,10 @@ for size in 1 4096 65536; do
 done
 run_case rc_pingpong_4096_new_send case_rc_pingpong 4096 -N
 run_case rc_pingpong_4096_lossy case_rc_pingpong_lossy
+run_case srq_pingpong_4096 case_srq_pingpong 16 4096
+run_case srq_pingpong_4096_events case_srq_pingpong 16 4096 -e
+run_case srq_pingpong_1_q4 case_srq_pingpong 4 1
+run_case srq_pingpong_65536_q8_events case_srq_pingpong 8 65536 -e
 run_case bad_devices case_bad_devices
 run_case hca_pingpong_to_rc_pingpong case_hca_pingpong_interop
 for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
