@@ -54,6 +54,12 @@ fn qemu_rc_send_recv() {
 
 #[test]
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
+fn qemu_srq() {
+    tests::differential_srq::srq(&Target::qemu("srq"));
+}
+
+#[test]
+#[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_user_context_data_path() {
     differential::user_context_data_path(&Target::qemu("user_context"));
 }
