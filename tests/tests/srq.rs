@@ -5,7 +5,7 @@
 //! MODIFY/QUERY_SRQ.
 
 use ib_core::{
-    access, AsyncEventType, Cq, Device, Error, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Srq, SrqAttr,
+    access, AsyncEventType, Context, Cq, Device, Error, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Srq, SrqAttr,
     SrqAttrMask, SrqInitAttr, WcOpcode, WcStatus, WrOpcode,
 };
 use pvrdma_abi::cmd::{CreateSrq, DestroySrq, ModifySrq, QuerySrq};
@@ -14,7 +14,8 @@ use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::{Profile, SimConfig};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
-use tests::fixture::{connect, connect_roce, gid, open, open_with, poll_n, pv, rc_qp, SETTLE, WAIT};
+use pvrdma_abi::uar::{UAR_SRQ_OFFSET, UAR_SRQ_RECV};
+use tests::fixture::{connect, connect_roce, gid, open, open_with, poll_n, pv, rc_qp, uar_page, SETTLE, WAIT};
 
 const EINVAL: i32 = 22;
 const MSG: u32 = 64;
@@ -60,23 +61,16 @@ struct Shared {
     mr_b: Mr,
 }
 
-fn shared(dev: &Device, n: usize, depth: u32, roce_gid: Option<[u8; 16]>) -> Shared {
-    let pd = dev.alloc_pd().unwrap();
-    let (cq_a, cq_b) = (dev.create_cq(256, None).unwrap(), dev.create_cq(256, None).unwrap());
+/// [`Shared`] in `ctx` (the device's kernel context or a user context of it).
+fn shared_in(dev: &Device, ctx: &Context, n: usize, depth: u32) -> Shared {
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq_a, cq_b) = (ctx.create_cq(256, None).unwrap(), ctx.create_cq(256, None).unwrap());
     let srq = srq(&pd, depth, 1);
     let a: Vec<Qp> = (0..n).map(|_| rc_qp(&pd, &cq_a, &cq_a)).collect();
     let b: Vec<Qp> = (0..n).map(|_| srq_qp(&pd, &cq_b, &srq)).collect();
     for (x, y) in a.iter().zip(&b) {
-        match roce_gid {
-            None => {
-                connect(x, y.qpn(), gid(dev));
-                connect(y, x.qpn(), gid(dev));
-            }
-            Some(g) => {
-                connect_roce(x, y.qpn(), g, 1);
-                connect_roce(y, x.qpn(), g, 1);
-            }
-        }
+        connect(x, y.qpn(), gid(dev));
+        connect(y, x.qpn(), gid(dev));
     }
     let mr_a = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
     let mr_b = pd.alloc_mr(MSG as usize * depth as usize, access::LOCAL_WRITE).unwrap();
@@ -119,7 +113,7 @@ impl Shared {
 #[test]
 fn receives_are_shared_by_several_qps_with_every_payload_in_place() {
     let dev = open();
-    let s = shared(&dev, 3, 32, None);
+    let s = shared_in(&dev, &dev, 3, 32);
     s.exchange(10);
     let b0 = &s.b[0];
     let e = b0.post_recv(&RecvWr { wr_id: 0, sg_list: &[] }).unwrap_err();
@@ -187,6 +181,9 @@ fn commands_succeed_and_refuse_as_documented() {
     pd.dealloc().expect("dealloc once the SRQ is gone");
 }
 
+/// A change to a good CREATE_SRQ request.
+type Tamper = dyn Fn(&mut CreateSrq);
+
 #[test]
 fn the_model_refuses_bad_srq_commands_with_einval() {
     let dev = open();
@@ -202,7 +199,7 @@ fn the_model_refuses_bad_srq_commands_with_einval() {
         f(&mut c);
         pv(&dev).post_command(c).map(|_| ()).map_err(|e| e.errno())
     };
-    let cases: [(&str, &dyn Fn(&mut CreateSrq)); 7] = [
+    let cases: [(&str, &Tamper); 7] = [
         ("XRC type", &|c| c.srq_type = srq_type::XRC),
         ("max_wr 3", &|c| c.attrs.max_wr = 3u32.into()),
         ("max_wr past MAX_SRQ_WR", &|c| c.attrs.max_wr = 2048u32.into()),
@@ -238,7 +235,7 @@ fn next_event(dev: &Device, within: Duration) -> Option<(AsyncEventType, u32)> {
 #[test]
 fn the_limit_event_fires_once_per_arm() {
     let dev = open();
-    let s = shared(&dev, 1, 16, None);
+    let s = shared_in(&dev, &dev, 1, 16);
     for w in 0..8 {
         post_srq(&s.srq, &s.mr_b, w);
     }
@@ -274,7 +271,7 @@ fn the_limit_event_fires_once_per_arm() {
 #[test]
 fn a_qp_in_error_flushes_nothing_of_the_srq_and_its_peers_take_the_wqes() {
     let dev = open();
-    let s = shared(&dev, 2, 8, None);
+    let s = shared_in(&dev, &dev, 2, 8);
     for w in 0..4 {
         post_srq(&s.srq, &s.mr_b, w);
     }
@@ -301,10 +298,32 @@ fn qemu_72_swaps_modify_and_query_so_the_driver_refuses_them() {
     unsupported(s.modify(&SrqAttr { srq_limit: 2, ..Default::default() }, SrqAttrMask::LIMIT));
     unsupported(s.query().map(|_| ()));
     // Receives through the SRQ work as on IBTA.
-    let s2 = shared(&dev, 2, 16, None);
+    let s2 = shared_in(&dev, &dev, 2, 16);
     s2.exchange(4);
     // The device itself: QUERY_SRQ runs the modify (EINVAL, MODIFY_SRQ's ack): a transport fault.
     let q = QuerySrq { srq_handle: s.handle().into(), ..Default::default() };
     assert!(pv(&dev).post_command(q).is_err());
     assert!(dev.context().is_fatal(), "a response with another command's ack faults the channel");
+}
+
+#[test]
+fn a_user_context_rings_its_own_srqs_and_no_other_contexts() {
+    let (dev, sim) = hca::open_sim(SimConfig::default()).expect("probe of the model");
+    let (ctx_a, ctx_b) = (dev.alloc_ucontext().unwrap(), dev.alloc_ucontext().unwrap());
+    let s = shared_in(&dev, &ctx_a, 2, 16);
+    let refused = || sim.device().stats().refused_doorbells;
+    let before = refused();
+    let ring = |ctx: Option<&Context>, handle: u32| {
+        let page = ctx.map_or(0, |c| uar_page(c).bar_offset());
+        pv(&dev).raw_uar_write(page + u64::from(UAR_SRQ_OFFSET), UAR_SRQ_RECV | handle);
+    };
+    ring(Some(&ctx_a), s.srq.handle());
+    ring(None, s.srq.handle());
+    assert_eq!(refused(), before, "its own context's page and the kernel's ring it");
+    ring(Some(&ctx_b), s.srq.handle());
+    ring(Some(&ctx_a), 0x00ff_fff0);
+    assert_eq!(refused(), before + 2, "another context's page, an unknown SRQ: refused and counted");
+    // The data path of a user context's SRQ: its posts ring through the context's own page.
+    s.exchange(4);
+    assert_eq!(refused(), before + 2);
 }
