@@ -143,7 +143,7 @@ fn devinfo_verbose_prints_every_field_ibv_devinfo_prints_for_pvrdma() {
         "\tdevice_cap_flags:\t\t0x00001400\n\t\t\t\t\tPORT_ACTIVE_EVENT\n\t\t\t\t\tRC_RNR_NAK_GEN\n\tmax_sge:",
         "\tatomic_cap:\t\t\tATOMIC_NONE (0)\n\tmax_ee:\t\t\t\t0\n",
         "\tmax_total_mcast_qp_attach:\t0\n\tmax_ah:",
-        "\tmax_srq:\t\t\t0\n\tmax_pkeys:\t\t\t1\n\tlocal_ca_ack_delay:\t\t0\n\tgeneral_odp_caps:\n\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n",
+        "\tmax_srq:\t\t\t1024\n\tmax_srq_wr:\t\t\t1024\n\tmax_srq_sge:\t\t\t4\n\tmax_pkeys:\t\t\t1\n\tlocal_ca_ack_delay:\t\t0\n\tgeneral_odp_caps:\n\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n",
         "\tcompletion_timestamp_mask not supported\n\tcore clock not supported\n\tdevice_cap_flags_ex:\t\t0x1400\n",
         "\ttag matching not supported\n\tnum_comp_vectors:\t\t1\n\t\tport:\t1\n",
         "\t\t\tmax_msg_sz:\t\t0x1000000\n\t\t\tport_cap_flags:\t\t0x00010000\n\t\t\tport_cap_flags2:\t0x0000\n\t\t\tmax_vl_num:\t\t1 (1)\n",
