@@ -156,6 +156,12 @@ impl Srq {
         Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf, words, queue, db })
     }
 
+    /// Where the SRQ's ring-state record lives (page 0 of its page list; the SRQ's indices are
+    /// its `rx` pair) and whose it is.
+    pub fn record_page(&self) -> doorbell::record::RecordPage {
+        self.words.page()
+    }
+
     /// The record its QPs' receive CQs retire completions from.
     pub(crate) fn owed(&self) -> SharedWq {
         self.queue.clone()

@@ -20,6 +20,7 @@
 //! 2. a QP's state lock (`qp.rs`) — one QP at a time; then, on the RoCE port, that QP's
 //!    requester lock (`roce/`: the SQ drain posts under the QP's lock; nobody takes a QP's lock
 //!    while holding a requester's).
+//!    An SRQ's lock (`srq.rs`) is taken under a QP's (a receive takes a WQE), never the other way.
 //! 3. a CQ's state lock (`cq.rs`) — one CQ at a time; publishing a CQE and the arm doorbell both
 //!    hold it.
 //! 4. `Core::events` — the async-event and CQ-notification rings.

@@ -239,8 +239,9 @@ impl Srq {
 
     /// The SRQ doorbell: new WQEs are posted; packets parked for a QP of this SRQ are retried.
     pub(crate) fn doorbell(&self, core: &Core, fx: &mut Effects) {
-        let qps = core.objects.lock().qps.values().filter(|q| q.srq_uid() == Some(self.uid)).map(|q| q.handle).collect::<Vec<_>>();
-        fx.kicks.extend(qps);
+        let objs = core.objects.lock();
+        let mine = objs.qps.values().filter(|q| q.srq_uid() == Some(self.uid));
+        fx.kicks.extend(mine.map(|q| q.handle));
     }
 }
 

@@ -8,7 +8,7 @@ use ib_core::{
     access, AsyncEventType, Context, Cq, Device, Error, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Srq, SrqAttr,
     SrqAttrMask, SrqInitAttr, WcOpcode, WcStatus, WrOpcode,
 };
-use pvrdma_abi::cmd::{CreateSrq, DestroySrq, ModifySrq, QuerySrq};
+use pvrdma_abi::cmd::{CreateSrq, DestroyPd, DestroySrq, ModifySrq, QuerySrq};
 use pvrdma_abi::verbs::{srq_attr_mask, srq_type, SrqAttr as DevSrqAttr};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::{Profile, SimConfig};
@@ -18,6 +18,7 @@ use pvrdma_abi::uar::{UAR_SRQ_OFFSET, UAR_SRQ_RECV};
 use tests::fixture::{connect, connect_roce, gid, open, open_with, poll_n, pv, rc_qp, uar_page, SETTLE, WAIT};
 
 const EINVAL: i32 = 22;
+const EBUSY: i32 = 16;
 const MSG: u32 = 64;
 
 fn srq(pd: &Pd, max_wr: u32, max_sge: u32) -> Srq {
@@ -217,6 +218,15 @@ fn the_model_refuses_bad_srq_commands_with_einval() {
     assert_eq!(p.post_command(QuerySrq { srq_handle: unknown, ..Default::default() }).map(|_| ()).map_err(|e| e.errno()), Err(EINVAL));
     let modify = ModifySrq { srq_handle: unknown, attr_mask: srq_attr_mask::LIMIT.into(), ..Default::default() };
     assert_eq!(p.post_command(modify).map(|_| ()).map_err(|e| e.errno()), Err(EINVAL));
+    // The device's own refusals behind the core's: an SRQ with a QP, a PD with an SRQ.
+    let s = srq(&pd, 8, 1);
+    let cq = dev.create_cq(8, None).unwrap();
+    let qp = srq_qp(&pd, &cq, &s);
+    let busy = p.post_command(DestroySrq { srq_handle: s.handle().into(), ..Default::default() });
+    assert_eq!(busy.map(|_| ()).map_err(|e| e.errno()), Err(EBUSY), "DESTROY_SRQ with a QP on it");
+    drop(qp);
+    let busy = p.post_command(DestroyPd { pd_handle: pd.handle().into(), ..Default::default() });
+    assert_eq!(busy.map(|_| ()).map_err(|e| e.errno()), Err(EBUSY), "DESTROY_PD of an SRQ's PD");
     assert!(!dev.context().is_fatal());
 }
 
@@ -326,4 +336,31 @@ fn a_user_context_rings_its_own_srqs_and_no_other_contexts() {
     // The data path of a user context's SRQ: its posts ring through the context's own page.
     s.exchange(4);
     assert_eq!(refused(), before + 2);
+}
+
+#[test]
+fn srq_events_reach_only_a_live_srq_and_a_ring_fault_raises_srq_err() {
+    use pvrdma_abi::event::EqeType;
+    let (dev, sim) = hca::open_sim(SimConfig::default()).expect("probe of the model");
+    let s = shared_in(&dev, &dev, 1, 8);
+    let dropped = || pv(&dev).stats().dropped_async_events;
+    // A ring fault: the SRQ's producer index out of range. The next message finds it, the SRQ
+    // reports SRQ_ERR, the QP that was to receive goes to ERR (QP_FATAL), the sender fails.
+    let page = s.srq.provider_srq::<hca::srq::Srq>().expect("a pvrdma SRQ").record_page();
+    sim.device().mem().store_u32(page.addr() + pvrdma_abi::ring::RX_PROD_TAIL, 0xdead).unwrap();
+    send(&s.a[0], &s.mr_a, &payload(0, 0));
+    assert_ne!(poll_n(&s.cq_a, 1)[0].status, WcStatus::Success, "no receive WQE could be taken");
+    let got = [next_event(&dev, WAIT), next_event(&dev, WAIT)];
+    for want in [(AsyncEventType::QpFatal, s.b[0].qpn()), (AsyncEventType::SrqErr, s.srq.handle())] {
+        assert!(got.contains(&Some(want)), "{want:?} not in {got:?}");
+    }
+    // An event for the SRQ's handle once it is gone is dropped and counted, never delivered.
+    let handle = s.srq.handle();
+    let Shared { a, b, srq, .. } = s;
+    drop((a, b));
+    srq.destroy(None).expect("destroy");
+    let before = dropped();
+    sim.device().inject_async_event(EqeType::SrqLimitReached, handle);
+    assert_eq!(next_event(&dev, SETTLE), None);
+    assert_eq!(dropped(), before + 1);
 }
