@@ -100,6 +100,9 @@ struct QpState {
     /// `sq_psn`) and the next it takes as a responder (from `rq_psn`).
     send_psn: u32,
     recv_psn: u32,
+    /// The SRQ WQE taken for a message still arriving (RoCE: at its first packet, IBTA's
+    /// moment), which its last packet completes; flushed on this QP if it goes to ERR first.
+    held_srq_wqe: Option<(RqWqeHdr, Sges)>,
 }
 
 /// 24-bit PSNs (IBTA 9.7.1).
@@ -233,6 +236,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         next_seq: 0,
         send_psn: 0,
         recv_psn: 0,
+        held_srq_wqe: None,
     };
     let mut objs = core.objects.lock();
     let handle = objs.qps.alloc().ok_or(Errno::ENOMEM)?;
@@ -347,6 +351,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     } else if new == RESET {
         qp.resets.fetch_add(1, Ordering::AcqRel);
         st.inflight.clear();
+        st.held_srq_wqe = None;
         (st.send_psn, st.recv_psn) = (0, 0);
         st.bytes_on_wire = 0;
         st.throttled = false;
@@ -484,6 +489,7 @@ impl Qp {
         let mut st = self.st.lock();
         st.dead = true;
         st.inflight.clear();
+        st.held_srq_wqe = None;
     }
 
     /// The current `qp_state`.
@@ -848,6 +854,9 @@ impl Qp {
         fx: &mut Effects,
     ) -> Result<Option<(RqWqeHdr, Sges)>, Rx> {
         if let Some(srq) = &self.srq {
+            if let Some(held) = st.held_srq_wqe.take() {
+                return Ok(Some(held));
+            }
             return srq.take(core).map_err(|()| {
                 self.fault(core, st, fx);
                 Rx::Fail(wc_status::RETRY_EXC_ERR)
@@ -890,13 +899,19 @@ impl Qp {
 
     /// The length of the next receive WQE (the sum of its SGEs' lengths), if one is posted and
     /// readable: what a multi-packet SEND may bring (the RoCE responder's bound on reassembly).
-    pub(crate) fn recv_capacity(&self, core: &Core) -> Option<u64> {
-        let st = self.st.lock();
+    /// On an SRQ the WQE is taken now and held for the message (other QPs take from the same
+    /// SRQ meanwhile); an SRQ ring fault moves this QP to ERR.
+    pub(crate) fn recv_capacity(&self, core: &Core, fx: &mut Effects) -> Option<u64> {
+        let mut st = self.st.lock();
         if st.dead || !matches!(st.state, qp_state::RTR | qp_state::RTS) {
             return None;
         }
-        if let Some(srq) = &self.srq {
-            return srq.capacity(core);
+        if self.srq.is_some() {
+            if st.held_srq_wqe.is_none() {
+                st.held_srq_wqe = self.take_rq_wqe(core, &mut st, fx).ok()?;
+            }
+            let (_, sges) = st.held_srq_wqe.as_ref()?;
+            return Some(sges.iter().map(|s| u64::from(s.length.get())).sum());
         }
         let slot = self.rq.next(&core.mem).ok()??;
         let (_, sges) = self.read_rq_wqe(core, slot)?;
@@ -1007,6 +1022,7 @@ impl Qp {
         self.retire(core, st, fx);
         self.flush(core, true, fx);
         self.flush(core, false, fx);
+        self.flush_held(core, st, fx);
         if self.srq.is_some() && core.cfg.profile == crate::Profile::Ibta {
             // IBTA 11.6.3.3 (o11-5.2.5): no more WQEs will be taken from the SRQ for this QP.
             core.post_async_event(EqeType::QpLastWqeReached, self.handle);
@@ -1023,10 +1039,25 @@ impl Qp {
         }
     }
 
+    /// Completes the SRQ WQE the QP holds for a message in progress, if any, with `WR_FLUSH_ERR`.
+    fn flush_held(&self, core: &Core, st: &mut QpState, fx: &mut Effects) {
+        if let Some((hdr, _)) = st.held_srq_wqe.take() {
+            let cqe = Cqe {
+                wr_id: hdr.wr_id,
+                qp: U64::new(u64::from(self.handle)),
+                opcode: U32::new(wc_opcode::RECV),
+                status: U32::new(wc_status::WR_FLUSH_ERR),
+                port_num: 1,
+                ..Default::default()
+            };
+            self.recv_cq.publish(core, &cqe, false, fx);
+        }
+    }
+
     /// Completes every posted WQE of the SQ (`send`) or RQ with `WR_FLUSH_ERR`. Stops at a bad
     /// index; never loops more than twice the queue size.
     fn flush(&self, core: &Core, send: bool, fx: &mut Effects) {
-        // The SRQ's WQEs stay posted for its other QPs: this QP holds none once it completed.
+        // The SRQ's WQEs stay posted for its other QPs (one this QP took: `flush_held`).
         if !send && self.srq.is_some() {
             return;
         }

@@ -5,6 +5,11 @@
 //! as QEMU 7.2's `create_srq_ring` and rdma-core's vmw_pvrdma provider place it), the WQEs
 //! (`struct pvrdma_rq_wqe_hdr` plus SGEs, the stride a power of two) start at page 1.
 //!
+//! A QP takes a WQE when a message starts: on the loopback port with the message, on the RoCE
+//! port at its first packet (`Qp::recv_capacity`), holding it until the last packet; a QP that
+//! goes to ERR meanwhile flushes that one WQE, never the SRQ's others (they stay for its other
+//! QPs). A QP moved to RESET or destroyed drops the WQE it held, without a completion.
+//!
 //! The limit (IBTA 10.2.9.3, `ibv_modify_srq(3)`): MODIFY_SRQ with `LIMIT` and a nonzero
 //! `srq_limit` arms it; when a QP takes a WQE and fewer than `srq_limit` stay posted, the device
 //! raises SRQ_LIMIT_REACHED once and disarms (0). CREATE_SRQ ignores `srq_limit` (libibverbs:
@@ -209,17 +214,6 @@ impl Srq {
             core.post_async_event(EqeType::SrqLimitReached, self.handle);
         }
         Ok(Some(wqe))
-    }
-
-    /// The length of the next WQE (the sum of its SGEs' lengths), if one is posted and readable.
-    pub(crate) fn capacity(&self, core: &Core) -> Option<u64> {
-        let st = self.st.lock();
-        if st.broken {
-            return None;
-        }
-        let slot = self.ring.next(&core.mem).ok()??;
-        let (_, sges) = self.read(core, slot)?;
-        Some(sges.iter().map(|s| u64::from(s.length.get())).sum())
     }
 
     fn read(&self, core: &Core, slot: crate::ring::Slot) -> Option<(RqWqeHdr, Sges)> {

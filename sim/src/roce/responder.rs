@@ -195,7 +195,7 @@ impl Responder {
         if !matches!(self.msg, InMsg::None) {
             return self.invalid(cx, p, fx);
         }
-        let Some(cap) = cx.qp.recv_capacity(cx.core) else {
+        let Some(cap) = cx.qp.recv_capacity(cx.core, fx) else {
             return self.rnr(cx, p);
         };
         // What the WQE's SGEs claim is checked only by the scatter: never buffer past what a

@@ -119,7 +119,7 @@ impl Responder {
         }
         // A receive WQE must be there before a WRITE with immediate writes anything.
         let imm = hdr.imm.filter(|_| last);
-        if imm.is_some() && cx.qp.recv_capacity(cx.core).is_none() {
+        if imm.is_some() && cx.qp.recv_capacity(cx.core, fx).is_none() {
             return self.rnr(cx, p);
         }
         if let Err(status) = cx
