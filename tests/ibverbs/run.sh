@@ -378,6 +378,9 @@ for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
   # the default; it stays so that a perftest which changes that cannot slip past.
   run_case "${test}_old_post_send" case_perftest "$test" 4096 --use_old_post_send
 done
+# perftest's --use-srq: each end's QP receives from an SRQ of --rx-depth WQEs.
+run_case send_bw_srq case_perftest send_bw 4096 --use-srq
+run_case send_bw_srq_events case_perftest send_bw 4096 --use-srq -e
 run_case pyverbs_loopback case_pyverbs "" 0
 run_case pyverbs_roce case_pyverbs "$ROCE" 1
 
