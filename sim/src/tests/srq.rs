@@ -102,3 +102,43 @@ fn qemu_72_runs_query_for_modify_and_modify_for_query() {
     let (_, hdr) = raw(opcode::QUERY_SRQ, query.as_bytes());
     assert_eq!((hdr.ack.get(), hdr.err), (ack_for(opcode::MODIFY_SRQ), 22));
 }
+
+#[test]
+fn create_qp_on_an_srq_and_max_srq_are_enforced() {
+    let mut d = Drv::new(SimConfig::default());
+    let pd = d.create_pd(0);
+    let cq = d.create_cq(0, 16).handle;
+    let (srq, _) = create_srq(&mut d, pd);
+    // Another context's SRQ: EPERM (as another context's CQ).
+    let ctx = d.create_uc(1);
+    let upd = d.create_pd(ctx);
+    let (user_srq, _) = create_srq(&mut d, upd);
+    let (mut req, _) = d.qp_request(pd, cq, cq, 8, 1);
+    (req.max_recv_wr, req.max_recv_sge, req.is_srq) = (U32::new(0), U32::new(0), 1);
+    req.total_chunks = U16::new(1 + req.send_chunks.get());
+    req.srq_handle = U32::new(user_srq);
+    assert_eq!(d.err(req), 1, "EPERM");
+    // Receive WRs with an SRQ, an unknown SRQ: EINVAL.
+    req.srq_handle = U32::new(srq);
+    req.max_recv_wr = U32::new(8);
+    assert_eq!(d.err(req), 22);
+    req.max_recv_wr = U32::new(0);
+    req.srq_handle = U32::new(0x00ff_fff0);
+    assert_eq!(d.err(req), 22);
+    req.srq_handle = U32::new(srq);
+    assert_eq!(d.err(req), 0);
+    // max_srq SRQs, then ENOMEM.
+    for _ in 2..crate::dsr::limits::MAX_SRQ {
+        create_srq(&mut d, pd);
+    }
+    let base = d.dev.mem().alloc(2 * PAGE).unwrap();
+    let one_more = CreateSrq {
+        pdir_dma: U64::new(build_pdir(&d.dev, &[base, base + PAGE])),
+        pd_handle: U32::new(pd),
+        nchunks: U32::new(2),
+        attrs: SrqAttr { max_wr: U32::new(8), max_sge: U32::new(1), ..Default::default() },
+        ..Default::default()
+    };
+    assert_eq!(d.err(one_more), 12, "ENOMEM past max_srq");
+    assert_eq!(d.dev.live_objects().srqs, crate::dsr::limits::MAX_SRQ as usize);
+}
