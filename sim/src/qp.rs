@@ -257,7 +257,12 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         resets: AtomicU64::new(0),
         _charge: charge,
     };
+    let srq = qp.srq.clone();
     objs.qps.insert(handle, Arc::new(qp));
+    drop(objs);
+    if let Some(s) = srq {
+        s.attach(handle);
+    }
     Ok(CreateQpResp {
         qpn: U32::new(handle),
         max_send_wr: U32::new(swr),
@@ -473,17 +478,15 @@ pub fn query(core: &Core, req: &QueryQp) -> CmdResult<QueryQpResp> {
 /// Errors: `EINVAL` for an unknown handle.
 pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<DestroyQpResp> {
     let qp = core.objects.lock().qps.remove(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
+    if let Some(s) = &qp.srq {
+        s.detach(qp.handle);
+    }
     qp.kill();
     fx.kicks.push(qp.handle);
     Ok(DestroyQpResp::default())
 }
 
 impl Qp {
-    /// The unique id of the SRQ it receives from, if any.
-    pub(crate) fn srq_uid(&self) -> Option<u64> {
-        self.srq.as_ref().map(|s| s.uid)
-    }
-
     /// Marks the QP destroyed (DESTROY_QP, device reset).
     pub fn kill(&self) {
         let mut st = self.st.lock();

@@ -58,8 +58,6 @@ pub(crate) type Sges = smallvec::SmallVec<[Sge; limits::MAX_SGE as usize]>;
 pub struct Srq {
     /// Handle (1 ..).
     pub handle: u32,
-    /// Unique over the device's life (handles are reused).
-    pub uid: u64,
     /// Owning context (its PD's), 0 for the kernel.
     pub ctx: u32,
     /// Its PD.
@@ -68,6 +66,9 @@ pub struct Srq {
     max_sge: u32,
     ring: Consumer,
     st: Mutex<SrqState>,
+    /// Handles of the QPs created on it (a leaf lock): the doorbell kicks them, DESTROY_SRQ
+    /// refuses while there are any.
+    qps: Mutex<Vec<u32>>,
     _charge: Charge,
 }
 
@@ -120,13 +121,13 @@ pub fn create(core: &Core, req: &CreateSrq) -> CmdResult<CreateSrqResp> {
     let handle = objs.srqs.alloc().ok_or(Errno::ENOMEM)?;
     let srq = Srq {
         handle,
-        uid: core.next_uid(),
         ctx,
         pd,
         max_wr: wr,
         max_sge: sge,
         ring: Consumer::new(&core.mem, wqes, state_page, Half::Rx),
         st: Mutex::new(SrqState::default()),
+        qps: Mutex::new(Vec::new()),
         _charge: charge,
     };
     objs.srqs.insert(handle, Arc::new(srq));
@@ -170,13 +171,12 @@ pub fn query(core: &Core, req: &QuerySrq) -> CmdResult<QuerySrqResp> {
 
 /// DESTROY_SRQ. Errors: `EINVAL` for an unknown handle; `EBUSY` while a QP uses it.
 pub fn destroy(core: &Core, req: &DestroySrq) -> CmdResult<NoopResp> {
+    // Commands run one at a time (`Core::cmd`): no QP is created on it between check and removal.
     let h = req.srq_handle.get();
-    let mut objs = core.objects.lock();
-    let uid = objs.srqs.get(h).ok_or(Errno::EINVAL)?.uid;
-    if objs.qps.values().any(|q| q.srq_uid() == Some(uid)) {
+    if !core.srq(h).ok_or(Errno::EINVAL)?.qps.lock().is_empty() {
         return Err(Errno::EBUSY);
     }
-    objs.srqs.remove(h);
+    core.objects.lock().srqs.remove(h);
     Ok(NoopResp::default())
 }
 
@@ -232,10 +232,18 @@ impl Srq {
     }
 
     /// The SRQ doorbell: new WQEs are posted; packets parked for a QP of this SRQ are retried.
-    pub(crate) fn doorbell(&self, core: &Core, fx: &mut Effects) {
-        let objs = core.objects.lock();
-        let mine = objs.qps.values().filter(|q| q.srq_uid() == Some(self.uid));
-        fx.kicks.extend(mine.map(|q| q.handle));
+    pub(crate) fn doorbell(&self, fx: &mut Effects) {
+        fx.kicks.extend_from_slice(&self.qps.lock());
+    }
+
+    /// QP `qp` was created on the SRQ.
+    pub(crate) fn attach(&self, qp: u32) {
+        self.qps.lock().push(qp);
+    }
+
+    /// QP `qp` was destroyed.
+    pub(crate) fn detach(&self, qp: u32) {
+        self.qps.lock().retain(|&q| q != qp);
     }
 }
 

@@ -85,7 +85,7 @@ impl Core {
                 };
                 if recv {
                     let mut fx = Effects::default();
-                    srq.doorbell(self, &mut fx);
+                    srq.doorbell(&mut fx);
                     self.settle_and_deliver(fx);
                 }
             }
