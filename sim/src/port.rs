@@ -108,6 +108,8 @@ pub struct Packet {
     pub solicited: bool,
     /// The gathered message of a SEND or WRITE; empty for a READ.
     pub payload: Vec<u8>,
+    /// A UD datagram's DETH Q_Key and GRH (`None` for RC).
+    pub ud: Option<Box<crate::qp::ud::Datagram>>,
 }
 
 #[derive(Default)]
@@ -434,6 +436,10 @@ pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
 /// Delivers `pkt` and completes its sender; gives the packet back if it must wait for a receive
 /// WQE.
 fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
+    if pkt.ud.is_some() {
+        crate::qp::ud::deliver(core, pkt, fx);
+        return None;
+    }
     let Some(src) = core.qp(pkt.src).filter(|q| q.uid == pkt.src_uid) else {
         core.count(|c| &c.packets_dropped);
         return None;

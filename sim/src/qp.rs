@@ -48,6 +48,8 @@ use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+pub(crate) mod ud;
+
 const SQ_HDR: usize = core::mem::size_of::<SqWqeHdr>();
 const RQ_HDR: usize = core::mem::size_of::<RqWqeHdr>();
 const SGE: usize = core::mem::size_of::<Sge>();
@@ -68,6 +70,8 @@ pub struct Qp {
     /// CQ of its receive completions.
     pub recv_cq: Arc<Cq>,
     sq_sig_all: bool,
+    /// `qp_type`: RC or UD.
+    qp_type: u8,
     max_send_sge: u32,
     max_recv_sge: u32,
     sq: Consumer,
@@ -158,7 +162,7 @@ fn pow2_within(n: u32, max: u32) -> bool {
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     // Every field means what it says: no SRQ, no inline data and no atomics (the caps report
     // none), QP access bits only, a boolean `sq_sig_all`.
-    let meaningful = req.qp_type == qp_type::RC
+    let meaningful = matches!(req.qp_type, qp_type::RC | qp_type::UD)
         && req.is_srq == 0
         && req.srq_handle.get() == 0
         && req.max_inline_data.get() == 0
@@ -235,6 +239,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         send_cq,
         recv_cq,
         sq_sig_all: req.sq_sig_all != 0,
+        qp_type: req.qp_type,
         max_send_sge: ssge,
         max_recv_sge: rsge,
         sq: Consumer::new(&core.mem, sq, state_page, Half::Tx),
@@ -302,7 +307,8 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         return Err(Errno::EINVAL);
     }
     let new = if mask & m::STATE != 0 { a.qp_state.get() } else { cur };
-    let (required, optional) = transition(cur, new).ok_or(Errno::EINVAL)?;
+    let table = if qp.is_ud() { ud::transition } else { transition };
+    let (required, optional) = table(cur, new).ok_or(Errno::EINVAL)?;
     if mask & required != required || mask & !(required | optional | m::STATE) != 0 {
         return Err(Errno::EINVAL);
     }
@@ -553,6 +559,17 @@ impl Qp {
                 _ => Err(wc_status::LOC_QP_OP_ERR),
             };
             match checked {
+                Ok((op, payload)) if self.is_ud() => {
+                    let imm = matches!(op, Op::Send { imm: Some(_) });
+                    let own_qkey = st.attrs.qkey.get();
+                    let addr = ud::address(core, own_qkey, &hdr, payload.len(), imm);
+                    if let Err(e) = self.send_ud(core, st, entry, op, payload, addr, flags, fx) {
+                        core.wire_unreserve(wire_len, fx);
+                        if e {
+                            return self.enter_error(core, st, fx);
+                        }
+                    }
+                }
                 Ok((op, payload)) => {
                     st.bytes_on_wire += u64::from(entry.byte_len);
                     st.inflight.push_back(entry);
@@ -568,6 +585,7 @@ impl Qp {
                         op,
                         solicited: flags & send_flags::SOLICITED != 0,
                         payload,
+                        ud: None,
                     };
                     core.count(|c| &c.packets_sent);
                     if let Err(status) = core.transmit(self, &st.attrs, packet, fx) {

@@ -51,6 +51,7 @@ mod rx;
 mod socket;
 mod sys;
 mod timers;
+mod ud;
 
 use crate::device::{Core, Effects};
 use crate::port::{Op, Packet};
@@ -190,6 +191,9 @@ impl RocePort {
         pkt: Packet,
         fx: &mut Effects,
     ) -> Result<(), u32> {
+        if let Some(d) = pkt.ud.as_deref() {
+            return ud::send(self, core, &pkt, d);
+        }
         let req = self.requester_for(core, qp, a, fx)?;
         let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
         let kind = match pkt.op {
