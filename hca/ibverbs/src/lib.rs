@@ -22,6 +22,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+mod ah;
 mod async_event;
 mod channel;
 pub mod config;

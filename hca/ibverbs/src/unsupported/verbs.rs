@@ -1,8 +1,8 @@
-//! Public verbs pvrdma lacks here (SRQ, address handles, multicast, ECE, importing objects
+//! Public verbs pvrdma lacks here (SRQ, multicast, ECE, importing objects
 //! from another process, dma-buf MRs), answering as libibverbs 44 does over a provider
 //! without them, and the fork-protection calls, which this library does not need.
 
-use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_qp, ibv_srq, ibv_wc};
+use crate::abi::{ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_qp, ibv_srq};
 use crate::ffi::{guard, null, set_errno};
 use libc::{c_int, c_void, EOPNOTSUPP};
 
@@ -30,25 +30,6 @@ pub unsafe extern "C" fn ibv_query_srq(_srq: *mut ibv_srq, _attr: *mut c_void) -
 /// `ibv_destroy_srq(srq)`: `EOPNOTSUPP`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
-    EOPNOTSUPP
-}
-
-/// `ibv_create_ah(pd, attr)`: NULL, `errno` `EOPNOTSUPP`: no address handles (UD) here.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
-}
-
-/// `ibv_create_ah_from_wc(pd, wc, grh, port_num)`: NULL, `errno` `EOPNOTSUPP`, as
-/// `ibv_create_ah`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(_pd: *mut ibv_pd, _wc: *mut ibv_wc, _grh: *mut c_void, _port: u8) -> *mut ibv_ah {
-    guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
-}
-
-/// `ibv_destroy_ah(ah)`: `EOPNOTSUPP`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut ibv_ah) -> c_int {
     EOPNOTSUPP
 }
 
