@@ -23,7 +23,7 @@ pub const QKEY_OWN: u32 = 1 << 31;
 /// The port's active MTU in bytes: the largest UD message (IBTA C10-93.1.1).
 pub const UD_MTU: u64 = 1024;
 /// BTH (12), DETH (8) and ICRC (4) bytes of a UD packet on RoCE v2, ImmDt not included.
-const IBA_BYTES: usize = 12 + 8 + 4;
+pub const IBA_BYTES: usize = 12 + 8 + 4;
 /// UDP header bytes.
 const UDP_BYTES: usize = 8;
 
@@ -37,6 +37,8 @@ pub struct Datagram {
     pub grh: [u8; GRH_LEN],
     /// `network_hdr_type` of the receive CQE: IPv4 or IPv6 (RoCE v2).
     pub network: u8,
+    /// The sender's GID index (the RoCE port sends from that GID's address).
+    pub sgid_index: u8,
 }
 
 /// Why a UD datagram was not delivered (each counted in [`crate::SimStats`]).
@@ -94,9 +96,15 @@ pub(super) fn address(
         flow_label: tc_fl & 0xf_ffff,
         hop_limit: av.hop_limit,
     };
-    let bth_len = payload_len + IBA_BYTES + if imm { 4 } else { 0 };
+    let pad = (4 - payload_len % 4) % 4;
+    let bth_len = payload_len + pad + IBA_BYTES + if imm { 4 } else { 0 };
     let v2 = sgid.gid_type == GID_TYPE_FLAG_ROCE_V2;
-    let d = Datagram { qkey, grh: grh(&route, bth_len, v2), network: network(&route.sgid) };
+    let d = Datagram {
+        qkey,
+        grh: grh(&route, bth_len, v2),
+        network: network(&route.sgid),
+        sgid_index: av.gid_index,
+    };
     Ok((ud.remote_qpn.get() & 0x00ff_ffff, av.dgid, d))
 }
 

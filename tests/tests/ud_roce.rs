@@ -1,0 +1,142 @@
+//! UD between two devices of one process over their RoCE v2 ports (each binds its own address,
+//! one UDP port for both): over IPv4 the receiver's GRH area holds zeros then the IPv4 header
+//! in bytes 20-39 (checksum valid); over IPv6 the IPv6 header as the GRH. The answering address
+//! from `ah_attr_from_wc` reaches the sender back. A wrong Q_Key and a missing receive drop the
+//! datagram at the receiver, counted, while the sender completes SUCCESS.
+
+use ib_core::{access, ah_attr_from_wc, AhAttr, Cq, Device, GlobalRoute, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode, GRH_LEN};
+use pvrdma_sim::roce::RoceConfig;
+use pvrdma_sim::SimConfig;
+use std::net::IpAddr;
+use std::time::Duration;
+use tests::fixture::poll_n;
+
+const QKEY: u32 = 0x0bad_cafe;
+
+struct End {
+    dev: Device,
+    sim: hca::platform::sim::SimPlatform,
+    pd: Pd,
+    cq: Cq,
+    mr: Mr,
+    qp: Qp,
+    /// GID index of the RoCE v2 address.
+    sgid_index: u8,
+}
+
+fn end(ip: IpAddr, udp_port: u16) -> End {
+    let roce = RoceConfig { udp_port, ..RoceConfig::new(vec![ip]) };
+    let (dev, sim) = hca::open_sim(SimConfig { roce: Some(roce), ..Default::default() }).expect("probe");
+    let want = ib_core::gid_from_ip(ip);
+    let sgid_index = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == want)).expect("the address's GID") as u8;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(32, None).unwrap();
+    let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();
+    let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0 };
+    let qp = pd.create_qp(&attr).expect("UD QP");
+    qp.modify_ud_to_rts(1, QKEY, 0).expect("RTS");
+    End { dev, sim, pd, cq, mr, qp, sgid_index }
+}
+
+impl End {
+    fn ah_to(&self, other: &End) -> ib_core::Ah {
+        let dgid = other.dev.query_gid(1, u32::from(other.sgid_index)).unwrap();
+        let grh = GlobalRoute { dgid, sgid_index: self.sgid_index, hop_limit: 64, traffic_class: 0, flow_label: 0 };
+        self.pd.create_ah(&AhAttr { grh, is_global: true, port_num: 1, ..Default::default() }).unwrap()
+    }
+
+    fn recv(&self, wr_id: u64) {
+        let sge = [Sge { addr: self.mr.addr() + 4096, length: 2048, lkey: self.mr.lkey() }];
+        self.qp.post_recv(&RecvWr { wr_id, sg_list: &sge }).unwrap();
+    }
+
+    fn send(&self, dest: ib_core::UdDest, data: &[u8]) -> Wc {
+        self.mr.write(0, data).unwrap();
+        let sge = [Sge { addr: self.mr.addr(), length: data.len() as u32, lkey: self.mr.lkey() }];
+        let wr = SendWr { wr_id: 1, sg_list: &sge, opcode: WrOpcode::UdSend { dest, imm: None }, signaled: true, solicited: false };
+        self.qp.post_send(&wr).unwrap();
+        poll_n(&self.cq, 1)[0]
+    }
+
+    fn grh(&self) -> [u8; GRH_LEN] {
+        let mut g = [0u8; GRH_LEN];
+        self.mr.read(4096, &mut g).unwrap();
+        g
+    }
+
+    fn payload(&self, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.mr.read(4096 + GRH_LEN, &mut v).unwrap();
+        v
+    }
+}
+
+/// Sends `a` -> `b`, checks the receive, and answers `b` -> `a` through the AH built from the
+/// completion. Returns `b`'s GRH area.
+fn round_trip(a: &End, b: &End) -> [u8; GRH_LEN] {
+    let ah = a.ah_to(b);
+    b.recv(7);
+    let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(a.send(ah.dest(b.qp.qpn(), QKEY), &data).status, WcStatus::Success);
+    let w = poll_n(&b.cq, 1)[0];
+    assert_eq!((w.status, w.wr_id, w.src_qp, w.grh), (WcStatus::Success, 7, a.qp.qpn(), true));
+    assert_eq!(w.byte_len as usize, GRH_LEN + data.len());
+    assert_eq!(b.payload(data.len()), data);
+    let grh = b.grh();
+    let back = ah_attr_from_wc(&b.dev, 1, &w, &grh).expect("an AH from the completion");
+    assert_eq!(back.grh.dgid, a.dev.query_gid(1, u32::from(a.sgid_index)).unwrap());
+    assert_eq!(back.grh.sgid_index, b.sgid_index);
+    let reply = b.pd.create_ah(&back).unwrap();
+    a.recv(8);
+    assert_eq!(b.send(reply.dest(w.src_qp, QKEY), b"pong").status, WcStatus::Success);
+    let r = poll_n(&a.cq, 1)[0];
+    assert_eq!((r.status, r.src_qp, r.byte_len), (WcStatus::Success, b.qp.qpn(), GRH_LEN as u32 + 4));
+    assert_eq!(a.payload(4), b"pong");
+    grh
+}
+
+fn ipv4_sum(h: &[u8]) -> u32 {
+    let mut s: u32 = h.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s
+}
+
+#[test]
+fn ud_over_roce_ipv4_puts_the_ipv4_header_in_bytes_20_to_39() {
+    let (ia, ib): (IpAddr, IpAddr) = ("127.93.13.1".parse().unwrap(), "127.93.13.2".parse().unwrap());
+    let (a, b) = (end(ia, 47_931), end(ib, 47_931));
+    let g = round_trip(&a, &b);
+    assert_eq!(&g[..20], &[0u8; 20]);
+    assert_eq!((g[20], g[29]), (0x45, 17), "IPv4, IHL 5, UDP");
+    assert_eq!(&g[32..36], &[127, 93, 13, 1], "source: a");
+    assert_eq!(&g[36..40], &[127, 93, 13, 2], "destination: b");
+    assert_eq!(u16::from_be_bytes([g[22], g[23]]), 20 + 8 + 12 + 8 + 1000 + 4);
+    assert_eq!(ipv4_sum(&g[20..]), 0xffff, "checksum holds");
+    // A wrong Q_Key and a missing receive: dropped at b, counted; a completes SUCCESS.
+    let ah = a.ah_to(&b);
+    b.recv(9);
+    assert_eq!(a.send(ah.dest(b.qp.qpn(), QKEY + 1), b"x").status, WcStatus::Success);
+    let settled = ib_core::time::poll_until(Duration::from_secs(5), || b.sim.device().stats().ud_dropped_qkey == 1);
+    assert!(settled, "the wrong Q_Key is counted");
+    assert_eq!(a.send(ah.dest(b.qp.qpn(), QKEY), b"y").status, WcStatus::Success);
+    assert_eq!(poll_n(&b.cq, 1)[0].wr_id, 9, "the receive stayed for the right Q_Key");
+    assert_eq!(a.send(ah.dest(b.qp.qpn(), QKEY), b"z").status, WcStatus::Success);
+    let settled = ib_core::time::poll_until(Duration::from_secs(5), || b.sim.device().stats().ud_dropped_no_recv == 1);
+    assert!(settled, "no receive posted: counted");
+    assert!(a.sim.device().stats().ud_dropped_qkey == 0);
+}
+
+#[test]
+fn ud_over_roce_ipv6_puts_the_ipv6_header_as_the_grh() {
+    let (ia, ib): (IpAddr, IpAddr) = ("::1".parse().unwrap(), "fd00::2".parse().unwrap());
+    let (a, b) = (end(ia, 47_932), end(ib, 47_932));
+    let g = round_trip(&a, &b);
+    assert_eq!(g[0] >> 4, 6);
+    assert_eq!((g[6], g[7]), (17, 64), "next header UDP, hop limit");
+    assert_eq!(u16::from_be_bytes([g[4], g[5]]), 8 + 12 + 8 + 1000 + 4);
+    assert_eq!(&g[8..24], &a.dev.query_gid(1, u32::from(a.sgid_index)).unwrap());
+    assert_eq!(&g[24..40], &b.dev.query_gid(1, u32::from(b.sgid_index)).unwrap());
+}
