@@ -157,7 +157,7 @@ run_case() {
 }
 
 # --- 4. Cases -------------------------------------------------------------------------------------
-RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw)
+RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw)
 
 # Every program (and pyverbs's device module) resolves libibverbs.so.1 to ours, with symbol
 # versions, and the dynamic loader runs our copy.
@@ -238,6 +238,21 @@ case_rc_pingpong() {
   local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -m 1024 -s "$size" -n "$PP_ITERS" -c "$@")
   SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP${SERVER_KEYS:-}" ibv_rc_pingpong "${opts[@]}")
   CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_rc_pingpong "${opts[@]}" "$SERVER_IP")
+  pair || return 1
+  pingpong_output_ok "$D/server.log" "$PP_ITERS" "$size" "$SERVER_IP" "$CLIENT_IP" || return 1
+  pingpong_output_ok "$D/client.log" "$PP_ITERS" "$size" "$CLIENT_IP" "$SERVER_IP" || return 1
+  grep -h 'usec/iter' "$D/client.log"
+}
+
+# ibv_ud_pingpong server and client over RoCE v2 (GID 1), -c: SIZE (at most the port's MTU,
+# 1024: UD carries one packet per message), then its extra options.
+case_ud_pingpong() {
+  local size=$1
+  shift
+  PORT=$(free_port) || { echo "no free TCP port"; return 1; }
+  local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -s "$size" -n "$PP_ITERS" -c "$@")
+  SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP" ibv_ud_pingpong "${opts[@]}")
+  CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_ud_pingpong "${opts[@]}" "$SERVER_IP")
   pair || return 1
   pingpong_output_ok "$D/server.log" "$PP_ITERS" "$size" "$SERVER_IP" "$CLIENT_IP" || return 1
   pingpong_output_ok "$D/client.log" "$PP_ITERS" "$size" "$CLIENT_IP" "$SERVER_IP" || return 1
@@ -340,6 +355,10 @@ for size in 1 4096 65536; do
   run_case "rc_pingpong_${size}_events" case_rc_pingpong "$size" -e
 done
 run_case rc_pingpong_4096_new_send case_rc_pingpong 4096 -N
+for size in 1 1024; do
+  run_case "ud_pingpong_${size}" case_ud_pingpong "$size"
+  run_case "ud_pingpong_${size}_events" case_ud_pingpong "$size" -e
+done
 run_case rc_pingpong_4096_lossy case_rc_pingpong_lossy
 run_case bad_devices case_bad_devices
 run_case hca_pingpong_to_rc_pingpong case_hca_pingpong_interop
@@ -353,6 +372,12 @@ for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
   # ID and falls back to ibv_post_send elsewhere, so on vmw_pvrdma0 this runs the same path as
   # the default; it stays so that a perftest which changes that cannot slip past.
   run_case "${test}_old_post_send" case_perftest "$test" 4096 --use_old_post_send
+done
+# UD (-c UD): messages up to the MTU (perftest refuses more).
+for test in send_lat send_bw; do
+  run_case "${test}_ud_2" case_perftest "$test" 2 -c UD
+  run_case "${test}_ud_1024" case_perftest "$test" 1024 -c UD
+  run_case "${test}_ud_events" case_perftest "$test" 1024 -c UD -e
 done
 run_case pyverbs_loopback case_pyverbs "" 0
 run_case pyverbs_roce case_pyverbs "$ROCE" 1
