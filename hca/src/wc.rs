@@ -191,6 +191,7 @@ mod tests {
                 qp_num: 7,
                 src_qp: 9,
                 imm_data: Some(0xdead_beef),
+                grh: false,
             }
         );
     }

@@ -39,6 +39,7 @@ mod strings;
 mod sysfs;
 mod unsupported;
 
+pub use ah::{ibv_create_ah, ibv_create_ah_from_wc, ibv_destroy_ah, ibv_init_ah_from_wc};
 pub use async_event::*;
 pub use channel::*;
 pub use cq::*;
