@@ -140,3 +140,78 @@ fn ud_over_roce_ipv6_puts_the_ipv6_header_as_the_grh() {
     assert_eq!(&g[8..24], &a.dev.query_gid(1, u32::from(a.sgid_index)).unwrap());
     assert_eq!(&g[24..40], &b.dev.query_gid(1, u32::from(b.sgid_index)).unwrap());
 }
+
+/// The fake peer's socket and the device's address.
+fn forger(dev_ip: IpAddr, peer_ip: IpAddr, port: u16) -> (std::net::UdpSocket, std::net::SocketAddr) {
+    let s = std::net::UdpSocket::bind(std::net::SocketAddr::new(peer_ip, port)).expect("the peer's socket");
+    (s, std::net::SocketAddr::new(dev_ip, port))
+}
+
+/// A UD packet (SEND Only, or with Immediate) as the peer sends it to `to`.
+fn forge(s: &std::net::UdpSocket, to: std::net::SocketAddr, opcode: u8, pkey: u16, dest_qp: u32, qkey: u32, payload: &[u8]) -> Vec<u8> {
+    use roce_wire::ud::{encode_ud, UdPacket, UD_SEND_ONLY_WITH_IMMEDIATE};
+    let bth = roce_wire::Bth { opcode, pkey, dest_qp, psn: 1, ..Default::default() };
+    let imm = (opcode == UD_SEND_ONLY_WITH_IMMEDIATE).then_some(0x0102_0304);
+    let p = UdPacket { bth, qkey, src_qp: 0x99, imm, payload };
+    let mut out = Vec::new();
+    encode_ud(&p, &roce_wire::IpContext::new(s.local_addr().unwrap(), to), &mut out).expect("encode");
+    out
+}
+
+#[test]
+fn forged_short_and_hostile_ud_packets_are_dropped_and_counted_by_reason() {
+    use roce_wire::ud::{UD_SEND_ONLY, UD_SEND_ONLY_WITH_IMMEDIATE};
+    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.93.14.1".parse().unwrap(), "127.93.14.2".parse().unwrap());
+    let e = end(ip, 47_933);
+    let (s, to) = forger(ip, peer_ip, 47_933);
+    let qpn = e.qp.qpn();
+    let stats = || e.sim.device().stats();
+    let wait_for = |what: &str, f: &dyn Fn(&pvrdma_sim::SimStats) -> bool| {
+        let ok = ib_core::time::poll_until(Duration::from_secs(5), || f(&stats()));
+        assert!(ok, "{what}: {:?}", stats());
+    };
+    e.recv(1);
+    let good = forge(&s, to, UD_SEND_ONLY, 0xffff, qpn, QKEY, b"forged but fine");
+    // Truncated: shorter than BTH + DETH + ICRC.
+    for n in [1, 11, 19, 23] {
+        s.send_to(&good[..n], to).unwrap();
+    }
+    wait_for("truncated", &|st| st.roce_rx_dropped_malformed >= 4);
+    // A UD opcode the port does not carry (UD SEND Only is 0x64, with Immediate 0x65).
+    let mut bad_op = good.clone();
+    bad_op[0] = 0x66;
+    s.send_to(&bad_op, to).unwrap();
+    wait_for("unknown UD opcode", &|st| st.roce_rx_dropped_malformed >= 5);
+    s.send_to(&forge(&s, to, UD_SEND_ONLY, 0x7fff, qpn, QKEY, b"p"), to).unwrap();
+    wait_for("P_Key", &|st| st.roce_rx_dropped_pkey == 1);
+    s.send_to(&forge(&s, to, UD_SEND_ONLY, 0xffff, qpn, QKEY + 1, b"q"), to).unwrap();
+    wait_for("Q_Key", &|st| st.ud_dropped_qkey == 1);
+    s.send_to(&forge(&s, to, UD_SEND_ONLY, 0xffff, 0x7777, QKEY, b"nobody"), to).unwrap();
+    wait_for("no such QP", &|st| st.ud_dropped_qp == 1);
+    // Random bytes behind a UD opcode: dropped, never a panic.
+    let mut seed = 0x1234_5678_u64;
+    for i in 0..200 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let len = (seed >> 40) as usize % 80;
+        let mut junk: Vec<u8> = (0..len).map(|k| (seed >> (k % 56)) as u8).collect();
+        if let Some(b) = junk.first_mut() {
+            *b = if i % 2 == 0 { UD_SEND_ONLY } else { UD_SEND_ONLY_WITH_IMMEDIATE };
+        }
+        s.send_to(&junk, to).unwrap();
+    }
+    // The receive WQE is still there: the good datagram lands in it.
+    s.send_to(&good, to).unwrap();
+    let w = poll_n(&e.cq, 1)[0];
+    assert_eq!((w.wr_id, w.status, w.src_qp, w.byte_len), (1, WcStatus::Success, 0x99, GRH_LEN as u32 + 15));
+    assert_eq!(e.payload(15), b"forged but fine");
+    assert_eq!(&e.grh()[32..40], &[127, 93, 14, 2, 127, 93, 14, 1], "the addresses it came between");
+    // With immediate data, and with no receive posted.
+    e.recv(2);
+    s.send_to(&forge(&s, to, UD_SEND_ONLY_WITH_IMMEDIATE, 0xffff, qpn, QKEY, b"imm"), to).unwrap();
+    let w = poll_n(&e.cq, 1)[0];
+    assert_eq!((w.wr_id, w.imm_data), (2, Some(0x0102_0304)));
+    let before = stats().ud_dropped_no_recv;
+    s.send_to(&good, to).unwrap();
+    wait_for("no receive", &|st| st.ud_dropped_no_recv == before + 1);
+    assert_eq!(stats().ud_delivered, 2);
+}
