@@ -1,4 +1,5 @@
-//! Queue pairs, RC only so far (Linux `pvrdma_qp.c`, mthca `mthca_qp.c`): the SQ and RQ rings,
+//! Queue pairs, RC and UD (Linux `pvrdma_qp.c`, mthca `mthca_qp.c`; UD's `wr.ud` and address
+//! handles in `qp/ud.rs`): the SQ and RQ rings,
 //! posting work requests, and MODIFY_QP / QUERY_QP with the verbs core's attributes converted to
 //! the device's. The transition and posting rules are the core's; the device answers for the
 //! state (QUERY_QP) and flushes what is posted to a QP in ERR.
@@ -148,7 +149,7 @@ pub struct Qp {
 }
 
 impl Qp {
-    /// Creates an RC QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
+    /// Creates an RC or UD QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
     ///
     /// Errors: [`Error::InvalidArgument`] for sizes that do not fit, CQs of another context;
     /// [`Error::BadResponse`] for a QP handle beyond 24 bits or queue sizes other than asked (the

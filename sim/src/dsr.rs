@@ -39,7 +39,8 @@ pub mod limits {
     /// responder (`max_qp_init_rd_atom`, `max_qp_rd_atom`); MODIFY_QP refuses more. Reported and
     /// enforced (16, as mlx4); the operations themselves come with RDMA READ.
     pub const MAX_QP_RD_ATOM: u32 = 16;
-    /// Address handles (reported only: no UD yet).
+    /// Address handles: reported; pvrdma AHs are the driver's software objects (no command), so
+    /// the driver counts and enforces it (as Linux's `pvrdma_create_ah`).
     pub const MAX_AH: u32 = 64;
     /// Bytes one MR may span: what one page directory can describe (512 * 512 pages of 4 KiB).
     pub const MAX_MR_SIZE: u64 = 1 << 30;

@@ -12,7 +12,11 @@
 //! port is given back or when a command's effects sent a packet — so a consumer busy-polling on
 //! every CPU never waits for it to be scheduled.
 //!
-//! Delivery: the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
+//! A UD datagram (`Packet::ud`) goes to the QP its WQE named if the destination GID is bound
+//! here, and is dropped and counted otherwise or when that QP refuses it (`qp/ud.rs`); it never
+//! waits for a receive WQE, and its sender completes `SUCCESS` once it left the wire.
+//!
+//! Delivery (RC): the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
 //! sender, and the destination GID must be bound on this port (the loopback wire reaches only
 //! itself); otherwise the sender completes with `RETRY_EXC_ERR`, as a requester whose packets go
 //! unanswered. A packet for a QP with no receive WQE posted waits on that QP (infinite RNR retry)

@@ -3,7 +3,8 @@
 //!
 //! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
-//! Only RC is modelled. On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
+//! RC and UD are modelled (UD in `qp/ud.rs`: its transitions, `wr.ud`, the GRH area, Q_Key
+//! checks). On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
 //! immediate), RDMA WRITE (with immediate) and RDMA READ; the responder's side of each
 //! ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`], [`Qp::receive_write_imm`]) and the
 //! requester's READ response ([`Qp::read_response`]) know no transport: the loopback port and a
@@ -149,7 +150,7 @@ fn pow2_within(n: u32, max: u32) -> bool {
 
 /// CREATE_QP.
 ///
-/// Errors: `EINVAL` for a non-RC type, an SRQ or SRQ handle, inline data or atomic arguments
+/// Errors: `EINVAL` for a type other than RC and UD, an SRQ or SRQ handle, inline data or atomic arguments
 /// (the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
 /// 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
@@ -284,8 +285,8 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 }
 
 /// MODIFY_QP: RESET -> INIT -> RTR -> RTS (INIT -> INIT and RTS -> RTS too), any -> ERR, any ->
-/// RESET. INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
-/// `DEST_QPN` in the mask, as the real device does. Moving to ERR flushes; moving to RESET drops
+/// RESET. For RC, INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
+/// `DEST_QPN` in the mask, as the real device does; UD takes a Q_Key instead (`ud::transition`). Moving to ERR flushes; moving to RESET drops
 /// every WQE without completions (the driver resets its ring indices).
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQD/SQE, a `cur_qp_state` that

@@ -179,3 +179,17 @@ fn ud_and_rc_opcodes_do_not_mix_and_ah_checks_hold() {
     drop((r.a, r.b, r.mr));
     pd.dealloc().map_err(|(_, e)| e).expect("dealloc once the AH is gone");
 }
+
+#[test]
+fn max_ah_address_handles_and_no_more() {
+    let r = rig();
+    let max = r.dev.query_device().max_ah as usize;
+    assert!(max > 0);
+    let mut ahs: Vec<_> = (0..max).map(|_| r.ah()).collect();
+    let grh = GlobalRoute { dgid: gid(&r.dev), ..Default::default() };
+    let attr = AhAttr { grh, is_global: true, port_num: 1, ..Default::default() };
+    assert!(matches!(r.pd.create_ah(&attr), Err(ib_core::Error::NoResources(_))), "AH {} of {max}", max + 1);
+    ahs.pop();
+    let again = r.pd.create_ah(&attr).expect("room again after a destroy");
+    assert_eq!(again.attr(), &attr);
+}

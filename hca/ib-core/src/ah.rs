@@ -78,6 +78,13 @@ impl Ah {
         UdDest { ah: self.attr, pd_handle: self.pd.ops.handle(), remote_qpn, remote_qkey }
     }
 
+    /// Destroys the AH (`ibv_destroy_ah`), as dropping it does; the `Result` is the shape of the
+    /// other destroys (an AH is held by no other object, so it never comes back).
+    pub fn destroy(self) -> std::result::Result<(), (Ah, Error)> {
+        drop(self);
+        Ok(())
+    }
+
     /// Whether the AH is of the PD `pd`.
     pub fn is_of(&self, pd: &Pd) -> bool {
         Arc::ptr_eq(&self.pd, &pd.inner)

@@ -89,7 +89,7 @@ pub unsafe extern "C" fn ibv_destroy_ah(a: *mut ibv_ah) -> i32 {
             return fail(libc::EINVAL);
         }
         // SAFETY: a live AH of this library, destroyed once by the program.
-        unsafe { destroy_boxed(a.cast::<Ah>(), |b| std::ptr::addr_of_mut!((*b).core), |c| Ok::<(), (ib_core::Ah, ib_core::Error)>(drop(c))) }
+        unsafe { destroy_boxed(a.cast::<Ah>(), |b| std::ptr::addr_of_mut!((*b).core), ib_core::Ah::destroy) }
     })
 }
 

@@ -3,7 +3,10 @@
 //! command); each UD send carries the AH's address vector, the remote QPN and the remote Q_Key
 //! in its WQE (`pvrdma_post_send`).
 
+use crate::device::DeviceInner;
 use crate::pd::Pd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use ib_core::provider::AhOps;
 use ib_core::{AhAttr, Error, Result, UdDest, WcOpcode, WrOpcode};
 use pvrdma_abi::wqe::{wr_opcode, Av, SqWqeHdr, WrUd};
@@ -13,18 +16,20 @@ use zerocopy::IntoBytes;
 /// `pvrdma_create_ah`).
 const AV_GRH: u8 = 0x80;
 
-/// A pvrdma address handle: checked attributes, nothing on the device. Each send through it
-/// builds its address vector from the core's copy of the attributes ([`UdDest`]) into the WQE,
-/// as `pvrdma_post_send` copies the AH's vector.
-#[derive(Debug)]
-pub struct Ah;
+/// A pvrdma address handle: checked attributes, nothing on the device, counted against the
+/// device's `max_ah`. Each send through it builds its address vector from the core's copy of the
+/// attributes ([`UdDest`]) into the WQE, as `pvrdma_post_send` copies the AH's vector.
+pub struct Ah {
+    dev: Arc<DeviceInner>,
+}
 
 impl Ah {
     /// Checks `attr` as Linux's `pvrdma_create_ah` does (a global route, a port of the
     /// device) and builds its address vector in `pd`.
     ///
     /// Errors: [`Error::InvalidArgument`] without a global route (RoCE: IBTA A16.4.1), for a
-    /// port the device lacks or a zero `dgid`; [`Error::DeviceFatal`]. Unlike Linux, a global
+    /// port the device lacks or a zero `dgid`; [`Error::NoResources`] (`ENOMEM`) when `max_ah`
+    /// AHs exist; [`Error::DeviceFatal`]. Unlike Linux, a global
     /// unicast IPv6 `dgid` is taken (Linux takes only link-local, multicast and IPv4-mapped
     /// GIDs, its GID cache's RoCE addresses; the model routes any RoCE v2 GID).
     pub fn create(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
@@ -36,7 +41,18 @@ impl Ah {
         if attr.grh.dgid == [0u8; 16] {
             return Err(Error::InvalidArgument("a zero destination GID"));
         }
-        Ok(Ah)
+        let max = pd.dev.attr.max_ah;
+        let counted = pd.dev.ahs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        if counted.is_err() {
+            return Err(Error::NoResources("max_ah address handles exist"));
+        }
+        Ok(Ah { dev: pd.dev.clone() })
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        self.dev.ahs.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -1,4 +1,5 @@
-//! The RoCE v2 port: the model's port speaking IBTA RC transport over UDP 4791 (IBTA Annex A17),
+//! The RoCE v2 port: the model's port speaking IBTA RC and UD transport over UDP 4791 (IBTA
+//! Annex A17; UD datagrams in `ud`),
 //! chosen with [`crate::SimConfig::roce`]; the in-process loopback (`port.rs`) stays the default.
 //!
 //! # Structure
