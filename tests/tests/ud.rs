@@ -193,3 +193,35 @@ fn max_ah_address_handles_and_no_more() {
     let again = r.pd.create_ah(&attr).expect("room again after a destroy");
     assert_eq!(again.attr(), &attr);
 }
+
+#[test]
+fn datagrams_beyond_the_wire_budget_wait_their_turn_and_all_arrive() {
+    let cfg = pvrdma_sim::SimConfig { device_packets_in_flight: 1, link_latency: Duration::from_millis(2), ..Default::default() };
+    let (dev, sim) = hca::open_sim(cfg).expect("probe");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64, None).unwrap();
+    let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();
+    let (a, b) = (ud_qp(&pd, &cq, &cq, QKEY), ud_qp(&pd, &cq, &cq, QKEY));
+    let grh = GlobalRoute { dgid: gid(&dev), hop_limit: 64, ..Default::default() };
+    let ah = pd.create_ah(&AhAttr { grh, is_global: true, port_num: 1, ..Default::default() }).unwrap();
+    for i in 0..8u64 {
+        let sge = [Sge { addr: mr.addr() + 1024 + i * 128, length: 128, lkey: mr.lkey() }];
+        b.post_recv(&RecvWr { wr_id: 100 + i, sg_list: &sge }).unwrap();
+    }
+    for i in 0..8u64 {
+        mr.write(i as usize * 8, &i.to_le_bytes()).unwrap();
+        let sge = [Sge { addr: mr.addr() + i * 8, length: 8, lkey: mr.lkey() }];
+        let opcode = WrOpcode::UdSend { dest: ah.dest(b.qpn(), QKEY), imm: None };
+        a.post_send(&SendWr { wr_id: i, sg_list: &sge, opcode, signaled: true, solicited: false }).unwrap();
+    }
+    let wcs = poll_n(&cq, 16);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let sends: Vec<u64> = wcs.iter().filter(|w| !w.opcode.is_recv()).map(|w| w.wr_id).collect();
+    assert_eq!(sends, (0..8).collect::<Vec<_>>(), "send completions in SQ order");
+    for i in 0..8u64 {
+        let mut got = [0u8; 8];
+        mr.read(1024 + i as usize * 128 + GRH_LEN, &mut got).unwrap();
+        assert_eq!(u64::from_le_bytes(got), i);
+    }
+    assert!(sim.device().stats().sq_throttled > 0, "the budget held the SQ back");
+}

@@ -228,8 +228,8 @@ impl Qp {
 /// The loopback port's delivery of a UD datagram: to the QP `pkt.dest` names, if the
 /// destination GID is bound on this port; dropped and counted otherwise. The sender completes
 /// `SUCCESS` either way (UD is unreliable; IBTA 9.8.3), unless it flushed or reset meanwhile.
+/// The caller (`port::run_job`) returns the packet's wire budget.
 pub(crate) fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) {
-    let len = pkt.payload.len() as u64;
     let src = core.qp(pkt.src).filter(|q| q.uid == pkt.src_uid && q.send_pending(pkt.seq));
     if let Some(d) = pkt.ud.as_deref() {
         let bound = core.gids.lock().iter().flatten().any(|g| g.gid == pkt.dgid);
@@ -237,7 +237,6 @@ pub(crate) fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) {
         let outcome = dest.map_or(Err(Dropped::Qp), |q| q.receive_ud(core, &pkt, d, fx));
         count(core, outcome);
     }
-    core.port.unreserve(len, fx);
     if let Some(src) = src {
         src.complete_send(core, pkt.seq, pvrdma_abi::wqe::wc_status::SUCCESS, fx);
     }
