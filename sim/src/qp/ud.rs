@@ -254,7 +254,7 @@ pub(crate) fn count(core: &Core, outcome: Result<(), Dropped>) {
 
 impl Qp {
     /// Sends a checked UD send WQE (`entry`, its gathered `payload`) to `addr` from
-    /// [`address`]. On the RoCE port the datagram leaves now and the send completes at once;
+    /// [`address`]; an opcode other than SEND (with immediate) fails with `LOC_QP_OP_ERR`. On the RoCE port the datagram leaves now and the send completes at once;
     /// on the loopback it completes when the port has delivered or dropped it. A message longer
     /// than the port's MTU sends nothing and completes `SUCCESS` (IBTA C10-93.1.1: no packet,
     /// no error; Linux rxe does the same). `Err(true)`: the WQE failed (its status recorded),
@@ -272,7 +272,9 @@ impl Qp {
         flags: u32,
         fx: &mut Effects,
     ) -> Result<(), bool> {
-        use pvrdma_abi::wqe::wc_status::SUCCESS;
+        use pvrdma_abi::wqe::wc_status::{LOC_QP_OP_ERR, SUCCESS};
+        // UD carries SEND and SEND with immediate only (IBTA 9.8.3).
+        let addr = addr.and_then(|a| matches!(op, crate::port::Op::Send { .. }).then_some(a).ok_or(LOC_QP_OP_ERR));
         let (dest, dgid, d) = match addr {
             Ok(a) => a,
             Err(status) => {

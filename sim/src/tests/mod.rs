@@ -11,3 +11,4 @@ mod inline;
 mod minidrv;
 mod rdma;
 mod roce;
+mod ud;
