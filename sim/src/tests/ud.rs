@@ -33,9 +33,7 @@ fn to_rts(d: &mut Drv, qpn: u32) {
 
 /// A UD SEND WQE to `dest` through GID index `gid_index` on port `port`.
 fn ud_wqe(wr_id: u64, opcode: u32, dest: u32, gid_index: u8, port: u32) -> SqWqeHdr {
-    let mut ud = WrUd::default();
-    ud.remote_qpn = U32::new(dest);
-    ud.remote_qkey = U32::new(QKEY);
+    let mut ud = WrUd { remote_qpn: U32::new(dest), remote_qkey: U32::new(QKEY), ..Default::default() };
     ud.av.port_pd = U32::new(port << 24);
     ud.av.dgid = GID0;
     ud.av.gid_index = gid_index;
