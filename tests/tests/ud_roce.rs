@@ -215,3 +215,56 @@ fn forged_short_and_hostile_ud_packets_are_dropped_and_counted_by_reason() {
     wait_for("no receive", &|st| st.ud_dropped_no_recv == before + 1);
     assert_eq!(stats().ud_delivered, 2);
 }
+
+#[test]
+fn ud_packets_in_the_ports_capture_decode_with_good_icrcs_and_in_tshark() {
+    use tests::tshark::{field, tshark_present, tshark_verbose, COMPLAINTS};
+    let dir = std::env::temp_dir().join(format!("ud-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("ud.pcap");
+    let ip: IpAddr = "127.93.15.1".parse().unwrap();
+    // UDP 4791: the capture reader and tshark know RoCE v2 by it (the address is this test's own).
+    let roce = RoceConfig { pcap: Some(pcap.clone()), ..RoceConfig::new(vec![ip]) };
+    let (dev, sim) = hca::open_sim(SimConfig { roce: Some(roce), ..Default::default() }).expect("probe");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(32, None).unwrap();
+    let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();
+    let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0 };
+    let (a, b) = (pd.create_qp(&attr).unwrap(), pd.create_qp(&attr).unwrap());
+    a.modify_ud_to_rts(1, QKEY, 0).unwrap();
+    b.modify_ud_to_rts(1, QKEY, 0).unwrap();
+    let grh = GlobalRoute { dgid: ib_core::gid_from_ip(ip), sgid_index: 1, hop_limit: 64, ..Default::default() };
+    let ah = pd.create_ah(&AhAttr { grh, is_global: true, port_num: 1, ..Default::default() }).unwrap();
+    for (i, imm) in [(0u64, None), (1, Some(0x5555))] {
+        let rs = [Sge { addr: mr.addr() + 4096, length: 1024, lkey: mr.lkey() }];
+        b.post_recv(&RecvWr { wr_id: i, sg_list: &rs }).unwrap();
+        let ss = [Sge { addr: mr.addr(), length: 13, lkey: mr.lkey() }];
+        let opcode = WrOpcode::UdSend { dest: ah.dest(b.qpn(), QKEY), imm };
+        a.post_send(&SendWr { wr_id: i, sg_list: &ss, opcode, signaled: true, solicited: false }).unwrap();
+        assert!(poll_n(&cq, 2).iter().all(|w| w.status == WcStatus::Success));
+    }
+    // The capture file is complete once the device is gone.
+    drop((a, b, ah, mr, cq, pd, dev, sim));
+    let records = roce_wire::pcap::read(&pcap).expect("read the capture");
+    // (The probe's self-test sent RC packets first.)
+    let ops: Vec<u8> = records
+        .iter()
+        .filter(|c| roce_wire::ud::is_ud(&c.udp_payload))
+        .map(|c| roce_wire::ud::decode_ud(&c.udp_payload, Some(&c.ip)).expect("a UD packet with a good ICRC").bth.opcode)
+        .collect();
+    // Each datagram is captured sent and received.
+    assert_eq!(ops, [0x64, 0x64, 0x65, 0x65], "UD SEND Only, then with Immediate");
+    if !tshark_present() {
+        println!("SKIPPED: tshark not installed");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let text = tshark_verbose(&pcap);
+    for b in COMPLAINTS {
+        assert!(!text.contains(b), "tshark reports {b:?} in the port's capture");
+    }
+    assert_eq!(text.matches("DETH - Datagram Extended Transport Header").count(), 4, "{text}");
+    assert_eq!(field(&text, "Queue Key:"), Some("0x000000000badcafe"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
