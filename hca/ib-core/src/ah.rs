@@ -197,6 +197,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ud_transitions_take_a_qkey_where_rc_takes_a_path() {
+        use crate::attr::{QpAttrMask as M, QpState::{Init, Reset, Rtr, Rts, Sqe}, QpType::Ud};
+        use crate::qp_state::{check, required};
+        let init = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
+        assert_eq!(check(Reset, Init, Ud, init), Ok(()));
+        assert!(matches!(check(Reset, Init, Ud, init.without(M::QKEY)), Err(Error::InvalidArgument(_))));
+        assert!(matches!(check(Reset, Init, Ud, init | M::ACCESS_FLAGS), Err(Error::InvalidArgument(_))));
+        assert_eq!(check(Init, Rtr, Ud, M::STATE), Ok(()));
+        assert!(matches!(check(Init, Rtr, Ud, M::STATE | M::AV), Err(Error::InvalidArgument(_))));
+        assert!(matches!(check(Init, Rtr, Ud, M::STATE | M::DEST_QPN), Err(Error::InvalidArgument(_))));
+        assert!(matches!(check(Rtr, Rts, Ud, M::STATE), Err(Error::InvalidArgument(_))));
+        assert_eq!(check(Rtr, Rts, Ud, M::STATE | M::SQ_PSN | M::QKEY), Ok(()));
+        assert_eq!(check(Sqe, Rts, Ud, M::STATE), Ok(()), "SQE -> RTS is UD's");
+        assert_eq!(required(Rtr, Rts, Ud), Some(M::STATE | M::SQ_PSN));
+        assert_eq!(check(Init, Rts, Ud, M::STATE), Err(Error::InvalidState));
+    }
+
+    #[test]
     fn ipv4_checksums_are_checked() {
         let mut h = [0x45u8, 0, 0, 60, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
         assert!(!ipv4_sum_ok(&h));
