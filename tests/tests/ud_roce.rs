@@ -213,6 +213,18 @@ fn forged_short_and_hostile_ud_packets_are_dropped_and_counted_by_reason() {
     let before = stats().ud_dropped_no_recv;
     s.send_to(&good, to).unwrap();
     wait_for("no receive", &|st| st.ud_dropped_no_recv == before + 1);
+    // Transports do not mix: a UD datagram to an RC QP, an RC SEND to the UD QP.
+    let rc = tests::fixture::rc_qp(&e.pd, &e.cq, &e.cq);
+    tests::fixture::connect_roce(&rc, 0x99, ib_core::gid_from_ip(peer_ip), e.sgid_index);
+    let before = stats().ud_dropped_qp;
+    s.send_to(&forge(&s, to, UD_SEND_ONLY, 0xffff, rc.qpn(), QKEY, b"to RC"), to).unwrap();
+    wait_for("UD to an RC QP", &|st| st.ud_dropped_qp == before + 1);
+    let before = stats().roce_rx_dropped_qp;
+    let hdr = roce_wire::Headers { bth: roce_wire::Bth { opcode: 0x04, pkey: 0xffff, dest_qp: qpn, ..Default::default() }, ..Default::default() };
+    let mut rc_send = Vec::new();
+    roce_wire::encode(&hdr, b"rc", &roce_wire::IpContext::new(s.local_addr().unwrap(), to), &mut rc_send).unwrap();
+    s.send_to(&rc_send, to).unwrap();
+    wait_for("RC to the UD QP", &|st| st.roce_rx_dropped_qp == before + 1);
     assert_eq!(stats().ud_delivered, 2);
 }
 
