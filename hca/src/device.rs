@@ -41,6 +41,8 @@ pub(crate) struct DeviceInner {
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
     /// Handles and keys of the live PDs, MRs and user contexts.
     pub(crate) live_ids: LiveIds,
+    /// Address handles alive (at most `attr.max_ah`, as Linux's `pvrdma_create_ah` counts).
+    pub(crate) ahs: std::sync::atomic::AtomicU32,
 }
 
 impl DeviceInner {
@@ -72,6 +74,7 @@ impl DeviceInner {
             _dsr: dsr,
             threads: Mutex::new(Vec::new()),
             live_ids: LiveIds::default(),
+            ahs: std::sync::atomic::AtomicU32::new(0),
         }
     }
 

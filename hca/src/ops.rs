@@ -157,6 +157,10 @@ impl DeviceOps for Pvrdma {
     fn reg_user_mr(&self, pd: &dyn PdOps, mem: UserMemory, access: u32) -> Result<Box<dyn MrOps>> {
         Ok(Box::new(Mr::register_user(Pd::of(pd)?, mem, access)?))
     }
+
+    fn create_ah(&self, pd: &dyn PdOps, attr: &ib_core::AhAttr) -> Result<Box<dyn ib_core::provider::AhOps>> {
+        Ok(Box::new(crate::qp::ud::Ah::create(Pd::of(pd)?, attr)?))
+    }
 }
 
 /// Checks a QUERY_PORT answer before any of it reaches the consumer; returns (max, active) MTU in

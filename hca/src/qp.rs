@@ -1,4 +1,5 @@
-//! Queue pairs, RC only so far (Linux `pvrdma_qp.c`, mthca `mthca_qp.c`): the SQ and RQ rings,
+//! Queue pairs, RC and UD (Linux `pvrdma_qp.c`, mthca `mthca_qp.c`; UD's `wr.ud` and address
+//! handles in `qp/ud.rs`): the SQ and RQ rings,
 //! posting work requests, and MODIFY_QP / QUERY_QP with the verbs core's attributes converted to
 //! the device's. The transition and posting rules are the core's; the device answers for the
 //! state (QUERY_QP) and flushes what is posted to a QP in ERR.
@@ -10,6 +11,7 @@
 
 mod attr;
 mod owed;
+pub(crate) mod ud;
 
 use crate::wc::OwedQueue;
 use crate::cq::Cq;
@@ -142,10 +144,12 @@ pub struct Qp {
     /// Every send asks for a completion (`sq_sig_all`).
     sig_all: bool,
     db: Doorbells,
+    /// A UD QP: its sends are [`WrOpcode::UdSend`] and only these.
+    ud: bool,
 }
 
 impl Qp {
-    /// Creates an RC QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
+    /// Creates an RC or UD QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
     ///
     /// Errors: [`Error::InvalidArgument`] for sizes that do not fit, CQs of another context;
     /// [`Error::BadResponse`] for a QP handle beyond 24 bits or queue sizes other than asked (the
@@ -169,7 +173,7 @@ impl Qp {
         let buf = PagedBuf::new(&dev.platform, total)?;
         let owner = pd.uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
         let words = RecordWords::new(&dev.platform, &buf, owner)?;
-        let QpType::Rc = init.qp_type;
+        let ud = init.qp_type == QpType::Ud;
         // Creation and registration in one step against destroys (see `EventRings::objects`).
         let _objects = dev.eq.objects.lock();
         let resp = dev.cmd.post(CreateQp {
@@ -186,7 +190,7 @@ impl Qp {
             total_chunks: (total as u16).into(),
             send_chunks: (sq.pages() as u16).into(),
             sq_sig_all: u8::from(init.sq_sig_all),
-            qp_type: qp_type::RC,
+            qp_type: if ud { qp_type::UD } else { qp_type::RC },
             ..Default::default()
         })?;
         let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
@@ -224,7 +228,7 @@ impl Qp {
         recv_cq.attach_qp(handle, None, Some(recv_owed));
         tracing::debug!(qpn = handle, "QP created");
         let sig_all = init.sq_sig_all;
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db })
+        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db, ud })
     }
 }
 
@@ -280,6 +284,7 @@ impl Qp {
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
+        ud::check_opcode(self.ud, &wr.opcode)?;
         let opcode = set_opcode(&mut hdr, wr.opcode);
         let flags = if wr.signaled { send_flags::SIGNALED } else { 0 }
             | if wr.solicited { send_flags::SOLICITED } else { 0 };
@@ -428,6 +433,7 @@ fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
             rdma(hdr, remote_addr, rkey);
             (wr_opcode::RDMA_READ, WcOpcode::RdmaRead)
         }
+        WrOpcode::UdSend { dest, imm } => ud::set_wr_ud(hdr, &dest, imm),
     };
     hdr.opcode.set(code);
     completes

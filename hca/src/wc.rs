@@ -129,6 +129,7 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
         qp_num: qp.unwrap_or(0),
         src_qp: cqe.src_qp.get(),
         imm_data: with_imm.then(|| cqe.imm_data.get()),
+        grh: cqe.wc_flags.get() & wc_flags::GRH != 0 && opcode.is_recv(),
     }
 }
 
@@ -190,6 +191,7 @@ mod tests {
                 qp_num: 7,
                 src_qp: 9,
                 imm_data: Some(0xdead_beef),
+                grh: false,
             }
         );
     }

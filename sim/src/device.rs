@@ -251,6 +251,18 @@ sim_stats! {
     roce_injected_duplicate,
     /// RoCE port: packets the capture file could not take.
     roce_pcap_errors,
+    /// UD sends longer than the port's MTU: no packet sent, completed `SUCCESS` (IBTA
+    /// C10-93.1.1, as Linux rxe).
+    ud_oversize_dropped,
+    /// UD datagrams dropped for their destination: no such QP, not UD, not in RTR/RTS, or a
+    /// destination GID not on the port.
+    ud_dropped_qp,
+    /// UD datagrams dropped for a Q_Key other than the receiver's (IBTA 10.2.5).
+    ud_dropped_qkey,
+    /// UD datagrams dropped because the receiver had no receive WQE posted.
+    ud_dropped_no_recv,
+    /// UD datagrams delivered into a receive WQE.
+    ud_delivered,
 }
 
 /// The device's life cycle.

@@ -45,7 +45,8 @@ pub mod limits {
     pub const MAX_SRQ_WR: u32 = MAX_QP_WR;
     /// SGEs per SRQ receive WQE.
     pub const MAX_SRQ_SGE: u32 = MAX_SGE;
-    /// Address handles (reported only: no UD yet).
+    /// Address handles: reported; pvrdma AHs are the driver's software objects (no command), so
+    /// the driver counts and enforces it (as Linux's `pvrdma_create_ah`).
     pub const MAX_AH: u32 = 64;
     /// Bytes one MR may span: what one page directory can describe (512 * 512 pages of 4 KiB).
     pub const MAX_MR_SIZE: u64 = 1 << 30;

@@ -12,7 +12,11 @@
 //! port is given back or when a command's effects sent a packet — so a consumer busy-polling on
 //! every CPU never waits for it to be scheduled.
 //!
-//! Delivery: the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
+//! A UD datagram (`Packet::ud`) goes to the QP its WQE named if the destination GID is bound
+//! here, and is dropped and counted otherwise or when that QP refuses it (`qp/ud.rs`); it never
+//! waits for a receive WQE, and its sender completes `SUCCESS` once it left the wire.
+//!
+//! Delivery (RC): the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
 //! sender, and the destination GID must be bound on this port (the loopback wire reaches only
 //! itself); otherwise the sender completes with `RETRY_EXC_ERR`, as a requester whose packets go
 //! unanswered. A packet for a QP with no receive WQE posted waits on that QP (infinite RNR retry)
@@ -108,6 +112,8 @@ pub struct Packet {
     pub solicited: bool,
     /// The gathered message of a SEND or WRITE; empty for a READ.
     pub payload: Vec<u8>,
+    /// A UD datagram's DETH Q_Key and GRH (`None` for RC).
+    pub ud: Option<Box<crate::qp::ud::Datagram>>,
 }
 
 #[derive(Default)]
@@ -434,6 +440,10 @@ pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
 /// Delivers `pkt` and completes its sender; gives the packet back if it must wait for a receive
 /// WQE.
 fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Option<Packet> {
+    if pkt.ud.is_some() {
+        crate::qp::ud::deliver(core, pkt, fx);
+        return None;
+    }
     let Some(src) = core.qp(pkt.src).filter(|q| q.uid == pkt.src_uid) else {
         core.count(|c| &c.packets_dropped);
         return None;

@@ -3,7 +3,8 @@
 //!
 //! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
-//! Only RC is modelled. On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
+//! RC and UD are modelled (UD in `qp/ud.rs`: its transitions, `wr.ud`, the GRH area, Q_Key
+//! checks). On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
 //! immediate), RDMA WRITE (with immediate) and RDMA READ; the responder's side of each
 //! ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`], [`Qp::receive_write_imm`]) and the
 //! requester's READ response ([`Qp::read_response`]) know no transport: the loopback port and a
@@ -48,6 +49,8 @@ use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+pub(crate) mod ud;
+
 const SQ_HDR: usize = core::mem::size_of::<SqWqeHdr>();
 const RQ_HDR: usize = core::mem::size_of::<RqWqeHdr>();
 const SGE: usize = core::mem::size_of::<Sge>();
@@ -70,6 +73,8 @@ pub struct Qp {
     /// The SRQ its receive WQEs come from (`is_srq`); its own RQ is then never read.
     srq: Option<Arc<crate::srq::Srq>>,
     sq_sig_all: bool,
+    /// `qp_type`: RC or UD.
+    qp_type: u8,
     max_send_sge: u32,
     max_recv_sge: u32,
     sq: Consumer,
@@ -151,8 +156,8 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// CREATE_QP. With `is_srq` its receive WQEs come from the SRQ `srq_handle` (`srq.rs`): it then
 /// takes no receive WRs, SGEs or pages.
 ///
-/// Errors: `EINVAL` for a non-RC type, an unknown SRQ or an SRQ handle without `is_srq`, receive
-/// WRs or SGEs with an SRQ, inline data or atomic arguments
+/// Errors: `EINVAL` for a type other than RC and UD, an unknown SRQ or an SRQ handle without
+/// `is_srq`, receive WRs or SGEs with an SRQ, inline data or atomic arguments
 /// (the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
 /// 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
@@ -165,7 +170,7 @@ fn pow2_within(n: u32, max: u32) -> bool {
 pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     // Every field means what it says: no SRQ, no inline data and no atomics (the caps report
     // none), QP access bits only, a boolean `sq_sig_all`.
-    let meaningful = req.qp_type == qp_type::RC
+    let meaningful = matches!(req.qp_type, qp_type::RC | qp_type::UD)
         && req.is_srq <= 1
         && (req.is_srq == 1 || req.srq_handle.get() == 0)
         && req.max_inline_data.get() == 0
@@ -249,6 +254,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         recv_cq,
         srq,
         sq_sig_all: req.sq_sig_all != 0,
+        qp_type: req.qp_type,
         max_send_sge: ssge,
         max_recv_sge: rsge,
         sq: Consumer::new(&core.mem, sq, state_page, Half::Tx),
@@ -298,8 +304,8 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 }
 
 /// MODIFY_QP: RESET -> INIT -> RTR -> RTS (INIT -> INIT and RTS -> RTS too), any -> ERR, any ->
-/// RESET. INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
-/// `DEST_QPN` in the mask, as the real device does. Moving to ERR flushes; moving to RESET drops
+/// RESET. For RC, INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
+/// `DEST_QPN` in the mask, as the real device does; UD takes a Q_Key instead (`ud::transition`). Moving to ERR flushes; moving to RESET drops
 /// every WQE without completions (the driver resets its ring indices).
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQD/SQE, a `cur_qp_state` that
@@ -321,7 +327,8 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         return Err(Errno::EINVAL);
     }
     let new = if mask & m::STATE != 0 { a.qp_state.get() } else { cur };
-    let (required, optional) = transition(cur, new).ok_or(Errno::EINVAL)?;
+    let table = if qp.is_ud() { ud::transition } else { transition };
+    let (required, optional) = table(cur, new).ok_or(Errno::EINVAL)?;
     if mask & required != required || mask & !(required | optional | m::STATE) != 0 {
         return Err(Errno::EINVAL);
     }
@@ -577,6 +584,17 @@ impl Qp {
                 _ => Err(wc_status::LOC_QP_OP_ERR),
             };
             match checked {
+                Ok((op, payload)) if self.is_ud() => {
+                    let imm = matches!(op, Op::Send { imm: Some(_) });
+                    let own_qkey = st.attrs.qkey.get();
+                    let addr = ud::address(core, own_qkey, &hdr, payload.len(), imm);
+                    if let Err(e) = self.send_ud(core, st, entry, op, payload, addr, flags, fx) {
+                        core.wire_unreserve(wire_len, fx);
+                        if e {
+                            return self.enter_error(core, st, fx);
+                        }
+                    }
+                }
                 Ok((op, payload)) => {
                     st.bytes_on_wire += u64::from(entry.byte_len);
                     st.inflight.push_back(entry);
@@ -592,6 +610,7 @@ impl Qp {
                         op,
                         solicited: flags & send_flags::SOLICITED != 0,
                         payload,
+                        ud: None,
                     };
                     core.count(|c| &c.packets_sent);
                     if let Err(status) = core.transmit(self, &st.attrs, packet, fx) {

@@ -157,7 +157,7 @@ run_case() {
 }
 
 # --- 4. Cases -------------------------------------------------------------------------------------
-RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw)
+RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw)
 
 # Every program (and pyverbs's device module) resolves libibverbs.so.1 to ours, with symbol
 # versions, and the dynamic loader runs our copy.
@@ -264,6 +264,21 @@ case_srq_pingpong() {
   grep -h 'usec/iter' "$D/client.log"
 }
 
+# ibv_ud_pingpong server and client over RoCE v2 (GID 1), -c: SIZE (at most the port's MTU,
+# 1024: UD carries one packet per message), then its extra options.
+case_ud_pingpong() {
+  local size=$1
+  shift
+  PORT=$(free_port) || { echo "no free TCP port"; return 1; }
+  local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -s "$size" -n "$PP_ITERS" -c "$@")
+  SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP" ibv_ud_pingpong "${opts[@]}")
+  CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_ud_pingpong "${opts[@]}" "$SERVER_IP")
+  pair || return 1
+  pingpong_output_ok "$D/server.log" "$PP_ITERS" "$size" "$SERVER_IP" "$CLIENT_IP" || return 1
+  pingpong_output_ok "$D/client.log" "$PP_ITERS" "$size" "$CLIENT_IP" "$SERVER_IP" || return 1
+  grep -h 'usec/iter' "$D/client.log"
+}
+
 # ibv_rc_pingpong over a lossy link: the server's model drops 5 % of the packets both ways
 # (a fixed seed), so both ends recover through retransmission and still end with every payload
 # checked (-c), the last acknowledgement included (ibv_destroy_qp lingers for it).
@@ -360,6 +375,10 @@ for size in 1 4096 65536; do
   run_case "rc_pingpong_${size}_events" case_rc_pingpong "$size" -e
 done
 run_case rc_pingpong_4096_new_send case_rc_pingpong 4096 -N
+for size in 1 1024; do
+  run_case "ud_pingpong_${size}" case_ud_pingpong "$size"
+  run_case "ud_pingpong_${size}_events" case_ud_pingpong "$size" -e
+done
 run_case rc_pingpong_4096_lossy case_rc_pingpong_lossy
 run_case srq_pingpong_4096 case_srq_pingpong 16 4096
 run_case srq_pingpong_4096_events case_srq_pingpong 16 4096 -e
@@ -381,6 +400,12 @@ done
 # perftest's --use-srq: each end's QP receives from an SRQ of --rx-depth WQEs.
 run_case send_bw_srq case_perftest send_bw 4096 --use-srq
 run_case send_bw_srq_events case_perftest send_bw 4096 --use-srq -e
+# UD (-c UD): messages up to the MTU (perftest refuses more).
+for test in send_lat send_bw; do
+  run_case "${test}_ud_2" case_perftest "$test" 2 -c UD
+  run_case "${test}_ud_1024" case_perftest "$test" 1024 -c UD
+  run_case "${test}_ud_events" case_perftest "$test" 1024 -c UD -e
+done
 run_case pyverbs_loopback case_pyverbs "" 0
 run_case pyverbs_roce case_pyverbs "$ROCE" 1
 

@@ -11,6 +11,7 @@ pub mod lowest_free;
 pub mod notify_relay;
 pub mod differential;
 pub mod differential_srq;
+pub mod differential_ud;
 pub mod qemu;
 pub mod raw_device;
 pub mod rewrite;

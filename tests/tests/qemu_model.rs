@@ -86,3 +86,8 @@ macro_rules! command_cases {
 }
 
 tests::with_command_cases!(command_cases);
+
+#[test]
+fn model_ud_send_recv() {
+    both(tests::differential_ud::ud_send_recv);
+}

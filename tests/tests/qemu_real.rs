@@ -118,3 +118,9 @@ macro_rules! command_cases {
 }
 
 tests::with_command_cases!(command_cases);
+
+#[test]
+#[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
+fn qemu_ud_send_recv() {
+    tests::differential_ud::ud_send_recv(&Target::qemu("ud_send_recv"));
+}

@@ -78,12 +78,16 @@ pub mod access {
     }
 }
 
-/// QP transport service type (`enum ibv_qp_type`). RC only so far.
+/// QP transport service type (`enum ibv_qp_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum QpType {
     /// Reliable connected (`IBV_QPT_RC`).
     #[default]
     Rc,
+    /// Unreliable datagram (`IBV_QPT_UD`): each send names its destination with an address
+    /// handle, a remote QPN and a Q_Key ([`crate::WrOpcode::UdSend`]); messages up to the port's
+    /// MTU; receives start with the 40-byte GRH area.
+    Ud,
 }
 
 /// QP state (IBTA 10.3.1; `enum ibv_qp_state`, same numbering).

@@ -22,6 +22,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod ah;
 pub mod arm;
 mod async_event;
 pub mod attr;
@@ -51,6 +52,7 @@ pub mod upcall;
 mod user_buffer;
 mod wr;
 
+pub use ah::{ah_attr_from_wc, Ah, UdDest, GRH_LEN};
 pub use arm::ArmKind;
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncHandler, EventScope};
 pub use attr::{access, gid_from_ip, AhAttr, Gid, GlobalRoute, Mtu};

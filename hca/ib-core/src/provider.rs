@@ -15,7 +15,7 @@
 
 use crate::arm::ArmKind;
 use crate::async_event::AsyncEventType;
-use crate::attr::{Gid, QpAttr, QpAttrMask, QpCap, QpType};
+use crate::attr::{AhAttr, Gid, QpAttr, QpAttrMask, QpCap, QpType};
 pub use crate::cq::CqDelivery;
 use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::error::Result;
@@ -194,6 +194,18 @@ pub trait DeviceOps: Send + Sync + 'static {
     /// An MR over the consumer's own memory, at its own address.
     /// Errors: `Unsupported` where the platform cannot map host memory for the device.
     fn reg_user_mr(&self, pd: &dyn PdOps, mem: UserMemory, access: u32) -> Result<Box<dyn MrOps>>;
+    /// An address handle in `pd` for `attr` (port and GID index already checked by the core).
+    /// The default refuses: a provider without UD.
+    fn create_ah(&self, pd: &dyn PdOps, attr: &AhAttr) -> Result<Box<dyn AhOps>> {
+        let _ = (pd, attr);
+        Err(crate::Error::Unsupported("address handles"))
+    }
+}
+
+/// An address handle (`ib_ah`). Dropping it destroys it.
+pub trait AhOps: Send + Sync + 'static {
+    /// The provider's own type.
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A user context: the device resources of one consumer (a UAR page, a device context).

@@ -35,6 +35,34 @@ fn rc(cur: QpState, next: QpState) -> Option<(M, M)> {
     })
 }
 
+/// (required, optional) attributes of `cur -> next` for a UD QP (IBTA 11.2.5's UD column, as
+/// Linux's `ib_modify_qp_is_ok`): a Q_Key where RC takes its path and connection attributes.
+fn ud(cur: QpState, next: QpState) -> Option<(M, M)> {
+    use QpState::*;
+    let none = M(0);
+    let init = M::PKEY_INDEX | M::PORT | M::QKEY;
+    let resume = M::CUR_STATE | M::QKEY;
+    Some(match (cur, next) {
+        (_, Reset) | (_, Err) => (none, none),
+        (Reset, Init) => (init, none),
+        (Init, Init) => (none, init),
+        (Init, Rtr) => (none, M::PKEY_INDEX | M::QKEY),
+        (Rtr, Rts) => (M::SQ_PSN, resume),
+        (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (none, resume),
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (none, M::PKEY_INDEX | M::QKEY),
+        _ => return None,
+    })
+}
+
+/// The table of a QP type.
+fn table(qp_type: QpType) -> fn(QpState, QpState) -> Option<(M, M)> {
+    match qp_type {
+        QpType::Rc => rc,
+        QpType::Ud => ud,
+    }
+}
+
 /// Whether a consumer's `CUR_STATE` claim of `claimed` can be true of a QP the core last saw in
 /// `known`: the device moves a QP on its own only into ERR, from RTS into SQE, and from a
 /// draining SQD request into SQD (IBTA 10.3.1). Any other claim is a consumer error, refused
@@ -47,8 +75,7 @@ pub fn claim_possible(known: QpState, claimed: QpState) -> bool {
 /// The mask of a modify from `cur` to `next` that sets exactly what the transition requires
 /// (IBTA 11.2.5's table), `STATE` included; `None` for an illegal transition.
 pub fn required(cur: QpState, next: QpState, qp_type: QpType) -> Option<M> {
-    let QpType::Rc = qp_type;
-    rc(cur, next).map(|(req, _)| req | M::STATE)
+    table(qp_type)(cur, next).map(|(req, _)| req | M::STATE)
 }
 
 /// Checks a modify of a `qp_type` QP from `cur` to `next` with `mask`.
@@ -61,8 +88,7 @@ pub fn check(cur: QpState, next: QpState, qp_type: QpType, mask: M) -> Result<()
     if mask.contains(M::CUR_STATE) && !cur_ok {
         return Err(Error::InvalidState);
     }
-    let QpType::Rc = qp_type;
-    let (req, opt) = rc(cur, next).ok_or(Error::InvalidState)?;
+    let (req, opt) = table(qp_type)(cur, next).ok_or(Error::InvalidState)?;
     if !mask.contains(req) {
         return Err(Error::InvalidArgument("a required QP attribute is missing from the mask"));
     }

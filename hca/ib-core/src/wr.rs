@@ -59,6 +59,14 @@ pub enum WrOpcode {
         /// The responder MR's remote key.
         rkey: u32,
     },
+    /// A UD SEND (IBTA 9.8.3; `ibv_send_wr.wr.ud`), with immediate data if `imm` is set, to
+    /// the destination [`crate::Ah::dest`] made. Only on a UD QP, whose sends are only these.
+    UdSend {
+        /// Address handle, remote QPN and Q_Key.
+        dest: crate::ah::UdDest,
+        /// Immediate data (host order here; big-endian on the wire).
+        imm: Option<u32>,
+    },
 }
 
 /// A send work request (IBTA 11.4.1.1).
@@ -250,6 +258,9 @@ pub struct Wc {
     pub src_qp: u32,
     /// Immediate data of a receive completion that carried it (host order).
     pub imm_data: Option<u32>,
+    /// A UD receive: the buffer starts with the 40-byte GRH area (`IBV_WC_GRH`), which
+    /// `byte_len` counts.
+    pub grh: bool,
 }
 
 /// Flags of [`crate::Cq::req_notify`] (IBTA 11.4.2.5 Request Completion Notification; the bits

@@ -3,7 +3,7 @@
 
 use crate::abi::{
     ibv_comp_channel, ibv_context, ibv_cq, ibv_wc, pthread_cond_t, pthread_mutex_t, IBV_WC_RDMA_READ,
-    IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SEND, IBV_WC_WITH_IMM,
+    IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SEND, IBV_WC_WITH_IMM, IBV_WC_GRH,
 };
 use crate::channel::channel;
 use crate::context::context;
@@ -122,7 +122,7 @@ fn wc_opcode(op: WcOpcode) -> u32 {
 }
 
 /// The core's completion as libibverbs delivers it: `imm_data` big-endian with
-/// `IBV_WC_WITH_IMM`; `vendor_err`, `pkey_index`, `slid`, `sl` and `dlid_path_bits` are 0 (the
+/// `IBV_WC_WITH_IMM`, `IBV_WC_GRH` for a UD receive; `vendor_err`, `pkey_index`, `slid`, `sl` and `dlid_path_bits` are 0 (the
 /// core's completion does not carry them; an RC/UD port of pvrdma reports them as 0 too).
 pub(crate) fn to_ibv_wc(w: &Wc) -> ibv_wc {
     ibv_wc {
@@ -134,7 +134,7 @@ pub(crate) fn to_ibv_wc(w: &Wc) -> ibv_wc {
         imm_data: w.imm_data.map_or(0, u32::to_be),
         qp_num: w.qp_num,
         src_qp: w.src_qp,
-        wc_flags: if w.imm_data.is_some() { IBV_WC_WITH_IMM } else { 0 },
+        wc_flags: if w.imm_data.is_some() { IBV_WC_WITH_IMM } else { 0 } | if w.grh { IBV_WC_GRH } else { 0 },
         pkey_index: 0,
         slid: 0,
         sl: 0,
@@ -248,6 +248,7 @@ mod tests {
             qp_num: 3,
             src_qp: 9,
             imm_data: Some(0x1234_5678),
+            grh: false,
         };
         let c = to_ibv_wc(&w);
         assert_eq!((c.wr_id, c.status, c.opcode, c.byte_len, c.qp_num, c.src_qp), (7, 10, 129, 64, 3, 9));

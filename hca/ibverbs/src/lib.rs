@@ -22,6 +22,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+mod ah;
 mod async_event;
 mod channel;
 pub mod config;
@@ -39,6 +40,7 @@ mod strings;
 mod sysfs;
 mod unsupported;
 
+pub use ah::{ibv_create_ah, ibv_create_ah_from_wc, ibv_destroy_ah, ibv_init_ah_from_wc};
 pub use async_event::*;
 pub use channel::*;
 pub use cq::*;

@@ -1,5 +1,5 @@
 //! QPs (`ibv_create_qp`, `ibv_create_qp_ex`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
-//! `ibv_qp_to_qp_ex`). RC only, as the core carries (UD comes with issue 13).
+//! `ibv_qp_to_qp_ex`). RC and UD.
 
 mod attr;
 mod ex;
@@ -11,7 +11,7 @@ pub(crate) use post::{post_recv, post_recv_chain, post_send};
 
 use crate::abi::{
     ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
-    pthread_cond_t, pthread_mutex_t, IBV_QPT_RC, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+    pthread_cond_t, pthread_mutex_t, IBV_QPT_RC, IBV_QPT_UD, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 };
 use crate::ffi::{errno_of, fail, guard, null, status};
 use ib_core::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
@@ -74,9 +74,11 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
     // SAFETY: the caller's promise.
     let (p, scq, rcq) = unsafe { (crate::pd::pd(pd), crate::cq::cq(a.send_cq), crate::cq::cq(a.recv_cq)) };
     let (Some(p), Some(scq), Some(rcq)) = (p, scq, rcq) else { return null(libc::EINVAL) };
-    if a.qp_type != IBV_QPT_RC {
-        return null(libc::EOPNOTSUPP);
-    }
+    let qp_type = match a.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UD => QpType::Ud,
+        _ => return null(libc::EOPNOTSUPP),
+    };
     // SAFETY: the caller's promise covers the SRQ `a` names (NULL or a live SRQ of this library).
     let srq = unsafe { crate::srq::srq(a.srq) };
     if a.cap.max_inline_data > MAX_INLINE {
@@ -101,7 +103,7 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
         send_cq: &scq.core,
         recv_cq: &rcq.core,
         cap: dev_cap,
-        qp_type: QpType::Rc,
+        qp_type,
         sq_sig_all: a.sq_sig_all != 0,
         qp_context: slot as u64,
         srq: srq.map(|s| &*s.core),
@@ -125,7 +127,7 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
         handle: qpn,
         qp_num: qpn,
         state: QpState::Reset.raw(),
-        qp_type: IBV_QPT_RC,
+        qp_type: a.qp_type,
         mutex: pthread_mutex_t([0; 5]),
         cond: pthread_cond_t([0; 6]),
         events_completed: 0,
@@ -139,7 +141,7 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
     slot.cast::<ibv_qp>()
 }
 
-/// `ibv_create_qp(pd, qp_init_attr)`: an RC QP in RESET, the sizes granted written back into
+/// `ibv_create_qp(pd, qp_init_attr)`: an RC or UD QP in RESET, the sizes granted written back into
 /// `qp_init_attr->cap` (work request counts rounded up to a power of two, as rdma-core's pvrdma
 /// provider). NULL with errno: `EINVAL` for a NULL PD, CQ or attribute, sizes beyond the
 /// device's, `max_inline_data` above 512, an SRQ of another context; `EOPNOTSUPP` for another

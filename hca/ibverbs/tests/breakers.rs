@@ -323,7 +323,7 @@ fn nulls_and_bad_values_get_errnos() {
                 ..init_attr(fx.cq, fx.cq, 16, 0)
             },
             ibv_qp_init_attr {
-                qp_type: IBV_QPT_UD,
+                qp_type: IBV_QPT_UC,
                 ..init_attr(fx.cq, fx.cq, 16, 0)
             },
             init_attr(fx.cq, fx.cq, 16, 100_000),

@@ -82,7 +82,7 @@ fn check_headers(hdr: &Headers, payload: &[u8]) -> Result<Layout, WireError> {
     Ok(l)
 }
 
-fn bth_wire(b: &Bth, pad: u8) -> BthHdr {
+pub(crate) fn bth_wire(b: &Bth, pad: u8) -> BthHdr {
     let flags = if b.solicited { SE } else { 0 } | if b.mig_req { MIG } else { 0 };
     BthHdr {
         opcode: b.opcode,
@@ -191,7 +191,7 @@ fn extension_headers<'a>(
     Ok((hdr, rest))
 }
 
-fn bth_value(b: &BthHdr) -> Bth {
+pub(crate) fn bth_value(b: &BthHdr) -> Bth {
     Bth {
         opcode: b.opcode,
         solicited: b.flags & SE != 0,

@@ -26,6 +26,7 @@ mod ip;
 pub mod opcode;
 pub mod pcap;
 pub mod psn;
+pub mod ud;
 
 pub use codec::{decode, encode, Packet, WireError, ICRC_LEN};
 pub use headers::{Aeth, Bth, Headers, NakCode, Reth, Syndrome};

@@ -1,4 +1,5 @@
-//! The RoCE v2 port: the model's port speaking IBTA RC transport over UDP 4791 (IBTA Annex A17),
+//! The RoCE v2 port: the model's port speaking IBTA RC and UD transport over UDP 4791 (IBTA
+//! Annex A17; UD datagrams in `ud`),
 //! chosen with [`crate::SimConfig::roce`]; the in-process loopback (`port.rs`) stays the default.
 //!
 //! # Structure
@@ -51,6 +52,7 @@ mod rx;
 mod socket;
 mod sys;
 mod timers;
+mod ud;
 
 use crate::device::{Core, Effects};
 use crate::port::{Op, Packet};
@@ -190,6 +192,9 @@ impl RocePort {
         pkt: Packet,
         fx: &mut Effects,
     ) -> Result<(), u32> {
+        if let Some(d) = pkt.ud.as_deref() {
+            return ud::send(self, core, &pkt, d);
+        }
         let req = self.requester_for(core, qp, a, fx)?;
         let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
         let kind = match pkt.op {

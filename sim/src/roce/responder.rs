@@ -263,6 +263,7 @@ impl Responder {
             },
             solicited: hdr.bth.solicited,
             payload: buf,
+            ud: None,
         };
         match cx.qp.receive(cx.core, &pkt, cx.conn, fx) {
             Rx::Park => {

@@ -192,6 +192,9 @@ impl Receiver {
             }
         }
         let checked = peer.is_ipv6().then_some(&ip);
+        if roce_wire::ud::is_ud(bytes) {
+            return super::ud::receive(core, local, peer, bytes, checked, fx);
+        }
         let pkt = match roce_wire::decode(bytes, checked) {
             Ok(pkt) => pkt,
             Err(WireError::BadIcrc) => return core.count(|c| &c.roce_rx_dropped_icrc),

@@ -55,7 +55,7 @@ fn qp_queue_and_sge_counts_outside_caps_are_refused() {
         ("send sge 5", |r| r.max_send_sge = U32::new(5)),
         ("recv sge u32::MAX", |r| r.max_recv_sge = U32::new(u32::MAX)),
         ("srq", |r| r.is_srq = 1),
-        ("UD", |r| r.qp_type = pvrdma_abi::verbs::qp_type::UD),
+        ("UC", |r| r.qp_type = pvrdma_abi::verbs::qp_type::UC),
         ("total_chunks u16::MAX", |r| r.total_chunks = U16::new(u16::MAX)),
     ];
     for (what, edit) in edits {

@@ -39,7 +39,7 @@ fn accepted_creates(cases: &[(&'static str, QpEdit)]) -> Vec<&'static str> {
 #[test]
 fn create_qp_types_srqs_and_cq_handles_that_do_not_exist_are_refused() {
     let cases: [(&str, QpEdit); 5] = [
-        ("qp_type UD", |r| r.qp_type = 4),
+        ("qp_type UC", |r| r.qp_type = 3),
         ("qp_type 255", |r| r.qp_type = 255),
         ("is_srq 1", |r| r.is_srq = 1),
         ("send_cq_handle 0", |r| r.send_cq_handle = U32::new(0)),

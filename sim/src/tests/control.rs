@@ -211,7 +211,7 @@ fn failures_set_err_raise_vector_0_and_the_device_keeps_working() {
     q.total_chunks = U16::new(1);
     assert_eq!(d.err(q), 22);
     q = qreq;
-    q.qp_type = 4;
+    q.qp_type = 3; // UC
     assert_eq!(d.err(q), 22);
     q = qreq;
     q.send_cq_handle = U32::new(77);

@@ -12,3 +12,4 @@ mod minidrv;
 mod rdma;
 mod roce;
 mod srq;
+mod ud;

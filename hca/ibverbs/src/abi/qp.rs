@@ -18,7 +18,7 @@ pub struct ibv_srq {
     pub events_completed: u32,
 }
 
-/// `struct ibv_ah` (no address handles here yet: never made, only named).
+/// `struct ibv_ah`: written by the library (`ibv_create_ah`).
 #[repr(C)]
 pub struct ibv_ah {
     pub context: *mut ibv_context,

@@ -2,7 +2,8 @@
 //! `wr_send`/`wr_send_imm`/`wr_rdma_write`/`wr_rdma_write_imm`/`wr_rdma_read` starts a WR with
 //! the `wr_id` and `wr_flags` the program set in the `ibv_qp_ex` at that moment, the
 //! `wr_set_sge*`/`wr_set_inline_data*` calls give it its data, `wr_complete` posts the batch and
-//! `wr_abort` drops it. Atomics, memory windows, UD/XRC addressing and TSO stay NULL, as a
+//! `wr_abort` drops it; `wr_set_ud_addr` addresses a UD QP's send. Atomics, memory windows, XRC
+//! addressing and TSO stay NULL, as a
 //! provider leaves what it does not carry.
 //!
 //! As rdma-core's rxe and mlx5, a WR error met while building (too many SGEs, inline data beyond
@@ -14,7 +15,7 @@
 //! The batch keeps its WRs, SGEs and inline bytes in vectors reused from one batch to the next,
 //! so a warm QP allocates nothing; inline bytes are taken when `wr_set_inline_data` returns.
 
-use crate::abi::{ibv_data_buf, ibv_qp, ibv_qp_ex, ibv_sge, IBV_SEND_INLINE};
+use crate::abi::{ibv_ah, ibv_data_buf, ibv_qp, ibv_qp_ex, ibv_sge, IBV_SEND_INLINE};
 use super::post::{sges, Src};
 use super::{qp, Qp};
 use ib_core::{Sge, WrOpcode};
@@ -67,6 +68,7 @@ impl State {
 
 /// The `ibv_qp_ex` of a QP whose base is `base`, with this module's functions when `ex`.
 pub(crate) fn qp_ex(base: ibv_qp, ex: bool) -> ibv_qp_ex {
+    let ud = base.qp_type == crate::abi::IBV_QPT_UD;
     ibv_qp_ex {
         qp_base: base,
         comp_mask: 0,
@@ -83,7 +85,7 @@ pub(crate) fn qp_ex(base: ibv_qp, ex: bool) -> ibv_qp_ex {
         wr_send_imm: ex.then_some(wr_send_imm as _),
         wr_send_inv: None,
         wr_send_tso: None,
-        wr_set_ud_addr: None,
+        wr_set_ud_addr: (ex && ud).then_some(wr_set_ud_addr as _),
         wr_set_xrc_srqn: None,
         wr_set_inline_data: ex.then_some(wr_set_inline_data as _),
         wr_set_inline_data_list: ex.then_some(wr_set_inline_data_list as _),
@@ -121,6 +123,26 @@ unsafe fn start(qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
             let (wr_id, flags) = ((*qpx).wr_id, (*qpx).wr_flags);
             let at = s.sges.len();
             s.wrs.push(ExWr { wr_id, flags, opcode, sges: at..at, data: None });
+        })
+    }
+}
+
+/// `ibv_wr_set_ud_addr(qpx, ah, remote_qpn, remote_qkey)`: the destination of the WR just
+/// started (a SEND or SEND_WITH_IMM of a UD QP); `EINVAL` at `wr_complete` for a NULL AH or
+/// another operation.
+unsafe extern "C" fn wr_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+    // SAFETY: the program passes its QP and an AH of this library (or NULL).
+    unsafe {
+        with(qpx, |_, s| {
+            let Some(a) = crate::ah::ah(ah) else { return s.fail(libc::EINVAL) };
+            let dest = a.core.dest(remote_qpn, remote_qkey);
+            let Some(w) = s.last() else { return };
+            w.opcode = match w.opcode {
+                WrOpcode::Send => WrOpcode::UdSend { dest, imm: None },
+                WrOpcode::SendWithImm(imm) | WrOpcode::UdSend { imm: Some(imm), .. } => WrOpcode::UdSend { dest, imm: Some(imm) },
+                WrOpcode::UdSend { imm: None, .. } => WrOpcode::UdSend { dest, imm: None },
+                _ => return s.fail(libc::EINVAL),
+            };
         })
     }
 }

@@ -79,7 +79,10 @@ pub(crate) unsafe fn sges<'a>(list: *const ibv_sge, num: i32) -> Result<&'a [Sge
 
 /// The core's opcode of an `ibv_send_wr` (its immediate data is big-endian there, host order in
 /// the core). `EINVAL` for an opcode this library does not carry.
-fn opcode(wr: &ibv_send_wr) -> Result<WrOpcode, i32> {
+fn opcode(wr: &ibv_send_wr, ud: bool) -> Result<WrOpcode, i32> {
+    if ud {
+        return ud_opcode(wr);
+    }
     // SAFETY: every member of the `wr` union is plain data; `rdma` is the one these opcodes use.
     let rdma = unsafe { wr.wr.rdma };
     let (remote_addr, rkey, imm) = (rdma.remote_addr, rdma.rkey, u32::from_be(wr.imm_data));
@@ -93,17 +96,33 @@ fn opcode(wr: &ibv_send_wr) -> Result<WrOpcode, i32> {
     })
 }
 
-/// An `ibv_send_wr` as a [`Src`].
+/// The core's opcode of an `ibv_send_wr` of a UD QP: SEND or SEND_WITH_IMM to `wr.ud`'s AH,
+/// remote QPN and Q_Key. `EINVAL` for another opcode or a NULL AH.
+fn ud_opcode(wr: &ibv_send_wr) -> Result<WrOpcode, i32> {
+    // SAFETY: every member of the `wr` union is plain data; `ud` is the one a UD QP uses.
+    let ud = unsafe { wr.wr.ud };
+    // SAFETY: a non-NULL `ah` is an AH of this library the program has not destroyed.
+    let ah = unsafe { crate::ah::ah(ud.ah) }.ok_or(libc::EINVAL)?;
+    let dest = ah.core.dest(ud.remote_qpn, ud.remote_qkey);
+    let imm = match wr.opcode {
+        IBV_WR_SEND => None,
+        IBV_WR_SEND_WITH_IMM => Some(u32::from_be(wr.imm_data)),
+        _ => return Err(libc::EINVAL),
+    };
+    Ok(WrOpcode::UdSend { dest, imm })
+}
+
+/// An `ibv_send_wr` as a [`Src`] (of a UD QP's when `ud`).
 ///
 /// # Safety
 /// `wr`'s SGE list is the program's promise (see [`sges`]).
-unsafe fn src<'a>(wr: &ibv_send_wr) -> Result<Src<'a>, i32> {
+unsafe fn src<'a>(wr: &ibv_send_wr, ud: bool) -> Result<Src<'a>, i32> {
     if wr.send_flags & !KNOWN_FLAGS != 0 {
         return Err(libc::EINVAL);
     }
     // SAFETY: the caller's promise.
     let list = unsafe { sges(wr.sg_list, wr.num_sge) }?;
-    Ok(Src { wr_id: wr.wr_id, opcode: opcode(wr)?, flags: wr.send_flags, sges: list, data: None })
+    Ok(Src { wr_id: wr.wr_id, opcode: opcode(wr, ud)?, flags: wr.send_flags, sges: list, data: None })
 }
 
 impl Qp {
@@ -217,12 +236,13 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
         // SAFETY: each WR of the chain is the program's, valid until it is walked past.
         let next = |w: *mut ibv_send_wr| unsafe { (*w).next };
         let mut cur = wr;
+        let ud = q.ibv.qp_base.qp_type == crate::abi::IBV_QPT_UD;
         let chain = std::iter::from_fn(|| {
             // SAFETY: as above; the WR is read during this call only.
             let w = unsafe { cur.as_ref() }?;
             cur = w.next;
             // SAFETY: its SGE list is the program's promise.
-            Some(unsafe { src(w) })
+            Some(unsafe { src(w, ud) })
         });
         match q.post_srcs(chain) {
             Ok(()) => 0,

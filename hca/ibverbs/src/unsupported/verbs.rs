@@ -1,32 +1,13 @@
-//! Public verbs pvrdma lacks here (address handles, multicast, ECE, importing objects
-//! from another process, dma-buf MRs), answering as libibverbs 44 does over a provider
-//! without them, and the fork-protection calls, which this library does not need.
+//! Public verbs pvrdma lacks here (multicast, ECE, importing objects from another process,
+//! dma-buf MRs), answering as libibverbs 44 does over a provider without them, and the
+//! fork-protection calls, which this library does not need.
 
-use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_qp, ibv_wc};
+use crate::abi::{ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_qp};
 use crate::ffi::{guard, null, set_errno};
 use libc::{c_int, c_void, EOPNOTSUPP};
 
 /// `enum ibv_fork_status`'s `IBV_FORK_UNNEEDED`.
 const IBV_FORK_UNNEEDED: c_int = 2;
-
-/// `ibv_create_ah(pd, attr)`: NULL, `errno` `EOPNOTSUPP`: no address handles (UD) here.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
-}
-
-/// `ibv_create_ah_from_wc(pd, wc, grh, port_num)`: NULL, `errno` `EOPNOTSUPP`, as
-/// `ibv_create_ah`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(_pd: *mut ibv_pd, _wc: *mut ibv_wc, _grh: *mut c_void, _port: u8) -> *mut ibv_ah {
-    guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
-}
-
-/// `ibv_destroy_ah(ah)`: `EOPNOTSUPP`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut ibv_ah) -> c_int {
-    EOPNOTSUPP
-}
 
 /// `ibv_attach_mcast(qp, gid, lid)`: `EOPNOTSUPP`: no multicast here.
 #[no_mangle]
