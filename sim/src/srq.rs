@@ -23,7 +23,10 @@
 //!   reserved word: `EINVAL` unless it has `LIMIT`) and answers MODIFY_SRQ's ack
 //!   ([`table_opcode`]). Its modify refuses `srq_limit` 0. QEMU's backend reads no async events
 //!   of its host device, so SRQ_LIMIT_REACHED never reaches the guest: the limit is kept but
-//!   never fires.
+//!   never fires. Not reproduced (it would misroute a correct consumer's completions): QEMU 7.2
+//!   completes every SRQ receive on the receive CQ of the last QP created on the SRQ (its
+//!   `pvrdma_srq_recv` takes the SRQ's `recv_cq_handle`), naming the QP by its backend QPN; a
+//!   consumer whose QPs share one receive CQ, as `ibv_srq_pingpong`'s do, sees no difference.
 //!
 //! Stricter than QEMU 7.2 in both profiles (which checks only the page count and the PD, then
 //! leaves the rest to its host device): the type must be basic, `max_wr` a power of two up to
