@@ -350,8 +350,12 @@ fn srq_events_reach_only_a_live_srq_and_a_ring_fault_raises_srq_err() {
     sim.device().mem().store_u32(page.addr() + pvrdma_abi::ring::RX_PROD_TAIL, 0xdead).unwrap();
     send(&s.a[0], &s.mr_a, &payload(0, 0));
     assert_ne!(poll_n(&s.cq_a, 1)[0].status, WcStatus::Success, "no receive WQE could be taken");
-    let got = [next_event(&dev, WAIT), next_event(&dev, WAIT)];
-    for want in [(AsyncEventType::QpFatal, s.b[0].qpn()), (AsyncEventType::SrqErr, s.srq.handle())] {
+    // The QP's entry into ERR also raises LAST_WQE_REACHED (it had an SRQ): all three are taken
+    // here, so none arrives after the QP is gone and counts among the dropped below.
+    let got = [next_event(&dev, WAIT), next_event(&dev, WAIT), next_event(&dev, WAIT)];
+    let (qpn, srq) = (s.b[0].qpn(), s.srq.handle());
+    let wants = [(AsyncEventType::QpFatal, qpn), (AsyncEventType::SrqErr, srq), (AsyncEventType::QpLastWqeReached, qpn)];
+    for want in wants {
         assert!(got.contains(&Some(want)), "{want:?} not in {got:?}");
     }
     // An event for the SRQ's handle once it is gone is dropped and counted, never delivered.
