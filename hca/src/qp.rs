@@ -30,7 +30,7 @@ use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::verbs::{qp_type, send_flags};
-use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr, WrRdma};
+use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr, WrAtomic, WrRdma};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 use zerocopy::{FromZeros, IntoBytes};
@@ -266,6 +266,7 @@ impl Qp {
     /// Writes one send WQE into the next SQ slot and counts it (not yet published).
     fn write_send(&self, sq: &mut WorkQueue, wr: &SendWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, sq.max_sge)?;
+        check_atomic(wr)?;
         let slot = sq.next_slot(&self.words)?;
         let mut hdr = SqWqeHdr::default();
         hdr.wr_id.set(wr.wr_id);
@@ -391,12 +392,37 @@ impl Qp {
     }
 }
 
-/// Fills a send WQE's opcode, `ex` (immediate data) and `wr.rdma` (remote address and key) for
-/// `op`, as Linux's `pvrdma_post_send` does; returns the opcode of its successful completion.
+/// An atomic work request has one SGE of 8 bytes for the original value and an 8-byte aligned
+/// remote address, as Linux rxe's post checks (`EINVAL` otherwise); other opcodes pass.
+fn check_atomic(wr: &SendWr<'_>) -> Result<()> {
+    let remote_addr = match wr.opcode {
+        WrOpcode::AtomicCmpSwp { remote_addr, .. } | WrOpcode::AtomicFetchAdd { remote_addr, .. } => remote_addr,
+        _ => return Ok(()),
+    };
+    if !matches!(wr.sg_list, [s] if s.length == 8) {
+        return Err(Error::InvalidArgument("an atomic takes one SGE of 8 bytes"));
+    }
+    if remote_addr % 8 != 0 {
+        return Err(Error::InvalidArgument("an atomic's remote address is not 8-byte aligned"));
+    }
+    Ok(())
+}
+
+/// Fills a send WQE's opcode, `ex` (immediate data), `wr.rdma` (remote address and key) or
+/// `wr.atomic` (remote address, compare/add, swap, key) for `op`, as Linux's `pvrdma_post_send`
+/// does; returns the opcode of its successful completion.
 fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
     let rdma = |hdr: &mut SqWqeHdr, remote_addr: u64, rkey: u32| {
         let mut wr = WrRdma::new_zeroed();
         wr.remote_addr.set(remote_addr);
+        wr.rkey.set(rkey);
+        hdr.wr.copy_from_slice(wr.as_bytes());
+    };
+    let atomic = |hdr: &mut SqWqeHdr, remote_addr: u64, rkey: u32, compare_add: u64, swap: u64| {
+        let mut wr = WrAtomic::new_zeroed();
+        wr.remote_addr.set(remote_addr);
+        wr.compare_add.set(compare_add);
+        wr.swap.set(swap);
         wr.rkey.set(rkey);
         hdr.wr.copy_from_slice(wr.as_bytes());
     };
@@ -418,6 +444,14 @@ fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
         WrOpcode::RdmaRead { remote_addr, rkey } => {
             rdma(hdr, remote_addr, rkey);
             (wr_opcode::RDMA_READ, WcOpcode::RdmaRead)
+        }
+        WrOpcode::AtomicCmpSwp { remote_addr, rkey, compare, swap } => {
+            atomic(hdr, remote_addr, rkey, compare, swap);
+            (wr_opcode::ATOMIC_CMP_AND_SWP, WcOpcode::CompSwap)
+        }
+        WrOpcode::AtomicFetchAdd { remote_addr, rkey, add } => {
+            atomic(hdr, remote_addr, rkey, add, 0);
+            (wr_opcode::ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd)
         }
     };
     hdr.opcode.set(code);

@@ -250,6 +250,10 @@ sim_stats! {
     roce_injected_duplicate,
     /// RoCE port: packets the capture file could not take.
     roce_pcap_errors,
+    /// Atomics (COMPARE SWAP, FETCH ADD) executed by responders, on either port.
+    atomics_executed,
+    /// RoCE port: duplicate atomic requests answered from the saved result, not executed again.
+    roce_atomic_replays,
 }
 
 /// The device's life cycle.

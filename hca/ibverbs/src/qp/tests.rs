@@ -269,7 +269,7 @@ fn create_refuses_what_it_does_not_carry() {
     assert_eq!(try_create(&|a| a.cap.max_inline_data = 513), libc::EINVAL);
     assert_eq!(try_create(&|a| a.cap.max_send_wr = 1 << 30), libc::EINVAL);
     let pd_ops = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    assert!(create_ex(&fx, cap(4, 0), pd_ops, 1 << 5).is_null(), "atomics are not carried");
+    assert!(create_ex(&fx, cap(4, 0), pd_ops, 1 << 12).is_null(), "atomic write is not carried");
     assert_eq!(errno(), libc::EOPNOTSUPP);
     assert!(create_ex(&fx, cap(4, 0), pd_ops | 1 << 3, 0).is_null(), "create flags are not carried");
     assert_eq!(errno(), libc::EOPNOTSUPP);
@@ -417,7 +417,8 @@ fn the_qp_ex_api_posts_batches() {
     connect(a, qpn(b), fx.gid);
     connect(b, qpn(a), fx.gid);
     let x = qpx(a);
-    assert!(x.wr_atomic_cmp_swp.is_none() && x.wr_set_ud_addr.is_none());
+    assert!(x.wr_atomic_write.is_none() && x.wr_set_ud_addr.is_none());
+    assert!(x.wr_atomic_cmp_swp.is_some() && x.wr_atomic_fetch_add.is_some());
     for (i, off) in [(1u64, 10_000u64), (2, 10_100), (3, 10_200)] {
         let mut r = sge(&fx, off, 64);
         assert_eq!(recv(b, i, &mut r), 0);
