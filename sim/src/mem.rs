@@ -679,4 +679,64 @@ mod tests {
         // SAFETY: never dereferenced: the arguments are refused first.
         assert!(unsafe { m.map_external(4097, 4096) }.is_err());
     }
+
+    /// FETCH ADD and COMPARE SWAP on `iova` from `threads` threads at once: no update lost, each
+    /// FETCH ADD saw a value of its own (in the low 32 bits: the CPU may add to the high ones).
+    fn hammer(mem: &Arc<GuestMemory>, iova: u64, threads: u64, n: u64) {
+        const LOW: u64 = 0xffff_ffff;
+        let seen: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|_| s.spawn(|| (0..n).map(|_| mem.atomic_u64(iova, Atomic64::FetchAdd(1)).unwrap()).collect()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(mem.read_u64(iova).unwrap() & LOW, threads * n, "no update lost");
+        let mut all: Vec<u64> = seen.into_iter().flatten().map(|v| v & LOW).collect();
+        all.sort_unstable();
+        assert!(all.iter().enumerate().all(|(i, &v)| v == i as u64), "each saw its own value");
+        // COMPARE SWAP as a lock-free increment: every success is one increment.
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut done = 0;
+                    while done < n / 10 {
+                        let v = mem.read_u64(iova).unwrap();
+                        let op = Atomic64::CmpSwap { compare: v, swap: v + 1 };
+                        done += u64::from(mem.atomic_u64(iova, op).unwrap() == v);
+                    }
+                });
+            }
+        });
+        assert_eq!(mem.read_u64(iova).unwrap() & LOW, threads * n + threads * (n / 10));
+    }
+
+    #[test]
+    fn eight_byte_atomics_hold_across_threads_on_owned_and_external_memory() {
+        let mem = Arc::new(GuestMemory::new(1 << 20));
+        let owned = mem.alloc(4096).unwrap();
+        hammer(&mem, owned + 8, 4, 20_000);
+        assert_eq!(mem.read_u64(owned).unwrap(), 0, "the neighbour is untouched");
+        assert_eq!(mem.atomic_u64(owned + 4, Atomic64::FetchAdd(1)), Err(MemError::Misaligned(owned + 4)));
+        assert!(mem.atomic_u64(owned + 4096, Atomic64::FetchAdd(1)).is_err());
+        // A page of the test's own, mapped as a program's MR is; the CPU adds too, with its own
+        // 64-bit atomic on the same word, while the device's threads do.
+        let backing: Box<[AtomicU64]> = (0..1024).map(|_| AtomicU64::new(0)).collect();
+        let page = (backing.as_ptr() as usize).next_multiple_of(4096);
+        // SAFETY: `backing` (8 KiB) holds the page from `page` on and outlives the mapping,
+        // which is unmapped below; it is reached only as atomics meanwhile.
+        let ext = unsafe { mem.map_external(page, 4096) }.unwrap();
+        let word = &backing[(page - backing.as_ptr() as usize) / 8 + 2];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..20_000 {
+                    word.fetch_add(1 << 32, Ordering::AcqRel);
+                }
+            });
+            s.spawn(|| hammer(&mem, ext + 24, 2, 5_000));
+            hammer(&mem, ext + 16, 2, 20_000);
+        });
+        assert_eq!(word.load(Ordering::Acquire) & 0xffff_ffff, 40_000 + 4_000);
+        assert_eq!(word.load(Ordering::Acquire) >> 32, 20_000, "the CPU's adds are all there");
+        assert!(mem.free(ext));
+    }
 }

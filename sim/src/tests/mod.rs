@@ -9,5 +9,6 @@ mod datapath;
 mod hostile;
 mod inline;
 mod minidrv;
+mod atomic;
 mod rdma;
 mod roce;
