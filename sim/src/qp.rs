@@ -528,7 +528,7 @@ impl Qp {
             // the port resumes it after the device's wire budget (`Effects::resume_starved`).
             let qp_full = st.inflight.len() >= self.sq.elems() as usize
                 || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight)
-                || (reads && rd_atomic_full(st));
+                || (reads && core.roce.is_none() && rd_atomic_full(st));
             if qp_full || !core.wire_reserve(self.handle, wire_len) {
                 st.throttled = true;
                 core.count(|c| &c.sq_throttled);
@@ -1084,9 +1084,10 @@ fn recv_cqe(
     cqe
 }
 
-/// Whether the QP initiates as many RDMA READs and atomics as it may have outstanding: its
-/// `max_rd_atomic` (IBTA 9.4.4, 9.4.5; 0 counts as 1, as many applications leave it and as the
-/// RoCE requester counts it), beyond which the next one waits on the SQ.
+/// Whether the QP initiates as many RDMA READs and atomics as it may have outstanding on the
+/// loopback port: its `max_rd_atomic` (IBTA 9.4.4, 9.4.5; 0 counts as 1, as many applications
+/// leave it and as the RoCE requester counts it), beyond which the next one waits on the SQ.
+/// The RoCE port's requester keeps the same window itself (`roce/requester.rs`).
 fn rd_atomic_full(st: &QpState) -> bool {
     let most = usize::from(st.attrs.max_rd_atomic).max(1);
     st.inflight.iter().filter(|e| e.status.is_none() && e.is_read()).count() >= most
