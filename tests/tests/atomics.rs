@@ -51,8 +51,8 @@ fn the_device_reports_atomic_hca() {
     let dev = open();
     let a = dev.query_device();
     assert_eq!(a.atomic_cap, AtomicCap::Hca);
+    // Linux's `pvrdma_query_device` leaves `max_res_rd_atom` 0; the per-QP limits are the caps'.
     assert!(a.max_qp_rd_atom >= 1 && a.max_qp_init_rd_atom >= 1);
-    assert!(a.max_res_rd_atom >= a.max_qp_rd_atom);
 }
 
 #[test]
