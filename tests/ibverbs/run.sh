@@ -157,7 +157,7 @@ run_case() {
 }
 
 # --- 4. Cases -------------------------------------------------------------------------------------
-RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw)
+RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw ib_atomic_lat ib_atomic_bw)
 
 # Every program (and pyverbs's device module) resolves libibverbs.so.1 to ours, with symbol
 # versions, and the dynamic loader runs our copy.
@@ -353,6 +353,13 @@ for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
   # ID and falls back to ibv_post_send elsewhere, so on vmw_pvrdma0 this runs the same path as
   # the default; it stays so that a perftest which changes that cannot slip past.
   run_case "${test}_old_post_send" case_perftest "$test" 4096 --use_old_post_send
+done
+# Atomics, both operations (-A): 8 bytes, the only size perftest takes for them. As for the
+# tests above, perftest 4.5 posts them through ibv_post_send here (ibv_wr_atomic_* only on the
+# mlx5 and EFA devices it knows).
+for test in atomic_lat atomic_bw; do
+  run_case "${test}_fetch_add" case_perftest "$test" 8 -A FETCH_AND_ADD
+  run_case "${test}_cmp_swap" case_perftest "$test" 8 -A CMP_AND_SWAP
 done
 run_case pyverbs_loopback case_pyverbs "" 0
 run_case pyverbs_roce case_pyverbs "$ROCE" 1
