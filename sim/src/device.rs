@@ -731,7 +731,7 @@ impl Core {
             (u64::from(high) << 32 | u64::from(r.dsr_low), r.mac)
         };
         match dsr::load(&self.mem, addr) {
-            Ok((info, rings)) if dsr::write_caps(&self.mem, addr, &dsr::caps(mac)) => {
+            Ok((info, rings)) if dsr::write_caps(&self.mem, addr, &dsr::profile_caps(mac, self.cfg.profile)) => {
                 cs.dsr = Some(info);
                 *self.events.lock() = Some(rings);
             }

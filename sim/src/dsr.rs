@@ -185,6 +185,19 @@ pub fn caps(mac: [u8; 6]) -> DeviceCaps {
     }
 }
 
+/// [`caps`] as the device reports them under `profile`: QEMU 7.2 reports no atomic operations
+/// (its DSR leaves `atomic_ops` 0, so Linux says `IB_ATOMIC_NONE`), and so does that profile. An
+/// atomic WQE posted anyway is still executed as IBTA says (QEMU 7.2 would carry it to its
+/// backend as a plain SEND of the 8-byte SGE, consuming a receive WQE at the peer and changing
+/// no memory: not reproduced, as the profile keeps the data path IBTA's).
+pub fn profile_caps(mac: [u8; 6], profile: crate::Profile) -> DeviceCaps {
+    let mut c = caps(mac);
+    if profile == crate::Profile::Qemu72 {
+        c.atomic_ops = 0;
+    }
+    c
+}
+
 /// Writes `caps` into the DSR at `addr` (only the `caps` field; the driver's fields are kept).
 pub fn write_caps(mem: &GuestMemory, addr: u64, caps: &DeviceCaps) -> bool {
     let off = core::mem::offset_of!(Dsr, caps) as u64;
