@@ -535,6 +535,32 @@ mod tests {
     }
 
     #[test]
+    fn an_atomic_fills_wr_atomic_as_linux_does_and_wants_one_aligned_8_byte_sge() {
+        use zerocopy::FromBytes;
+        let mut hdr = SqWqeHdr::default();
+        let op = WrOpcode::AtomicCmpSwp { remote_addr: 0x7f00_0000_1008, rkey: 0x55, compare: 3, swap: 4 };
+        assert_eq!(set_opcode(&mut hdr, op), WcOpcode::CompSwap);
+        let a = WrAtomic::read_from_bytes(&hdr.wr[..]).unwrap();
+        assert_eq!(hdr.opcode.get(), wr_opcode::ATOMIC_CMP_AND_SWP);
+        assert_eq!((a.remote_addr.get(), a.compare_add.get(), a.swap.get(), a.rkey.get()), (0x7f00_0000_1008, 3, 4, 0x55));
+        let mut hdr = SqWqeHdr::default();
+        let op = WrOpcode::AtomicFetchAdd { remote_addr: 0x1000, rkey: 9, add: 7 };
+        assert_eq!(set_opcode(&mut hdr, op), WcOpcode::FetchAdd);
+        let a = WrAtomic::read_from_bytes(&hdr.wr[..]).unwrap();
+        assert_eq!((hdr.opcode.get(), a.compare_add.get(), a.swap.get()), (wr_opcode::ATOMIC_FETCH_AND_ADD, 7, 0));
+        let ok = |sg_list: &[Sge], remote_addr| {
+            let opcode = WrOpcode::AtomicFetchAdd { remote_addr, rkey: 1, add: 1 };
+            check_atomic(&SendWr { wr_id: 1, sg_list, opcode, signaled: true, solicited: false }).is_ok()
+        };
+        let s = |l| Sge { addr: 0, length: l, lkey: 1 };
+        assert!(ok(&[s(8)], 0x1000));
+        assert!(!ok(&[s(8)], 0x1004), "misaligned");
+        assert!(!ok(&[s(4)], 0x1000), "4 bytes");
+        assert!(!ok(&[s(4), s(4)], 0x1000), "two SGEs");
+        assert!(!ok(&[], 0x1000), "no SGE");
+    }
+
+    #[test]
     fn a_wqe_is_its_header_then_its_sges() {
         use crate::platform::{sim::SimPlatform, Platform};
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(pvrdma_sim::SimConfig::default()));
