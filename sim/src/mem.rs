@@ -499,7 +499,7 @@ impl Span {
 /// little-endian host (where the 64-bit value is the 8 bytes in the words' byte order).
 fn as_atomic_u64(pair: &[AtomicU32]) -> Option<&AtomicU64> {
     let ptr = pair.as_ptr();
-    let aligned = (ptr as usize) % std::mem::align_of::<AtomicU64>() == 0;
+    let aligned = (ptr as usize) & (std::mem::align_of::<AtomicU64>() - 1) == 0;
     if pair.len() != 2 || !aligned || cfg!(target_endian = "big") {
         return None;
     }

@@ -109,7 +109,7 @@ impl Mr {
         let r = self.region.as_ref()?;
         let off = r.first_off.checked_add(addr - self.base())?;
         let page = r.pages.get((off / PAGE) as usize)?;
-        (off % 8 == 0).then_some(page + off % PAGE)
+        (off & 7 == 0).then_some(page + off % PAGE)
     }
 }
 
@@ -304,7 +304,7 @@ pub fn remote_read(core: &Core, pd: u32, rkey: u32, addr: u64, len: u32) -> Resu
 /// `RESPST_ERR_MISALIGNED_ATOMIC`, NAK Invalid Request), nothing changed.
 pub fn remote_atomic(core: &Core, pd: u32, rkey: u32, addr: u64, op: crate::mem::Atomic64) -> Result<u64, u32> {
     let mr = remote(core, pd, rkey, addr, 8, access::REMOTE_ATOMIC)?;
-    let iova = mr.atomic_iova(addr).filter(|_| addr % 8 == 0).ok_or(wc_status::REM_INV_REQ_ERR)?;
+    let iova = mr.atomic_iova(addr).filter(|_| addr & 7 == 0).ok_or(wc_status::REM_INV_REQ_ERR)?;
     core.mem.atomic_u64(iova, op).map_err(|_| wc_status::REM_ACCESS_ERR)
 }
 

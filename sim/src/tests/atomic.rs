@@ -9,6 +9,12 @@ use pvrdma_abi::wqe::{wc_opcode, wc_status, wr_opcode, Cqe, Sge};
 
 const ATOMIC: u32 = access::LOCAL_WRITE | access::REMOTE_ATOMIC;
 
+/// A refusal case: what, MR access, QP access, (offset, R_Key; 0 for the MR's) if not the MR's
+/// first word, and the requester's status.
+type Refusal = (&'static str, u32, u32, Option<(u64, u32)>, u32);
+/// A local case: what, the SGEs (offset, length), and the status.
+type Local = (&'static str, Vec<(u64, u32)>, u32);
+
 /// A requester A and a responder B on one PD: A's local MR `la`, B's target MR `rb` (2 pages,
 /// `mr_access`, its start 8-aligned but not page-aligned); B grants `qp_access`.
 struct Rig {
@@ -103,7 +109,7 @@ fn compare_swap_and_fetch_add_return_the_original_value() {
 
 #[test]
 fn the_responder_refuses_what_ibta_refuses_and_goes_to_err() {
-    let cases: [(&str, u32, u32, Option<(u64, u32)>, u32); 5] = [
+    let cases: [Refusal; 5] = [
         ("bad R_Key", ATOMIC, access::REMOTE_ATOMIC, Some((0, 0xdead)), wc_status::REM_ACCESS_ERR),
         ("MR without REMOTE_ATOMIC", access::LOCAL_WRITE | access::REMOTE_WRITE, access::REMOTE_ATOMIC, None, wc_status::REM_ACCESS_ERR),
         ("QP without REMOTE_ATOMIC", ATOMIC, access::REMOTE_WRITE, None, wc_status::REM_ACCESS_ERR),
@@ -139,7 +145,7 @@ fn an_address_misaligned_in_memory_is_an_invalid_request() {
 
 #[test]
 fn the_requester_wants_exactly_eight_local_bytes_it_may_write() {
-    let cases: [(&str, Vec<(u64, u32)>, u32); 3] = [
+    let cases: [Local; 3] = [
         ("4 bytes", vec![(0, 4)], wc_status::LOC_LEN_ERR),
         ("16 bytes", vec![(0, 16)], wc_status::LOC_LEN_ERR),
         ("two SGEs of 4", vec![(0, 4), (100, 4)], wc_status::SUCCESS),
