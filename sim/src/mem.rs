@@ -22,7 +22,11 @@
 //! loopback port, the RoCE receive thread), of another device that mapped the same pages, and of
 //! the CPU. Otherwise the device's atomics on that region take one lock of the map: still atomic
 //! against each other, which is what `ATOMIC_HCA` promises. Which way an address goes depends only
-//! on its region, so two atomics on one address never take different ways.
+//! on its region, so two atomics on one address never take different ways. The atomics are the
+//! device's alone: the driver never reads-modifies-writes guest memory (the original value comes
+//! back in the requester's SGE, written by the device), so a platform without shared memory
+//! (qtest) needs nothing of this; and over qtest the device is QEMU 7.2's, which carries an
+//! atomic WQE as a SEND anyway.
 #![allow(unsafe_code)]
 
 use parking_lot::RwLock;

@@ -4,10 +4,11 @@
 //! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
 //! Only RC is modelled. On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
-//! immediate), RDMA WRITE (with immediate) and RDMA READ; the responder's side of each
-//! ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`], [`Qp::receive_write_imm`]) and the
-//! requester's READ response ([`Qp::read_response`]) know no transport: the loopback port and a
-//! wire transport call them alike.
+//! immediate), RDMA WRITE (with immediate), RDMA READ and the atomics (COMPARE SWAP, FETCH ADD);
+//! the responder's side of each ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`],
+//! [`Qp::receive_write_imm`], [`Qp::atomic`]) and the requester's READ or atomic response
+//! ([`Qp::read_response`]) know no transport: the loopback port and a wire transport call them
+//! alike.
 //!
 //! Send completions are published in SQ order whatever the order the port finishes them in: each
 //! consumed send WQE gets an in-flight entry, and entries retire from the front once their status
@@ -145,8 +146,8 @@ fn pow2_within(n: u32, max: u32) -> bool {
 
 /// CREATE_QP.
 ///
-/// Errors: `EINVAL` for a non-RC type, an SRQ or SRQ handle, inline data or atomic arguments
-/// (the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
+/// Errors: `EINVAL` for a non-RC type, an SRQ or SRQ handle, inline data or extended atomic
+/// arguments (`max_atomic_arg`: the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
 /// 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
 /// (`send_chunks` the SQ's pages, `total_chunks` one ring-state page plus the SQ's and the RQ's, as

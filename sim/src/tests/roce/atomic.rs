@@ -7,7 +7,7 @@
 use super::forged::{bth, counted, device_and_peer, forge};
 use super::*;
 use pvrdma_abi::wqe::{wc_opcode, wc_status};
-use roce_wire::{opcode as op, psn, AtomicEth, Headers, NakCode, Syndrome};
+use roce_wire::{opcode as op, psn, Aeth, AtomicEth, Headers, NakCode, Syndrome};
 use std::net::UdpSocket;
 
 const ATOMIC: u32 = access::LOCAL_WRITE | access::REMOTE_ATOMIC;
@@ -214,4 +214,41 @@ fn hostile_atomics_are_naked_and_change_nothing() {
         assert_eq!(d.dev.stats().atomics_executed, 0, "{what}");
         assert_eq!(d.dev.core().qp(e.qp.qpn).unwrap().state(), qp_state::ERR, "{what}");
     }
+}
+
+/// The requester's side against a forged peer: an ATOMIC Acknowledge for a PSN never sent, one
+/// whose AETH is a NAK, and one answering no atomic are dropped and counted and complete
+/// nothing; the real answer completes the FETCH ADD with its original value, and a duplicate of
+/// it afterwards changes nothing.
+#[test]
+fn forged_atomic_acknowledges_are_dropped_and_counted() {
+    const T: u8 = 220;
+    let (d, e, peer, o) = device_and_peer(T);
+    let ack = |p: u32, aeth: Aeth, orig: u64| Headers {
+        bth: bth(op::RC_ATOMIC_ACKNOWLEDGE, e.qp.qpn, p),
+        aeth: Some(aeth),
+        atomic_ack: Some(orig),
+        ..Default::default()
+    };
+    atomic(&d, &e, 5, wr_opcode::ATOMIC_FETCH_AND_ADD, 0x9000_0000, 0x77, 3, 0, 0);
+    let req = next_packet(&peer);
+    let eth = req.atomic_eth.expect("an AtomicETH");
+    assert_eq!((req.bth.opcode, req.bth.psn, eth.va, eth.rkey, eth.swap_add), (op::RC_FETCH_ADD, o.sq_psn, 0x9000_0000, 0x77, 3));
+    let s1 = d.dev.stats();
+    forge(&peer, T, ack(psn::add(o.sq_psn, 5), Aeth::ack(0, 0x1f), 1), &[]);
+    assert!(counted(&d, s1.roce_rx_dropped_psn, |s| s.roce_rx_dropped_psn), "never sent");
+    forge(&peer, T, ack(o.sq_psn, Aeth::nak(0, NakCode::RemoteAccessError), 1), &[]);
+    assert!(counted(&d, s1.roce_rx_dropped_malformed, |s| s.roce_rx_dropped_malformed), "a NAK in an ATOMIC Acknowledge");
+    forge(&peer, T, ack(psn::add(o.sq_psn, 0xff_ffff), Aeth::ack(0, 0x1f), 1), &[]);
+    assert!(counted(&d, s1.roce_rx_duplicates, |s| s.roce_rx_duplicates), "answers no atomic");
+    assert!(d.poll(&e.cq).is_none(), "nothing completed");
+    forge(&peer, T, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0xabcd), &[]);
+    let c = wait(&d, &e, 1, LONG);
+    assert_eq!((c[0].wr_id.get(), c[0].status.get(), c[0].opcode.get()), (5, wc_status::SUCCESS, wc_opcode::FETCH_ADD));
+    assert_eq!(u64_at(&d, e.dst.iova), 0xabcd);
+    let s2 = d.dev.stats();
+    forge(&peer, T, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0x9999), &[]);
+    assert!(counted(&d, s2.roce_rx_duplicates.max(s2.roce_rx_dropped_psn), |s| s.roce_rx_duplicates.max(s.roce_rx_dropped_psn)));
+    assert_eq!(u64_at(&d, e.dst.iova), 0xabcd, "a late duplicate writes nothing");
+    assert!(d.poll(&e.cq).is_none());
 }
