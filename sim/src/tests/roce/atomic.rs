@@ -252,3 +252,26 @@ fn forged_atomic_acknowledges_are_dropped_and_counted() {
     assert_eq!(u64_at(&d, e.dst.iova), 0xabcd, "a late duplicate writes nothing");
     assert!(d.poll(&e.cq).is_none());
 }
+
+/// Across the wire, an atomic the responder refuses completes at the requester with the status
+/// its NAK names (a bad R_Key: remote access error; a misaligned address: remote invalid
+/// request), nothing changes, and both QPs end in ERR.
+#[test]
+fn refused_atomics_complete_with_the_nak_status() {
+    for (k, (what, off, bad_key, status)) in
+        [("bad R_Key", 0u64, true, wc_status::REM_ACCESS_ERR), ("misaligned", 4, false, wc_status::REM_INV_REQ_ERR)]
+            .into_iter()
+            .enumerate()
+    {
+        let test = 221 + k as u8;
+        let (a, ea, mut b, eb) = pair(test, &Opts::default(), LinkFaults::default());
+        let t = atomic_target(&mut b, &eb, 0x7200_0000_0000);
+        let rkey = if bad_key { t.rkey ^ 0x100 } else { t.rkey };
+        atomic(&a, &ea, 1, wr_opcode::ATOMIC_CMP_AND_SWP, t.va + off, rkey, 0, 1, 0);
+        let c = wait(&a, &ea, 1, LONG);
+        assert_eq!((c.len(), c[0].wr_id.get(), c[0].status.get()), (1, 1, status), "{what}");
+        assert_eq!((u64_at(&b, t.iova), u64_at(&b, t.iova + 8)), (0, 0), "{what}");
+        assert_eq!(a.dev.core().qp(ea.qp.qpn).unwrap().state(), qp_state::ERR, "{what}: requester");
+        assert_eq!(b.dev.core().qp(eb.qp.qpn).unwrap().state(), qp_state::ERR, "{what}: responder");
+    }
+}
