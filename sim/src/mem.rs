@@ -688,10 +688,13 @@ mod tests {
     /// FETCH ADD saw a value of its own (in the low 32 bits: the CPU may add to the high ones).
     fn hammer(mem: &Arc<GuestMemory>, iova: u64, threads: u64, n: u64) {
         const LOW: u64 = 0xffff_ffff;
+        let start = std::sync::Barrier::new(threads as usize);
         let seen: Vec<Vec<u64>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads)
-                .map(|_| s.spawn(|| (0..n).map(|_| mem.atomic_u64(iova, Atomic64::FetchAdd(1)).unwrap()).collect()))
-                .collect();
+            let add = || {
+                start.wait();
+                (0..n).map(|_| mem.atomic_u64(iova, Atomic64::FetchAdd(1)).unwrap()).collect()
+            };
+            let hs: Vec<_> = (0..threads).map(|_| s.spawn(add)).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(mem.read_u64(iova).unwrap() & LOW, threads * n, "no update lost");
@@ -718,7 +721,7 @@ mod tests {
     fn eight_byte_atomics_hold_across_threads_on_owned_and_external_memory() {
         let mem = Arc::new(GuestMemory::new(1 << 20));
         let owned = mem.alloc(4096).unwrap();
-        hammer(&mem, owned + 8, 4, 20_000);
+        hammer(&mem, owned + 8, 4, 50_000);
         assert_eq!(mem.read_u64(owned).unwrap(), 0, "the neighbour is untouched");
         assert_eq!(mem.atomic_u64(owned + 4, Atomic64::FetchAdd(1)), Err(MemError::Misaligned(owned + 4)));
         assert!(mem.atomic_u64(owned + 4096, Atomic64::FetchAdd(1)).is_err());
@@ -730,17 +733,24 @@ mod tests {
         // which is unmapped below; it is reached only as atomics meanwhile.
         let ext = unsafe { mem.map_external(page, 4096) }.unwrap();
         let word = &backing[(page - backing.as_ptr() as usize) / 8 + 2];
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                for _ in 0..20_000 {
+        let done = AtomicBool::new(false);
+        let cpu_adds = std::thread::scope(|s| {
+            // The CPU adds to the high half for as long as the device works on the word.
+            let cpu = s.spawn(|| {
+                let mut adds = 0u64;
+                while !done.load(Ordering::Acquire) {
                     word.fetch_add(1 << 32, Ordering::AcqRel);
+                    adds += 1;
                 }
+                adds
             });
-            s.spawn(|| hammer(&mem, ext + 24, 2, 5_000));
-            hammer(&mem, ext + 16, 2, 20_000);
+            s.spawn(|| hammer(&mem, ext + 24, 2, 20_000));
+            hammer(&mem, ext + 16, 2, 100_000);
+            done.store(true, Ordering::Release);
+            cpu.join().unwrap()
         });
-        assert_eq!(word.load(Ordering::Acquire) & 0xffff_ffff, 40_000 + 4_000);
-        assert_eq!(word.load(Ordering::Acquire) >> 32, 20_000, "the CPU's adds are all there");
+        assert_eq!(word.load(Ordering::Acquire) & 0xffff_ffff, 200_000 + 20_000);
+        assert_eq!(word.load(Ordering::Acquire) >> 32, cpu_adds, "the CPU's adds are all there");
         assert!(mem.free(ext));
     }
 }
