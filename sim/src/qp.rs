@@ -147,8 +147,8 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// CREATE_QP.
 ///
 /// Errors: `EINVAL` for a non-RC type, an SRQ or SRQ handle, inline data or extended atomic
-/// arguments (`max_atomic_arg`: the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
-/// 1, bad queue sizes (powers of two up to
+/// arguments (`max_atomic_arg`: the caps report neither), access bits that are no QP access, a
+/// `sq_sig_all` other than 0 or 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
 /// (`send_chunks` the SQ's pages, `total_chunks` one ring-state page plus the SQ's and the RQ's, as
 /// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an

@@ -141,6 +141,7 @@ impl Message {
                 (imm, write_opcode(first, last, imm.is_some()))
             }
             Kind::Read { .. } => (None, op::RC_RDMA_READ_REQUEST),
+            // Sent whole by `atomic_request`, never cut into packets here.
             Kind::Atomic { .. } => (None, op::RC_FETCH_ADD),
         };
         hdr.bth.opcode = opcode;
