@@ -32,7 +32,7 @@ use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
 use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::verbs::{qp_type, send_flags};
-use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr, WrRdma};
+use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, wr_opcode, RqWqeHdr, SqWqeHdr, WrAtomic, WrRdma};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
 use zerocopy::{FromZeros, IntoBytes};
@@ -279,6 +279,7 @@ impl Qp {
     /// Writes one send WQE into the next SQ slot and counts it (not yet published).
     fn write_send(&self, sq: &mut WorkQueue, wr: &SendWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, sq.max_sge)?;
+        check_atomic(wr)?;
         let slot = sq.next_slot(&self.words)?;
         let mut hdr = SqWqeHdr::default();
         hdr.wr_id.set(wr.wr_id);
@@ -405,12 +406,37 @@ impl Qp {
     }
 }
 
-/// Fills a send WQE's opcode, `ex` (immediate data) and `wr.rdma` (remote address and key) for
-/// `op`, as Linux's `pvrdma_post_send` does; returns the opcode of its successful completion.
+/// An atomic work request has one SGE of 8 bytes for the original value and an 8-byte aligned
+/// remote address, as Linux rxe's post checks (`EINVAL` otherwise); other opcodes pass.
+fn check_atomic(wr: &SendWr<'_>) -> Result<()> {
+    let remote_addr = match wr.opcode {
+        WrOpcode::AtomicCmpSwp { remote_addr, .. } | WrOpcode::AtomicFetchAdd { remote_addr, .. } => remote_addr,
+        _ => return Ok(()),
+    };
+    if !matches!(wr.sg_list, [s] if s.length == 8) {
+        return Err(Error::InvalidArgument("an atomic takes one SGE of 8 bytes"));
+    }
+    if remote_addr % 8 != 0 {
+        return Err(Error::InvalidArgument("an atomic's remote address is not 8-byte aligned"));
+    }
+    Ok(())
+}
+
+/// Fills a send WQE's opcode, `ex` (immediate data), `wr.rdma` (remote address and key) or
+/// `wr.atomic` (remote address, compare/add, swap, key) for `op`, as Linux's `pvrdma_post_send`
+/// does; returns the opcode of its successful completion.
 fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
     let rdma = |hdr: &mut SqWqeHdr, remote_addr: u64, rkey: u32| {
         let mut wr = WrRdma::new_zeroed();
         wr.remote_addr.set(remote_addr);
+        wr.rkey.set(rkey);
+        hdr.wr.copy_from_slice(wr.as_bytes());
+    };
+    let atomic = |hdr: &mut SqWqeHdr, remote_addr: u64, rkey: u32, compare_add: u64, swap: u64| {
+        let mut wr = WrAtomic::new_zeroed();
+        wr.remote_addr.set(remote_addr);
+        wr.compare_add.set(compare_add);
+        wr.swap.set(swap);
         wr.rkey.set(rkey);
         hdr.wr.copy_from_slice(wr.as_bytes());
     };
@@ -434,6 +460,14 @@ fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
             (wr_opcode::RDMA_READ, WcOpcode::RdmaRead)
         }
         WrOpcode::UdSend { dest, imm } => ud::set_wr_ud(hdr, &dest, imm),
+        WrOpcode::AtomicCmpSwp { remote_addr, rkey, compare, swap } => {
+            atomic(hdr, remote_addr, rkey, compare, swap);
+            (wr_opcode::ATOMIC_CMP_AND_SWP, WcOpcode::CompSwap)
+        }
+        WrOpcode::AtomicFetchAdd { remote_addr, rkey, add } => {
+            atomic(hdr, remote_addr, rkey, add, 0);
+            (wr_opcode::ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd)
+        }
     };
     hdr.opcode.set(code);
     completes
@@ -513,6 +547,32 @@ mod tests {
         assert_eq!(sg_totals(&[s(10), s(20)], 2), Ok((2, 30)));
         assert!(sg_totals(&[s(10), s(20)], 1).is_err());
         assert!(sg_totals(&[s(u32::MAX), s(1)], 2).is_err());
+    }
+
+    #[test]
+    fn an_atomic_fills_wr_atomic_as_linux_does_and_wants_one_aligned_8_byte_sge() {
+        use zerocopy::FromBytes;
+        let mut hdr = SqWqeHdr::default();
+        let op = WrOpcode::AtomicCmpSwp { remote_addr: 0x7f00_0000_1008, rkey: 0x55, compare: 3, swap: 4 };
+        assert_eq!(set_opcode(&mut hdr, op), WcOpcode::CompSwap);
+        let a = WrAtomic::read_from_bytes(&hdr.wr[..]).unwrap();
+        assert_eq!(hdr.opcode.get(), wr_opcode::ATOMIC_CMP_AND_SWP);
+        assert_eq!((a.remote_addr.get(), a.compare_add.get(), a.swap.get(), a.rkey.get()), (0x7f00_0000_1008, 3, 4, 0x55));
+        let mut hdr = SqWqeHdr::default();
+        let op = WrOpcode::AtomicFetchAdd { remote_addr: 0x1000, rkey: 9, add: 7 };
+        assert_eq!(set_opcode(&mut hdr, op), WcOpcode::FetchAdd);
+        let a = WrAtomic::read_from_bytes(&hdr.wr[..]).unwrap();
+        assert_eq!((hdr.opcode.get(), a.compare_add.get(), a.swap.get()), (wr_opcode::ATOMIC_FETCH_AND_ADD, 7, 0));
+        let ok = |sg_list: &[Sge], remote_addr| {
+            let opcode = WrOpcode::AtomicFetchAdd { remote_addr, rkey: 1, add: 1 };
+            check_atomic(&SendWr { wr_id: 1, sg_list, opcode, signaled: true, solicited: false }).is_ok()
+        };
+        let s = |l| Sge { addr: 0, length: l, lkey: 1 };
+        assert!(ok(&[s(8)], 0x1000));
+        assert!(!ok(&[s(8)], 0x1004), "misaligned");
+        assert!(!ok(&[s(4)], 0x1000), "4 bytes");
+        assert!(!ok(&[s(4), s(4)], 0x1000), "two SGEs");
+        assert!(!ok(&[], 0x1000), "no SGE");
     }
 
     #[test]

@@ -26,6 +26,8 @@ fn opcode(v: u32) -> WcOpcode {
         wc_opcode::SEND => WcOpcode::Send,
         wc_opcode::RDMA_WRITE => WcOpcode::RdmaWrite,
         wc_opcode::RDMA_READ => WcOpcode::RdmaRead,
+        wc_opcode::COMP_SWAP => WcOpcode::CompSwap,
+        wc_opcode::FETCH_ADD => WcOpcode::FetchAdd,
         wc_opcode::RECV => WcOpcode::Recv,
         wc_opcode::RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
         other => WcOpcode::Other(other),
@@ -108,7 +110,10 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
         }
         Some(h) => match owed.retire(h, queue, cqe.wr_id.get(), success.then_some(opcode)) {
             Verdict::Posted(len) => {
-                let bounded = matches!(opcode, WcOpcode::Recv | WcOpcode::RdmaRead);
+                let bounded = matches!(
+                    opcode,
+                    WcOpcode::Recv | WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
+                );
                 if success && bounded && byte_len > len {
                     tracing::warn!(qp = h, byte_len, len, "receive CQE longer than its buffer");
                     (status, byte_len) = (WcStatus::LocLenErr, 0);

@@ -141,7 +141,7 @@ fn devinfo_verbose_prints_every_field_ibv_devinfo_prints_for_pvrdma() {
     let order = [
         "\thw_ver:\t\t\t\t0x1\n\tboard_id:\t\t\t1\n\tphys_port_cnt:\t\t\t1\n",
         "\tdevice_cap_flags:\t\t0x00001400\n\t\t\t\t\tPORT_ACTIVE_EVENT\n\t\t\t\t\tRC_RNR_NAK_GEN\n\tmax_sge:",
-        "\tatomic_cap:\t\t\tATOMIC_NONE (0)\n\tmax_ee:\t\t\t\t0\n",
+        "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n\tmax_ee:\t\t\t\t0\n",
         "\tmax_total_mcast_qp_attach:\t0\n\tmax_ah:",
         "\tmax_srq:\t\t\t1024\n\tmax_srq_wr:\t\t\t1024\n\tmax_srq_sge:\t\t\t4\n\tmax_pkeys:\t\t\t1\n\tlocal_ca_ack_delay:\t\t0\n\tgeneral_odp_caps:\n\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n",
         "\tcompletion_timestamp_mask not supported\n\tcore clock not supported\n\tdevice_cap_flags_ex:\t\t0x1400\n",

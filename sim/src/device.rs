@@ -263,6 +263,10 @@ sim_stats! {
     ud_dropped_no_recv,
     /// UD datagrams delivered into a receive WQE.
     ud_delivered,
+    /// Atomics (COMPARE SWAP, FETCH ADD) executed by responders, on either port.
+    atomics_executed,
+    /// RoCE port: duplicate atomic requests answered from the saved result, not executed again.
+    roce_atomic_replays,
 }
 
 /// The device's life cycle.
@@ -740,7 +744,7 @@ impl Core {
             (u64::from(high) << 32 | u64::from(r.dsr_low), r.mac)
         };
         match dsr::load(&self.mem, addr) {
-            Ok((info, rings)) if dsr::write_caps(&self.mem, addr, &dsr::caps(mac)) => {
+            Ok((info, rings)) if dsr::write_caps(&self.mem, addr, &dsr::profile_caps(mac, self.cfg.profile)) => {
                 cs.dsr = Some(info);
                 *self.events.lock() = Some(rings);
             }

@@ -37,7 +37,9 @@ pub mod limits {
     pub const MAX_PD: u32 = 1024;
     /// RDMA READ and atomic operations one QP may have outstanding, as initiator and as
     /// responder (`max_qp_init_rd_atom`, `max_qp_rd_atom`); MODIFY_QP refuses more. Reported and
-    /// enforced (16, as mlx4); the operations themselves come with RDMA READ.
+    /// enforced (16, as mlx4): a requester sends at most its `max_rd_atomic` (0 counting as 1)
+    /// READs and atomics before their responses; a RoCE responder remembers at least this many
+    /// of each to answer duplicates.
     pub const MAX_QP_RD_ATOM: u32 = 16;
     /// SRQs.
     pub const MAX_SRQ: u32 = 1024;
@@ -59,6 +61,10 @@ pub mod limits {
     /// addresses, which the RoCE v2 port sends from; issue 11).
     pub const GID_TYPES: u8 =
         pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1 | pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
+    /// The atomic operations the device executes (`caps.atomic_ops`): compare-and-swap and
+    /// fetch-and-add, atomic against every atomic of this device (`ATOMIC_HCA`).
+    pub const ATOMIC_OPS: u8 =
+        pvrdma_abi::dsr::ATOMIC_OP_COMP_SWAP | pvrdma_abi::dsr::ATOMIC_OP_FETCH_ADD;
     /// UAR pages of BAR2.
     pub const MAX_UAR: u32 =
         (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32;
@@ -182,8 +188,24 @@ pub fn caps(mac: [u8; 6]) -> DeviceCaps {
         phys_port_cnt: 1,
         mode: DEVICE_MODE_ROCE,
         gid_types: GID_TYPES,
+        // COMPARE SWAP and FETCH ADD (Linux's `pvrdma_query_device` reports IB_ATOMIC_HCA for
+        // either bit); no masked atomics. QEMU 7.2 leaves `atomic_ops` 0.
+        atomic_ops: ATOMIC_OPS,
         ..DeviceCaps::default()
     }
+}
+
+/// [`caps`] as the device reports them under `profile`: QEMU 7.2 reports no atomic operations
+/// (its DSR leaves `atomic_ops` 0, so Linux says `IB_ATOMIC_NONE`), and so does that profile. An
+/// atomic WQE posted anyway is still executed as IBTA says (QEMU 7.2 would carry it to its
+/// backend as a plain SEND of the 8-byte SGE, consuming a receive WQE at the peer and changing
+/// no memory: not reproduced, as the profile keeps the data path IBTA's).
+pub fn profile_caps(mac: [u8; 6], profile: crate::Profile) -> DeviceCaps {
+    let mut c = caps(mac);
+    if profile == crate::Profile::Qemu72 {
+        c.atomic_ops = 0;
+    }
+    c
 }
 
 /// Writes `caps` into the DSR at `addr` (only the `caps` field; the driver's fields are kept).

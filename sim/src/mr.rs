@@ -101,6 +101,16 @@ impl Mr {
     fn write(&self, mem: &GuestMemory, addr: u64, data: &[u8]) -> bool {
         self.pieces(addr, data.len(), |iova, at, n| mem.write(iova, &data[at..at + n]).is_ok())
     }
+
+    /// The device address of the 8 bytes at `addr` (already checked by [`Mr::covers`]) if they
+    /// lie 8-aligned in one page, as Linux rxe's `rxe_mr_do_atomic_op` demands of the page
+    /// offset; `None` otherwise (or without memory).
+    fn atomic_iova(&self, addr: u64) -> Option<u64> {
+        let r = self.region.as_ref()?;
+        let off = r.first_off.checked_add(addr - self.base())?;
+        let page = r.pages.get((off / PAGE) as usize)?;
+        (off & 7 == 0).then_some(page + off % PAGE)
+    }
 }
 
 /// CREATE_MR. A DMA MR carries `start`, `length`, `nchunks` and `pdir_dma` all 0, as Linux's
@@ -284,6 +294,18 @@ pub fn remote_read(core: &Core, pd: u32, rkey: u32, addr: u64, len: u32) -> Resu
     } else {
         Err(wc_status::REM_ACCESS_ERR)
     }
+}
+
+/// Executes the atomic `op` on the 8 bytes at `addr` of the MR `rkey` names (the responder side of
+/// COMPARE SWAP and FETCH ADD, IBTA 9.4.5) and returns the value they held before, after the
+/// checks of [`remote`] with `REMOTE_ATOMIC`. The operation is one atomic step on the memory
+/// ([`GuestMemory::atomic_u64`]). Errors: `REM_ACCESS_ERR` (bad R_Key, PD, access or bounds);
+/// `REM_INV_REQ_ERR` for 8 bytes not 8-byte aligned (IBTA C9-28 misaligned atomic; Linux rxe's
+/// `RESPST_ERR_MISALIGNED_ATOMIC`, NAK Invalid Request), nothing changed.
+pub fn remote_atomic(core: &Core, pd: u32, rkey: u32, addr: u64, op: crate::mem::Atomic64) -> Result<u64, u32> {
+    let mr = remote(core, pd, rkey, addr, 8, access::REMOTE_ATOMIC)?;
+    let iova = mr.atomic_iova(addr).filter(|_| addr & 7 == 0).ok_or(wc_status::REM_INV_REQ_ERR)?;
+    core.mem.atomic_u64(iova, op).map_err(|_| wc_status::REM_ACCESS_ERR)
 }
 
 /// Scatters `data` at byte `offset` of the message `sges` describe (an RDMA READ response at the

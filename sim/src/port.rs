@@ -88,6 +88,16 @@ pub enum Op {
         /// Bytes to read (the RETH's DMA length).
         len: u32,
     },
+    /// COMPARE SWAP or FETCH ADD on the 8 bytes at `remote_addr` of the MR `rkey` names (IBTA
+    /// 9.4.5): the responder returns the original value, written into the requester WQE's SGE.
+    Atomic {
+        /// Virtual address in the responder's MR (8-byte aligned).
+        remote_addr: u64,
+        /// The responder MR's R_Key.
+        rkey: u32,
+        /// The operation and its operands.
+        op: crate::mem::Atomic64,
+    },
 }
 
 /// One RC request message on the wire.
@@ -507,6 +517,13 @@ fn respond(core: &Core, src: &Qp, dest: &Qp, pkt: &Packet, conn: u64, fx: &mut E
         Op::Read { remote_addr, rkey, len } => match dest.rdma_read(core, rkey, remote_addr, len) {
             Err(status) => remote_error(status, fx),
             Ok(data) => match src.read_response(core, pkt.seq, 0, &data) {
+                Ok(()) => Rx::Delivered,
+                Err(status) => Rx::Fail(status),
+            },
+        },
+        Op::Atomic { remote_addr, rkey, op } => match dest.atomic(core, rkey, remote_addr, op) {
+            Err(status) => remote_error(status, fx),
+            Ok(orig) => match src.read_response(core, pkt.seq, 0, &orig.to_le_bytes()) {
                 Ok(()) => Rx::Delivered,
                 Err(status) => Rx::Fail(status),
             },

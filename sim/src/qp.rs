@@ -5,10 +5,11 @@
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
 //! RC and UD are modelled (UD in `qp/ud.rs`: its transitions, `wr.ud`, the GRH area, Q_Key
 //! checks). On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
-//! immediate), RDMA WRITE (with immediate) and RDMA READ; the responder's side of each
-//! ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`], [`Qp::receive_write_imm`]) and the
-//! requester's READ response ([`Qp::read_response`]) know no transport: the loopback port and a
-//! wire transport call them alike.
+//! immediate), RDMA WRITE (with immediate), RDMA READ and the atomics (COMPARE SWAP, FETCH ADD);
+//! the responder's side of each ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`],
+//! [`Qp::receive_write_imm`], [`Qp::atomic`]) and the requester's READ or atomic response
+//! ([`Qp::read_response`]) know no transport: the loopback port and a wire transport call them
+//! alike.
 //!
 //! Send completions are published in SQ order whatever the order the port finishes them in: each
 //! consumed send WQE gets an in-flight entry, and entries retire from the front once their status
@@ -38,10 +39,10 @@ use pvrdma_abi::event::EqeType;
 use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr, AH_GRH};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
-    SqWqeHdr, WrRdma,
+    SqWqeHdr, WrAtomic, WrRdma,
 };
 use std::collections::VecDeque;
-use crate::mem::GuestMemory;
+use crate::mem::{Atomic64, GuestMemory};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -157,9 +158,9 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// takes no receive WRs, SGEs or pages.
 ///
 /// Errors: `EINVAL` for a type other than RC and UD, an unknown SRQ or an SRQ handle without
-/// `is_srq`, receive WRs or SGEs with an SRQ, inline data or atomic arguments
-/// (the caps report neither), access bits that are no QP access, a `sq_sig_all` other than 0 or
-/// 1, bad queue sizes (powers of two up to
+/// `is_srq`, receive WRs or SGEs with an SRQ, inline data or extended atomic arguments
+/// (`max_atomic_arg`: the caps report neither), access bits that are no QP access, a
+/// `sq_sig_all` other than 0 or 1, bad queue sizes (powers of two up to
 /// `MAX_QP_WR`, at most `MAX_SGE` SGEs), chunk counts that do not describe the rings exactly
 /// (`send_chunks` the SQ's pages, `total_chunks` one ring-state page plus the SQ's and the RQ's, as
 /// Linux's `pvrdma_create_qp` counts; QEMU 7.2 only bounds each ring's count to 1 ..= 128), an
@@ -550,13 +551,16 @@ impl Qp {
             };
             let len: u64 = sges.iter().map(|s| u64::from(s.length.get())).sum();
             let op = wqe_op(&hdr, len);
-            // A READ's request carries no payload: its data comes back in the response.
-            let wire_len = if matches!(op, Some(Op::Read { .. })) { 0 } else { len };
+            // A READ's or an atomic's request carries no payload: its data comes back in the
+            // response.
+            let reads = matches!(op, Some(Op::Read { .. } | Op::Atomic { .. }));
+            let wire_len = if reads { 0 } else { len };
             // Flow control: leave the WQE posted. complete_send resumes the drain after the QP's
             // own limits (its SQ depth of sends outstanding, whatever their size, and its bytes);
             // the port resumes it after the device's wire budget (`Effects::resume_starved`).
             let qp_full = st.inflight.len() >= self.sq.elems() as usize
-                || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight);
+                || (st.bytes_on_wire > 0 && st.bytes_on_wire + len > core.cfg.qp_bytes_in_flight)
+                || (reads && core.roce.is_none() && rd_atomic_full(st));
             if qp_full || !core.wire_reserve(self.handle, wire_len) {
                 st.throttled = true;
                 core.count(|c| &c.sq_throttled);
@@ -650,6 +654,15 @@ impl Qp {
                 return Err(wc_status::LOC_LEN_ERR);
             }
             entry.byte_len = len;
+            entry.read_sges = sges;
+            return Ok((op, Vec::new()));
+        }
+        if let Op::Atomic { .. } = op {
+            // The original value comes back into exactly 8 bytes of local SGEs (IBTA 9.4.5).
+            if sges.iter().map(|s| u64::from(s.length.get())).sum::<u64>() != 8 {
+                return Err(wc_status::LOC_LEN_ERR);
+            }
+            entry.byte_len = 8;
             entry.read_sges = sges;
             return Ok((op, Vec::new()));
         }
@@ -811,6 +824,24 @@ impl Qp {
         mr::remote_read(core, self.pd, rkey, remote_addr, len)
     }
 
+    /// The responder side of an atomic (IBTA 9.4.5): applies `op` to the 8 bytes at
+    /// `remote_addr` of the MR `rkey` names as one atomic step and returns their original value,
+    /// if the QP grants `REMOTE_ATOMIC` and the MR passes [`mr::remote_atomic`]'s checks.
+    /// Errors: `REM_ACCESS_ERR`, or `REM_INV_REQ_ERR` for a misaligned address, nothing changed;
+    /// the caller moves this QP to ERR (Class C, as for [`Qp::rdma_write`]).
+    pub(crate) fn atomic(
+        &self,
+        core: &Core,
+        rkey: u32,
+        remote_addr: u64,
+        op: crate::mem::Atomic64,
+    ) -> Result<u64, u32> {
+        self.check_remote_access(access::REMOTE_ATOMIC)?;
+        let orig = mr::remote_atomic(core, self.pd, rkey, remote_addr, op)?;
+        core.count(|c| &c.atomics_executed);
+        Ok(orig)
+    }
+
     /// Checks a whole RDMA READ's RETH (`len` bytes at `remote_addr` under `rkey`) before its
     /// first response is sent, as [`Qp::rdma_read`] checks each response's part: a READ the
     /// responder refuses sends nothing. Errors: as `rdma_read`.
@@ -860,9 +891,7 @@ impl Qp {
         data: &[u8],
     ) -> Result<(), u32> {
         let st = self.st.lock();
-        let read = st.inflight.iter().find(|e| {
-            e.seq == seq && e.status.is_none() && e.wc_opcode == wc_opcode::RDMA_READ
-        });
+        let read = st.inflight.iter().find(|e| e.seq == seq && e.status.is_none() && e.is_read());
         let entry = read.filter(|_| !st.dead).ok_or(wc_status::BAD_RESP_ERR)?;
         mr::scatter_at(core, self.pd, &entry.read_sges, offset, data)
     }
@@ -1142,13 +1171,32 @@ fn recv_cqe(
     cqe
 }
 
+/// Whether the QP initiates as many RDMA READs and atomics as it may have outstanding on the
+/// loopback port: its `max_rd_atomic` (IBTA 9.4.4, 9.4.5; 0 counts as 1, as many applications
+/// leave it and as the RoCE requester counts it), beyond which the next one waits on the SQ.
+/// The RoCE port's requester keeps the same window itself (`roce/requester.rs`).
+fn rd_atomic_full(st: &QpState) -> bool {
+    let most = usize::from(st.attrs.max_rd_atomic).max(1);
+    st.inflight.iter().filter(|e| e.status.is_none() && e.is_read()).count() >= most
+}
+
+impl InFlight {
+    /// An RDMA READ or an atomic: its completion waits for response data.
+    fn is_read(&self) -> bool {
+        matches!(self.wc_opcode, wc_opcode::RDMA_READ | wc_opcode::COMP_SWAP | wc_opcode::FETCH_ADD)
+    }
+}
+
 /// What a send WQE asks for, from its opcode and its `wr.rdma` fields (`struct pvrdma_sq_wqe_hdr`
 /// as Linux's `pvrdma_post_send` fills it: `remote_addr` and `rkey` for the RDMA opcodes, the
 /// immediate data in `ex`); `len` is its SGEs' total (a READ's length, saturated so that a
-/// length past 32 bits fails the `MAX_MSG_SZ` check). `None` for an opcode the model does not
-/// carry (atomics, LSO, invalidation, registration, binding).
+/// length past 32 bits fails the `MAX_MSG_SZ` check); an atomic's from `wr.atomic`. `None` for an
+/// opcode the model does not carry (masked atomics, LSO, invalidation, registration, binding).
 fn wqe_op(hdr: &SqWqeHdr, len: u64) -> Option<Op> {
     let rdma = WrRdma::read_from_bytes(&hdr.wr[..]).ok()?;
+    let atomic = WrAtomic::read_from_bytes(&hdr.wr[..]).ok()?;
+    let (compare_add, swap) = (atomic.compare_add.get(), atomic.swap.get());
+    let atomic_op = |op| Op::Atomic { remote_addr: atomic.remote_addr.get(), rkey: atomic.rkey.get(), op };
     let (remote_addr, rkey) = (rdma.remote_addr.get(), rdma.rkey.get());
     let imm = hdr.ex.to_bytes();
     Some(match hdr.opcode.get() {
@@ -1159,6 +1207,8 @@ fn wqe_op(hdr: &SqWqeHdr, len: u64) -> Option<Op> {
         wr_opcode::RDMA_READ => {
             Op::Read { remote_addr, rkey, len: u32::try_from(len).unwrap_or(u32::MAX) }
         }
+        wr_opcode::ATOMIC_CMP_AND_SWP => atomic_op(Atomic64::CmpSwap { compare: compare_add, swap }),
+        wr_opcode::ATOMIC_FETCH_AND_ADD => atomic_op(Atomic64::FetchAdd(compare_add)),
         _ => return None,
     })
 }
@@ -1169,6 +1219,8 @@ fn op_wc_opcode(op: &Op) -> u32 {
         Op::Send { .. } => wc_opcode::SEND,
         Op::Write { .. } => wc_opcode::RDMA_WRITE,
         Op::Read { .. } => wc_opcode::RDMA_READ,
+        Op::Atomic { op: Atomic64::CmpSwap { .. }, .. } => wc_opcode::COMP_SWAP,
+        Op::Atomic { op: Atomic64::FetchAdd(_), .. } => wc_opcode::FETCH_ADD,
     }
 }
 

@@ -157,7 +157,7 @@ run_case() {
 }
 
 # --- 4. Cases -------------------------------------------------------------------------------------
-RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw)
+RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw ib_atomic_lat ib_atomic_bw)
 
 # Every program (and pyverbs's device module) resolves libibverbs.so.1 to ours, with symbol
 # versions, and the dynamic loader runs our copy.
@@ -405,6 +405,13 @@ for test in send_lat send_bw; do
   run_case "${test}_ud_2" case_perftest "$test" 2 -c UD
   run_case "${test}_ud_1024" case_perftest "$test" 1024 -c UD
   run_case "${test}_ud_events" case_perftest "$test" 1024 -c UD -e
+done
+# Atomics, both operations (-A): 8 bytes, the only size perftest takes for them. As for the
+# tests above, perftest 4.5 posts them through ibv_post_send here (ibv_wr_atomic_* only on the
+# mlx5 and EFA devices it knows).
+for test in atomic_lat atomic_bw; do
+  run_case "${test}_fetch_add" case_perftest "$test" 8 -A FETCH_AND_ADD
+  run_case "${test}_cmp_swap" case_perftest "$test" 8 -A CMP_AND_SWAP
 done
 run_case pyverbs_loopback case_pyverbs "" 0
 run_case pyverbs_roce case_pyverbs "$ROCE" 1

@@ -65,6 +65,15 @@ pub enum Difference {
     /// GID as. The model's loopback port carries the GID's own type: for the RoCE v1 GID the
     /// driver binds at index 0, an IB GRH (IPv6 layout, next header 0x1B) with the GIDs.
     UdGrhFromBackend,
+    /// QEMU 7.2 leaves the DSR's `atomic_ops` 0 (so `atomic_cap` reads NONE), and so does the
+    /// model's QEMU profile; the IBTA model reports compare-and-swap and fetch-and-add
+    /// (`ATOMIC_HCA`).
+    NoAtomicCaps,
+    /// QEMU 7.2 carries an atomic WQE to its backend as a plain SEND of the 8-byte SGE (as every
+    /// send WQE): the peer's next receive WQE takes those 8 bytes, the target memory is not
+    /// touched, no original value comes back, and the SEND completion does not match the atomic
+    /// posted (the driver reports it as `GeneralErr`). Both model profiles execute the atomic.
+    AtomicsAsSend,
 }
 
 /// Which device a body runs against.
@@ -93,7 +102,8 @@ impl Side {
             | Difference::SendWqeFlattened
             | Difference::QueryQpLayout
             | Difference::ErrStateNotPassedOn
-            | Difference::UdGrhFromBackend => self == Side::Qemu72,
+            | Difference::UdGrhFromBackend
+            | Difference::AtomicsAsSend => self == Side::Qemu72,
             _ => self.qemu_like(),
         }
     }

@@ -12,6 +12,7 @@ pub mod notify_relay;
 pub mod differential;
 pub mod differential_srq;
 pub mod differential_ud;
+pub mod differential_atomics;
 pub mod qemu;
 pub mod raw_device;
 pub mod rewrite;

@@ -64,6 +64,11 @@ fn model_srq() {
     both(tests::differential_srq::srq);
 }
 
+#[test]
+fn model_atomics() {
+    both(tests::differential_atomics::atomics);
+}
+
 /// One test per case of `tests::command_errors`, on the model (both profiles): each refused
 /// cleanly, the device usable afterwards (a refused DSR: broken, requests unanswered).
 macro_rules! command_cases {

@@ -94,6 +94,12 @@ fn qemu_qp_attributes() {
     differential::qp_attributes(&Target::qemu("qp_attributes"));
 }
 
+#[test]
+#[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
+fn qemu_atomics() {
+    tests::differential_atomics::atomics(&Target::qemu("atomics"));
+}
+
 /// One test per case of `tests::command_errors`, each in a QEMU of its own: the stage prints
 /// what QEMU answered (`QEMU-CASE` lines); a crash or a hang is an answer, not a failure.
 macro_rules! command_cases {

@@ -3,7 +3,8 @@
 //!   (`<netinet/ip.h>`), `struct ip6_hdr` (`<netinet/ip6.h>`) and `struct udphdr`
 //!   (`<netinet/udp.h>`), through a C program compiled at test time (a missing compiler or header
 //!   fails, it never skips);
-//! - a capture of every RC opcode over IPv4 and IPv6 against tshark's InfiniBand dissector: no
+//! - a capture of every RC opcode (atomics included, their AtomicETH and AtomicAckETH fields
+//!   checked) over IPv4 and IPv6 against tshark's InfiniBand dissector: no
 //!   "Malformed", every packet RRoCE with the expected opcode and PSN; and read back with
 //!   `roce_wire::pcap::read`, every ICRC good. Without tshark this prints
 //!   `SKIPPED: tshark not installed` and passes, unless `ROCE_REQUIRE_TSHARK=1`.
@@ -120,6 +121,13 @@ fn headers(op: u8, i: u32) -> Headers {
         }),
         aeth: l.aeth.then_some(if op == RC_ACKNOWLEDGE { aeth } else { Aeth::ack(i, 0x1f) }),
         imm: l.imm.then_some(0xc0de_0000 | i),
+        atomic_eth: l.atomic_eth.then_some(roce_wire::AtomicEth {
+            va: 0x7f00_0000_2000 + 8 * u64::from(i),
+            rkey: 0x4321,
+            swap_add: 0x0102_0304_0506_0708 + u64::from(i),
+            compare: 0x1112_1314_1516_1718,
+        }),
+        atomic_ack: l.atomic_ack_eth.then_some(0x2122_2324_2526_2728 + u64::from(i)),
     }
 }
 
@@ -147,7 +155,7 @@ fn write_capture(path: &Path) -> Vec<Headers> {
 }
 /// IBTA Table 38's names of the RC opcodes, as tshark prints them after "Reliable Connection (RC) - ".
 fn ibta_name(op: u8) -> &'static str {
-    const NAMES: [&str; 18] = [
+    const NAMES: [&str; 21] = [
         "SEND First",
         "SEND Middle",
         "SEND Last",
@@ -166,6 +174,9 @@ fn ibta_name(op: u8) -> &'static str {
         "RDMA READ response Last",
         "RDMA READ response Only",
         "Acknowledge",
+        "ATOMIC Acknowledge",
+        "CmpSwap",
+        "FetchAdd",
     ];
     NAMES[usize::from(op)]
 }
@@ -207,6 +218,18 @@ fn tshark_decodes_every_rc_opcode_over_ipv4_and_ipv6() {
         assert_eq!(field(f, "Opcode:"), Some(want.as_str()), "frame {i}");
         let psn = h.bth.psn.to_string();
         assert_eq!(field(f, "Packet Sequence Number:"), Some(psn.as_str()), "frame {i}");
+        // The atomic headers as an independent dissector reads them (IBTA 9.3.4, 9.3.7).
+        if let Some(a) = h.atomic_eth {
+            let va = format!("{:#018x}", a.va);
+            assert_eq!(field(f, "Virtual Address:"), Some(va.as_str()), "frame {i}");
+            let (swap, compare) = (a.swap_add.to_string(), a.compare.to_string());
+            assert_eq!(field(f, "Swap (Or Add) Data:"), Some(swap.as_str()), "frame {i}");
+            assert_eq!(field(f, "Compare Data:"), Some(compare.as_str()), "frame {i}");
+        }
+        if let Some(orig) = h.atomic_ack {
+            let orig = orig.to_string();
+            assert_eq!(field(f, "Original Remote Data:"), Some(orig.as_str()), "frame {i}");
+        }
         let ip_ok = if v4 { "[Header checksum status: Good]" } else { "Version: 6" };
         assert!(f.contains(ip_ok) && f.contains("[Checksum Status: Good]"), "frame {i}:\n{f}");
     }

@@ -67,6 +67,34 @@ pub enum WrOpcode {
         /// Immediate data (host order here; big-endian on the wire).
         imm: Option<u32>,
     },
+    /// ATOMIC COMPARE SWAP (IBTA 9.4.5; `IBV_WR_ATOMIC_CMP_AND_SWP`): if the 8 bytes at
+    /// `remote_addr` of the responder's MR `rkey` names equal `compare`, they become `swap`;
+    /// either way their original value is written into the one 8-byte SGE (its MR needs
+    /// `LOCAL_WRITE`). Values are 64-bit in host order, as the responder's memory holds them.
+    /// The MR and the responder QP need `REMOTE_ATOMIC`; `remote_addr` must be 8-byte aligned
+    /// ([`WcStatus::RemInvReqErr`] otherwise). Atomic against every other atomic of the
+    /// responder's device (`ATOMIC_HCA`). Completes with [`WcOpcode::CompSwap`], `byte_len` 8.
+    AtomicCmpSwp {
+        /// Virtual address in the responder's MR (8-byte aligned).
+        remote_addr: u64,
+        /// The responder MR's remote key.
+        rkey: u32,
+        /// The value compared with.
+        compare: u64,
+        /// The value written on a match.
+        swap: u64,
+    },
+    /// ATOMIC FETCH ADD (IBTA 9.4.5; `IBV_WR_ATOMIC_FETCH_AND_ADD`): adds `add` (modulo 2^64)
+    /// to the 8 bytes at `remote_addr`, as [`WrOpcode::AtomicCmpSwp`] otherwise. Completes
+    /// with [`WcOpcode::FetchAdd`], `byte_len` 8.
+    AtomicFetchAdd {
+        /// Virtual address in the responder's MR (8-byte aligned).
+        remote_addr: u64,
+        /// The responder MR's remote key.
+        rkey: u32,
+        /// The value added.
+        add: u64,
+    },
 }
 
 /// A send work request (IBTA 11.4.1.1).
@@ -225,6 +253,10 @@ pub enum WcOpcode {
     RdmaWrite,
     /// An RDMA READ.
     RdmaRead,
+    /// An atomic compare and swap.
+    CompSwap,
+    /// An atomic fetch and add.
+    FetchAdd,
     /// A receive.
     Recv,
     /// An RDMA WRITE with immediate, on the receive side.
@@ -250,7 +282,8 @@ pub struct Wc {
     /// What completed.
     pub opcode: WcOpcode,
     /// Bytes received (receive completions), written (the responder's RDMA WRITE with
-    /// immediate) or read (RDMA READ); the message length of a send or RDMA WRITE completion.
+    /// immediate) or read (RDMA READ; 8 for an atomic); the message length of a send or RDMA
+    /// WRITE completion.
     pub byte_len: u32,
     /// The local QP's number.
     pub qp_num: u32,

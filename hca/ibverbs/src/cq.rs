@@ -2,8 +2,9 @@
 //! `ibv_poll_cq` and `ibv_req_notify_cq` call.
 
 use crate::abi::{
-    ibv_comp_channel, ibv_context, ibv_cq, ibv_wc, pthread_cond_t, pthread_mutex_t, IBV_WC_RDMA_READ,
-    IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SEND, IBV_WC_WITH_IMM, IBV_WC_GRH,
+    ibv_comp_channel, ibv_context, ibv_cq, ibv_wc, pthread_cond_t, pthread_mutex_t, IBV_WC_COMP_SWAP,
+    IBV_WC_FETCH_ADD, IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM,
+    IBV_WC_SEND, IBV_WC_WITH_IMM, IBV_WC_GRH,
 };
 use crate::channel::channel;
 use crate::context::context;
@@ -114,6 +115,8 @@ fn wc_opcode(op: WcOpcode) -> u32 {
         WcOpcode::Send => IBV_WC_SEND,
         WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
         WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
+        WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
+        WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
         // The provider's opcodes number as ibv's.

@@ -164,7 +164,9 @@ const SEND_OPS: u64 = crate::abi::IBV_QP_EX_WITH_RDMA_WRITE
     | crate::abi::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
     | crate::abi::IBV_QP_EX_WITH_SEND
     | crate::abi::IBV_QP_EX_WITH_SEND_WITH_IMM
-    | crate::abi::IBV_QP_EX_WITH_RDMA_READ;
+    | crate::abi::IBV_QP_EX_WITH_RDMA_READ
+    | crate::abi::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | crate::abi::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 
 /// `verbs_context.create_qp_ex` (the header's `ibv_create_qp_ex` when `comp_mask` is more than
 /// `IBV_QP_INIT_ATTR_PD`): as [`ibv_create_qp`]; with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the QP

@@ -1,8 +1,8 @@
 //! Encoding and decoding the UDP payload of a RoCE v2 RC packet: BTH, extension headers, payload,
 //! pad, ICRC (IBTA 9.2-9.3, Annex A17.4).
 
-use crate::hdr::{to_u24, u24, AethHdr, BthHdr, ImmDtHdr, RethHdr};
-use crate::headers::{Aeth, Bth, Headers, Reth};
+use crate::hdr::{to_u24, u24, AethHdr, AtomicAckEthHdr, AtomicEthHdr, BthHdr, ImmDtHdr, RethHdr};
+use crate::headers::{Aeth, AtomicEth, Bth, Headers, Reth};
 use crate::icrc::icrc;
 use crate::ip::{max_udp_len, IpContext};
 use crate::opcode::{self, Layout};
@@ -36,16 +36,17 @@ pub enum WireError {
     /// The BTH transport header version is not 0 (IBTA 9.2: only version 0 is defined).
     #[error("BTH transport header version is not 0")]
     BadVersion,
-    /// Not an RC SEND, RDMA WRITE, RDMA READ or Acknowledge opcode.
+    /// Not an RC SEND, RDMA WRITE, RDMA READ, ATOMIC or acknowledge opcode.
     #[error("unknown or unsupported opcode {0:#04x}")]
     UnknownOpcode(u8),
-    /// Encode: the RETH / AETH / ImmDt given are not the set the opcode carries.
+    /// Encode: the RETH / AETH / ImmDt / AtomicETH / AtomicAckETH given are not the set the
+    /// opcode carries.
     #[error("extension headers do not match the opcode")]
     BadHeaders,
     /// The pad count exceeds the payload, or payload and pad are not a multiple of 4 bytes.
     #[error("pad count does not fit the payload")]
     BadPad,
-    /// Payload on an opcode that carries none (RDMA READ Request, Acknowledge).
+    /// Payload on an opcode that carries none (RDMA READ Request, the acknowledges, the atomics).
     #[error("payload on an opcode that carries none")]
     UnexpectedPayload,
     /// Encode: a 24-bit field (PSN, destination QP, MSN) has bits above 24 set.
@@ -63,13 +64,18 @@ fn header_len(l: Layout) -> usize {
     let reth = if l.reth { size_of::<RethHdr>() } else { 0 };
     let imm = if l.imm { size_of::<ImmDtHdr>() } else { 0 };
     let aeth = if l.aeth { size_of::<AethHdr>() } else { 0 };
-    size_of::<BthHdr>() + reth + imm + aeth
+    let atomic = if l.atomic_eth { size_of::<AtomicEthHdr>() } else { 0 };
+    let atomic_ack = if l.atomic_ack_eth { size_of::<AtomicAckEthHdr>() } else { 0 };
+    size_of::<BthHdr>() + reth + imm + aeth + atomic + atomic_ack
 }
 
 fn check_headers(hdr: &Headers, payload: &[u8]) -> Result<Layout, WireError> {
     let op = hdr.bth.opcode;
     let l = opcode::layout(op).ok_or(WireError::UnknownOpcode(op))?;
     if hdr.reth.is_some() != l.reth || hdr.aeth.is_some() != l.aeth || hdr.imm.is_some() != l.imm {
+        return Err(WireError::BadHeaders);
+    }
+    if hdr.atomic_eth.is_some() != l.atomic_eth || hdr.atomic_ack.is_some() != l.atomic_ack_eth {
         return Err(WireError::BadHeaders);
     }
     if !l.payload && !payload.is_empty() {
@@ -125,8 +131,20 @@ pub fn encode(
     if let Some(imm) = hdr.imm {
         out.extend_from_slice(ImmDtHdr { imm: imm.into() }.as_bytes());
     }
+    if let Some(a) = hdr.atomic_eth {
+        let w = AtomicEthHdr {
+            va: a.va.into(),
+            rkey: a.rkey.into(),
+            swap_add: a.swap_add.into(),
+            compare: a.compare.into(),
+        };
+        out.extend_from_slice(w.as_bytes());
+    }
     if let Some(a) = hdr.aeth {
         out.extend_from_slice(AethHdr { syndrome: a.syndrome, msn: to_u24(a.msn) }.as_bytes());
+    }
+    if let Some(orig) = hdr.atomic_ack {
+        out.extend_from_slice(AtomicAckEthHdr { orig: orig.into() }.as_bytes());
     }
     out.extend_from_slice(payload);
     out.resize(out.len() + pad, 0);
@@ -183,9 +201,21 @@ fn extension_headers<'a>(
         hdr.imm = Some(i.imm.get());
         rest = tail;
     }
+    if l.atomic_eth {
+        let (a, tail) = AtomicEthHdr::read_from_prefix(rest).map_err(|_| WireError::Truncated)?;
+        let (va, rkey) = (a.va.get(), a.rkey.get());
+        let (swap_add, compare) = (a.swap_add.get(), a.compare.get());
+        hdr.atomic_eth = Some(AtomicEth { va, rkey, swap_add, compare });
+        rest = tail;
+    }
     if l.aeth {
         let (a, tail) = AethHdr::read_from_prefix(rest).map_err(|_| WireError::Truncated)?;
         hdr.aeth = Some(Aeth { syndrome: a.syndrome, msn: u24(a.msn) });
+        rest = tail;
+    }
+    if l.atomic_ack_eth {
+        let (a, tail) = AtomicAckEthHdr::read_from_prefix(rest).map_err(|_| WireError::Truncated)?;
+        hdr.atomic_ack = Some(a.orig.get());
         rest = tail;
     }
     Ok((hdr, rest))

@@ -79,6 +79,32 @@ pub struct ImmDtHdr {
 }
 assert_layout!(ImmDtHdr, 4, imm = 0);
 
+/// Atomic Extended Transport Header (IBTA 9.3.4), 28 bytes: the request of a COMPARE SWAP or
+/// FETCH ADD.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub struct AtomicEthHdr {
+    /// Virtual address of the 8 bytes at the responder (8-byte aligned).
+    pub va: U64,
+    /// R_Key of the responder's memory region.
+    pub rkey: U32,
+    /// The value to swap in (COMPARE SWAP) or to add (FETCH ADD).
+    pub swap_add: U64,
+    /// The value to compare with (COMPARE SWAP; 0 for FETCH ADD).
+    pub compare: U64,
+}
+assert_layout!(AtomicEthHdr, 28, va = 0, rkey = 8, swap_add = 12, compare = 20);
+
+/// Atomic Acknowledge Extended Transport Header (IBTA 9.3.7), 8 bytes: the value the 8 bytes
+/// held before the atomic operation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub struct AtomicAckEthHdr {
+    /// The original value.
+    pub orig: U64,
+}
+assert_layout!(AtomicAckEthHdr, 8, orig = 0);
+
 /// IPv4 header without options (RFC 791), 20 bytes: the layout of Linux's `struct iphdr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]

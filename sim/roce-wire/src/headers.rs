@@ -35,6 +35,19 @@ pub struct Reth {
     pub dma_len: u32,
 }
 
+/// AtomicETH (IBTA 9.3.4): the request of a COMPARE SWAP or FETCH ADD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AtomicEth {
+    /// Virtual address of the 8 bytes at the responder.
+    pub va: u64,
+    /// R_Key of the responder's memory region.
+    pub rkey: u32,
+    /// Swap value (COMPARE SWAP) or the addend (FETCH ADD).
+    pub swap_add: u64,
+    /// Compare value (COMPARE SWAP).
+    pub compare: u64,
+}
+
 /// AETH (IBTA 9.3.5): syndrome byte and 24-bit MSN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Aeth {
@@ -153,4 +166,8 @@ pub struct Headers {
     pub aeth: Option<Aeth>,
     /// ImmDt: the "with Immediate" opcodes, as it travels (big-endian on the wire).
     pub imm: Option<u32>,
+    /// AtomicETH: CmpSwap and FetchAdd.
+    pub atomic_eth: Option<AtomicEth>,
+    /// AtomicAckETH (IBTA 9.3.7): the original value, on ATOMIC Acknowledge.
+    pub atomic_ack: Option<u64>,
 }

@@ -1,14 +1,15 @@
 //! RoCE v2 packets of the RC transport (IBTA Vol. 1 chapter 9 and Annex A17): the headers after
-//! the UDP header (BTH, RETH, AETH, ImmDt), payload with pad, and the ICRC; 24-bit PSN
+//! the UDP header (BTH, RETH, AETH, ImmDt, AtomicETH, AtomicAckETH), payload with pad, and the ICRC; 24-bit PSN
 //! arithmetic; and pcap captures with synthesized IPv4/IPv6 and UDP headers. Pure packet code: no
 //! QP, no device.
 //!
 //! What [`decode`] checks, and every violation is a [`WireError`], never a panic: the length (at
 //! least the BTH and ICRC, at most what a UDP datagram carries), the ICRC when the caller knows
-//! the IP context, transport header version 0, an RC opcode of SEND, RDMA WRITE, RDMA READ or
-//! Acknowledge (atomics and other transports are [`WireError::UnknownOpcode`]), room for exactly
+//! the IP context, transport header version 0, an RC opcode of SEND, RDMA WRITE, RDMA READ,
+//! ATOMIC (CmpSwap, FetchAdd) or an acknowledge (other transports are
+//! [`WireError::UnknownOpcode`]), room for exactly
 //! the extension headers that opcode carries (IBTA Table 38), a pad count that fits the payload and
-//! makes it a multiple of 4 bytes, and no payload on RDMA READ Request or Acknowledge. [`encode`]
+//! makes it a multiple of 4 bytes, and no payload on RDMA READ Request, the atomics or the acknowledges. [`encode`]
 //! refuses a header set that does not match the opcode, pads, and appends the ICRC.
 //!
 //! The ICRC exception: the ICRC covers the IPv4 Identification (IBTA A17.4.5.1), which a UDP socket
@@ -29,7 +30,7 @@ pub mod psn;
 pub mod ud;
 
 pub use codec::{decode, encode, Packet, WireError, ICRC_LEN};
-pub use headers::{Aeth, Bth, Headers, NakCode, Reth, Syndrome};
+pub use headers::{Aeth, AtomicEth, Bth, Headers, NakCode, Reth, Syndrome};
 pub use icrc::icrc;
 pub use ip::IpContext;
 

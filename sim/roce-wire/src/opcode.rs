@@ -36,9 +36,15 @@ pub const RC_RDMA_READ_RESPONSE_LAST: u8 = 0x0f;
 pub const RC_RDMA_READ_RESPONSE_ONLY: u8 = 0x10;
 /// Acknowledge.
 pub const RC_ACKNOWLEDGE: u8 = 0x11;
+/// ATOMIC Acknowledge (AETH and AtomicAckETH).
+pub const RC_ATOMIC_ACKNOWLEDGE: u8 = 0x12;
+/// CmpSwap (AtomicETH).
+pub const RC_COMPARE_SWAP: u8 = 0x13;
+/// FetchAdd (AtomicETH).
+pub const RC_FETCH_ADD: u8 = 0x14;
 
 /// Every RC opcode this crate knows, in numeric order.
-pub const ALL: [u8; 18] = [
+pub const ALL: [u8; 21] = [
     RC_SEND_FIRST,
     RC_SEND_MIDDLE,
     RC_SEND_LAST,
@@ -57,10 +63,14 @@ pub const ALL: [u8; 18] = [
     RC_RDMA_READ_RESPONSE_LAST,
     RC_RDMA_READ_RESPONSE_ONLY,
     RC_ACKNOWLEDGE,
+    RC_ATOMIC_ACKNOWLEDGE,
+    RC_COMPARE_SWAP,
+    RC_FETCH_ADD,
 ];
 
 /// Which headers follow the BTH for one opcode, and whether it carries a payload (IBTA 9.2,
-/// Table 38's header columns), in wire order: RETH, then ImmDt; or AETH.
+/// Table 38's header columns), in wire order: RETH, then ImmDt; or AETH (then AtomicAckETH);
+/// or AtomicETH.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// A RETH follows the BTH.
@@ -71,13 +81,22 @@ pub struct Layout {
     pub imm: bool,
     /// The packet may carry payload (RDMA READ Request and Acknowledge carry none).
     pub payload: bool,
+    /// An AtomicETH follows the BTH (CmpSwap, FetchAdd).
+    pub atomic_eth: bool,
+    /// An AtomicAckETH follows the AETH (ATOMIC Acknowledge).
+    pub atomic_ack_eth: bool,
 }
 
-/// The header layout of `op`, or `None` for an opcode that is not RC SEND, RDMA WRITE, RDMA READ
-/// or Acknowledge (atomics, other transports, reserved values).
+/// The header layout of `op`, or `None` for an opcode that is not RC SEND, RDMA WRITE, RDMA
+/// READ, ATOMIC or an acknowledge (other transports, reserved values).
 pub fn layout(op: u8) -> Option<Layout> {
-    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload });
+    let l = |reth, aeth, imm, payload| {
+        Some(Layout { reth, aeth, imm, payload, atomic_eth: false, atomic_ack_eth: false })
+    };
+    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic_eth: false, atomic_ack_eth: false };
     match op {
+        RC_COMPARE_SWAP | RC_FETCH_ADD => Some(Layout { atomic_eth: true, ..none }),
+        RC_ATOMIC_ACKNOWLEDGE => Some(Layout { aeth: true, atomic_ack_eth: true, ..none }),
         RC_SEND_FIRST
         | RC_SEND_MIDDLE
         | RC_SEND_LAST

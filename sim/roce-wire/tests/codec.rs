@@ -3,7 +3,8 @@
 
 use roce_wire::opcode::{self, *};
 use roce_wire::{
-    decode, encode, icrc, Aeth, Bth, Headers, IpContext, NakCode, Reth, Syndrome, WireError,
+    decode, encode, icrc, Aeth, AtomicEth, Bth, Headers, IpContext, NakCode, Reth, Syndrome,
+    WireError,
 };
 use std::net::SocketAddr;
 
@@ -165,6 +166,13 @@ fn headers_for(op: u8, psn: u32) -> Headers {
         }),
         aeth: l.aeth.then_some(Aeth::ack(0xab_cdef, 0x1f)),
         imm: l.imm.then_some(0xcafe_0000 | u32::from(op)),
+        atomic_eth: l.atomic_eth.then_some(AtomicEth {
+            va: 0x7f00_0000_1000,
+            rkey: 0x66,
+            swap_add: 0x0102_0304_0506_0708,
+            compare: 0x1112_1314_1516_1718,
+        }),
+        atomic_ack: l.atomic_ack_eth.then_some(0x2122_2324_2526_2728),
     }
 }
 
@@ -198,17 +206,19 @@ fn encode_refuses_header_sets_that_do_not_match_the_opcode() {
             Headers { reth: good.reth.xor(Some(Reth::default())), ..good },
             Headers { aeth: good.aeth.xor(Some(Aeth::default())), ..good },
             Headers { imm: good.imm.xor(Some(0)), ..good },
+            Headers { atomic_eth: good.atomic_eth.xor(Some(AtomicEth::default())), ..good },
+            Headers { atomic_ack: good.atomic_ack.xor(Some(0)), ..good },
         ];
         for h in wrong {
             assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::BadHeaders), "{h:?}");
         }
     }
     assert_eq!(out, [1, 2, 3], "nothing written on error");
-    for op in [0x12, 0x13, 0x14, 0x15, 0x1f, 0x20, 0x64, 0xff] {
+    for op in [0x15, 0x16, 0x1f, 0x20, 0x64, 0xff] {
         let h = Headers { bth: Bth { opcode: op, ..Bth::default() }, ..Headers::default() };
         assert_eq!(encode(&h, &[], &ip, &mut out), Err(WireError::UnknownOpcode(op)));
     }
-    for op in [RC_RDMA_READ_REQUEST, RC_ACKNOWLEDGE] {
+    for op in [RC_RDMA_READ_REQUEST, RC_ACKNOWLEDGE, RC_ATOMIC_ACKNOWLEDGE, RC_COMPARE_SWAP, RC_FETCH_ADD] {
         let h = headers_for(op, 1);
         assert_eq!(encode(&h, &[1], &ip, &mut out), Err(WireError::UnexpectedPayload));
     }
@@ -265,7 +275,7 @@ fn decode_names_each_malformation() {
     b[1] |= 0x01;
     reseal(&mut b);
     assert_eq!(d(&b), Err(WireError::BadVersion));
-    for op in [0x12u8, 0x17, 0x20, 0x24, 0x64, 0x81, 0xff] {
+    for op in [0x15u8, 0x17, 0x20, 0x24, 0x64, 0x81, 0xff] {
         let mut b = encoded(&headers_for(RC_SEND_ONLY, 5), b"abcd");
         b[0] = op;
         reseal(&mut b);
@@ -339,4 +349,28 @@ fn aeth_syndromes() {
     for byte in [0x40, 0x5f, 0x80, 0xe0, 0xff] {
         assert_eq!(Aeth { syndrome: byte, msn: 0 }.syndrome(), Syndrome::Reserved(byte));
     }
+}
+
+/// The atomic headers lie on the wire as IBTA 9.3.4 and 9.3.7 draw them, big-endian: AtomicETH
+/// (VA, R_Key, swap/add, compare; 28 bytes) right after the BTH; AETH then AtomicAckETH (8 bytes).
+#[test]
+fn atomic_headers_lie_where_ibta_puts_them() {
+    let ip = v6();
+    let mut out = Vec::new();
+    let h = headers_for(RC_COMPARE_SWAP, 7);
+    encode(&h, &[], &ip, &mut out).unwrap();
+    assert_eq!(out.len(), 12 + 28 + 4);
+    assert_eq!(out[12..20], 0x7f00_0000_1000u64.to_be_bytes());
+    assert_eq!(out[20..24], 0x66u32.to_be_bytes());
+    assert_eq!(out[24..32], 0x0102_0304_0506_0708u64.to_be_bytes());
+    assert_eq!(out[32..40], 0x1112_1314_1516_1718u64.to_be_bytes());
+    let h = headers_for(RC_ATOMIC_ACKNOWLEDGE, 7);
+    encode(&h, &[], &ip, &mut out).unwrap();
+    assert_eq!(out.len(), 12 + 4 + 8 + 4);
+    assert_eq!(out[12], 0x1f);
+    assert_eq!(out[16..24], 0x2122_2324_2526_2728u64.to_be_bytes());
+    // One byte short of the AtomicAckETH: truncated, not misread.
+    let mut short = out[..23].to_vec();
+    short.extend_from_slice(&[0; 4]);
+    assert_eq!(decode(&short, None), Err(WireError::Truncated));
 }

@@ -1,9 +1,10 @@
 //! A message as the requester sends it: its PSN range and the packets it is cut into by the
 //! path MTU (IBTA 9.2, 9.7.2: first/middle/last/only; RETH on a WRITE's first or only packet and
 //! on a READ request; ImmDt on the last or only packet; AckReq on the last or only packet and
-//! every [`ACK_EVERY`] packets).
+//! every [`ACK_EVERY`] packets). An atomic is one packet with its AtomicETH (IBTA 9.4.5).
 
-use roce_wire::{opcode as op, psn, Bth, Headers, Reth};
+use crate::mem::Atomic64;
+use roce_wire::{opcode as op, psn, AtomicEth, Bth, Headers, Reth};
 use std::ops::Range;
 
 /// Every this many packets of a long message carry AckReq (besides its last), so the requester's
@@ -26,6 +27,9 @@ pub enum Kind {
     },
     /// RDMA READ of `len` bytes at `va` under `rkey`.
     Read { va: u64, rkey: u32, len: u32 },
+    /// COMPARE SWAP or FETCH ADD on the 8 bytes at `va` under `rkey`; its ATOMIC Acknowledge
+    /// brings the original value.
+    Atomic { va: u64, rkey: u32, op: Atomic64 },
 }
 
 /// One outstanding message of a requester.
@@ -88,9 +92,31 @@ impl Message {
         d >= 0 && (d as u32) < self.npkts
     }
 
-    /// Whether it is a READ still waiting for responses.
+    /// Whether it is a READ (or an atomic) still waiting for responses.
     pub fn is_pending_read(&self) -> bool {
-        matches!(self.kind, Kind::Read { .. }) && psn::diff(self.read_next, self.last_psn()) <= 0
+        self.is_read() && psn::diff(self.read_next, self.last_psn()) <= 0
+    }
+
+    /// Whether it is a READ or an atomic: it completes through its response data, and counts
+    /// against `max_rd_atomic`.
+    pub fn is_read(&self) -> bool {
+        matches!(self.kind, Kind::Read { .. } | Kind::Atomic { .. })
+    }
+
+    /// The request packet of an atomic (sent again whole on a retry: the responder answers a
+    /// duplicate from the result it saved).
+    pub fn atomic_request(&self, dest_qp: u32) -> Option<Headers> {
+        let Kind::Atomic { va, rkey, op } = self.kind else {
+            return None;
+        };
+        let (opcode, swap_add, compare) = match op {
+            Atomic64::CmpSwap { compare, swap } => (op::RC_COMPARE_SWAP, swap, compare),
+            Atomic64::FetchAdd(add) => (op::RC_FETCH_ADD, add, 0),
+        };
+        let mut bth = self.bth(dest_qp, self.psn, true);
+        bth.opcode = opcode;
+        let atomic_eth = Some(AtomicEth { va, rkey, swap_add, compare });
+        Some(Headers { bth, atomic_eth, ..Default::default() })
     }
 
     /// The headers of packet `k` (`0 .. npkts`) of a SEND or WRITE, and its payload's range.
@@ -115,6 +141,8 @@ impl Message {
                 (imm, write_opcode(first, last, imm.is_some()))
             }
             Kind::Read { .. } => (None, op::RC_RDMA_READ_REQUEST),
+            // Sent whole by `atomic_request`, never cut into packets here.
+            Kind::Atomic { .. } => (None, op::RC_FETCH_ADD),
         };
         hdr.bth.opcode = opcode;
         hdr.bth.ack_req = last || k % ACK_EVERY == ACK_EVERY - 1;

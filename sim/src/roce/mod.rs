@@ -217,6 +217,7 @@ impl RocePort {
                 rkey,
                 len,
             },
+            Op::Atomic { remote_addr, rkey, op } => Kind::Atomic { va: remote_addr, rkey, op },
         };
         req.lock()
             .post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);

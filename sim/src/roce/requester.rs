@@ -5,7 +5,9 @@
 //! 9.7.6.1.3). Its decisions are completions `(seq, status)` the caller hands to
 //! `Qp::complete_send` once the requester's lock is released.
 //!
-//! A READ waits to be sent while `max_rd_atomic` earlier READs wait for their responses.
+//! A READ or an atomic waits to be sent while `max_rd_atomic` earlier READs and atomics wait for
+//! their responses. An atomic completes through its ATOMIC Acknowledge, which carries the
+//! original value (IBTA 9.4.5).
 //!
 //! ACKs are matched by PSN: a coalesced ACK acknowledges every packet up to its PSN, a NAK every
 //! packet before its PSN (the AETH's MSN is not needed to tell which messages completed), and a
@@ -278,6 +280,48 @@ impl Requester {
         Some((seq, offset as u32))
     }
 
+    /// An ATOMIC Acknowledge (`hdr`, with its AETH and AtomicAckETH). Returns `(seq, original
+    /// value)` if it answers the atomic awaited next (every message before it is acknowledged
+    /// too); anything else (a duplicate, an answer to no atomic, one past a lost response) is
+    /// dropped and counted. An AETH that is no ACK is malformed here (a NAK travels in an
+    /// Acknowledge).
+    pub fn on_atomic_ack(
+        &mut self,
+        port: &RocePort,
+        core: &Core,
+        hdr: &Headers,
+        done: &mut Done,
+    ) -> Option<(u64, u64)> {
+        let p = hdr.bth.psn;
+        let acked = matches!(hdr.aeth.map(|a| a.syndrome()), Some(Syndrome::Ack { .. }));
+        let (Some(orig), true) = (hdr.atomic_ack, acked) else {
+            core.count(|c| &c.roce_rx_dropped_malformed);
+            return None;
+        };
+        if psn::diff(p, self.max_sent) >= 0 {
+            core.count(|c| &c.roce_rx_dropped_psn);
+            return None;
+        }
+        let i = self.msgs.iter().position(|m| m.is_pending_read() && m.holds(p));
+        let first = self.msgs.iter().position(Message::is_pending_read);
+        let atomic = i.filter(|&i| Some(i) == first && matches!(self.msgs[i].kind, Kind::Atomic { .. }));
+        let Some(i) = atomic else {
+            core.count(|c| &c.roce_rx_duplicates);
+            return None;
+        };
+        let seq = self.msgs[i].seq;
+        for _ in 0..=i {
+            if let Some(m) = self.pop() {
+                done.push((m.seq, wc_status::SUCCESS));
+            }
+        }
+        let now = Instant::now();
+        self.progress(p, now);
+        self.rearm(now);
+        self.pump(port, core, now);
+        Some((seq, orig))
+    }
+
     /// Acknowledges every packet up to PSN `p`: completes the messages it covers (a READ waits
     /// for its responses).
     fn ack_through(&mut self, p: u32, now: Instant, done: &mut Done) {
@@ -408,8 +452,7 @@ impl Requester {
             let new = psn::diff(at, self.max_sent) >= 0;
             if !new {
                 core.count(|c| &c.roce_retransmits);
-            } else if matches!(m.kind, Kind::Read { .. }) && self.reads_before(at) >= self.max_reads
-            {
+            } else if m.is_read() && self.reads_before(at) >= self.max_reads {
                 // The READ waits for an earlier one's last response.
                 break;
             }
@@ -424,6 +467,12 @@ impl Requester {
                         port.send(core, &path, &hdr, &[]);
                     }
                     psn::add(m.last_psn(), 1)
+                }
+                Kind::Atomic { .. } => {
+                    if let Some(hdr) = m.atomic_request(path.dest_qp) {
+                        port.send(core, &path, &hdr, &[]);
+                    }
+                    psn::add(at, 1)
                 }
                 _ => {
                     let k = psn::diff(at, m.psn) as u32;

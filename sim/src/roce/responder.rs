@@ -4,7 +4,8 @@
 //! executed again from its PSN if it lies within a READ executed; a PSN ahead of the expected one gets one PSN sequence error NAK
 //! until the expected PSN arrives. A SEND with no receive WQE posted gets an RNR NAK carrying
 //! `min_rnr_timer`. A READ's responses go out a burst at a time between received packets
-//! ([`Responder::pump`]). A multi-packet SEND is reassembled into at most its receive WQE's length
+//! ([`Responder::pump`]). An atomic is executed once and a duplicate answered from its saved
+//! result (`responder/atomic.rs`). A multi-packet SEND is reassembled into at most its receive WQE's length
 //! plus one byte (enough for the scatter to report the overrun), never more, and never more
 //! than `max_msg_sz` (a longer one is an invalid request); the SENDs in progress of all QPs
 //! together hold at most the device's `device_bytes_in_flight` (a first packet past it is RNR
@@ -25,6 +26,7 @@ use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode};
 use std::cell::Cell;
 use std::collections::VecDeque;
 
+mod atomic;
 mod rdma;
 
 /// Credits advertised in an ACK's AETH: 31, "invalid" (IBTA Table 44: end-to-end flow control
@@ -77,6 +79,9 @@ pub struct Responder {
     reads: VecDeque<rdma::ReadDone>,
     /// The READ whose responses are being sent, if any.
     reading: Option<rdma::ReadReply>,
+    /// The atomics executed last, oldest first, with their results: a duplicate is answered
+    /// from here, never executed again.
+    atomics: VecDeque<atomic::AtomicDone>,
     /// What the SEND in progress counts against [`Ctx::reserved`]: its receive WQE's length (at
     /// most `max_msg_sz`), from its first packet until it ends.
     held: u64,
@@ -94,6 +99,7 @@ impl Responder {
             msg: InMsg::None,
             reads: VecDeque::new(),
             reading: None,
+            atomics: VecDeque::new(),
             held: 0,
         }
     }
@@ -137,6 +143,8 @@ impl Responder {
             cx.core.count(|c| &c.roce_rx_duplicates);
             if hdr.bth.opcode == op::RC_RDMA_READ_REQUEST {
                 self.read(cx, hdr, false, fx);
+            } else if is_atomic(hdr.bth.opcode) {
+                self.atomic(cx, hdr, false, fx);
             } else if hdr.bth.ack_req {
                 self.ack(cx, psn::add(self.epsn, 0xff_ffff));
             }
@@ -156,6 +164,7 @@ impl Responder {
             op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => {
                 self.read(cx, hdr, true, fx)
             }
+            opcode if is_atomic(opcode) => self.atomic(cx, hdr, true, fx),
             opcode => self.on_write(cx, hdr, opcode, payload, fx),
         }
     }
@@ -357,6 +366,11 @@ impl Responder {
         };
         cx.port.send(cx.core, &cx.path, &hdr, &[]);
     }
+}
+
+/// CmpSwap or FetchAdd.
+fn is_atomic(opcode: u8) -> bool {
+    matches!(opcode, op::RC_COMPARE_SWAP | op::RC_FETCH_ADD)
 }
 
 /// Whether a SEND reassembled into `buf` is longer than the device's `max_msg_sz`: an invalid

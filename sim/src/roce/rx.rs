@@ -209,6 +209,7 @@ impl Receiver {
         let conn = qp.connection();
         match pkt.hdr.bth.opcode {
             op::RC_ACKNOWLEDGE
+            | op::RC_ATOMIC_ACKNOWLEDGE
             | op::RC_RDMA_READ_RESPONSE_FIRST
             | op::RC_RDMA_READ_RESPONSE_MIDDLE
             | op::RC_RDMA_READ_RESPONSE_LAST
@@ -273,7 +274,8 @@ fn responding_qp(
     Some((qp, attrs, path))
 }
 
-/// An ACKNOWLEDGE or READ response for QP `qp`'s requester.
+/// An ACKNOWLEDGE, ATOMIC Acknowledge or READ response for QP `qp`'s requester (an atomic's
+/// original value is placed as a READ response's data is, little-endian as in host memory).
 fn on_response(
     core: &Core,
     port: &RocePort,
@@ -286,16 +288,23 @@ fn on_response(
         return core.count(|c| &c.roce_rx_dropped_qp);
     };
     let mut done = Done::new();
+    let mut orig = None;
     let (scatter, freed) = {
         let mut r = req.lock();
-        let scatter = if pkt.hdr.bth.opcode == op::RC_ACKNOWLEDGE {
-            match pkt.hdr.aeth {
-                Some(aeth) => r.on_ack(port, core, pkt.hdr.bth.psn, aeth, &mut done),
-                None => core.count(|c| &c.roce_rx_dropped_malformed),
+        let scatter = match pkt.hdr.bth.opcode {
+            op::RC_ACKNOWLEDGE => {
+                match pkt.hdr.aeth {
+                    Some(aeth) => r.on_ack(port, core, pkt.hdr.bth.psn, aeth, &mut done),
+                    None => core.count(|c| &c.roce_rx_dropped_malformed),
+                }
+                None
             }
-            None
-        } else {
-            r.on_read_response(port, core, &pkt.hdr, pkt.payload.len(), &mut done)
+            op::RC_ATOMIC_ACKNOWLEDGE => {
+                let answer = r.on_atomic_ack(port, core, &pkt.hdr, &mut done);
+                orig = answer.map(|(_, value)| value.to_le_bytes());
+                answer.map(|(seq, _)| (seq, 0))
+            }
+            _ => r.on_read_response(port, core, &pkt.hdr, pkt.payload.len(), &mut done),
         };
         (scatter, r.take_freed())
     };
@@ -307,7 +316,8 @@ fn on_response(
     let (own_done, earlier): (Done, Done) = done.into_iter().partition(|&(seq, _)| Some(seq) == own);
     complete(core, qp, earlier, fx);
     if let Some((seq, offset)) = scatter {
-        super::read_response(core, qp, seq, offset, pkt.payload, fx);
+        let data = orig.as_ref().map_or(pkt.payload, |b| &b[..]);
+        super::read_response(core, qp, seq, offset, data, fx);
     }
     complete(core, qp, own_done, fx);
 }

@@ -307,9 +307,9 @@ fn fields_of_other_opcodes_and_transports_do_not_leak_into_an_rc_send() {
     assert_eq!(a.first().map(|c| c.status.get()), Some(wc_status::LOC_LEN_ERR));
     // Opcodes the model does not carry fail the WQE without a packet.
     let uncarried = [
-        wr_opcode::ATOMIC_FETCH_AND_ADD,
+        wr_opcode::MASKED_ATOMIC_FETCH_AND_ADD,
         wr_opcode::SEND_WITH_INV,
-        wr_opcode::ATOMIC_CMP_AND_SWP,
+        wr_opcode::MASKED_ATOMIC_CMP_AND_SWP,
         wr_opcode::LOCAL_INV,
         16,
         u32::MAX,
@@ -480,7 +480,7 @@ fn an_error_cqe_satisfies_a_solicited_arm_with_one_interrupt() {
     p.d.notifications();
     p.d.irqs(2);
     p.d.cq_doorbell(0, p.cq_a.handle, pvrdma_abi::uar::UAR_CQ_ARM_SOL);
-    p.d.post_send_wqe(&p.a, 2, wr_opcode::ATOMIC_CMP_AND_SWP, send_flags::SIGNALED, 0, &[]);
+    p.d.post_send_wqe(&p.a, 2, wr_opcode::MASKED_ATOMIC_CMP_AND_SWP, send_flags::SIGNALED, 0, &[]);
     p.d.qp_doorbell(&p.a, UAR_QP_SEND);
     let c = p.d.wait_cqes(&p.cq_a, 1);
     assert_eq!(c.first().map(|c| c.status.get()), Some(wc_status::LOC_QP_OP_ERR));

@@ -341,6 +341,35 @@ impl Drv {
         self.post_wqe(qp, &hdr, sges);
     }
 
+    /// Writes a signaled atomic WQE `op` (`wr.atomic` as Linux's `pvrdma_post_send` fills it:
+    /// `remote_addr`, `compare_add`, `swap`, `rkey`), publishes it and rings the SQ doorbell.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_atomic_wqe(
+        &self,
+        qp: &TestQp,
+        wr_id: u64,
+        op: u32,
+        remote_addr: u64,
+        rkey: u32,
+        compare_add: u64,
+        swap: u64,
+        sges: &[Sge],
+    ) {
+        let mut wr = pvrdma_abi::wqe::WrAtomic::new_zeroed();
+        (wr.remote_addr, wr.rkey) = (U64::new(remote_addr), U32::new(rkey));
+        (wr.compare_add, wr.swap) = (U64::new(compare_add), U64::new(swap));
+        let mut hdr = SqWqeHdr {
+            wr_id: U64::new(wr_id),
+            num_sge: U32::new(sges.len() as u32),
+            opcode: U32::new(op),
+            send_flags: U32::new(send_flags::SIGNALED),
+            ..Default::default()
+        };
+        hdr.wr.copy_from_slice(wr.as_bytes());
+        self.post_wqe(qp, &hdr, sges);
+        self.qp_doorbell(qp, pvrdma_abi::uar::UAR_QP_SEND);
+    }
+
     /// Writes `hdr` and `sges` at the SQ's producer slot and publishes it.
     pub fn post_wqe(&self, qp: &TestQp, hdr: &SqWqeHdr, sges: &[Sge]) {
         let mem = self.dev.mem();

@@ -9,6 +9,7 @@ mod datapath;
 mod hostile;
 mod inline;
 mod minidrv;
+mod atomic;
 mod rdma;
 mod roce;
 mod srq;

@@ -349,7 +349,7 @@ fn a_read_into_memory_without_local_write_fails_locally() {
 fn bad_wqes_fail_locally() {
     // An opcode the model does not carry.
     let r = Rig::new(REMOTE, REMOTE);
-    r.rdma(1, wr_opcode::ATOMIC_FETCH_AND_ADD, 0, r.rb.va, r.rb.rkey, 8);
+    r.rdma(1, wr_opcode::MASKED_ATOMIC_FETCH_AND_ADD, 0, r.rb.va, r.rb.rkey, 8);
     let c = r.one(&r.cq_a);
     assert_eq!(
         (c.status.get(), c.opcode.get()),

@@ -203,6 +203,8 @@ pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
 pub const IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
 pub const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
 pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
 
 const _: () = assert!(size_of::<ibv_qp>() == 160 && offset_of!(ibv_qp, mutex) == 64);
 const _: () = assert!(offset_of!(ibv_qp, events_completed) == 152);

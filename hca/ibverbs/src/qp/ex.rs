@@ -1,9 +1,10 @@
 //! The new post-send API (`ibv_qp_ex`, man `ibv_wr_post`): `wr_start` opens a batch, each
-//! `wr_send`/`wr_send_imm`/`wr_rdma_write`/`wr_rdma_write_imm`/`wr_rdma_read` starts a WR with
+//! `wr_send`/`wr_send_imm`/`wr_rdma_write`/`wr_rdma_write_imm`/`wr_rdma_read`/
+//! `wr_atomic_cmp_swp`/`wr_atomic_fetch_add` starts a WR with
 //! the `wr_id` and `wr_flags` the program set in the `ibv_qp_ex` at that moment, the
 //! `wr_set_sge*`/`wr_set_inline_data*` calls give it its data, `wr_complete` posts the batch and
-//! `wr_abort` drops it; `wr_set_ud_addr` addresses a UD QP's send. Atomics, memory windows, XRC
-//! addressing and TSO stay NULL, as a
+//! `wr_abort` drops it; `wr_set_ud_addr` addresses a UD QP's send. Memory windows, XRC
+//! addressing, TSO and atomic write stay NULL, as a
 //! provider leaves what it does not carry.
 //!
 //! As rdma-core's rxe and mlx5, a WR error met while building (too many SGEs, inline data beyond
@@ -74,8 +75,8 @@ pub(crate) fn qp_ex(base: ibv_qp, ex: bool) -> ibv_qp_ex {
         comp_mask: 0,
         wr_id: 0,
         wr_flags: 0,
-        wr_atomic_cmp_swp: None,
-        wr_atomic_fetch_add: None,
+        wr_atomic_cmp_swp: ex.then_some(wr_atomic_cmp_swp as _),
+        wr_atomic_fetch_add: ex.then_some(wr_atomic_fetch_add as _),
         wr_bind_mw: None,
         wr_local_inv: None,
         wr_rdma_read: ex.then_some(wr_rdma_read as _),
@@ -209,6 +210,16 @@ unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, remote_ad
 unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: the program passes its QP.
     unsafe { start(qpx, WrOpcode::RdmaRead { remote_addr, rkey }) }
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, compare: u64, swap: u64) {
+    // SAFETY: the program passes its QP.
+    unsafe { start(qpx, WrOpcode::AtomicCmpSwp { remote_addr, rkey, compare, swap }) }
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, add: u64) {
+    // SAFETY: the program passes its QP.
+    unsafe { start(qpx, WrOpcode::AtomicFetchAdd { remote_addr, rkey, add }) }
 }
 
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {

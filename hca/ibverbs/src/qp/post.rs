@@ -9,7 +9,7 @@
 
 use crate::abi::{
     ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_sge, IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
-    IBV_SEND_SOLICITED, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
+    IBV_SEND_SOLICITED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
     IBV_WR_SEND_WITH_IMM,
 };
 use crate::ffi::{errno_of, fail, guard};
@@ -83,8 +83,10 @@ fn opcode(wr: &ibv_send_wr, ud: bool) -> Result<WrOpcode, i32> {
     if ud {
         return ud_opcode(wr);
     }
-    // SAFETY: every member of the `wr` union is plain data; `rdma` is the one these opcodes use.
-    let rdma = unsafe { wr.wr.rdma };
+    // SAFETY: every member of the `wr` union is plain data; `rdma` is the one these opcodes use,
+    // `atomic` the one of the atomics.
+    let (rdma, atomic) = unsafe { (wr.wr.rdma, wr.wr.atomic) };
+    let (a_addr, a_rkey) = (atomic.remote_addr, atomic.rkey);
     let (remote_addr, rkey, imm) = (rdma.remote_addr, rdma.rkey, u32::from_be(wr.imm_data));
     Ok(match wr.opcode {
         IBV_WR_SEND => WrOpcode::Send,
@@ -92,6 +94,15 @@ fn opcode(wr: &ibv_send_wr, ud: bool) -> Result<WrOpcode, i32> {
         IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite { remote_addr, rkey },
         IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm { remote_addr, rkey, imm },
         IBV_WR_RDMA_READ => WrOpcode::RdmaRead { remote_addr, rkey },
+        IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpSwp {
+            remote_addr: a_addr,
+            rkey: a_rkey,
+            compare: atomic.compare_add,
+            swap: atomic.swap,
+        },
+        IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            WrOpcode::AtomicFetchAdd { remote_addr: a_addr, rkey: a_rkey, add: atomic.compare_add }
+        }
         _ => return Err(libc::EINVAL),
     })
 }
@@ -168,14 +179,18 @@ impl Qp {
     }
 
     /// Makes `s` postable, copying its bytes into bounce slot `j` of this call for an inline WR.
-    /// `EINVAL` for inline data on an RDMA READ; `ENOMEM` for more of it than the QP's
+    /// `EINVAL` for inline data on an RDMA READ or an atomic; `ENOMEM` for more of it than the QP's
     /// `max_inline_data` (as mlx5).
     fn stage<'a>(&self, s: Src<'a>, staging: Option<&mut super::Staging<'_>>, j: usize) -> Result<Staged<'a>, i32> {
         let mut st = Staged { wr_id: s.wr_id, opcode: s.opcode, flags: s.flags, sges: s.sges, bounce: None };
         if s.flags & IBV_SEND_INLINE == 0 {
             return Ok(st);
         }
-        if matches!(s.opcode, WrOpcode::RdmaRead { .. }) {
+        let reads = matches!(
+            s.opcode,
+            WrOpcode::RdmaRead { .. } | WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
+        );
+        if reads {
             return Err(libc::EINVAL);
         }
         let total: u64 = match s.data {

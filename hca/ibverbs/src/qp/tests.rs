@@ -267,7 +267,7 @@ fn create_refuses_what_it_does_not_carry() {
     assert_eq!(try_create(&|a| a.cap.max_inline_data = 513), libc::EINVAL);
     assert_eq!(try_create(&|a| a.cap.max_send_wr = 1 << 30), libc::EINVAL);
     let pd_ops = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    assert!(create_ex(&fx, cap(4, 0), pd_ops, 1 << 5).is_null(), "atomics are not carried");
+    assert!(create_ex(&fx, cap(4, 0), pd_ops, 1 << 12).is_null(), "atomic write is not carried");
     assert_eq!(errno(), libc::EOPNOTSUPP);
     assert!(create_ex(&fx, cap(4, 0), pd_ops | 1 << 3, 0).is_null(), "create flags are not carried");
     assert_eq!(errno(), libc::EOPNOTSUPP);
@@ -415,7 +415,8 @@ fn the_qp_ex_api_posts_batches() {
     connect(a, qpn(b), fx.gid);
     connect(b, qpn(a), fx.gid);
     let x = qpx(a);
-    assert!(x.wr_atomic_cmp_swp.is_none() && x.wr_set_ud_addr.is_none());
+    assert!(x.wr_atomic_write.is_none() && x.wr_set_ud_addr.is_none());
+    assert!(x.wr_atomic_cmp_swp.is_some() && x.wr_atomic_fetch_add.is_some());
     for (i, off) in [(1u64, 10_000u64), (2, 10_100), (3, 10_200)] {
         let mut r = sge(&fx, off, 64);
         assert_eq!(recv(b, i, &mut r), 0);
@@ -536,3 +537,55 @@ fn a_chain_mixes_inline_and_plain_sends() {
 }
 
 mod ud;
+#[test]
+fn atomics_post_through_ibv_post_send_and_the_qp_ex_api() {
+    let fx = fixture();
+    // SAFETY: the fixture's PD, of this library.
+    let pd = unsafe { crate::pd::pd(fx.pd) }.expect("PD");
+    let target = pd.core.reg_buffer(&fx.buf, access::LOCAL_WRITE | access::REMOTE_ATOMIC).expect("atomic MR");
+    let ops = IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    let a = NonNull::new(create_ex(&fx, cap(8, 0), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops)).expect("qp_ex");
+    let b = create(&fx, cap(8, 0));
+    connect(a, qpn(b), fx.gid);
+    connect(b, qpn(a), fx.gid);
+    let mut grant = ibv_qp_attr { qp_state: 3, qp_access_flags: 15, ..Default::default() };
+    assert_eq!(modify(b, &mut grant, STATE | 1 << 3), 0, "RTS -> RTS with REMOTE_ATOMIC");
+    let word = fx.buf.addr() + 40_000;
+    fx.buf.write(40_000, &100u64.to_le_bytes()).unwrap();
+    let atomic = |compare_add, swap| ibv_send_wr_wr {
+        atomic: ibv_send_wr_atomic { remote_addr: word, compare_add, swap, rkey: target.rkey() },
+    };
+    let mut sg = [sge(&fx, 41_000, 8)];
+    let mut cas = send_wr(1, &mut sg, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_SEND_SIGNALED);
+    cas.wr = atomic(100, 200);
+    let mut sg2 = [sge(&fx, 41_008, 8)];
+    let mut fadd = send_wr(2, &mut sg2, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_SEND_SIGNALED);
+    fadd.wr = atomic(5, 0);
+    cas.next = &mut fadd;
+    assert_eq!(send(a, &mut cas), 0);
+    let mut sg3 = [sge(&fx, 41_016, 8)];
+    let mut inline = send_wr(3, &mut sg3, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+    inline.wr = atomic(1, 0);
+    assert_eq!(send(a, &mut inline), libc::EINVAL, "no inline data on an atomic");
+    let x = qpx(a);
+    // SAFETY: the QP's own functions on its ibv_qp_ex.
+    unsafe {
+        let xp: *mut ibv_qp_ex = x;
+        (x.wr_start.unwrap())(xp);
+        (*xp).wr_id = 3;
+        (*xp).wr_flags = IBV_SEND_SIGNALED;
+        (x.wr_atomic_fetch_add.unwrap())(xp, target.rkey(), word, 1);
+        (x.wr_set_sge.unwrap())(xp, fx.lkey, fx.buf.addr() + 41_016, 8);
+        (*xp).wr_id = 4;
+        (x.wr_atomic_cmp_swp.unwrap())(xp, target.rkey(), word, 206, 7);
+        (x.wr_set_sge.unwrap())(xp, fx.lkey, fx.buf.addr() + 41_024, 8);
+        assert_eq!((x.wr_complete.unwrap())(xp), 0);
+    }
+    let mut wcs: Vec<ibv_wc> = poll(fx.cq, 4).iter().map(crate::cq::to_ibv_wc).collect();
+    wcs.sort_by_key(|w| w.wr_id);
+    let got: Vec<(u64, u32, u32, u32)> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode, w.byte_len)).collect();
+    assert_eq!(got, [(1, 0, IBV_WC_COMP_SWAP, 8), (2, 0, IBV_WC_FETCH_ADD, 8), (3, 0, IBV_WC_FETCH_ADD, 8), (4, 0, IBV_WC_COMP_SWAP, 8)]);
+    let originals: Vec<u64> = (0..4).map(|k| u64::from_le_bytes(read(&fx, 41_000 + 8 * k, 8).try_into().unwrap())).collect();
+    assert_eq!(originals, [100, 200, 205, 206]);
+    assert_eq!(read(&fx, 40_000, 8), 7u64.to_le_bytes());
+}

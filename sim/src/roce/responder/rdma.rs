@@ -270,7 +270,7 @@ impl Responder {
 
     /// A request refused by its R_Key: NAK Remote Access Error (or what `status` says) and the
     /// QP goes to ERR (IBTA 9.9.3.1.2 Class C, as Linux rxe and the loopback port).
-    fn access_error(&mut self, cx: &Ctx<'_>, p: u32, status: u32, fx: &mut Effects) {
+    pub(super) fn access_error(&mut self, cx: &Ctx<'_>, p: u32, status: u32, fx: &mut Effects) {
         let code = if status == wc_status::REM_INV_REQ_ERR {
             NakCode::InvalidRequest
         } else {

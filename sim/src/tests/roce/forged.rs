@@ -16,7 +16,7 @@ const PEER_QPN: u32 = 0x42;
 
 /// A device at `127.77.<test>.1` with one QP connected to a fake peer at `.2` (a UDP socket on
 /// 4791 the test drives), no local ACK timeout (so nothing times out under the test).
-fn device_and_peer(test: u8) -> (Drv, End, UdpSocket, Opts) {
+pub(super) fn device_and_peer(test: u8) -> (Drv, End, UdpSocket, Opts) {
     let mut d = device(
         addr(test, 1),
         crate::roce::ROCE_V2_UDP_PORT,
@@ -38,7 +38,7 @@ fn device_and_peer(test: u8) -> (Drv, End, UdpSocket, Opts) {
 }
 
 /// Encodes `hdr` + `payload` as the peer sends it to the device.
-fn forge(peer: &UdpSocket, test: u8, hdr: Headers, payload: &[u8]) {
+pub(super) fn forge(peer: &UdpSocket, test: u8, hdr: Headers, payload: &[u8]) {
     let to = SocketAddr::new(addr(test, 1), crate::roce::ROCE_V2_UDP_PORT);
     let mut out = Vec::new();
     let ip = IpContext::new(peer.local_addr().unwrap(), to);
@@ -46,7 +46,7 @@ fn forge(peer: &UdpSocket, test: u8, hdr: Headers, payload: &[u8]) {
     peer.send_to(&out, to).unwrap();
 }
 
-fn bth(opcode: u8, qpn: u32, p: u32) -> Bth {
+pub(super) fn bth(opcode: u8, qpn: u32, p: u32) -> Bth {
     Bth {
         opcode,
         pkey: 0xffff,

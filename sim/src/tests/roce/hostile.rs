@@ -245,7 +245,7 @@ fn random_packet(
     epsn: u32,
     mr: &TestMr,
 ) -> Vec<u8> {
-    let opcode = rng.u8(0..=op::RC_ACKNOWLEDGE);
+    let opcode = rng.u8(0..=op::RC_FETCH_ADD);
     let reth = matches!(
         opcode,
         op::RC_RDMA_WRITE_FIRST
@@ -256,6 +256,7 @@ fn random_packet(
     let aeth = matches!(
         opcode,
         op::RC_ACKNOWLEDGE
+            | op::RC_ATOMIC_ACKNOWLEDGE
             | op::RC_RDMA_READ_RESPONSE_FIRST
             | op::RC_RDMA_READ_RESPONSE_LAST
             | op::RC_RDMA_READ_RESPONSE_ONLY
@@ -308,8 +309,17 @@ fn random_packet(
             msn: rng.u32(..1 << 24),
         }),
         imm: imm.then(|| rng.u32(..)),
+        // Mostly 8-aligned inside the responder's MR.
+        atomic_eth: matches!(opcode, op::RC_COMPARE_SWAP | op::RC_FETCH_ADD).then(|| roce_wire::AtomicEth {
+            va: mr.va + rng.u64(..MR_LEN / 8) * 8 + u64::from(rng.u8(..10) == 0),
+            rkey: if rng.u8(..10) == 0 { rng.u32(..) } else { mr.rkey },
+            swap_add: rng.u64(..),
+            compare: rng.u64(..),
+        }),
+        atomic_ack: (opcode == op::RC_ATOMIC_ACKNOWLEDGE).then(|| rng.u64(..)),
     };
-    let len = if matches!(opcode, op::RC_RDMA_READ_REQUEST | op::RC_ACKNOWLEDGE) {
+    let no_payload = [op::RC_RDMA_READ_REQUEST, op::RC_ACKNOWLEDGE, op::RC_ATOMIC_ACKNOWLEDGE, op::RC_COMPARE_SWAP, op::RC_FETCH_ADD];
+    let len = if no_payload.contains(&opcode) {
         0
     } else {
         [0, 1, 1023, 1024, rng.usize(..1100)][rng.usize(..5)]

@@ -2,6 +2,7 @@
 //! its own `127.77.<test>.x`, so parallel tests never share a UDP socket) or one device talking
 //! to itself over `::1` (each such test its own UDP port).
 
+mod atomic;
 mod errors;
 mod faults;
 mod forged;
