@@ -1,0 +1,127 @@
+//! RESIZE_CQ, driver side. pvrdma's command carries only the CQ handle and the new size (Linux's
+//! vmw_pvrdma never sends it; QEMU 7.2 names it without a handler), so the protocol is ours and
+//! the model's (`sim/src/cq.rs`): the driver relists the page directory the CQ was created with —
+//! page 0, the ring state, stays; the new entry pages follow — and posts RESIZE_CQ; the device
+//! re-reads that directory and, under its per-CQ lock, copies the CQEs queued between the
+//! consumer and the producer to slots `0 ..` of the new ring and rewrites the ring state
+//! (`cons_head` 0, `prod_tail` the count). Once the command returns, the driver frees the old
+//! entry pages and restarts its consumer index at 0. The ring's lock is held throughout, so no
+//! poll reads either ring meanwhile; the core's and the device's arm states are not touched.
+//!
+//! The driver uses RESIZE_CQ only on a device found to carry it at probe ([`probe`]), and answers
+//! [`Error::Unsupported`] (EOPNOTSUPP) elsewhere.
+
+use super::{Cq, CqInner};
+use crate::device::DeviceInner;
+use crate::dma::Abandon;
+use ib_core::provider::{CqDelivery, CqError, CqEventHandler};
+use ib_core::{Error, Result};
+use pvrdma_abi::cmd::{ResizeCq, ResizeCqResp};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl CqInner {
+    /// Resizes the CQ to at least `cqe` entries (rounded up to a power of two) and returns the
+    /// new size.
+    ///
+    /// Errors: [`Error::Unsupported`] on a device without RESIZE_CQ; [`Error::InvalidArgument`]
+    /// for 0, more than `max_cqe`, or fewer entries than CQEs queued (the device's EINVAL too);
+    /// [`Error::BadResponse`] if the device answers another size (the CQ is then unusable);
+    /// [`Error::DeviceFatal`]; command and DMA failures.
+    pub(super) fn resize(&self, cqe: u32) -> Result<u32> {
+        self.dev.live()?;
+        if !self.dev.resize_cq() {
+            return Err(Error::Unsupported("RESIZE_CQ: the device has none (QEMU 7.2)"));
+        }
+        self.resize_with(cqe, |req| self.dev.cmd.post(req))
+    }
+
+    /// [`Self::resize`] with the command posted by `post`.
+    fn resize_with(&self, cqe: u32, post: impl FnOnce(ResizeCq) -> Result<ResizeCqResp>) -> Result<u32> {
+        let entries = cqe.checked_next_power_of_two().unwrap_or(0);
+        if cqe == 0 || entries == 0 || entries > self.dev.attr.max_cqe {
+            return Err(Error::InvalidArgument("cqe out of range"));
+        }
+        if self.broken.load(Ordering::Acquire) || self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::DeviceFatal);
+        }
+        let mut ring = self.ring.lock();
+        if self.pending(&ring)? > entries {
+            return Err(Error::InvalidArgument("cqe below the CQEs queued"));
+        }
+        let staged = ring.stage_resize(&self.dev.platform, entries)?;
+        match post(ResizeCq { cq_handle: self.handle.into(), cqe: entries.into(), ..Default::default() }) {
+            Ok(resp) if resp.cqe.get() == entries => {
+                let old = ring.commit_resize(staged);
+                self.elems.store(entries, Ordering::Release);
+                // The device rewrote the ring state: an index out of range marks the CQ broken.
+                self.pending(&ring)?;
+                drop(old);
+                tracing::debug!(cq = self.handle, entries, "CQ resized");
+                Ok(entries)
+            }
+            Ok(resp) => {
+                // The device may now write into either ring at a size we do not know.
+                tracing::error!(cq = self.handle, asked = entries, got = resp.cqe.get(), "RESIZE_CQ answered another size");
+                staged.abandon();
+                self.broken.store(true, Ordering::Release);
+                Err(Error::BadResponse("RESIZE_CQ: cqe differs from the request"))
+            }
+            Err(e) if crate::device_status(&e).is_some() || matches!(e, Error::Unsupported(_)) => {
+                // Refused: the device kept the old ring.
+                ring.abort_resize(&self.dev.platform, staged)?;
+                Err(e)
+            }
+            Err(e) => {
+                // No answer: the device may use either.
+                staged.abandon();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Cq {
+    /// RESIZE_CQ (see the module docs).
+    pub(crate) fn resize(&self, cqe: u32) -> Result<u32> {
+        self.0.resize(cqe)
+    }
+}
+
+/// Takes no event: the probe's CQ is never armed.
+struct Quiet;
+
+impl CqEventHandler for Quiet {
+    fn completion(&self) -> Option<CqDelivery> {
+        None
+    }
+    fn recover_dropped(&self) -> Option<CqDelivery> {
+        None
+    }
+    fn error(&self, _: CqError) -> bool {
+        true
+    }
+}
+
+/// Whether the device carries RESIZE_CQ: resizes a private one-entry CQ to two entries with
+/// [`crate::cmd::Commands::post_optional`], so QEMU 7.2's non-answer reads as "no" and leaves the
+/// device healthy. Any other failure also reads as "no" (logged). Interrupt waits only.
+pub(crate) fn probe(dev: &Arc<DeviceInner>) -> bool {
+    let cq = match Cq::create(dev, None, 1, Arc::new(Quiet)) {
+        Ok(cq) => cq,
+        Err(e) => {
+            tracing::warn!(error = %e, "RESIZE_CQ probe: no CQ; taken as unsupported");
+            return false;
+        }
+    };
+    let has = match cq.0.resize_with(2, |req| dev.cmd.post_optional(req)) {
+        Ok(_) => true,
+        Err(Error::Unsupported(_)) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "RESIZE_CQ probe failed; taken as unsupported");
+            false
+        }
+    };
+    tracing::info!(has, "RESIZE_CQ found by probe");
+    has
+}
