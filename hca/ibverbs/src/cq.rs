@@ -101,11 +101,30 @@ fn destroy_acked(mut core: ib_core::Cq) -> Result<(), (ib_core::Cq, Error)> {
     }
 }
 
-/// `ibv_resize_cq(cq, cqe)`: the provider has no resize (pvrdma's RESIZE_CQ is not carried
-/// yet), so it answers `EOPNOTSUPP`, as libibverbs does for a provider without the verb.
+/// `ibv_resize_cq(cq, cqe)`: resizes the CQ to at least `cqe` entries (the CQEs queued stay, in
+/// order; the arm stays) and sets `cq->cqe` to the size the device gave, as libibverbs's
+/// `ibv_cmd_resize_cq` does. 0, or the errno as libibverbs returns the provider's: `EINVAL` for
+/// NULL, `cqe` below 1 or above `max_cqe`, or fewer entries than CQEs queued; `EOPNOTSUPP` on a
+/// device without RESIZE_CQ (pvrdma on QEMU 7.2: libibverbs's answer for a provider without the
+/// verb); `EIO` once the device is fatal.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: i32) -> i32 {
-    guard(libc::EIO, || fail(libc::EOPNOTSUPP))
+pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: i32) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the caller passes NULL or a live CQ of this library.
+        let Some(c) = (unsafe { cq(p) }) else { return fail(libc::EINVAL) };
+        if cqe < 1 {
+            return fail(libc::EINVAL);
+        }
+        match c.core.resize(cqe as u32) {
+            Ok(n) => {
+                // SAFETY: `p` is the live CQ's `ibv_cq`, which the program shares with us; libibverbs
+                // writes `cq->cqe` the same way after a resize.
+                unsafe { (*p).cqe = n.min(i32::MAX as u32) as i32 };
+                0
+            }
+            Err(e) => fail(e.errno()),
+        }
+    })
 }
 
 /// The `ibv_wc_opcode` value of `op`.
