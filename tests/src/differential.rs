@@ -60,6 +60,11 @@ pub enum Difference {
     /// QP, so QUERY_QP (answered by the backend) still reads RTS and work requests posted
     /// afterwards are carried out, not flushed. The model flushes them with WR_FLUSH_ERR (IBTA).
     ErrStateNotPassedOn,
+    /// QEMU 7.2 names RESIZE_CQ in its command table without a handler: it writes no response
+    /// (the ack stays 0), sets `REG_ERR` to 0xffff and raises the command interrupt. The driver's
+    /// probe reads that as "no RESIZE_CQ" and answers EOPNOTSUPP (so does the model's QEMU 7.2
+    /// profile); the IBTA model resizes, keeping the queued CQEs in order.
+    NoResizeCq,
 }
 
 /// Which device a body runs against.

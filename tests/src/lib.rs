@@ -10,6 +10,7 @@ pub mod intercept;
 pub mod lowest_free;
 pub mod notify_relay;
 pub mod differential;
+pub mod differential_cq;
 pub mod qemu;
 pub mod raw_device;
 pub mod rewrite;
