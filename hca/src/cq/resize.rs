@@ -14,7 +14,6 @@
 use super::{Cq, CqInner};
 use crate::device::DeviceInner;
 use crate::dma::Abandon;
-use ib_core::provider::{CqDelivery, CqError, CqEventHandler};
 use ib_core::{Error, Result};
 use pvrdma_abi::cmd::{ResizeCq, ResizeCqResp};
 use std::sync::atomic::Ordering;
@@ -88,35 +87,20 @@ impl Cq {
     }
 }
 
-/// Takes no event: the probe's CQ is never armed.
-struct Quiet;
-
-impl CqEventHandler for Quiet {
-    fn completion(&self) -> Option<CqDelivery> {
-        None
-    }
-    fn recover_dropped(&self) -> Option<CqDelivery> {
-        None
-    }
-    fn error(&self, _: CqError) -> bool {
-        true
-    }
-}
-
-/// Whether the device carries RESIZE_CQ: resizes a private one-entry CQ to two entries with
-/// [`crate::cmd::Commands::post_optional`], so QEMU 7.2's non-answer reads as "no" and leaves the
-/// device healthy. Any other failure also reads as "no" (logged). Interrupt waits only.
+/// Whether the device carries RESIZE_CQ, asked with a command that changes nothing: RESIZE_CQ of
+/// handle 0 (never a CQ's) to 0 entries (never a size), through
+/// [`crate::cmd::Commands::post_optional`]. A device with the command answers it (with its ack
+/// and EINVAL); QEMU 7.2 answers nothing (ack 0, `REG_ERR` 0xffff), which reads as "no" and leaves
+/// the device healthy. No object is made, so the probe's other commands and handles are as they
+/// were. Any other outcome reads as "no" (logged). Interrupt waits only.
 pub(crate) fn probe(dev: &Arc<DeviceInner>) -> bool {
-    let cq = match Cq::create(dev, None, 1, Arc::new(Quiet)) {
-        Ok(cq) => cq,
-        Err(e) => {
-            tracing::warn!(error = %e, "RESIZE_CQ probe: no CQ; taken as unsupported");
-            return false;
-        }
-    };
-    let has = match cq.0.resize_with(2, |req| dev.cmd.post_optional(req)) {
-        Ok(_) => true,
+    let has = match dev.cmd.post_optional(ResizeCq::default()) {
         Err(Error::Unsupported(_)) => false,
+        Err(e) if crate::device_status(&e).is_some() => true,
+        Ok(_) => {
+            tracing::warn!("RESIZE_CQ of no CQ succeeded: taken as unsupported");
+            false
+        }
         Err(e) => {
             tracing::warn!(error = %e, "RESIZE_CQ probe failed; taken as unsupported");
             false
