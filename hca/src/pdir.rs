@@ -184,6 +184,26 @@ mod tests {
     }
 
     #[test]
+    fn relist_rewrites_the_same_directory_page_growing_and_shrinking_its_tables() {
+        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
+        let one: Vec<Iova> = (0..3u64).map(|i| 0x1_0000_0000 + i * 0x1000).collect();
+        let mut dir = PageDir::new(&p, &one).unwrap();
+        let at = dir.dma();
+        let many: Vec<Iova> = (0..600u64).map(|i| 0x2_0000_0000 + i * 0x1000).collect();
+        let old = dir.relist(&p, &many).unwrap();
+        assert_eq!((old.len(), dir.dma(), dir.num_pages()), (1, at, 600), "same directory page, two tables now");
+        for i in [0, 511, 512, 599] {
+            assert_eq!(resolve(&*p, at, i), many[i], "page {i}");
+        }
+        let old = dir.relist(&p, &one).unwrap();
+        assert_eq!(old.len(), 2);
+        assert_eq!(resolve(&*p, at, 2), one[2]);
+        assert_eq!(read_u64(&*p, at + 8), 0, "the second table is no longer listed");
+        assert!(matches!(dir.relist(&p, &[]), Err(Error::InvalidArgument(_))));
+        assert_eq!(resolve(&*p, at, 1), one[1], "a refused relist leaves the list");
+    }
+
+    #[test]
     fn paged_buf_lists_its_own_pages() {
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
         let b = PagedBuf::new(&p, 3).unwrap();
