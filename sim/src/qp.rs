@@ -343,7 +343,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
         st.sqd_notify = mask & m::EN_SQD_ASYNC_NOTIFY != 0 && a.en_sqd_async_notify != 0;
         qp.tell_drained(core, &mut st);
     } else if new == RTS && cur == SQD {
-        st.sqd_notify = false;
+        (st.sqd_notify, st.throttled) = (false, false);
         qp.drain_sq(core, &mut st, fx);
     }
     if new == ERR && cur != ERR {

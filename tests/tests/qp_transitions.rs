@@ -281,3 +281,45 @@ fn query_returns_every_attribute_as_set() {
         ev.ack();
     }
 }
+
+/// SQD on the RoCE port through a lossy link: the sends in flight when the QP enters SQD still
+/// finish (the requester keeps retransmitting in SQD), SQ_DRAINED follows once, a send posted in
+/// SQD waits for SQD -> RTS.
+#[test]
+fn sqd_drains_through_retransmissions_on_the_roce_port() {
+    use pvrdma_sim::roce::{LinkFaults, RoceConfig};
+    use std::net::{IpAddr, Ipv4Addr};
+    let faults = LinkFaults { loss: 0.2, seed: 5, ..Default::default() };
+    let roce = RoceConfig { faults, ..RoceConfig::new(vec![IpAddr::V4(Ipv4Addr::new(127, 93, 0, 13))]) };
+    let dev = tests::fixture::open_with(pvrdma_sim::SimConfig { roce: Some(roce), ..Default::default() });
+    let dgid = dev.query_gid(1, 1).expect("the RoCE v2 GID");
+    let pd = dev.alloc_pd().unwrap();
+    let (cq_a, cq_b) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());
+    let (a, b) = (rc_qp(&pd, &cq_a, &cq_a), rc_qp(&pd, &cq_b, &cq_b));
+    tests::fixture::connect_roce(&a, b.qpn(), dgid, 1);
+    tests::fixture::connect_roce(&b, a.qpn(), dgid, 1);
+    let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
+    for id in 0..8 {
+        recv(&b, &mr, 100 + id).unwrap();
+    }
+    for id in 0..6 {
+        send(&a, &mr, id).unwrap();
+    }
+    let sqd = QpAttr { qp_state: Sqd, en_sqd_async_notify: 1, ..Default::default() };
+    a.modify_qp(&sqd, M::STATE | M::EN_SQD_ASYNC_NOTIFY).unwrap();
+    send(&a, &mr, 6).unwrap();
+    let mut done: Vec<u64> = poll_n(&cq_a, 6).iter().map(|w| {
+        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+        w.wr_id
+    }).collect();
+    done.sort();
+    assert_eq!(done, [0, 1, 2, 3, 4, 5], "what was in flight finished in SQD");
+    let ev = dev.get_async_event(WAIT).expect("SQ_DRAINED");
+    assert_eq!(ev.event_type, AsyncEventType::SqDrained);
+    ev.ack();
+    std::thread::sleep(SETTLE);
+    assert_eq!(cq_a.poll(&mut [ib_core::Wc::default(); 2]), Ok(0), "send 6 waits in SQD");
+    a.modify_qp(&QpAttr { qp_state: Rts, ..Default::default() }, M::STATE).unwrap();
+    assert_eq!(poll_n(&cq_a, 1)[0].wr_id, 6);
+    assert_eq!(poll_n(&cq_b, 7).len(), 7, "each message received once");
+}
