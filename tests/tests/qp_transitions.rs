@@ -233,13 +233,17 @@ fn query_returns_every_attribute_as_set() {
         timeout: 18,
         retry_cnt: 5,
         rnr_retry: 6,
+        alt_ah_attr: AhAttr { grh: GlobalRoute { hop_limit: 9, ..grh }, is_global: true, port_num: 1, sl: 1, ..Default::default() },
+        alt_pkey_index: 0,
+        alt_port_num: 1,
+        alt_timeout: 21,
         ..Default::default()
     };
     let init = QpAttr { qp_state: Init, ..want };
     q.modify_qp(&init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
     let rtr = QpAttr { qp_state: Rtr, ..want };
     let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    q.modify_qp(&rtr, m).unwrap();
+    q.modify_qp(&rtr, m | M::ALT_PATH).unwrap();
     let m = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC | M::PATH_MIG_STATE;
     q.modify_qp(&want, m).unwrap();
     let got = q.query_qp(M(u32::MAX >> 11)).unwrap();
@@ -267,6 +271,11 @@ fn query_returns_every_attribute_as_set() {
     field("retry_cnt", &got.retry_cnt, &want.retry_cnt);
     field("rnr_retry", &got.rnr_retry, &want.rnr_retry);
     field("sq_draining", &got.sq_draining, &0u8);
+    field("alt_ah_attr.grh", &got.alt_ah_attr.grh, &want.alt_ah_attr.grh);
+    field("alt_ah_attr.sl", &got.alt_ah_attr.sl, &want.alt_ah_attr.sl);
+    field("alt_pkey_index", &got.alt_pkey_index, &want.alt_pkey_index);
+    field("alt_port_num", &got.alt_port_num, &want.alt_port_num);
+    field("alt_timeout", &got.alt_timeout, &want.alt_timeout);
     let cap = tests::fixture::cap();
     field("cap.max_send_wr", &got.cap.max_send_wr, &cap.max_send_wr);
     field("cap.max_recv_wr", &got.cap.max_recv_wr, &cap.max_recv_wr);
