@@ -300,8 +300,8 @@ impl Cq {
         self.inner.ops.cqe()
     }
 
-    /// Resizes the CQ to at least `cqe` entries and returns its new capacity (IBTA 11.2.6.3
-    /// Resize CQ, `ibv_resize_cq`). The CQEs queued stay, in order; the arm (and any notify
+    /// Resizes the CQ to at least `cqe` entries and returns its new capacity (IBTA's Resize CQ
+    /// verb, `ibv_resize_cq`). The CQEs queued stay, in order; the arm (and any notify
     /// request waiting on it) stays as it was.
     ///
     /// Errors: [`Error::InvalidArgument`] for 0, more than the device's `max_cqe`, or fewer
