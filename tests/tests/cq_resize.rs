@@ -166,3 +166,66 @@ fn the_probe_can_be_overridden_and_polling_probes_do_not_ask() {
     let (dev, _sim) = hca::open_sim_with(SimConfig::default(), polling).unwrap();
     assert!(!pv(&dev).has_resize_cq(), "a polling probe cannot tell QEMU 7.2's silence from death");
 }
+
+/// A producer thread posting signaled RDMA WRITEs on an RC QP whose send CQ the consumer keeps
+/// resizing: every completion arrives once, in posting order, all successful.
+#[test]
+fn resizes_under_rc_traffic_keep_every_completion_in_order() {
+    use ib_core::{access, SendWr, Sge, WcStatus, WrOpcode};
+    const N: u64 = 5_000;
+    const WINDOW: u64 = 16; // the fixture QP's send queue depth, and the smallest size below
+    let (dev, _d) = open(Profile::Ibta);
+    let pd = dev.alloc_pd().unwrap();
+    let scq = Arc::new(dev.create_cq(16, None).unwrap());
+    let rcq = dev.create_cq(16, None).unwrap();
+    let (a, b) = (tests::fixture::rc_qp(&pd, &scq, &rcq), tests::fixture::rc_qp(&pd, &rcq, &rcq));
+    let gid = tests::fixture::gid(&dev);
+    tests::fixture::connect(&a, b.qpn(), gid);
+    tests::fixture::connect(&b, a.qpn(), gid);
+    let src = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
+    let dst = pd.alloc_mr(4096, access::LOCAL_WRITE | access::REMOTE_WRITE).unwrap();
+    let (remote_addr, rkey) = (dst.addr(), dst.rkey());
+    let consumed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let a = Arc::new(a);
+    let producer = {
+        let (a, consumed, stop) = (a.clone(), consumed.clone(), stop.clone());
+        let sge = [Sge { addr: src.addr(), length: 64, lkey: src.lkey() }];
+        std::thread::spawn(move || {
+            for i in 0..N {
+                while i - consumed.load(SeqCst) >= WINDOW {
+                    if stop.load(SeqCst) {
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+                let wr = SendWr { wr_id: i, sg_list: &sge, opcode: WrOpcode::RdmaWrite { remote_addr, rkey }, signaled: true, solicited: false };
+                a.post_send(&wr).expect("post_send");
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sizes = [64u32, 16, 256, 32];
+    let (mut next, mut resizes) = (0u64, 0usize);
+    let mut wc = [ib_core::Wc::default(); 16];
+    while next < N {
+        if Instant::now() > deadline {
+            stop.store(true, SeqCst);
+            panic!("stalled at {next} of {N}");
+        }
+        let n = scq.poll(&mut wc).unwrap();
+        for w in &wc[..n] {
+            assert_eq!((w.wr_id, w.status), (next, WcStatus::Success), "completion lost or reordered");
+            next += 1;
+        }
+        consumed.store(next, SeqCst);
+        if n > 0 {
+            let want = sizes[resizes % sizes.len()];
+            assert_eq!(scq.resize(want).unwrap(), want);
+            resizes += 1;
+        }
+    }
+    producer.join().unwrap();
+    assert!(resizes > 100, "only {resizes} resizes ran under traffic");
+    assert!(drain(&scq).is_empty());
+}
