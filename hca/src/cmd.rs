@@ -8,15 +8,15 @@ use crate::error::from_cmd;
 use crate::health::Health;
 use crate::platform::Platform;
 use firmware_cmd::{CmdChannel, CmdError, CmdTransport, StdClock, WaitMode};
-
-/// `REG_ERR` after a command QEMU 7.2 does not implement (its initial `err = 0xFFFF`).
-const NOT_IMPLEMENTED: u32 = 0xffff;
 use ib_core::{Error, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::CmdRequest;
 use pvrdma_abi::regs::{IntrVector, REG_ERR, REG_REQUEST};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// `REG_ERR` after a command QEMU 7.2 does not implement (its initial `err = 0xFFFF`).
+const NOT_IMPLEMENTED: u32 = 0xffff;
 
 /// The command and response slots (one DMA page each) plus the command interrupt.
 ///
@@ -168,21 +168,19 @@ impl Commands {
 
     /// A failed post as the caller sees it (a transport fault makes the device fatal).
     fn failed<C: CmdRequest>(&self, e: CmdError) -> Error {
-        {
-            // A dead device answers a stormed wait with garbage: look before blaming the answer.
-            let transport = self.chan.transport();
-            if e.is_fatal() {
-                self.health.check_registers(transport.platform.as_ref());
-            }
-            // The device went fatal while the command waited: that, not the cut wait, is why.
-            if self.health.is_fatal() {
-                return Error::DeviceFatal;
-            }
-            if e.is_fatal() {
-                self.health.set_fatal("command transport fault");
-            }
-            tracing::debug!(opcode = C::OPCODE, error = %e, "command failed");
-            from_cmd(e)
+        // A dead device answers a stormed wait with garbage: look before blaming the answer.
+        let transport = self.chan.transport();
+        if e.is_fatal() {
+            self.health.check_registers(transport.platform.as_ref());
         }
+        // The device went fatal while the command waited: that, not the cut wait, is why.
+        if self.health.is_fatal() {
+            return Error::DeviceFatal;
+        }
+        if e.is_fatal() {
+            self.health.set_fatal("command transport fault");
+        }
+        tracing::debug!(opcode = C::OPCODE, error = %e, "command failed");
+        from_cmd(e)
     }
 }

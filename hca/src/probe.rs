@@ -37,8 +37,8 @@ pub struct ProbeOptions {
     /// How the device encodes a CQ arm. `None` (the default): found at probe by a self-test on
     /// private objects (`selftest.rs`); `Some` overrides it without testing.
     pub arm_encoding: Option<ArmEncoding>,
-    /// Whether the device carries RESIZE_CQ. `None` (the default): found at probe by resizing a
-    /// private CQ (`cq/resize.rs`), with interrupt waits only — QEMU 7.2 answers RESIZE_CQ with
+    /// Whether the device carries RESIZE_CQ. `None` (the default): found at probe by a RESIZE_CQ
+    /// that changes nothing (`cq/resize.rs`), with interrupt waits only — QEMU 7.2 answers RESIZE_CQ with
     /// nothing, which a polling wait cannot tell from a dead device, so polling probes take
     /// `false`; `Some` overrides it without testing.
     pub resize_cq: Option<bool>,

@@ -15,7 +15,7 @@ use super::{Cq, CqInner};
 use crate::device::DeviceInner;
 use crate::dma::Abandon;
 use ib_core::{Error, Result};
-use pvrdma_abi::cmd::{ResizeCq, ResizeCqResp};
+use pvrdma_abi::cmd::ResizeCq;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -32,11 +32,6 @@ impl CqInner {
         if !self.dev.resize_cq() {
             return Err(Error::Unsupported("RESIZE_CQ: the device has none (QEMU 7.2)"));
         }
-        self.resize_with(cqe, |req| self.dev.cmd.post(req))
-    }
-
-    /// [`Self::resize`] with the command posted by `post`.
-    fn resize_with(&self, cqe: u32, post: impl FnOnce(ResizeCq) -> Result<ResizeCqResp>) -> Result<u32> {
         let entries = cqe.checked_next_power_of_two().unwrap_or(0);
         if cqe == 0 || entries == 0 || entries > self.dev.attr.max_cqe {
             return Err(Error::InvalidArgument("cqe out of range"));
@@ -49,7 +44,8 @@ impl CqInner {
             return Err(Error::InvalidArgument("cqe below the CQEs queued"));
         }
         let staged = ring.stage_resize(&self.dev.platform, entries)?;
-        match post(ResizeCq { cq_handle: self.handle.into(), cqe: entries.into(), ..Default::default() }) {
+        let req = ResizeCq { cq_handle: self.handle.into(), cqe: entries.into(), ..Default::default() };
+        match self.dev.cmd.post(req) {
             Ok(resp) if resp.cqe.get() == entries => {
                 let old = ring.commit_resize(staged);
                 self.elems.store(entries, Ordering::Release);
@@ -66,7 +62,7 @@ impl CqInner {
                 self.broken.store(true, Ordering::Release);
                 Err(Error::BadResponse("RESIZE_CQ: cqe differs from the request"))
             }
-            Err(e) if crate::device_status(&e).is_some() || matches!(e, Error::Unsupported(_)) => {
+            Err(e) if crate::device_status(&e).is_some() => {
                 // Refused: the device kept the old ring.
                 ring.abort_resize(&self.dev.platform, staged)?;
                 Err(e)
