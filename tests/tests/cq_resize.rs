@@ -229,3 +229,23 @@ fn resizes_under_rc_traffic_keep_every_completion_in_order() {
     assert!(resizes > 100, "only {resizes} resizes ran under traffic");
     assert!(drain(&scq).is_empty());
 }
+
+/// A device that answers RESIZE_CQ with another size than asked is not believed: the resize fails
+/// (EIO), the CQ is unusable from then on (its ring could be either size), the device lives on.
+#[test]
+fn a_resize_answered_with_another_size_breaks_only_that_cq() {
+    use pvrdma_abi::cmd::opcode;
+    use tests::rewrite::Rewrite;
+    let plat = Arc::new(Rewrite::new(opcode::RESIZE_CQ, 16, |cqe| cqe.wrapping_mul(2)));
+    let dev = hca::probe(plat.clone(), hca::ProbeOptions::default()).unwrap();
+    assert!(pv(&dev).has_resize_cq());
+    let cq = dev.create_cq(8, None).unwrap();
+    let e = cq.resize(16).unwrap_err();
+    assert!(matches!(e, Error::BadResponse(_)), "{e:?}");
+    assert_eq!(e.errno(), libc::EIO);
+    assert_eq!(cq.poll(&mut [ib_core::Wc::default(); 1]), Err(Error::DeviceFatal), "the CQ is unusable");
+    assert!(!dev.is_fatal());
+    let other = dev.create_cq(8, None).unwrap();
+    assert!(plat.sim.device().post_cqe(other.handle(), &cqe(5), false));
+    assert_eq!(drain(&other), vec![5], "other CQs work");
+}
