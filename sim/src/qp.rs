@@ -282,8 +282,8 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 }
 
 /// MODIFY_QP: RESET -> INIT -> RTR -> RTS (INIT -> INIT and RTS -> RTS too), RTS -> SQD -> RTS
-/// (SQD -> SQD too), any -> ERR, any -> RESET. INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
-/// `DEST_QPN` in the mask, as the real device does. Moving to ERR flushes; moving to RESET drops
+/// (SQD -> SQD too), any -> ERR, any -> RESET. INIT -> RTR demands `AV` (a nonzero dgid, an
+/// sgid_index naming a bound GID) and `DEST_QPN` in the mask, as the real device does. Moving to ERR flushes; moving to RESET drops
 /// every WQE without completions (the driver resets its ring indices). In SQD (IBTA 10.3.1 Send
 /// Queue Drain) the send queue starts no new WQE — they stay posted until SQD -> RTS — while the
 /// sends in flight finish and the QP keeps responding; once none is in flight `sq_draining` reads
