@@ -7,13 +7,16 @@ use crate::eq::SERVICE_INTERVAL;
 use crate::error::from_cmd;
 use crate::health::Health;
 use crate::platform::Platform;
-use firmware_cmd::{CmdChannel, CmdTransport, StdClock, WaitMode};
+use firmware_cmd::{CmdChannel, CmdError, CmdTransport, StdClock, WaitMode};
 use ib_core::{Error, Result};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::CmdRequest;
-use pvrdma_abi::regs::{IntrVector, REG_REQUEST};
+use pvrdma_abi::regs::{IntrVector, REG_ERR, REG_REQUEST};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// `REG_ERR` after a command QEMU 7.2 does not implement (its initial `err = 0xFFFF`).
+const NOT_IMPLEMENTED: u32 = 0xffff;
 
 /// The command and response slots (one DMA page each) plus the command interrupt.
 ///
@@ -137,21 +140,47 @@ impl Commands {
         if self.health.is_fatal() {
             return Err(Error::DeviceFatal);
         }
-        self.chan.post(req).map_err(|e| {
-            // A dead device answers a stormed wait with garbage: look before blaming the answer.
-            let transport = self.chan.transport();
-            if e.is_fatal() {
-                self.health.check_registers(transport.platform.as_ref());
+        self.chan.post(req).map_err(|e| self.failed::<C>(e))
+    }
+
+    /// Posts a command the device may lack (RESIZE_CQ). QEMU 7.2 answers a command its table
+    /// names without a handler with no response at all: the slot's ack stays 0 and `REG_ERR`
+    /// reads 0xffff (QEMU's `pvrdma_exec_cmd`). That non-answer is [`Error::Unsupported`] here and
+    /// leaves the device healthy; anything else is as [`Commands::post`]. Interrupt waits only:
+    /// a polling wait sees a missing answer as a timeout (fatal).
+    pub fn post_optional<C: CmdRequest>(&self, req: C) -> Result<C::Response> {
+        if self.health.is_fatal() {
+            return Err(Error::DeviceFatal);
+        }
+        match self.chan.post(req) {
+            Err(CmdError::WrongAck { got: 0, .. }) if self.unanswered() => {
+                tracing::debug!(opcode = C::OPCODE, "command not implemented by the device");
+                Err(Error::Unsupported("command not implemented by the device"))
             }
-            // The device went fatal while the command waited: that, not the cut wait, is why.
-            if self.health.is_fatal() {
-                return Error::DeviceFatal;
-            }
-            if e.is_fatal() {
-                self.health.set_fatal("command transport fault");
-            }
-            tracing::debug!(opcode = C::OPCODE, error = %e, "command failed");
-            from_cmd(e)
-        })
+            other => other.map_err(|e| self.failed::<C>(e)),
+        }
+    }
+
+    /// Whether `REG_ERR` holds QEMU's "no handler" value.
+    fn unanswered(&self) -> bool {
+        self.chan.transport().platform.reg_read(REG_ERR) == NOT_IMPLEMENTED
+    }
+
+    /// A failed post as the caller sees it (a transport fault makes the device fatal).
+    fn failed<C: CmdRequest>(&self, e: CmdError) -> Error {
+        // A dead device answers a stormed wait with garbage: look before blaming the answer.
+        let transport = self.chan.transport();
+        if e.is_fatal() {
+            self.health.check_registers(transport.platform.as_ref());
+        }
+        // The device went fatal while the command waited: that, not the cut wait, is why.
+        if self.health.is_fatal() {
+            return Error::DeviceFatal;
+        }
+        if e.is_fatal() {
+            self.health.set_fatal("command transport fault");
+        }
+        tracing::debug!(opcode = C::OPCODE, error = %e, "command failed");
+        from_cmd(e)
     }
 }

@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+mod resize;
+pub(crate) use resize::probe as probe_resize;
+
 /// Bytes of one CQE.
 pub const CQE_SIZE: u64 = 64;
 
@@ -58,7 +61,8 @@ pub(crate) struct CqInner {
     empty_polls: AtomicU32,
     /// The ring-state record and its words (read without the ring's lock by `has_unpolled`).
     record: (DeviceProduced, RecordWords),
-    elems: u32,
+    /// Entries (RESIZE_CQ changes it under the ring's lock).
+    elems: AtomicU32,
     flags: Arc<CqFlags>,
     /// A ring index was out of range: the CQ is unusable.
     broken: AtomicBool,
@@ -125,7 +129,7 @@ impl Cq {
             handle,
             db_handle,
             record: ring.record(),
-            elems: ring.elems(),
+            elems: AtomicU32::new(ring.elems()),
             ring: Mutex::new(ring),
             empty_polls: AtomicU32::new(0),
             flags,
@@ -372,7 +376,7 @@ impl CqOps for Cq {
     }
 
     fn cqe(&self) -> u32 {
-        self.0.elems
+        self.0.elems.load(Ordering::Acquire)
     }
 
     fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
@@ -401,8 +405,8 @@ impl CqOps for Cq {
     /// range counts as "yes": the consumer's next poll reports the fault. Unreachable ring memory
     /// counts as "no".
     fn has_unpolled(&self) -> bool {
-        let (record, words) = &self.0.record;
-        record.has_pending(words).unwrap_or(false)
+        let words = &self.0.record.1;
+        DeviceProduced::new(self.0.elems.load(Ordering::Acquire)).has_pending(words).unwrap_or(false)
     }
 
     /// Drains the CQ-notification ring and runs `change` under its lock.
@@ -412,6 +416,10 @@ impl CqOps for Cq {
 
     fn destroy(&self) {
         self.0.destroy();
+    }
+
+    fn resize(&self, cqe: u32) -> Result<u32> {
+        Cq::resize(self, cqe)
     }
 }
 

@@ -18,7 +18,7 @@ use pvrdma_abi::dsr::{DeviceCaps, ATOMIC_OP_COMP_SWAP, ATOMIC_OP_FETCH_ADD};
 use pvrdma_abi::dsr::{BMME_FLAG_FAST_REG_WR, BMME_FLAG_LOCAL_INV, BMME_FLAG_REMOTE_INV};
 use pvrdma_abi::PVRDMA_ROCEV2_VERSION;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -34,6 +34,8 @@ pub(crate) struct DeviceInner {
     /// The kernel page's doorbells (every CQ's arm, kernel QPs' send and receive).
     pub(crate) kernel_db: Doorbells,
     encoding: AtomicU8,
+    /// The device carries RESIZE_CQ (found at probe).
+    resize_cq: AtomicBool,
     pub(crate) attr: DeviceAttr,
     /// The port's GID table as the driver bound it (entry 0 by the probe).
     pub(crate) gids: GidTable,
@@ -69,6 +71,7 @@ impl DeviceInner {
             kernel_db,
             uar,
             encoding: AtomicU8::new(0),
+            resize_cq: AtomicBool::new(false),
             attr,
             gids,
             _dsr: dsr,
@@ -93,6 +96,15 @@ impl DeviceInner {
 
     pub(crate) fn set_encoding(&self, e: ArmEncoding) {
         self.encoding.store(u8::from(e == ArmEncoding::Qemu72), Ordering::Relaxed);
+    }
+
+    /// Whether the device carries RESIZE_CQ (found at probe).
+    pub(crate) fn resize_cq(&self) -> bool {
+        self.resize_cq.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_resize_cq(&self, has: bool) {
+        self.resize_cq.store(has, Ordering::Relaxed);
     }
 
     /// Errors: [`Error::DeviceFatal`] once the device is fatal.
@@ -279,6 +291,12 @@ impl Pvrdma {
     /// How CQ arms are encoded on this device: found at probe (or given as an override).
     pub fn arm_encoding(&self) -> ArmEncoding {
         self.inner.encoding()
+    }
+
+    /// Whether the driver resizes CQs on this device with RESIZE_CQ: found at probe (or given as
+    /// an override); `false` on QEMU 7.2, which has no RESIZE_CQ.
+    pub fn has_resize_cq(&self) -> bool {
+        self.inner.resize_cq()
     }
 
     /// The platform's name (`"sim"`, `"vfio:…"`, `"qtest:…"`).

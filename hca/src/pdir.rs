@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// A page directory over a list of data pages. Owns its directory and table pages, not the data.
 pub struct PageDir {
     dir: DmaBuf,
-    _tables: Vec<DmaBuf>,
+    tables: Vec<DmaBuf>,
     npages: usize,
 }
 
@@ -32,7 +32,28 @@ impl PageDir {
             .collect::<Result<Vec<_>>>()?;
         let dir_entries: Vec<u64> = tables.iter().map(DmaBuf::iova).collect();
         dir.write(0, &encode(&dir_entries))?;
-        Ok(Self { dir, _tables: tables, npages: pages.len() })
+        Ok(Self { dir, tables, npages: pages.len() })
+    }
+
+    /// Rewrites the directory in place to list `pages` on new table pages (RESIZE_CQ: the device
+    /// re-reads the directory at the address it was given at create, so the directory page stays
+    /// and may name more or fewer tables than before). Returns the old tables, which the device may
+    /// read until the command that re-reads the directory has returned.
+    ///
+    /// Errors: as [`PageDir::new`]; on an error the directory still lists the old pages.
+    pub fn relist(&mut self, platform: &Arc<dyn Platform>, pages: &[Iova]) -> Result<Vec<DmaBuf>> {
+        if pages.is_empty() || pages.len() > PAGE_DIR_MAX_PAGES {
+            return Err(Error::InvalidArgument("page directory size"));
+        }
+        let tables = table_contents(pages)
+            .iter()
+            .map(|entries| write_page(platform, entries))
+            .collect::<Result<Vec<_>>>()?;
+        let mut dir_entries: Vec<u64> = tables.iter().map(DmaBuf::iova).collect();
+        dir_entries.resize(dir_entries.len().max(self.tables.len()), 0);
+        self.dir.write(0, &encode(&dir_entries))?;
+        self.npages = pages.len();
+        Ok(std::mem::replace(&mut self.tables, tables))
     }
 
     /// Device address of the directory page (the `pdir_dma` of a command or DSR ring).
@@ -76,7 +97,7 @@ pub struct PagedBuf {
 impl Abandon for PageDir {
     fn abandon(self) {
         self.dir.abandon();
-        self._tables.into_iter().for_each(Abandon::abandon);
+        self.tables.into_iter().for_each(Abandon::abandon);
     }
 }
 
@@ -106,6 +127,11 @@ impl PagedBuf {
     /// The directory describing them.
     pub fn dir(&self) -> &PageDir {
         &self.dir
+    }
+
+    /// The directory, to relist (RESIZE_CQ).
+    pub fn dir_mut(&mut self) -> &mut PageDir {
+        &mut self.dir
     }
 
     /// Number of pages (the `nchunks` of a command).
@@ -155,6 +181,26 @@ mod tests {
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
         assert!(matches!(PageDir::new(&p, &[]), Err(Error::InvalidArgument(_))));
         assert!(PagedBuf::new(&p, 0).is_err());
+    }
+
+    #[test]
+    fn relist_rewrites_the_same_directory_page_growing_and_shrinking_its_tables() {
+        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
+        let one: Vec<Iova> = (0..3u64).map(|i| 0x1_0000_0000 + i * 0x1000).collect();
+        let mut dir = PageDir::new(&p, &one).unwrap();
+        let at = dir.dma();
+        let many: Vec<Iova> = (0..600u64).map(|i| 0x2_0000_0000 + i * 0x1000).collect();
+        let old = dir.relist(&p, &many).unwrap();
+        assert_eq!((old.len(), dir.dma(), dir.num_pages()), (1, at, 600), "same directory page, two tables now");
+        for i in [0, 511, 512, 599] {
+            assert_eq!(resolve(&*p, at, i), many[i], "page {i}");
+        }
+        let old = dir.relist(&p, &one).unwrap();
+        assert_eq!(old.len(), 2);
+        assert_eq!(resolve(&*p, at, 2), one[2]);
+        assert_eq!(read_u64(&*p, at + 8), 0, "the second table is no longer listed");
+        assert!(matches!(dir.relist(&p, &[]), Err(Error::InvalidArgument(_))));
+        assert_eq!(resolve(&*p, at, 1), one[1], "a refused relist leaves the list");
     }
 
     #[test]

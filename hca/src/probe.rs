@@ -37,6 +37,11 @@ pub struct ProbeOptions {
     /// How the device encodes a CQ arm. `None` (the default): found at probe by a self-test on
     /// private objects (`selftest.rs`); `Some` overrides it without testing.
     pub arm_encoding: Option<ArmEncoding>,
+    /// Whether the device carries RESIZE_CQ. `None` (the default): found at probe by a RESIZE_CQ
+    /// that changes nothing (`cq/resize.rs`), with interrupt waits only — QEMU 7.2 answers RESIZE_CQ with
+    /// nothing, which a polling wait cannot tell from a dead device, so polling probes take
+    /// `false`; `Some` overrides it without testing.
+    pub resize_cq: Option<bool>,
     /// RoCE v2 GIDs (the port's IP addresses, as Linux's RoCE GID management adds a netdev's)
     /// bound at indexes 1, 2, ... in order right after index 0 and before the arm self-test,
     /// whose QPs then connect through the first of them: a RoCE v2 port sends only from a
@@ -52,6 +57,7 @@ impl Default for ProbeOptions {
             cmd_wait: WaitMode::Interrupt,
             cmd_timeout: DEFAULT_TIMEOUT,
             arm_encoding: None,
+            resize_cq: None,
             roce_v2_gids: Vec::new(),
         }
     }
@@ -113,10 +119,12 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     }
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);
+    let resize = opts.resize_cq.unwrap_or_else(|| opts.cmd_wait == WaitMode::Interrupt && crate::cq::probe_resize(&dev));
+    dev.set_resize_cq(resize);
     // The self-test's commands may have found the device dead (a timeout makes it fatal).
     dev.live()?;
     dev.health.reset_counts();
-    tracing::info!(platform = %dev.platform.name(), ?encoding, "pvrdma device up");
+    tracing::info!(platform = %dev.platform.name(), ?encoding, resize, "pvrdma device up");
     Ok(dev)
 }
 

@@ -8,7 +8,7 @@
 //! is the driver's own copy; the device sees it through a release store.
 
 use crate::error::from_platform;
-use crate::dma::Abandon;
+use crate::dma::{Abandon, DmaBuf};
 use crate::pdir::PagedBuf;
 use crate::platform::{DmaWindow, Platform};
 use doorbell::record::{DeviceProduced, RecordError, RecordMemory, RecordPage};
@@ -85,6 +85,24 @@ pub struct DevRing {
     elems: u32,
     entry_size: u64,
     cons: u32,
+    /// The entry pages since the ring was resized (`None`: page 1 .. of `buf`, which stays
+    /// allocated with the ring-state page until the ring goes).
+    resized: Option<DmaBuf>,
+}
+
+/// New entry pages of a [`DevRing`], listed in its page directory, waiting for the device's
+/// answer; dropping it frees them (with the tables the directory listed before).
+pub struct StagedResize {
+    entries: DmaBuf,
+    elems: u32,
+    _old_tables: Vec<DmaBuf>,
+}
+
+impl Abandon for StagedResize {
+    fn abandon(self) {
+        self.entries.abandon();
+        self._old_tables.into_iter().for_each(Abandon::abandon);
+    }
 }
 
 /// Pages a ring of `elems` entries of `entry_size` bytes needs: the ring-state page plus entries.
@@ -95,6 +113,9 @@ pub fn ring_pages(elems: u32, entry_size: u64) -> usize {
 impl Abandon for DevRing {
     fn abandon(self) {
         self.buf.abandon();
+        if let Some(entries) = self.resized {
+            entries.abandon();
+        }
     }
 }
 
@@ -110,7 +131,7 @@ impl DevRing {
         let buf = PagedBuf::new(platform, ring_pages(elems, entry_size))?;
         let words = RecordWords::new(platform, &buf, owner)?;
         let record = DeviceProduced::new(elems);
-        Ok(Self { buf, words, record, elems, entry_size, cons: 0 })
+        Ok(Self { buf, words, record, elems, entry_size, cons: 0, resized: None })
     }
 
     /// The ring-state record and the words it lives in (for readers without the ring's lock).
@@ -146,7 +167,7 @@ impl DevRing {
     pub fn read(&self, k: u32, out: &mut [u8]) -> Result<()> {
         let at = self.entry_offset(self.cons.wrapping_add(k))?;
         let n = out.len().min(self.entry_size as usize);
-        self.buf.data().read(at, &mut out[..n])
+        self.entries().read(at, &mut out[..n])
     }
 
     /// Copies the entries from `k` places after the consumer index into `out`, as many as fit
@@ -158,14 +179,14 @@ impl DevRing {
         let fit = (out.len() as u64 / self.entry_size) as u32;
         let n = fit.min(self.elems - slot);
         let at = self.entry_offset(idx)?;
-        self.buf.data().read(at, &mut out[..(u64::from(n) * self.entry_size) as usize])?;
+        self.entries().read(at, &mut out[..(u64::from(n) * self.entry_size) as usize])?;
         Ok(n)
     }
 
     /// Overwrites the entry `k` places after the consumer index (used to compact a CQ).
     pub fn write(&self, k: u32, data: &[u8]) -> Result<()> {
         let at = self.entry_offset(self.cons.wrapping_add(k))?;
-        self.buf.data().write(at, &data[..data.len().min(self.entry_size as usize)])
+        self.entries().write(at, &data[..data.len().min(self.entry_size as usize)])
     }
 
     /// Consumes `n` entries: advances the consumer index and publishes it (release).
@@ -178,10 +199,56 @@ impl DevRing {
         self.record.publish_cons(&self.words, self.cons)
     }
 
+    /// RESIZE_CQ, driver side, before the command: allocates zeroed pages for `elems` entries (a
+    /// power of two) and relists the ring's page directory in place as the ring-state page, then
+    /// them. Nothing else changes until [`Self::commit_resize`]; [`Self::abort_resize`] relists the
+    /// current pages.
+    ///
+    /// Errors: [`Error::InvalidArgument`] if `elems` is not a power of two; platform faults.
+    pub fn stage_resize(&mut self, platform: &Arc<dyn Platform>, elems: u32) -> Result<StagedResize> {
+        if !elems.is_power_of_two() {
+            return Err(Error::InvalidArgument("ring size must be a power of two"));
+        }
+        let pages = ring_pages(elems, self.entry_size) - 1;
+        let entries = DmaBuf::pages(platform, pages)?;
+        let mut list = vec![self.buf.data().iova()];
+        list.extend((0..pages).filter_map(|i| entries.page_iova(i)));
+        let old_tables = self.buf.dir_mut().relist(platform, &list)?;
+        Ok(StagedResize { entries, elems, _old_tables: old_tables })
+    }
+
+    /// The device took the new pages and moved the queued entries to slots `0 ..`, consumer
+    /// index 0: the ring uses them from now on. Returns the old entry pages, freed by the caller
+    /// (`None` for the ring's first pages, which share the ring-state page's allocation).
+    pub fn commit_resize(&mut self, staged: StagedResize) -> Option<DmaBuf> {
+        self.elems = staged.elems;
+        self.record = DeviceProduced::new(staged.elems);
+        self.cons = 0;
+        self.resized.replace(staged.entries)
+    }
+
+    /// The device refused the resize: relists the pages the ring uses (the staged ones are freed).
+    pub fn abort_resize(&mut self, platform: &Arc<dyn Platform>, staged: StagedResize) -> Result<()> {
+        let mut list = vec![self.buf.data().iova()];
+        match &self.resized {
+            Some(e) => list.extend((0..e.num_pages()).filter_map(|i| e.page_iova(i))),
+            None => list.extend((1..self.buf.num_pages()).filter_map(|i| self.buf.data().page_iova(i))),
+        }
+        self.buf.dir_mut().relist(platform, &list)?;
+        drop(staged);
+        Ok(())
+    }
+
     fn entry_offset(&self, idx: u32) -> Result<u64> {
         let idx = idx & idx_mask(self.elems);
         let slot = idx_slot(idx, self.elems).ok_or(Error::DeviceFatal)?;
-        Ok(PAGE_SIZE as u64 + u64::from(slot) * self.entry_size)
+        let base = if self.resized.is_some() { 0 } else { PAGE_SIZE as u64 };
+        Ok(base + u64::from(slot) * self.entry_size)
+    }
+
+    /// The buffer the entries live in (from [`Self::entry_offset`]'s base).
+    fn entries(&self) -> &DmaBuf {
+        self.resized.as_ref().unwrap_or(self.buf.data())
     }
 }
 

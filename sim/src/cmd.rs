@@ -3,8 +3,10 @@
 //!
 //! Every response carries `ack = opcode | 0x8000_0000` and the request's cookie; `err` is 0 or a
 //! positive errno (QEMU 7.2 profile: MODIFY_SRQ and QUERY_SRQ swapped, see `srq.rs`). An unknown
-//! or unmodelled opcode (RESIZE_CQ, anything past DESTROY_SRQ) gets its ack with `EINVAL` (QEMU
-//! 7.2 answers nothing for opcodes past its table).
+//! opcode (anything past DESTROY_SRQ) gets its ack with `EINVAL` (QEMU 7.2 answers nothing for
+//! opcodes past its table). RESIZE_CQ is ours (`cq.rs`); on the QEMU 7.2 profile it gets no
+//! response at all, as QEMU 7.2's table entry has no handler: the slot stays as the driver left
+//! it, `ERR` reads 0xffff, vector 0 is raised.
 
 use crate::device::{Core, Effects};
 use crate::dsr::DsrInfo;
@@ -41,6 +43,7 @@ pub fn execute(core: &Core, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outc
         op::CREATE_MR => run(req, |r| mr::create(core, r)),
         op::DESTROY_MR => run(req, |r| mr::destroy(core, r)),
         op::CREATE_CQ => run(req, |r| cq::create(core, r)),
+        op::RESIZE_CQ => run(req, |r| cq::resize(core, r)),
         op::DESTROY_CQ => run(req, |r| cq::destroy(core, r)),
         op::CREATE_QP => run(req, |r| qp::create(core, r)),
         op::MODIFY_QP => run(req, |r| qp::modify(core, r, fx)),
@@ -58,6 +61,14 @@ pub fn execute(core: &Core, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outc
     resp[..8].copy_from_slice(&req[..8]);
     resp[core::mem::offset_of!(RespHdr, err)] = err;
     Outcome { resp, ack: pvrdma_abi::cmd::ack_for(opcode), err }
+}
+
+/// Whether the profile's device leaves the request in `req` without any response: on
+/// [`crate::Profile::Qemu72`], RESIZE_CQ (QEMU 7.2's table names it without a handler, so it writes
+/// no response, sets `ERR` to 0xffff and raises vector 0).
+pub fn unanswered(core: &Core, req: &[u8]) -> bool {
+    let opcode = u32::from_le_bytes([req[8], req[9], req[10], req[11]]);
+    core.cfg.profile == crate::Profile::Qemu72 && opcode == op::RESIZE_CQ
 }
 
 /// Decodes a `C` from `req`, runs `f`, and returns the response bytes (zeroed on failure) and

@@ -28,7 +28,7 @@ use crate::ring::{Producer, Push, RingPages};
 use crate::Profile;
 use doorbell::encoding::CqArmRequest;
 use parking_lot::Mutex;
-use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp};
+use pvrdma_abi::cmd::{CreateCq, CreateCqResp, DestroyCq, NoopResp, ResizeCq, ResizeCqResp};
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::wqe::{wc_status, Cqe};
 use std::sync::Arc;
@@ -69,8 +69,10 @@ pub struct Cq {
     pub uid: u64,
     /// Owning context handle, 0 for the kernel.
     pub ctx: u32,
-    /// Entries (a power of two).
-    pub entries: u32,
+    /// The page directory it was created with (RESIZE_CQ re-reads it).
+    pdir_dma: u64,
+    /// Page 0 of that directory: the ring-state page.
+    state_page: u64,
     st: Mutex<CqState>,
     _charge: Charge,
 }
@@ -116,12 +118,39 @@ pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
         handle,
         uid: core.next_uid(),
         ctx,
-        entries: cqe,
+        pdir_dma: req.pdir_dma.get(),
+        state_page,
         st: Mutex::new(st),
         _charge: charge,
     };
     objs.cqs.insert(handle, Arc::new(cq));
     Ok(CreateCqResp { cq_handle: U32::new(handle), cqe: U32::new(cqe), ..Default::default() })
+}
+
+/// RESIZE_CQ (see the module docs): `cqe` entries, a power of two of at most `MAX_CQE` and at
+/// least the CQEs queued, over the pages the CQ's page directory lists now (page 0 must still be
+/// the ring-state page). Answers the new size.
+///
+/// Errors: `EINVAL` for an unknown handle, a bad size, fewer entries than CQEs queued, a changed
+/// ring-state page, a page outside guest memory, or a CQ whose `cons_head` is out of range.
+pub fn resize(core: &Core, req: &ResizeCq) -> CmdResult<ResizeCqResp> {
+    let (h, cqe) = (req.cq_handle.get(), req.cqe.get());
+    let cq = core.objects.lock().cqs.get(h).cloned().ok_or(Errno::EINVAL)?;
+    if !cqe.is_power_of_two() || cqe > crate::dsr::limits::MAX_CQE {
+        return Err(Errno::EINVAL);
+    }
+    let needed = 1 + pdir::pages_for(u64::from(cqe) * u64::from(CQE_SIZE)).unwrap_or(0) as usize;
+    let mut st = cq.st.lock();
+    if st.dead || st.ring.queued(&core.mem).map_err(|_| Errno::EINVAL)? > cqe {
+        return Err(Errno::EINVAL);
+    }
+    let mut pages = pdir::resolve(&core.mem, cq.pdir_dma, 0, needed)?;
+    if pages.remove(0) != cq.state_page {
+        return Err(Errno::EINVAL);
+    }
+    let entries = RingPages::new(&core.mem, pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
+    st.ring.move_to(&core.mem, entries).map_err(|_| Errno::EINVAL)?;
+    Ok(ResizeCqResp { cqe: U32::new(cqe), ..Default::default() })
 }
 
 /// DESTROY_CQ. Errors: `EINVAL` for an unknown handle; `EBUSY` while a QP uses it.
@@ -225,6 +254,6 @@ impl Cq {
     /// The CQ's arm and error state.
     pub fn status(&self) -> CqStatus {
         let st = self.st.lock();
-        CqStatus { arm: st.arm, error: st.error, entries: self.entries }
+        CqStatus { arm: st.arm, error: st.error, entries: st.ring.elems() }
     }
 }

@@ -811,6 +811,12 @@ impl Core {
             self.regs.lock().err = crate::errno::Errno::EFAULT.reg_value();
             return self.raise(IntrVector::Response);
         }
+        if cmd::unanswered(self, &req) {
+            // QEMU 7.2's "not implemented yet": no response, ERR keeps its initial 0xffff.
+            self.count(|c| &c.failed_commands);
+            self.regs.lock().err = ERR_INACTIVE;
+            return self.raise(IntrVector::Response);
+        }
         let mut fx = Effects::default();
         let out = cmd::execute(self, &dsr, &req, &mut fx);
         self.settle(fx);

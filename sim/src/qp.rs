@@ -109,6 +109,8 @@ struct QpState {
     /// The SRQ WQE taken for a message still arriving (RoCE: at its first packet, IBTA's
     /// moment), which its last packet completes; flushed on this QP if it goes to ERR first.
     held_srq_wqe: Option<(RqWqeHdr, Sges)>,
+    /// In SQD, the SQ_DRAINED event is still owed (asked with `en_sqd_async_notify`).
+    sqd_notify: bool,
 }
 
 /// 24-bit PSNs (IBTA 9.7.1).
@@ -243,6 +245,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
         send_psn: 0,
         recv_psn: 0,
         held_srq_wqe: None,
+        sqd_notify: false,
     };
     let mut objs = core.objects.lock();
     let handle = objs.qps.alloc().ok_or(Errno::ENOMEM)?;
@@ -304,12 +307,17 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
     Ok(())
 }
 
-/// MODIFY_QP: RESET -> INIT -> RTR -> RTS (INIT -> INIT and RTS -> RTS too), any -> ERR, any ->
-/// RESET. For RC, INIT -> RTR demands `AV` (a nonzero dgid, an sgid_index naming a bound GID) and
-/// `DEST_QPN` in the mask, as the real device does; UD takes a Q_Key instead (`ud::transition`). Moving to ERR flushes; moving to RESET drops
-/// every WQE without completions (the driver resets its ring indices).
+/// MODIFY_QP: RESET -> INIT -> RTR -> RTS (INIT -> INIT and RTS -> RTS too), RTS -> SQD -> RTS
+/// (SQD -> SQD too), any -> ERR, any -> RESET. For RC, INIT -> RTR demands `AV` (a nonzero dgid,
+/// an sgid_index naming a bound GID) and `DEST_QPN` in the mask, as the real device does; UD takes
+/// a Q_Key instead (`ud::transition`). Moving to ERR flushes; moving to RESET drops
+/// every WQE without completions (the driver resets its ring indices). In SQD (IBTA 10.3.1 Send
+/// Queue Drain) the send queue starts no new WQE — they stay posted until SQD -> RTS — while the
+/// sends in flight finish and the QP keeps responding; once none is in flight `sq_draining` reads
+/// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. SQE is
+/// never a modify's target (the device enters it; an RC QP never does).
 ///
-/// Errors: `EINVAL` for an unknown handle, an illegal transition, SQD/SQE, a `cur_qp_state` that
+/// Errors: `EINVAL` for an unknown handle, an illegal transition, SQE, a `cur_qp_state` that
 /// does not match, a missing or bad RTR attribute, a port other than 1, a P_Key index other than
 /// 0, or an MTU above the port's (1024); an attribute past its IBTA field (`retry_cnt` and
 /// `rnr_retry` 3 bits, `timeout`, `alt_timeout` and `min_rnr_timer` 5 bits, PSNs 24 bits) or past
@@ -359,6 +367,13 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     }
     st.state = new;
     st.attrs.qp_state = U32::new(new);
+    if new == SQD && cur == RTS {
+        st.sqd_notify = mask & m::EN_SQD_ASYNC_NOTIFY != 0 && a.en_sqd_async_notify != 0;
+        qp.tell_drained(core, &mut st);
+    } else if new == RTS && cur == SQD {
+        (st.sqd_notify, st.throttled) = (false, false);
+        qp.drain_sq(core, &mut st, fx);
+    }
     if new == ERR && cur != ERR {
         qp.enter_error(core, &mut st, fx);
     } else if new == RESET {
@@ -401,7 +416,14 @@ fn transition(cur: u32, new: u32) -> Option<(u32, u32)> {
             0,
             m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN | m::MAX_QP_RD_ATOMIC | RTS_OPT,
         ),
-        (RTS, RTS) => (0, RTS_OPT),
+        (RTS, RTS) | (SQD, RTS) => (0, RTS_OPT),
+        (RTS, SQD) => (0, m::EN_SQD_ASYNC_NOTIFY),
+        (SQD, SQD) => (
+            0,
+            m::PORT | m::AV | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::MAX_QP_RD_ATOMIC
+                | m::MAX_DEST_RD_ATOMIC | m::ALT_PATH | m::ACCESS_FLAGS | m::PKEY_INDEX
+                | m::MIN_RNR_TIMER | m::PATH_MIG_STATE,
+        ),
         _ => return None,
     })
 }
@@ -479,6 +501,7 @@ pub fn query(core: &Core, req: &QueryQp) -> CmdResult<QueryQpResp> {
     let mut attrs = st.attrs;
     attrs.qp_state = U32::new(st.state);
     attrs.cur_qp_state = U32::new(st.state);
+    attrs.sq_draining = u8::from(st.state == qp_state::SQD && !st.inflight.is_empty());
     Ok(QueryQpResp { attrs, ..Default::default() })
 }
 
@@ -724,7 +747,7 @@ impl Qp {
     }
 
     fn accepting(&self, st: &QpState, src_qp: u32, connection: u64) -> bool {
-        let ready = matches!(st.state, qp_state::RTR | qp_state::RTS);
+        let ready = matches!(st.state, qp_state::RTR | qp_state::RTS | qp_state::SQD);
         let current = self.resets.load(Ordering::Acquire) == connection;
         !st.dead && ready && current && st.attrs.dest_qp_num.get() == src_qp
     }
@@ -954,7 +977,7 @@ impl Qp {
     /// SRQ meanwhile); an SRQ ring fault moves this QP to ERR.
     pub(crate) fn recv_capacity(&self, core: &Core, fx: &mut Effects) -> Option<u64> {
         let mut st = self.st.lock();
-        if st.dead || !matches!(st.state, qp_state::RTR | qp_state::RTS) {
+        if st.dead || !matches!(st.state, qp_state::RTR | qp_state::RTS | qp_state::SQD) {
             return None;
         }
         if self.srq.is_some() {
@@ -1022,6 +1045,7 @@ impl Qp {
             self.enter_error(core, &mut st, fx);
         } else {
             self.retire(core, &mut st, fx);
+            self.tell_drained(core, &mut st);
             if st.throttled && st.state == qp_state::RTS {
                 st.throttled = false;
                 self.drain_sq(core, &mut st, fx);
@@ -1035,6 +1059,14 @@ impl Qp {
         let mut st = self.st.lock();
         if !st.dead && !matches!(st.state, qp_state::RESET | qp_state::ERR) {
             self.enter_error(core, &mut st, fx);
+        }
+    }
+
+    /// In SQD with nothing in flight: posts the SQ_DRAINED event owed, once.
+    fn tell_drained(&self, core: &Core, st: &mut MutexGuard<'_, QpState>) {
+        if st.state == qp_state::SQD && st.sqd_notify && st.inflight.is_empty() {
+            st.sqd_notify = false;
+            core.post_async_event(EqeType::SqDrained, self.handle);
         }
     }
 

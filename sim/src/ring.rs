@@ -6,7 +6,7 @@
 //! reported as [`RingFault`] for the caller to turn into an object error, never a panic.
 
 use crate::mem::{GuestMemory, Span};
-use pvrdma_abi::ring::{idx_inc, idx_slot, idx_valid, ring_count};
+use pvrdma_abi::ring::{idx_inc, idx_mask, idx_slot, idx_valid, ring_count};
 use pvrdma_abi::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -180,6 +180,45 @@ impl Producer {
         }
         self.prod = next;
         Push::Written
+    }
+}
+
+impl Producer {
+    /// Entries queued (produced, not yet consumed), by the device's producer index and the
+    /// driver's `cons_head`.
+    pub fn queued(&self, mem: &GuestMemory) -> Result<u32, RingFault> {
+        let cons = self.idx.load(mem, self.idx.cons)?;
+        ring_count(self.prod, cons, self.entries.elems).ok_or(RingFault)
+    }
+
+    /// Moves to `entries` (same stride): copies the entries queued between the consumer and the
+    /// producer, in order, to slots `0 ..` of the new pages, then rewrites the ring state
+    /// (`cons_head` 0, `prod_tail` the count). Nothing changes on a fault or if the new ring
+    /// cannot hold the queued entries (`Err`).
+    pub fn move_to(&mut self, mem: &GuestMemory, entries: RingPages) -> Result<u32, RingFault> {
+        let queued = self.queued(mem)?;
+        if queued > entries.elems || entries.stride != self.entries.stride {
+            return Err(RingFault);
+        }
+        let cons = self.idx.load(mem, self.idx.cons)?;
+        let mut buf = vec![0u8; self.entries.stride as usize];
+        for k in 0..queued {
+            let idx = cons.wrapping_add(k) & idx_mask(self.entries.elems);
+            let slot = idx_slot(idx, self.entries.elems).ok_or(RingFault)?;
+            self.entries.read(mem, slot, 0, &mut buf)?;
+            entries.write(mem, k, &buf)?;
+        }
+        let prod = queued;
+        self.idx.store(mem, self.idx.cons, 0)?;
+        self.idx.store(mem, self.idx.prod, prod)?;
+        self.entries = entries;
+        self.prod = prod;
+        Ok(queued)
+    }
+
+    /// Number of entries.
+    pub fn elems(&self) -> u32 {
+        self.entries.elems
     }
 }
 

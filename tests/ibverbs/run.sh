@@ -157,7 +157,7 @@ run_case() {
 }
 
 # --- 4. Cases -------------------------------------------------------------------------------------
-RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw ib_atomic_lat ib_atomic_bw)
+RDMA_PROGRAMS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_uc_pingpong ibv_srq_pingpong ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw ib_atomic_lat ib_atomic_bw)
 
 # Every program (and pyverbs's device module) resolves libibverbs.so.1 to ours, with symbol
 # versions, and the dynamic loader runs our copy.
@@ -309,6 +309,24 @@ EOF2
   echo "5 bad device lists refused"
 }
 
+# ibv_uc_pingpong: pvrdma has no UC QPs (Linux's pvrdma_create_qp takes RC, UD and GSI only and
+# answers EOPNOTSUPP; QEMU 7.2's device takes RC and UD), so ibv_create_qp(IBV_QPT_UC) fails and
+# the program says "Couldn't create QP" and exits 1 before any connection: a clean refusal, no
+# crash or hang. Run once as a server (it fails before listening) and once as a client.
+case_uc_pingpong_refused() {
+  local rc out role
+  for role in server client; do
+    local args=(-p "$(free_port)" -d "$DEV" -i 1 -g 1)
+    [ "$role" = client ] && args+=("$SERVER_IP")
+    rc=0
+    out=$("${LIBENV[@]}" "HCA_DEVICES=model" timeout -k 5 "$T" ibv_uc_pingpong "${args[@]}" 2>&1) || rc=$?
+    printf '%s\n' "== $role: $rc" "$out" >>"$D/uc_pingpong.log"
+    [ "$rc" = 1 ] || { echo "$role: $(status_text "$rc"), expected exit status 1"; return 1; }
+    grep -qx "Couldn't create QP" <<<"$out" || { echo "$role: no \"Couldn't create QP\" line"; return 1; }
+  done
+  echo "ibv_create_qp(IBV_QPT_UC) refused (server and client): Couldn't create QP, exit status 1"
+}
+
 # This project's `hca pingpong --roce` (its own model, no libibverbs) as the server, Debian's
 # ibv_rc_pingpong over our library as the client; the server checks every message it receives.
 case_hca_pingpong_interop() {
@@ -385,6 +403,7 @@ run_case srq_pingpong_4096_events case_srq_pingpong 16 4096 -e
 run_case srq_pingpong_1_q4 case_srq_pingpong 4 1
 run_case srq_pingpong_65536_q8_events case_srq_pingpong 8 65536 -e
 run_case bad_devices case_bad_devices
+run_case uc_pingpong_refused case_uc_pingpong_refused
 run_case hca_pingpong_to_rc_pingpong case_hca_pingpong_interop
 for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
   run_case "${test}_2" case_perftest "$test" 2

@@ -74,6 +74,11 @@ pub enum Difference {
     /// touched, no original value comes back, and the SEND completion does not match the atomic
     /// posted (the driver reports it as `GeneralErr`). Both model profiles execute the atomic.
     AtomicsAsSend,
+    /// QEMU 7.2 names RESIZE_CQ in its command table without a handler: it writes no response
+    /// (the ack stays 0), sets `REG_ERR` to 0xffff and raises the command interrupt. The driver's
+    /// probe reads that as "no RESIZE_CQ" and answers EOPNOTSUPP (so does the model's QEMU 7.2
+    /// profile); the IBTA model resizes, keeping the queued CQEs in order.
+    NoResizeCq,
 }
 
 /// Which device a body runs against.

@@ -13,6 +13,7 @@ pub mod differential;
 pub mod differential_srq;
 pub mod differential_ud;
 pub mod differential_atomics;
+pub mod differential_cq;
 pub mod qemu;
 pub mod raw_device;
 pub mod rewrite;

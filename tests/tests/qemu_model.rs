@@ -55,6 +55,11 @@ fn model_bad_dma_address() {
 }
 
 #[test]
+fn model_cq_resize() {
+    both(tests::differential_cq::cq_resize);
+}
+
+#[test]
 fn model_qp_attributes() {
     both(differential::qp_attributes);
 }

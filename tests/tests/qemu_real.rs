@@ -90,6 +90,12 @@ fn qemu_bad_dma_address() {
 
 #[test]
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
+fn qemu_cq_resize() {
+    tests::differential_cq::cq_resize(&Target::qemu("cq_resize"));
+}
+
+#[test]
+#[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_qp_attributes() {
     differential::qp_attributes(&Target::qemu("qp_attributes"));
 }

@@ -195,7 +195,13 @@ abi_struct!(/// CREATE_CQ response.
 assert_layout!(CreateCqResp, 24, hdr = 0, cq_handle = 16, cqe = 20);
 request!(CreateCq, opcode::CREATE_CQ, CreateCqResp);
 
-abi_struct!(/// RESIZE_CQ.
+abi_struct!(/// RESIZE_CQ: only the handle and the new size, no page directory. Linux's vmw_pvrdma never
+    /// sends it and QEMU 7.2 answers nothing (no handler in its table). Ours (the model's
+    /// `cq.rs`, the driver's `cq/resize.rs`): the device re-reads the page directory the CQ was
+    /// created with, which the driver relisted (page 0, the ring state, stays; the new entry pages
+    /// follow), moves the queued CQEs in order to slots `0 ..` of the new ring under the CQ's lock
+    /// and rewrites the ring state (`cons_head` 0, `prod_tail` the count). `cqe`: a power of two,
+    /// at most `max_cqe`, at least the CQEs queued, else EINVAL.
     ResizeCq { hdr: CmdHdr, cq_handle: U32, cqe: U32 });
 assert_layout!(ResizeCq, 24, hdr = 0, cq_handle = 16, cqe = 20);
 abi_struct!(/// RESIZE_CQ response.

@@ -300,6 +300,22 @@ impl Cq {
         self.inner.ops.cqe()
     }
 
+    /// Resizes the CQ to at least `cqe` entries and returns its new capacity (IBTA's Resize CQ
+    /// verb, `ibv_resize_cq`). The CQEs queued stay, in order; the arm (and any notify
+    /// request waiting on it) stays as it was.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for 0, more than the device's `max_cqe`, or fewer
+    /// entries than CQEs queued; [`Error::Unsupported`] on a device without a resize (pvrdma on
+    /// QEMU 7.2); [`Error::DeviceFatal`]; provider errors.
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        self.inner.ctx.live()?;
+        let max = self.inner.ctx.device.ops.query_device().max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(Error::InvalidArgument("cqe out of range"));
+        }
+        self.inner.ops.resize(cqe)
+    }
+
     /// Whether this CQ belongs to a user context.
     pub fn is_user(&self) -> bool {
         self.inner.ctx.uctx.is_some()

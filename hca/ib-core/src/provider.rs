@@ -272,6 +272,13 @@ pub trait CqOps: Send + Sync + 'static {
     /// Destroys the CQ on the device; after this returns the provider calls no handler of it.
     /// Memory is freed when the last reference goes.
     fn destroy(&self);
+    /// Resizes the CQ to at least `cqe` entries (checked against `max_cqe` by the core) keeping
+    /// its queued CQEs in order, and returns the new capacity. Default: [`crate::Error::Unsupported`]
+    /// (a device without a resize command).
+    fn resize(&self, cqe: u32) -> Result<u32> {
+        let _ = cqe;
+        Err(crate::Error::Unsupported("CQ resize"))
+    }
 }
 
 /// A queue pair. Dropping it destroys it on the device.

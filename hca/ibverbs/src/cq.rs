@@ -102,11 +102,49 @@ fn destroy_acked(mut core: ib_core::Cq) -> Result<(), (ib_core::Cq, Error)> {
     }
 }
 
-/// `ibv_resize_cq(cq, cqe)`: the provider has no resize (pvrdma's RESIZE_CQ is not carried
-/// yet), so it answers `EOPNOTSUPP`, as libibverbs does for a provider without the verb.
+/// `ibv_resize_cq(cq, cqe)`: as libibverbs 44, calls the context's `resize_cq` op (the ops
+/// table's `_compat_resize_cq` slot, [`resize_cq`] here). `EINVAL` for NULL or a CQ without a
+/// context; `EOPNOTSUPP` for an empty slot (libibverbs's dummy op).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: i32) -> i32 {
-    guard(libc::EIO, || fail(libc::EOPNOTSUPP))
+pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: i32) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the caller passes NULL or a live CQ of this library, whose context is open.
+        let ctx = match unsafe { p.as_ref() } {
+            Some(c) if !c.context.is_null() => c.context,
+            _ => return fail(libc::EINVAL),
+        };
+        // SAFETY: as above; the ops table is the context's own.
+        match unsafe { (*ctx).ops._compat_resize_cq } {
+            // SAFETY: the op takes this CQ, as libibverbs calls it.
+            Some(op) => unsafe { op(p, cqe) },
+            None => fail(libc::EOPNOTSUPP),
+        }
+    })
+}
+
+/// The `resize_cq` op: resizes the CQ to at least `cqe` entries (the CQEs queued stay, in order;
+/// the arm stays) and sets `cq->cqe` to the size the device gave, as libibverbs's
+/// `ibv_cmd_resize_cq` does. 0, or the errno as libibverbs returns the provider's: `EINVAL` for
+/// NULL, `cqe` below 1 or above `max_cqe`, or fewer entries than CQEs queued; `EOPNOTSUPP` on a
+/// device without RESIZE_CQ (pvrdma on QEMU 7.2: libibverbs's answer for a provider without the
+/// verb); `EIO` once the device is fatal.
+pub(crate) unsafe extern "C" fn resize_cq(p: *mut ibv_cq, cqe: i32) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the caller passes NULL or a live CQ of this library.
+        let Some(c) = (unsafe { cq(p) }) else { return fail(libc::EINVAL) };
+        if cqe < 1 {
+            return fail(libc::EINVAL);
+        }
+        match c.core.resize(cqe as u32) {
+            Ok(n) => {
+                // SAFETY: `p` is the live CQ's `ibv_cq`, which the program shares with us; libibverbs
+                // writes `cq->cqe` the same way after a resize.
+                unsafe { (*p).cqe = n.min(i32::MAX as u32) as i32 };
+                0
+            }
+            Err(e) => fail(e.errno()),
+        }
+    })
 }
 
 /// The `ibv_wc_opcode` value of `op`.

@@ -24,7 +24,7 @@ fn ops() -> ibv_context_ops {
         poll_cq: Some(crate::cq::poll_cq),
         req_notify_cq: Some(crate::cq::req_notify_cq),
         _compat_cq_event: None,
-        _compat_resize_cq: None,
+        _compat_resize_cq: Some(crate::cq::resize_cq),
         _compat_destroy_cq: None,
         _compat_create_srq: None,
         _compat_modify_srq: None,

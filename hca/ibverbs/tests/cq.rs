@@ -103,13 +103,54 @@ fn create_and_destroy_answer_as_libibverbs() {
         assert!(!cq.is_null());
         assert!((*cq).cqe >= 10);
         assert_eq!(((*cq).context, (*cq).channel, (*cq).cq_context as usize), (ctx, ch, 0x55));
-        assert_eq!(ibv_resize_cq(cq, 64), libc::EOPNOTSUPP);
+        assert_eq!(ibv_resize_cq(cq, 64), 0);
+        assert_eq!((*cq).cqe, 64);
         assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY, "a CQ uses it");
         assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_destroy_cq(null_mut()), libc::EINVAL);
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
         assert_eq!(ibv_destroy_comp_channel(foreign), 0);
         assert_eq!(ibv_close_device(other), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+#[test]
+fn resize_keeps_the_queued_cqes_and_sets_cqe() {
+    let (ctx, model) = open();
+    let cq = create(ctx, 8, null_mut(), 0);
+    let mut wc = [ibv_wc::default(); 64];
+    forge(&model, cq, 0, 6);
+    // SAFETY: a live CQ of this library (and NULL).
+    unsafe {
+        assert_eq!(ibv_resize_cq(cq, 5), 0, "rounded up to 8, room for the 6 queued");
+        assert_eq!(ibv_resize_cq(cq, 4), libc::EINVAL, "fewer entries than the 6 queued");
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(ibv_resize_cq(cq, 0), libc::EINVAL);
+        assert_eq!(ibv_resize_cq(cq, -3), libc::EINVAL);
+        assert_eq!(ibv_resize_cq(cq, i32::MAX), libc::EINVAL);
+        assert_eq!(ibv_resize_cq(null_mut(), 8), libc::EINVAL);
+        assert_eq!((*cq).cqe, 8);
+        let op = (*ctx).ops._compat_resize_cq.expect("the resize_cq op in the slot libibverbs fills");
+        assert_eq!(op(cq, 40), 0, "the op itself");
+        assert_eq!((*cq).cqe, 64, "the size the device gave");
+        assert_eq!(ibv_resize_cq(cq, 40), 0);
+        assert_eq!((*cq).cqe, 64);
+    }
+    forge(&model, cq, 6, 30);
+    assert_eq!(poll(cq, &mut wc), 36);
+    assert!(wc[..36].iter().enumerate().all(|(i, w)| w.wr_id == i as u64), "in order");
+    forge(&model, cq, 36, 2);
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(ibv_resize_cq(cq, 2), 0);
+        assert_eq!((*cq).cqe, 2);
+    }
+    assert_eq!(poll(cq, &mut wc), 2);
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (36, 37));
+    // SAFETY: ours, no event taken.
+    unsafe {
+        assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }

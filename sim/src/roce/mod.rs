@@ -318,7 +318,7 @@ impl RocePort {
     }
 
     /// Runs every requester's timers; forgets the requesters of QPs that are gone, reset or no
-    /// longer in RTS. Returns the earliest instant a timer is due next.
+    /// longer in RTS or SQD (a draining QP finishes what it sent). Returns the earliest instant a timer is due next.
     fn tick(&self, core: &Core, fx: &mut Effects) -> Option<Instant> {
         let all: Vec<(u32, u64, u64, Arc<Mutex<Requester>>)> = self
             .requesters
@@ -329,10 +329,10 @@ impl RocePort {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         for (qpn, uid, conn, req) in all {
-            let rts = pvrdma_abi::verbs::qp_state::RTS;
+            use pvrdma_abi::verbs::qp_state::{RTS, SQD};
             let live = core
                 .qp(qpn)
-                .filter(|q| q.uid == uid && q.connection() == conn && q.state() == rts);
+                .filter(|q| q.uid == uid && q.connection() == conn && matches!(q.state(), RTS | SQD));
             let Some(qp) = live else {
                 self.forget(core, qpn, &req, fx);
                 continue;

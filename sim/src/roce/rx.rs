@@ -248,7 +248,7 @@ fn connected_qp(
 ) -> Option<(Arc<Qp>, pvrdma_abi::verbs::QpAttr, Path)> {
     let qp = core.qp(qpn)?;
     let (state, attrs) = qp.transport_attrs()?;
-    if !matches!(state, qp_state::RTR | qp_state::RTS) {
+    if !matches!(state, qp_state::RTR | qp_state::RTS | qp_state::SQD) {
         return None;
     }
     let path = path::resolve(core, &port.socks, port.udp_port, &attrs).ok()?;
@@ -267,7 +267,7 @@ fn responding_qp(
         .qp(qpn)
         .filter(|q| (q.uid, q.connection()) == (r.uid, r.conn))?;
     let (state, attrs) = qp.transport_attrs()?;
-    if !matches!(state, qp_state::RTR | qp_state::RTS) {
+    if !matches!(state, qp_state::RTR | qp_state::RTS | qp_state::SQD) {
         return None;
     }
     let path = path::resolve(core, &port.socks, port.udp_port, &attrs).ok()?;

@@ -5,6 +5,7 @@ mod breakers10b;
 mod budget;
 mod control;
 mod counts;
+mod cq_resize;
 mod datapath;
 mod hostile;
 mod inline;

@@ -29,7 +29,9 @@ pub struct ibv_context_ops {
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, i32, *mut ibv_wc) -> i32>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, i32) -> i32>,
     pub _compat_cq_event: Slot,
-    pub _compat_resize_cq: Slot,
+    /// `void *(*_compat_resize_cq)(void)` in the header: libibverbs 44 stores the provider's
+    /// `resize_cq` op here (`SET_PRIV_OP`), and `ibv_resize_cq` calls that op.
+    pub _compat_resize_cq: Option<unsafe extern "C" fn(*mut ibv_cq, i32) -> i32>,
     pub _compat_destroy_cq: Slot,
     pub _compat_create_srq: Slot,
     pub _compat_modify_srq: Slot,
