@@ -103,7 +103,7 @@ fn destroy_acked(mut core: ib_core::Cq) -> Result<(), (ib_core::Cq, Error)> {
 }
 
 /// `ibv_resize_cq(cq, cqe)`: as libibverbs 44, calls the context's `resize_cq` op (the ops
-/// table's `_compat_resize_cq` slot, [`resize_cq`] here). `EINVAL` for NULL or a CQ without a
+/// table's `_compat_resize_cq` slot, `resize_cq` here). `EINVAL` for NULL or a CQ without a
 /// context; `EOPNOTSUPP` for an empty slot (libibverbs's dummy op).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: i32) -> i32 {
