@@ -425,6 +425,8 @@ for test in send_lat send_bw; do
   run_case "${test}_ud_1024" case_perftest "$test" 1024 -c UD
   run_case "${test}_ud_events" case_perftest "$test" 1024 -c UD -e
 done
+# UD QPs receiving from an SRQ.
+run_case send_bw_ud_srq case_perftest send_bw 1024 -c UD --use-srq
 # Atomics, both operations (-A): 8 bytes, the only size perftest takes for them. As for the
 # tests above, perftest 4.5 posts them through ibv_post_send here (ibv_wr_atomic_* only on the
 # mlx5 and EFA devices it knows).
