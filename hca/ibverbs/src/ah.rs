@@ -43,7 +43,7 @@ pub(crate) fn from_ibv(a: &ibv_ah_attr) -> AhAttr {
 }
 
 /// An `ibv_ah_attr` of the core's attributes.
-fn to_ibv(a: &AhAttr) -> ibv_ah_attr {
+pub(crate) fn to_ibv(a: &AhAttr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid { raw: a.grh.dgid },

@@ -1,7 +1,7 @@
 //! `ibv_qp_attr` <-> the core's `QpAttr` (same field meanings and mask bits).
 
-use crate::abi::{ibv_ah_attr, ibv_global_route, ibv_gid, ibv_qp_attr, ibv_qp_cap};
-use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttr, QpAttrMask as M, QpCap, QpState};
+use crate::abi::{ibv_qp_attr, ibv_qp_cap};
+use ib_core::{Mtu, QpAttr, QpAttrMask as M, QpCap, QpState};
 
 /// The core's attributes of a modify with `mask`. `EINVAL` for a state value outside
 /// `enum ibv_qp_state` in a field the mask names.
@@ -18,8 +18,8 @@ pub(crate) fn to_core(a: &ibv_qp_attr, mask: M) -> Result<QpAttr, i32> {
         dest_qp_num: a.dest_qp_num,
         qp_access_flags: a.qp_access_flags,
         cap: QpCap::default(),
-        ah_attr: ah_to_core(&a.ah_attr),
-        alt_ah_attr: ah_to_core(&a.alt_ah_attr),
+        ah_attr: crate::ah::from_ibv(&a.ah_attr),
+        alt_ah_attr: crate::ah::from_ibv(&a.alt_ah_attr),
         pkey_index: a.pkey_index,
         alt_pkey_index: a.alt_pkey_index,
         en_sqd_async_notify: a.en_sqd_async_notify,
@@ -36,44 +36,6 @@ pub(crate) fn to_core(a: &ibv_qp_attr, mask: M) -> Result<QpAttr, i32> {
     })
 }
 
-fn ah_to_core(a: &ibv_ah_attr) -> AhAttr {
-    let g = &a.grh;
-    AhAttr {
-        grh: GlobalRoute {
-            dgid: g.dgid.raw,
-            flow_label: g.flow_label,
-            sgid_index: g.sgid_index,
-            hop_limit: g.hop_limit,
-            traffic_class: g.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global != 0,
-        port_num: a.port_num,
-    }
-}
-
-fn ah_from_core(a: &AhAttr) -> ibv_ah_attr {
-    let g = &a.grh;
-    ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: ibv_gid { raw: g.dgid },
-            flow_label: g.flow_label,
-            sgid_index: g.sgid_index,
-            hop_limit: g.hop_limit,
-            traffic_class: g.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: u8::from(a.is_global),
-        port_num: a.port_num,
-    }
-}
-
 /// What `ibv_query_qp` writes: the device's answer, with `cap` the library's (as rdma-core's
 /// pvrdma provider answers with the queue sizes it laid out).
 pub(crate) fn from_core(a: &QpAttr, cap: ibv_qp_cap) -> ibv_qp_attr {
@@ -88,8 +50,8 @@ pub(crate) fn from_core(a: &QpAttr, cap: ibv_qp_cap) -> ibv_qp_attr {
         dest_qp_num: a.dest_qp_num,
         qp_access_flags: a.qp_access_flags,
         cap,
-        ah_attr: ah_from_core(&a.ah_attr),
-        alt_ah_attr: ah_from_core(&a.alt_ah_attr),
+        ah_attr: crate::ah::to_ibv(&a.ah_attr),
+        alt_ah_attr: crate::ah::to_ibv(&a.alt_ah_attr),
         pkey_index: a.pkey_index,
         alt_pkey_index: a.alt_pkey_index,
         en_sqd_async_notify: a.en_sqd_async_notify,
