@@ -50,8 +50,9 @@ skip() { echo; echo "SKIPPED: $*"; exit 0; }
 mkdir -p "$WORK" "$WORK/debs" "$WORK/out"
 
 # --- 1. Debian packages --------------------------------------------------------------------------
-# ibverbs-utils (ibv_rc_pingpong), libibverbs-dev and gcc (the C peer) and tcpdump (a capture
-# of the interop traffic) are for the soft-RoCE cases; iproute2 has `rdma`.
+# ibverbs-utils (ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong), libibverbs-dev and gcc (the
+# C peer) and tcpdump (a capture of the interop traffic) are for the soft-RoCE cases; iproute2 has
+# `rdma`.
 PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio ibverbs-utils libibverbs-dev gcc libc6-dev tcpdump)
 qemu_ok() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -q '^1:7\.2'; }
 missing=()
@@ -147,7 +148,8 @@ mapfile -t EXPECTED_RXE < <(grep -vE '^\s*(#|$)' "$HERE/expected-rxe.txt" | sed 
 ((${#EXPECTED_RXE[@]})) || fail "$HERE/expected-rxe.txt names no case"
 echo "   ${#EXPECTED_RXE[@]} expected soft-RoCE cases (tests/qemu/expected-rxe.txt)"
 
-# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, rxe_capture, the C peer --------
+# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, rxe_capture, the C peer, and our
+# libibverbs.so.1 (hca/ibverbs/build.sh; Debian's ibv_ud_pingpong / ibv_srq_pingpong run over it) --
 # A program that does not build leaves its cases without a binary: they fail in L1 (and so the
 # stage), but the others still run and tell what they can.
 lap "build the soft-RoCE interop programs"
@@ -156,6 +158,7 @@ build_failures=()
 : > "$INTEROP_LOG"
 bin_of() { grep -o "\"executable\":\"[^\"]*/$1\"" "$INTEROP_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/'; }
 rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rxe_capture" "$WORK/bin/rdma_peer"
+rm -rf "$WORK/lib" && mkdir -p "$WORK/lib"
 for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture"; do
   set -- $target
   if ( cd "$REPO" && cargo build --release -p "$1" "${@:2}" --message-format=json-render-diagnostics ) >"$INTEROP_LOG.json" 2>>"$INTEROP_LOG"; then
@@ -166,8 +169,13 @@ for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture";
 done
 cc -O2 -Wall -std=gnu11 -o "$WORK/bin/rdma_peer" "$REPO/tests/rxe/rdma_peer.c" -libverbs >>"$INTEROP_LOG" 2>&1 \
   || { build_failures+=(rdma_peer); tail -15 "$INTEROP_LOG" >&2; }
+if so=$(cd "$REPO" && bash hca/ibverbs/build.sh 2>>"$INTEROP_LOG") && [ -f "$so" ]; then
+  cp "$so" "$WORK/lib/libibverbs.so.1" || build_failures+=(libibverbs.so.1)
+else
+  build_failures+=(libibverbs.so.1); tail -15 "$INTEROP_LOG" >&2
+fi
 ((${#build_failures[@]})) && echo "   NOT BUILT: ${build_failures[*]} (their cases will fail; see $INTEROP_LOG)"
-ls "$WORK/bin" | sed 's/^/   built: /'
+ls "$WORK/bin" "$WORK/lib" | grep -v : | sed '/^$/d; s/^/   built: /'
 
 # --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
 cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
