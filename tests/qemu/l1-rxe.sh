@@ -213,6 +213,34 @@ atomic_why() {
   echo "no CHECK $3 ok lines; $(tail -2 "$1" | tr '\n' ' ')"
 }
 
+# --- UD address handles from what was received: ud_peer on rxe0 against ud_peer over our library
+# ud_case NAME ROLE FAM: each side answers the other's datagram through ibv_create_ah_from_wc on
+# it and checks the GRH area of what it received (tests/rxe/ud_peer.c): passes when both exit 0
+# after all their checks passed.
+ud_case() {
+  local name=$1 role=$2 fam=$3 port=$((PORT++)) rg og rl=$OUT/$1.rxe.log ol=$OUT/$1.ours.log rrc orc
+  if [ "$fam" = 6 ]; then rg=$G6 og=$OURS_G6; else rg=$G4 og=$OURS_G4; fi
+  [ -x "$B/ud_peer" ] && [ -f "$WORK/lib/libibverbs.so.1" ] || { failed "$name" "ud_peer or our libibverbs.so.1 not built"; return; }
+  local rxe=(timeout $T "$B/ud_peer" -d $DEV -g "$rg" -s 1024 -p $port -t $((T - 10)))
+  local ours=(env -u HCA_CONFIG "LD_LIBRARY_PATH=$WORK/lib" "HCA_DEVICES=model,roce=$B6,roce=$B4"
+    timeout $T "$B/ud_peer" -d vmw_pvrdma0 -g "$og" -s 1024 -p $port -t $((T - 10)))
+  if [ "$role" = rxe-server ]; then
+    "${rxe[@]}" > "$rl" 2>&1 & local bg=$!
+    wait_listen "" $port || { kill $bg; failed "$name" "rxe's ud_peer never listened"; return; }
+    "${IN_NS[@]}" "${ours[@]}" $A4 > "$ol" 2>&1; orc=$?
+    finish_bg $bg $orc; rrc=$?
+  else
+    "${IN_NS[@]}" "${ours[@]}" > "$ol" 2>&1 & local bg=$!
+    wait_listen "$NS" $port || { kill $bg; failed "$name" "our ud_peer never listened"; return; }
+    "${rxe[@]}" $B4 > "$rl" 2>&1; rrc=$?
+    finish_bg $bg $rrc; orc=$?
+  fi
+  local why=
+  [ "$rrc" = 0 ] && grep -qx "ud_peer: all checks passed" "$rl" || why="rxe's ud_peer exit $rrc: $(grep -h -m2 -E 'FAIL|ud_peer:' "$rl" | tr '\n' ' ')"
+  [ "$orc" = 0 ] && grep -qx "ud_peer: all checks passed" "$ol" || why="${why:+$why; }our ud_peer exit $orc: $(grep -h -m2 -E 'FAIL|ud_peer:' "$ol" | tr '\n' ' ')"
+  [ -z "$why" ] && pass "$name" || failed "$name" "$why"
+}
+
 # --- atomics both ways: rdma_peer -a against roce_rdma -a ---------------------------------------
 # atomic_case NAME [extra options of ours...]: each side FETCH ADDs and COMPARE SWAPs the other's
 # words; a direction passes when its requester saw the original values returned and its
@@ -311,6 +339,13 @@ for fam in 6 4; do
     for size in 1 1024; do
       verbs_pp "ud_pingpong_ipv${fam}_${role/-/_}_s$size" ibv_ud_pingpong $role $fam $size 100
     done
+  done
+done
+# b3') UD answered through ibv_create_ah_from_wc both ways: each side's GRH area (IPv6 header, or
+#      the IPv4 header in bytes 20-39) read by the other's libibverbs.
+for fam in 6 4; do
+  for role in rxe-server ours-server; do
+    ud_case "ud_ah_from_wc_ipv${fam}_${role/-/_}" $role $fam
   done
 done
 # b4) SRQ: Debian's ibv_srq_pingpong, 4 RC QPs on each end receiving from one SRQ, both roles.

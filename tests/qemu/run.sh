@@ -149,7 +149,8 @@ mapfile -t EXPECTED_RXE < <(grep -vE '^\s*(#|$)' "$HERE/expected-rxe.txt" | sed 
 echo "   ${#EXPECTED_RXE[@]} expected soft-RoCE cases (tests/qemu/expected-rxe.txt)"
 
 # --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, rxe_capture, the C peer, and our
-# libibverbs.so.1 (hca/ibverbs/build.sh; Debian's ibv_ud_pingpong / ibv_srq_pingpong run over it) --
+# libibverbs.so.1 (hca/ibverbs/build.sh; Debian's ibv_ud_pingpong / ibv_srq_pingpong and the UD
+# peer tests/rxe/ud_peer.c run over it) --
 # A program that does not build leaves its cases without a binary: they fail in L1 (and so the
 # stage), but the others still run and tell what they can.
 lap "build the soft-RoCE interop programs"
@@ -157,7 +158,7 @@ INTEROP_LOG="$WORK/out/build-interop.log"
 build_failures=()
 : > "$INTEROP_LOG"
 bin_of() { grep -o "\"executable\":\"[^\"]*/$1\"" "$INTEROP_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/'; }
-rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rxe_capture" "$WORK/bin/rdma_peer"
+rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rxe_capture" "$WORK/bin/rdma_peer" "$WORK/bin/ud_peer"
 rm -rf "$WORK/lib" && mkdir -p "$WORK/lib"
 for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture"; do
   set -- $target
@@ -169,6 +170,8 @@ for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture";
 done
 cc -O2 -Wall -std=gnu11 -o "$WORK/bin/rdma_peer" "$REPO/tests/rxe/rdma_peer.c" -libverbs >>"$INTEROP_LOG" 2>&1 \
   || { build_failures+=(rdma_peer); tail -15 "$INTEROP_LOG" >&2; }
+cc -O2 -Wall -std=gnu11 -o "$WORK/bin/ud_peer" "$REPO/tests/rxe/ud_peer.c" -libverbs >>"$INTEROP_LOG" 2>&1 \
+  || { build_failures+=(ud_peer); tail -15 "$INTEROP_LOG" >&2; }
 if so=$(cd "$REPO" && bash hca/ibverbs/build.sh 2>>"$INTEROP_LOG") && [ -f "$so" ]; then
   cp "$so" "$WORK/lib/libibverbs.so.1" || build_failures+=(libibverbs.so.1)
 else
