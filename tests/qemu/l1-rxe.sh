@@ -247,16 +247,19 @@ ud_case() {
 # responder's words end as they must (rdma_peer.c's header).
 atomic_case() {
   local name=$1; shift
-  local port=$((PORT++)) cl=$OUT/$name.rxe.log ol=$OUT/$name.ours.log crc orc d op req resp
+  local port=$((PORT++)) cl=$OUT/$name.rxe.log ol=$OUT/$name.ours.log crc orc d op req resp c0=$OUT/$name.c0 c1=$OUT/$name.c1
   [ -x "$B/rdma_peer" ] && [ -x "$B/roce_rdma" ] || {
     for c in fetch_add_ours_to_rxe cmp_swap_ours_to_rxe fetch_add_rxe_to_ours cmp_swap_rxe_to_ours; do
       failed "${name}_$c" "rdma_peer or roce_rdma not built"
     done; return; }
+  rxe_counters | sort > "$c0"
   timeout $T "$B/rdma_peer" -d $DEV -g $G6 -s 64 -m $MTU -p $port -t $((T - 10)) -a > "$cl" 2>&1 & local bg=$!
   wait_listen "" $port || { kill $bg; echo "rdma_peer never listened" >> "$cl"; }
   "${IN_NS[@]}" timeout $T "$B/roce_rdma" --roce $B6 -g $OURS_G6 -s 64 -m $MTU -p $port -t $((T - 10)) -a "$@" $A6 > "$ol" 2>&1; orc=$?
   finish_bg $bg $orc; crc=$?
+  rxe_counters | sort > "$c1"
   echo "   $name: rdma_peer exit $crc, roce_rdma exit $orc"
+  log "OBSERVED: $name: rxe counters $(counters_delta "$c0" "$c1"); $(grep -m1 '^MODEL:' "$ol" || echo 'MODEL: no counters')"
   for d in ours_to_rxe rxe_to_ours; do
     [ $d = ours_to_rxe ] && req=$ol resp=$cl || req=$cl resp=$ol
     for op in fetch_add cmp_swap; do

@@ -231,7 +231,7 @@ impl Layout {
 
 fn run(o: &Opts) -> Result<bool, String> {
     let roce = RoceConfig { faults: o.faults.clone(), ..RoceConfig::new(o.roce.clone()) };
-    let (dev, _sim) = open_sim(SimConfig { roce: Some(roce), ..Default::default() })
+    let (dev, sim) = open_sim(SimConfig { roce: Some(roce), ..Default::default() })
         .map_err(|e| format!("opening the model with its RoCE port: {e}"))?;
     let lay = Layout { len: o.len };
     let seed = initial(0xfff) + 1;
@@ -269,6 +269,11 @@ fn run(o: &Opts) -> Result<bool, String> {
         ok &= side.atomics(&mut tcp, &lay, &me, &peer, o.timeout)?;
     }
     token(&mut tcp, "done")?;
+    let s = sim.device().stats();
+    println!(
+        "MODEL: roce_injected_loss {} roce_timeouts {} roce_retransmits {} roce_rx_duplicates {}",
+        s.roce_injected_loss, s.roce_timeouts, s.roce_retransmits, s.roce_rx_duplicates
+    );
     println!("roce_rdma: {}", if ok { "all checks passed" } else { "some check failed" });
     Ok(ok)
 }
