@@ -11,9 +11,11 @@
 # them printed `ok`. A run in which a test did not run, or none ran, fails.
 #
 # In the same boot, after those tests, the soft-RoCE interop cases run (l1-rxe.sh): the model's
-# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma.rs) against Linux's rdma_rxe over
-# a veth pair, with Debian's unmodified ibv_rc_pingpong and a small C program built here against
-# the system's libibverbs (tests/rxe/rdma_peer.c) on rxe's side. They are checked the same way
+# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma.rs, and Debian's ibv_ud_pingpong /
+# ibv_srq_pingpong and tests/rxe/ud_peer.c over our libibverbs.so.1) against Linux's rdma_rxe over
+# a veth pair, with Debian's unmodified ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong and
+# small C programs built here against the system's libibverbs (tests/rxe/rdma_peer.c, ud_peer.c)
+# on rxe's side. They are checked the same way
 # against expected-rxe.txt: every case named there must print `ok`, and no other case may run.
 # The run prints the cases' figures (`NUMBERS: TCG ...`, TCG-emulated, so only relative) and what
 # was seen of rxe's behaviour (`OBSERVED: ...`).
