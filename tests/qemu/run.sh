@@ -209,8 +209,10 @@ check_ran() {
   local ok=() missing=() extra=() t
   if [ "${RXE_ONLY:-0}" = 1 ] && [ "$2" = EXPECTED ]; then echo "partial debug run: RXE_ONLY=1, the real-device tests did not run"; return; fi
   mapfile -t ok < <(sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' "$1" | sort -u)
-  for t in "${exp[@]}"; do printf '%s\n' "${ok[@]}" | grep -qxF -- "$t" || missing+=("$t"); done
-  for t in "${ok[@]}"; do printf '%s\n' "${exp[@]}" | grep -qxF -- "$t" || extra+=("$t"); done
+  # Here-strings, not `printf | grep -q`: under pipefail, grep -q leaving at its first match can
+  # kill the printf still writing (SIGPIPE), which made a test that passed count as missing.
+  for t in "${exp[@]}"; do grep -qxF -- "$t" <<<"$(printf '%s\n' "${ok[@]}")" || missing+=("$t"); done
+  for t in "${ok[@]}"; do grep -qxF -- "$t" <<<"$(printf '%s\n' "${exp[@]}")" || extra+=("$t"); done
   if ((${#extra[@]})); then echo "UNEXPECTED tests ran: ${extra[*]}"; return; fi
   if ((${#missing[@]} == 0)); then echo "all ${#exp[@]} expected tests passed"; return; fi
   if [ -n "${TEST_FILTER:-}" ] && [ "$2" = EXPECTED ] && ((${#ok[@]})) && ! grep -qE '^test .* \.\.\. FAILED$' "$1"; then
