@@ -14,7 +14,7 @@ use ib_core::{Wc, WcStatus, WrOpcode};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,12 +34,13 @@ struct Peer {
     gid: [u8; 16],
     _pd: Pd,
     _dev: Device,
+    sim: hca::platform::sim::SimPlatform,
 }
 
 impl Peer {
     fn new(ip: &str) -> Self {
         let cfg = SimConfig { roce: Some(RoceConfig::new(vec![ip.parse().unwrap()])), ..SimConfig::default() };
-        let (dev, _) = hca::open_sim(cfg).unwrap();
+        let (dev, sim) = hca::open_sim(cfg).unwrap();
         let pd = dev.alloc_pd().unwrap();
         let buf = UserBuffer::new(SIZE).unwrap();
         buf.write(0, &[0x7b; SIZE]).unwrap();
@@ -50,7 +51,7 @@ impl Peer {
         let qp = pd.create_qp(&attr).unwrap();
         qp.modify_to_init(1, 0).unwrap();
         let gid = gid_from_ip(ip.parse().unwrap());
-        let peer = Self { qp, cq, mr, buf, psn: 0x12_3456, gid, _pd: pd, _dev: dev };
+        let peer = Self { qp, cq, mr, buf, psn: 0x12_3456, gid, _pd: pd, _dev: dev, sim };
         for _ in 0..RX_DEPTH {
             peer.post_recv();
         }
@@ -244,4 +245,53 @@ fn the_tool_as_server_takes_ibv_rc_pingpong_c_clients_buffer() {
     let (ok, out) = finish(child);
     assert!(ok, "{out}");
     assert!(out.contains(&format!("payload verified: {ITERS} messages of {SIZE} bytes")), "{out}");
+}
+
+/// The peer's last packet again, as if the tool's acknowledgement of it had been lost: the tool
+/// must answer it (its QP acknowledges the duplicate) before its QP goes. It once lingered only
+/// after destroying the QP, and Linux rxe, which retries forever with retry_cnt 7, then never
+/// finished (the VM stage's loss_pingpong_ours_client case).
+#[test]
+fn the_tool_answers_the_peers_resent_last_packet_before_its_qp_goes() {
+    let (me, tool_ip) = ("127.88.0.55", "127.88.0.56");
+    let peer = Peer::new(me);
+    let port = free_tcp_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let (p, s, n) = (port.to_string(), SIZE.to_string(), ITERS.to_string());
+    let child = tool(&["--roce", tool_ip, "pingpong", "-p", &p, "-s", &s, "-n", &n, "127.0.0.1"]);
+    let mut sock = accept_bounded(&listener);
+    let mut msg = [0u8; 52];
+    sock.read_exact(&mut msg).unwrap();
+    let tool_qpn = u32::from_str_radix(std::str::from_utf8(&msg[5..11]).unwrap(), 16).unwrap();
+    peer.connect(&msg);
+    sock.write_all(&peer.msg()).unwrap();
+    sock.read_exact(&mut [0u8; 5]).unwrap();
+    peer.run(false);
+
+    // The last packet of the peer's last SEND (8 packets of 1024 bytes each).
+    let last_psn = (peer.psn + ITERS * (SIZE / 1024) as u32 - 1) & 0xff_ffff;
+    let udp = UdpSocket::bind((me, 0)).unwrap();
+    let ip = roce_wire::IpContext::new(udp.local_addr().unwrap(), format!("{tool_ip}:4791").parse().unwrap());
+    let bth = roce_wire::Bth {
+        opcode: roce_wire::opcode::RC_SEND_LAST,
+        pkey: 0xffff,
+        dest_qp: tool_qpn,
+        ack_req: true,
+        psn: last_psn,
+        ..Default::default()
+    };
+    let mut pkt = Vec::new();
+    roce_wire::encode(&roce_wire::Headers { bth, ..Default::default() }, &[0u8; 1024], &ip, &mut pkt).unwrap();
+    let received = || peer.sim.device().stats().roce_rx_packets;
+    let before = received();
+    let start = Instant::now();
+    let mut answered = false;
+    while !answered && start.elapsed() < Duration::from_secs(2) {
+        udp.send_to(&pkt, ip.dst).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        answered = received() > before;
+    }
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(answered, "the tool never acknowledged the resent last packet (PSN {last_psn:#x})");
 }

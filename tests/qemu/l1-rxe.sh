@@ -161,6 +161,114 @@ rdma_check() { # CASE LOG CHECK
   else failed "$1" "$(grep -m1 "^CHECK $3 " "$2" || echo "no CHECK $3 line; $(tail -2 "$2" | tr '\n' ' ')")"; fi
 }
 
+# --- Debian's ibv_ud_pingpong / ibv_srq_pingpong: rxe's against ours (over our library) --------
+# verbs_pp NAME PROG ROLE FAM SIZE ITERS [extra options of both...]: PROG runs on rxe0 through the
+# system's libibverbs and, in the model's namespace, through our libibverbs.so.1 ($WORK/lib) with
+# the model's RoCE port on $B6 and $B4 (GIDs 1 and 2); ROLE "rxe-server" or "ours-server", FAM 6
+# or 4 as in pp. Both run with -c: the server checks every page of what it received (in UD, at
+# offset 40, after the GRH area). Passes when both exit 0, both print their result lines, neither
+# says "invalid data", and each names the other's GID as the remote address.
+verbs_pp() {
+  local name=$1 prog=$2 role=$3 fam=$4 size=$5 iters=$6; shift 6
+  local port=$((PORT++)) rg og ra oa rgid ogid
+  if [ "$fam" = 6 ]; then rg=$G6 og=$OURS_G6 rgid=$A6 ogid=$B6; else rg=$G4 og=$OURS_G4 rgid=::ffff:$A4 ogid=::ffff:$B4; fi
+  ra=$A4 oa=$B4
+  [ -f "$WORK/lib/libibverbs.so.1" ] || { failed "$name" "no libibverbs.so.1 of ours (build failed?)"; return; }
+  local rxe=(timeout $T "$prog" -d $DEV -g "$rg" -s "$size" -n "$iters" -p $port -c "$@")
+  local ours=(env -u HCA_CONFIG "LD_LIBRARY_PATH=$WORK/lib" "HCA_DEVICES=model,roce=$B6,roce=$B4"
+    timeout $T "$prog" -d vmw_pvrdma0 -g "$og" -s "$size" -n "$iters" -p $port -c "$@")
+  local rl=$OUT/$name.rxe.log ol=$OUT/$name.ours.log rrc orc
+  if [ "$role" = rxe-server ]; then
+    "${rxe[@]}" > "$rl" 2>&1 & local bg=$!
+    wait_listen "" $port || { kill $bg; failed "$name" "rxe's $prog never listened"; return; }
+    "${IN_NS[@]}" "${ours[@]}" "$ra" > "$ol" 2>&1; orc=$?
+    finish_bg $bg $orc; rrc=$?
+  else
+    "${IN_NS[@]}" "${ours[@]}" > "$ol" 2>&1 & local bg=$!
+    wait_listen "$NS" $port || { kill $bg; failed "$name" "our $prog never listened"; return; }
+    "${rxe[@]}" "$oa" > "$rl" 2>&1; rrc=$?
+    finish_bg $bg $rrc; orc=$?
+  fi
+  local why=
+  [ "$rrc" = 0 ] || why="rxe's $prog exit $rrc: $(tail -2 "$rl" | tr '\n' ' ')"
+  [ "$orc" = 0 ] || why="${why:+$why; }our $prog exit $orc: $(tail -2 "$ol" | tr '\n' ' ')"
+  why=${why:-$(verbs_pp_output "$rl" "rxe's $prog" "$iters" "$ogid")}
+  why=${why:-$(verbs_pp_output "$ol" "our $prog" "$iters" "$rgid")}
+  LAST_FIGURES=$(figures "$rl")
+  echo "   $name: rxe ${LAST_FIGURES% *} usec/iter"
+  [ -z "$why" ] && pass "$name" || failed "$name" "$why"
+}
+
+# verbs_pp_output LOG WHO ITERS PEERGID: why LOG is not a passing pingpong's output (nothing if it is).
+verbs_pp_output() {
+  if ! grep -q "^$3 iters in" "$1"; then echo "$2 printed no result line"
+  elif grep -q "invalid data" "$1"; then echo "$2 -c: $(grep -m1 'invalid data' "$1")"
+  elif ! grep -qE "remote address: .*GID $4\$" "$1"; then echo "$2: the remote GID is not $4"
+  fi
+}
+
+# atomic_why REQLOG RESPLOG OP: why OP's direction failed.
+atomic_why() {
+  grep -h -m1 -E "^CHECK $3(_memory)? FAIL" "$1" "$2" | head -1 | grep . && return
+  echo "no CHECK $3 ok lines; $(tail -2 "$1" | tr '\n' ' ')"
+}
+
+# --- UD address handles from what was received: ud_peer on rxe0 against ud_peer over our library
+# ud_case NAME ROLE FAM: each side answers the other's datagram through ibv_create_ah_from_wc on
+# it and checks the GRH area of what it received (tests/rxe/ud_peer.c): passes when both exit 0
+# after all their checks passed.
+ud_case() {
+  local name=$1 role=$2 fam=$3 port=$((PORT++)) rg og rl=$OUT/$1.rxe.log ol=$OUT/$1.ours.log rrc orc
+  if [ "$fam" = 6 ]; then rg=$G6 og=$OURS_G6; else rg=$G4 og=$OURS_G4; fi
+  [ -x "$B/ud_peer" ] && [ -f "$WORK/lib/libibverbs.so.1" ] || { failed "$name" "ud_peer or our libibverbs.so.1 not built"; return; }
+  local rxe=(timeout $T "$B/ud_peer" -d $DEV -g "$rg" -s 1024 -p $port -t $((T - 10)))
+  local ours=(env -u HCA_CONFIG "LD_LIBRARY_PATH=$WORK/lib" "HCA_DEVICES=model,roce=$B6,roce=$B4"
+    timeout $T "$B/ud_peer" -d vmw_pvrdma0 -g "$og" -s 1024 -p $port -t $((T - 10)))
+  if [ "$role" = rxe-server ]; then
+    "${rxe[@]}" > "$rl" 2>&1 & local bg=$!
+    wait_listen "" $port || { kill $bg; failed "$name" "rxe's ud_peer never listened"; return; }
+    "${IN_NS[@]}" "${ours[@]}" $A4 > "$ol" 2>&1; orc=$?
+    finish_bg $bg $orc; rrc=$?
+  else
+    "${IN_NS[@]}" "${ours[@]}" > "$ol" 2>&1 & local bg=$!
+    wait_listen "$NS" $port || { kill $bg; failed "$name" "our ud_peer never listened"; return; }
+    "${rxe[@]}" $B4 > "$rl" 2>&1; rrc=$?
+    finish_bg $bg $rrc; orc=$?
+  fi
+  local why=
+  [ "$rrc" = 0 ] && grep -qx "ud_peer: all checks passed" "$rl" || why="rxe's ud_peer exit $rrc: $(grep -h -m2 -E 'FAIL|ud_peer:' "$rl" | tr '\n' ' ')"
+  [ "$orc" = 0 ] && grep -qx "ud_peer: all checks passed" "$ol" || why="${why:+$why; }our ud_peer exit $orc: $(grep -h -m2 -E 'FAIL|ud_peer:' "$ol" | tr '\n' ' ')"
+  [ -z "$why" ] && pass "$name" || failed "$name" "$why"
+}
+
+# --- atomics both ways: rdma_peer -a against roce_rdma -a ---------------------------------------
+# atomic_case NAME [extra options of ours...]: each side FETCH ADDs and COMPARE SWAPs the other's
+# words; a direction passes when its requester saw the original values returned and its
+# responder's words end as they must (rdma_peer.c's header).
+atomic_case() {
+  local name=$1; shift
+  local port=$((PORT++)) cl=$OUT/$name.rxe.log ol=$OUT/$name.ours.log crc orc d op req resp c0=$OUT/$name.c0 c1=$OUT/$name.c1
+  [ -x "$B/rdma_peer" ] && [ -x "$B/roce_rdma" ] || {
+    for c in fetch_add_ours_to_rxe cmp_swap_ours_to_rxe fetch_add_rxe_to_ours cmp_swap_rxe_to_ours; do
+      failed "${name}_$c" "rdma_peer or roce_rdma not built"
+    done; return; }
+  rxe_counters | sort > "$c0"
+  timeout $T "$B/rdma_peer" -d $DEV -g $G6 -s 64 -m $MTU -p $port -t $((T - 10)) -a > "$cl" 2>&1 & local bg=$!
+  wait_listen "" $port || { kill $bg; echo "rdma_peer never listened" >> "$cl"; }
+  "${IN_NS[@]}" timeout $T "$B/roce_rdma" --roce $B6 -g $OURS_G6 -s 64 -m $MTU -p $port -t $((T - 10)) -a "$@" $A6 > "$ol" 2>&1; orc=$?
+  finish_bg $bg $orc; crc=$?
+  rxe_counters | sort > "$c1"
+  echo "   $name: rdma_peer exit $crc, roce_rdma exit $orc"
+  log "OBSERVED: $name: rxe counters $(counters_delta "$c0" "$c1"); $(grep -m1 '^MODEL:' "$ol" || echo 'MODEL: no counters')"
+  for d in ours_to_rxe rxe_to_ours; do
+    [ $d = ours_to_rxe ] && req=$ol resp=$cl || req=$cl resp=$ol
+    for op in fetch_add cmp_swap; do
+      if grep -qx "CHECK $op ok" "$req" && grep -qx "CHECK ${op}_memory ok" "$resp"; then pass "${name}_${op}_$d"
+      else failed "${name}_${op}_$d" "$(atomic_why "$req" "$resp" $op)"; fi
+    done
+  done
+}
+
 # --- rxe with itself, over rxe0's loopback (control cases and the reference figures) -----------
 rxe_self_pp() { # NAME SIZE ITERS [-e]
   local name=$1 port=$((PORT++)) sl=$OUT/$1.server.log cl=$OUT/$1.client.log src crc
@@ -225,6 +333,28 @@ pp pingpong_ipv4_rxe_server_busy_s4096 rxe-server 4 4096 50
 # b) RDMA WRITE, WRITE with immediate and READ both ways, single- and multi-packet.
 rdma_case rdma_s64 64
 rdma_case rdma_s10000 10000
+# b2) atomics both ways (their AtomicETH / AtomicAckETH packets are in the capture).
+atomic_case atomic
+# b3) UD: Debian's ibv_ud_pingpong, rxe's against ours over our library, both roles, IPv6 and
+#     IPv4 GIDs (one packet per message: sizes up to rxe's active MTU, 1024).
+for fam in 6 4; do
+  for role in rxe-server ours-server; do
+    for size in 1 1024; do
+      verbs_pp "ud_pingpong_ipv${fam}_${role/-/_}_s$size" ibv_ud_pingpong $role $fam $size 100
+    done
+  done
+done
+# b3') UD answered through ibv_create_ah_from_wc both ways: each side's GRH area (IPv6 header, or
+#      the IPv4 header in bytes 20-39) read by the other's libibverbs.
+for fam in 6 4; do
+  for role in rxe-server ours-server; do
+    ud_case "ud_ah_from_wc_ipv${fam}_${role/-/_}" $role $fam
+  done
+done
+# b4) SRQ: Debian's ibv_srq_pingpong, 4 RC QPs on each end receiving from one SRQ, both roles.
+for role in rxe-server ours-server; do
+  verbs_pp "srq_pingpong_${role/-/_}_q4_s4096" ibv_srq_pingpong $role 6 4096 100 -q 4 -m $MTU
+done
 sleep 1; kill $CAP 2>/dev/null; wait $CAP 2>/dev/null  # TERM: a background job of a script ignores INT
 if [ ! -x "$B/rxe_capture" ]; then failed capture_every_icrc_valid "rxe_capture not built"
 elif "$B/rxe_capture" $CAPTURE --rxe $A6 --rxe $A4 > "$OUT/capture.log" 2>&1; then
@@ -241,6 +371,9 @@ log "OBSERVED: rxe counters during loss_pingpong_ours_client_s8192: $LAST_COUNTE
 pp loss_pingpong_ours_server_s8192 ours-server 6 8192 100 --link-loss 0.05 --link-seed 12
 log "OBSERVED: rxe counters during loss_pingpong_ours_server_s8192: $LAST_COUNTERS"
 rdma_case rdma_loss_s65536 65536 --link-loss 0.05 --link-seed 13
+# Atomics over a lossy link: a lost request or ATOMIC Acknowledge is retried, and the responder
+# answers a retried atomic from what it remembered, never running it twice.
+atomic_case atomic_loss --link-loss 0.3 --link-seed 14
 
 # d) The model against rxe, figures next to rxe's own.
 pp numbers_ours_rxe_s64 ours-server 6 64 ${RXE_ITERS_SMALL:-500}; numbers "hca(model)<->rxe" 64 ${RXE_ITERS_SMALL:-500}

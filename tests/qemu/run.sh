@@ -11,9 +11,11 @@
 # them printed `ok`. A run in which a test did not run, or none ran, fails.
 #
 # In the same boot, after those tests, the soft-RoCE interop cases run (l1-rxe.sh): the model's
-# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma.rs) against Linux's rdma_rxe over
-# a veth pair, with Debian's unmodified ibv_rc_pingpong and a small C program built here against
-# the system's libibverbs (tests/rxe/rdma_peer.c) on rxe's side. They are checked the same way
+# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma.rs, and Debian's ibv_ud_pingpong /
+# ibv_srq_pingpong and tests/rxe/ud_peer.c over our libibverbs.so.1) against Linux's rdma_rxe over
+# a veth pair, with Debian's unmodified ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong and
+# small C programs built here against the system's libibverbs (tests/rxe/rdma_peer.c, ud_peer.c)
+# on rxe's side. They are checked the same way
 # against expected-rxe.txt: every case named there must print `ok`, and no other case may run.
 # The run prints the cases' figures (`NUMBERS: TCG ...`, TCG-emulated, so only relative) and what
 # was seen of rxe's behaviour (`OBSERVED: ...`).
@@ -50,8 +52,9 @@ skip() { echo; echo "SKIPPED: $*"; exit 0; }
 mkdir -p "$WORK" "$WORK/debs" "$WORK/out"
 
 # --- 1. Debian packages --------------------------------------------------------------------------
-# ibverbs-utils (ibv_rc_pingpong), libibverbs-dev and gcc (the C peer) and tcpdump (a capture
-# of the interop traffic) are for the soft-RoCE cases; iproute2 has `rdma`.
+# ibverbs-utils (ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong), libibverbs-dev and gcc (the
+# C peer) and tcpdump (a capture of the interop traffic) are for the soft-RoCE cases; iproute2 has
+# `rdma`.
 PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio ibverbs-utils libibverbs-dev gcc libc6-dev tcpdump)
 qemu_ok() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -q '^1:7\.2'; }
 missing=()
@@ -147,7 +150,9 @@ mapfile -t EXPECTED_RXE < <(grep -vE '^\s*(#|$)' "$HERE/expected-rxe.txt" | sed 
 ((${#EXPECTED_RXE[@]})) || fail "$HERE/expected-rxe.txt names no case"
 echo "   ${#EXPECTED_RXE[@]} expected soft-RoCE cases (tests/qemu/expected-rxe.txt)"
 
-# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, rxe_capture, the C peer --------
+# --- 4b. The soft-RoCE cases' programs: the hca tool, roce_rdma, rxe_capture, the C peer, and our
+# libibverbs.so.1 (hca/ibverbs/build.sh; Debian's ibv_ud_pingpong / ibv_srq_pingpong and the UD
+# peer tests/rxe/ud_peer.c run over it) --
 # A program that does not build leaves its cases without a binary: they fail in L1 (and so the
 # stage), but the others still run and tell what they can.
 lap "build the soft-RoCE interop programs"
@@ -155,7 +160,8 @@ INTEROP_LOG="$WORK/out/build-interop.log"
 build_failures=()
 : > "$INTEROP_LOG"
 bin_of() { grep -o "\"executable\":\"[^\"]*/$1\"" "$INTEROP_LOG.json" | tail -1 | sed 's/.*"executable":"\(.*\)"/\1/'; }
-rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rxe_capture" "$WORK/bin/rdma_peer"
+rm -f "$WORK/bin/hca" "$WORK/bin/roce_rdma" "$WORK/bin/rxe_capture" "$WORK/bin/rdma_peer" "$WORK/bin/ud_peer"
+rm -rf "$WORK/lib" && mkdir -p "$WORK/lib"
 for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture"; do
   set -- $target
   if ( cd "$REPO" && cargo build --release -p "$1" "${@:2}" --message-format=json-render-diagnostics ) >"$INTEROP_LOG.json" 2>>"$INTEROP_LOG"; then
@@ -166,8 +172,15 @@ for target in "hca --bin hca" "tests --bin roce_rdma" "tests --bin rxe_capture";
 done
 cc -O2 -Wall -std=gnu11 -o "$WORK/bin/rdma_peer" "$REPO/tests/rxe/rdma_peer.c" -libverbs >>"$INTEROP_LOG" 2>&1 \
   || { build_failures+=(rdma_peer); tail -15 "$INTEROP_LOG" >&2; }
+cc -O2 -Wall -std=gnu11 -o "$WORK/bin/ud_peer" "$REPO/tests/rxe/ud_peer.c" -libverbs >>"$INTEROP_LOG" 2>&1 \
+  || { build_failures+=(ud_peer); tail -15 "$INTEROP_LOG" >&2; }
+if so=$(cd "$REPO" && bash hca/ibverbs/build.sh 2>>"$INTEROP_LOG") && [ -f "$so" ]; then
+  cp "$so" "$WORK/lib/libibverbs.so.1" || build_failures+=(libibverbs.so.1)
+else
+  build_failures+=(libibverbs.so.1); tail -15 "$INTEROP_LOG" >&2
+fi
 ((${#build_failures[@]})) && echo "   NOT BUILT: ${build_failures[*]} (their cases will fail; see $INTEROP_LOG)"
-ls "$WORK/bin" | sed 's/^/   built: /'
+ls "$WORK/bin" "$WORK/lib" | grep -v : | sed '/^$/d; s/^/   built: /'
 
 # --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
 cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
@@ -196,8 +209,10 @@ check_ran() {
   local ok=() missing=() extra=() t
   if [ "${RXE_ONLY:-0}" = 1 ] && [ "$2" = EXPECTED ]; then echo "partial debug run: RXE_ONLY=1, the real-device tests did not run"; return; fi
   mapfile -t ok < <(sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' "$1" | sort -u)
-  for t in "${exp[@]}"; do printf '%s\n' "${ok[@]}" | grep -qxF -- "$t" || missing+=("$t"); done
-  for t in "${ok[@]}"; do printf '%s\n' "${exp[@]}" | grep -qxF -- "$t" || extra+=("$t"); done
+  # Here-strings, not `printf | grep -q`: under pipefail, grep -q leaving at its first match can
+  # kill the printf still writing (SIGPIPE), which made a test that passed count as missing.
+  for t in "${exp[@]}"; do grep -qxF -- "$t" <<<"$(printf '%s\n' "${ok[@]}")" || missing+=("$t"); done
+  for t in "${ok[@]}"; do grep -qxF -- "$t" <<<"$(printf '%s\n' "${exp[@]}")" || extra+=("$t"); done
   if ((${#extra[@]})); then echo "UNEXPECTED tests ran: ${extra[*]}"; return; fi
   if ((${#missing[@]} == 0)); then echo "all ${#exp[@]} expected tests passed"; return; fi
   if [ -n "${TEST_FILTER:-}" ] && [ "$2" = EXPECTED ] && ((${#ok[@]})) && ! grep -qE '^test .* \.\.\. FAILED$' "$1"; then

@@ -5,11 +5,12 @@
  * Its counterpart on the model's side is tests/src/bin/roce_rdma.rs; the two speak the same
  * TCP exchange (below), and either can face a copy of itself.
  *
- *   rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t SECONDS]          (server)
- *   rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t SECONDS] HOST     (client)
+ *   rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t SECONDS] [-a]          (server)
+ *   rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t SECONDS] [-a] HOST     (client)
  *
- * One RC QP per process, one MR over [wbuf 2*LEN | rbuf LEN | src LEN | dst LEN | scratch]
- * with LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ. Each side fills rbuf and src with its own
+ * One RC QP per process, one MR over [wbuf 2*LEN | rbuf LEN | src LEN | dst LEN | scratch |
+ * atom 2*8 | result 3*8] (atom 8-byte aligned) with LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ |
+ * REMOTE_ATOMIC. Each side fills rbuf and src with its own
  * pattern (seeded by the seed it announces), then, as requester:
  *   RDMA WRITE          src -> peer's wbuf[0, LEN)
  *   RDMA READ           peer's rbuf -> dst
@@ -21,6 +22,16 @@
  *   CHECK write ok|FAIL       (wbuf[0, LEN) holds the peer's pattern: the peer's WRITE worked)
  *   CHECK write_imm ok|FAIL   (wbuf[LEN, 2*LEN), the RECV_RDMA_WITH_IMM completion, its
  *                              byte_len and immediate: the peer's WRITE with immediate worked)
+ * With -a (both sides must give it) each side then, as requester, posts on the peer's atom words
+ *   FETCH ADD  word 0 += atom_add(seed)                   (returns atom_init0(peer seed))
+ *   COMP SWAP  word 1: atom_init1(peer seed) -> atom_swap(seed)      (matches: returns the former)
+ *   COMP SWAP  word 1: atom_init1(peer seed) -> ~0               (no match: returns atom_swap(seed))
+ * exchanges the 8-byte token "atomic" and prints
+ *   CHECK fetch_add ok|FAIL         (its FETCH ADD completed as such and returned the original)
+ *   CHECK cmp_swap ok|FAIL          (both COMP SWAPs completed as such and returned the originals)
+ *   CHECK fetch_add_memory ok|FAIL  (its word 0 is atom_init0(seed) + atom_add(peer seed))
+ *   CHECK cmp_swap_memory ok|FAIL   (its word 1 is atom_swap(peer seed))
+ * Values are 64-bit in host order (the wire's AtomicETH / AtomicAckETH are big-endian).
  * Exit status 0 only when every work completion succeeded and every check passed.
  *
  * TCP exchange (port 18516 by default): each side sends a 128-byte NUL-padded text message
@@ -52,7 +63,7 @@
 #define SCRATCH 64
 #define IMM_BASE 0x5eed0000u
 
-enum { WR_WRITE = 1, WR_READ = 2, WR_WRITE_IMM = 3, WR_RECV = 4 };
+enum { WR_WRITE = 1, WR_READ = 2, WR_WRITE_IMM = 3, WR_RECV = 4, WR_FADD = 5, WR_CAS = 6, WR_CAS_MISS = 7 };
 
 struct dest {
 	uint32_t qpn, psn, rkey, len, seed;
@@ -62,9 +73,9 @@ struct dest {
 
 static struct {
 	const char *dev, *host;
-	int gid_idx, port, mtu, timeout_s;
+	int gid_idx, port, mtu, timeout_s, atomics;
 	uint32_t len;
-} opt = { NULL, NULL, -1, 18516, 1024, 30, 10000 };
+} opt = { NULL, NULL, -1, 18516, 1024, 30, 0, 10000 };
 
 static void die(const char *fmt, ...)
 {
@@ -98,6 +109,15 @@ static long first_diff(const uint8_t *p, uint32_t seed, size_t n)
 			return (long)i;
 	return -1;
 }
+
+/* The atomics' values: each crosses a 32-bit boundary, so a 32-bit or byte-swapped path shows. */
+static uint64_t atom_init0(uint32_t seed) { return 0x11110000fffffff0ull + seed; }
+static uint64_t atom_add(uint32_t seed) { return 0x0000000100000010ull + ((uint64_t)seed << 36); }
+static uint64_t atom_init1(uint32_t seed) { return 0xc0c0000000000000ull | (uint64_t)seed << 16 | seed; }
+static uint64_t atom_swap(uint32_t seed) { return 0x5a5a000000000000ull | (uint64_t)seed << 24 | seed; }
+
+/* Offset of the atom words in the MR (8-byte aligned), then the three results. */
+static size_t atom_off(size_t len) { return (5 * len + SCRATCH + 7) & ~(size_t)7; }
 
 static enum ibv_mtu mtu_enum(int bytes)
 {
@@ -293,13 +313,15 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* Polls until the three sends and the one receive completed; returns how many failed. */
-static int wait_completions(struct ibv_cq *cq, struct ibv_wc *imm_wc)
+/* Polls until `want` completions arrived (the three sends and the one receive, or the three
+ * atomics); returns how many failed. The receive's completion goes to imm_wc, each atomic's
+ * opcode to opcodes[wr_id - WR_FADD]. */
+static int wait_completions(struct ibv_cq *cq, int want, struct ibv_wc *imm_wc, int *opcodes)
 {
 	int done = 0, failed = 0;
 	double deadline = now_s() + opt.timeout_s;
 
-	while (done < 4) {
+	while (done < want) {
 		struct ibv_wc wc;
 		int n = ibv_poll_cq(cq, 1, &wc);
 
@@ -307,7 +329,7 @@ static int wait_completions(struct ibv_cq *cq, struct ibv_wc *imm_wc)
 			die("ibv_poll_cq failed");
 		if (n == 0) {
 			if (now_s() > deadline)
-				die("only %d of 4 completions after %d s", done, opt.timeout_s);
+				die("only %d of %d completions after %d s", done, want, opt.timeout_s);
 			continue;
 		}
 		done++;
@@ -318,6 +340,8 @@ static int wait_completions(struct ibv_cq *cq, struct ibv_wc *imm_wc)
 		}
 		if (wc.wr_id == WR_RECV)
 			*imm_wc = wc;
+		if (wc.wr_id >= WR_FADD && wc.wr_id <= WR_CAS_MISS)
+			opcodes[wc.wr_id - WR_FADD] = wc.opcode;
 	}
 	return failed;
 }
@@ -356,11 +380,69 @@ static int check_imm(const uint8_t *wbuf, const struct ibv_wc *wc, const struct 
 	return check_bytes("write_imm", wbuf + opt.len, peer->seed);
 }
 
+static void post_atomic(struct ibv_qp *qp, struct ibv_mr *mr, uint64_t wr_id, enum ibv_wr_opcode op,
+			uint64_t *result, uint64_t remote, const struct dest *peer, uint64_t cmp_add,
+			uint64_t swap)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)result, .length = 8, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	int rc;
+
+	wr.wr.atomic.remote_addr = remote;
+	wr.wr.atomic.rkey = peer->rkey;
+	wr.wr.atomic.compare_add = cmp_add;
+	wr.wr.atomic.swap = swap;
+	rc = ibv_post_send(qp, &wr, &bad);
+	if (rc)
+		die("ibv_post_send (wr_id %" PRIu64 "): %s", wr_id, strerror(rc));
+}
+
+static int check_u64(const char *name, const char *what, uint64_t got, uint64_t want)
+{
+	char why[128];
+
+	snprintf(why, sizeof why, "%s 0x%016" PRIx64 " (want 0x%016" PRIx64 ")", what, got, want);
+	return check(name, got == want, why);
+}
+
+/* The -a part: three atomics on the peer's atom words, then the checks of what they returned
+ * and (after the "atomic" token) of this side's own words. */
+static int atomics(int fd, struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, uint8_t *buf,
+		   const struct dest *me, const struct dest *peer)
+{
+	volatile uint64_t *atom = (uint64_t *)(buf + atom_off(opt.len)), *res = atom + 2;
+	uint64_t remote = peer->va + atom_off(peer->len);
+	int opcodes[3] = { -1, -1, -1 }, ok;
+
+	post_atomic(qp, mr, WR_FADD, IBV_WR_ATOMIC_FETCH_AND_ADD, (uint64_t *)&res[0], remote, peer,
+		    atom_add(me->seed), 0);
+	post_atomic(qp, mr, WR_CAS, IBV_WR_ATOMIC_CMP_AND_SWP, (uint64_t *)&res[1], remote + 8, peer,
+		    atom_init1(peer->seed), atom_swap(me->seed));
+	post_atomic(qp, mr, WR_CAS_MISS, IBV_WR_ATOMIC_CMP_AND_SWP, (uint64_t *)&res[2], remote + 8,
+		    peer, atom_init1(peer->seed), ~0ull);
+	ok = wait_completions(cq, 3, NULL, opcodes) == 0;
+	if (opcodes[0] != IBV_WC_FETCH_ADD)
+		ok &= check("fetch_add", 0, "no IBV_WC_FETCH_ADD completion");
+	else
+		ok &= check_u64("fetch_add", "returned", res[0], atom_init0(peer->seed));
+	if (opcodes[1] != IBV_WC_COMP_SWAP || opcodes[2] != IBV_WC_COMP_SWAP)
+		ok &= check("cmp_swap", 0, "no two IBV_WC_COMP_SWAP completions");
+	else if (res[1] != atom_init1(peer->seed))
+		ok &= check_u64("cmp_swap", "the matching one returned", res[1], atom_init1(peer->seed));
+	else
+		ok &= check_u64("cmp_swap", "the missing one returned", res[2], atom_swap(me->seed));
+	token(fd, "atomic");
+	ok &= check_u64("fetch_add_memory", "word 0 holds", atom[0], atom_init0(me->seed) + atom_add(peer->seed));
+	ok &= check_u64("cmp_swap_memory", "word 1 holds", atom[1], atom_swap(peer->seed));
+	return ok;
+}
+
 static void parse(int argc, char **argv)
 {
 	int c;
 
-	while ((c = getopt(argc, argv, "d:g:p:s:m:t:")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:p:s:m:t:a")) != -1) {
 		switch (c) {
 		case 'd': opt.dev = optarg; break;
 		case 'g': opt.gid_idx = atoi(optarg); break;
@@ -368,13 +450,14 @@ static void parse(int argc, char **argv)
 		case 's': opt.len = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'm': opt.mtu = atoi(optarg); break;
 		case 't': opt.timeout_s = atoi(optarg); break;
-		default: die("usage: rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t S] [HOST]");
+		case 'a': opt.atomics = 1; break;
+		default: die("usage: rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t S] [-a] [HOST]");
 		}
 	}
 	if (optind == argc - 1)
 		opt.host = argv[optind];
 	if (!opt.dev || opt.gid_idx < 0 || optind < argc - 1 || opt.len == 0 || opt.timeout_s <= 0)
-		die("usage: rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t S] [HOST]");
+		die("usage: rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t S] [-a] [HOST]");
 	mtu_enum(opt.mtu);
 }
 
@@ -382,11 +465,12 @@ int main(int argc, char **argv)
 {
 	struct dest me = { 0 }, peer = { 0 };
 	struct ibv_wc imm_wc = { 0 };
-	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+		     IBV_ACCESS_REMOTE_ATOMIC;
 
 	parse(argc, argv);
 	srand48(getpid() ^ time(NULL));
-	size_t L = opt.len, total = 5 * L + SCRATCH;
+	size_t L = opt.len, total = atom_off(L) + 5 * 8;
 	uint8_t *buf = aligned_alloc(4096, (total + 4095) / 4096 * 4096);
 	if (!buf)
 		die("out of memory");
@@ -396,6 +480,8 @@ int main(int argc, char **argv)
 	me.seed = (uint32_t)(lrand48() & 0xfff) + 1;
 	fill(rbuf, me.seed, L);
 	fill(src, me.seed, L);
+	((uint64_t *)(buf + atom_off(L)))[0] = atom_init0(me.seed);
+	((uint64_t *)(buf + atom_off(L)))[1] = atom_init1(me.seed);
 
 	struct ibv_context *ctx = open_dev();
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
@@ -444,12 +530,15 @@ int main(int argc, char **argv)
 	post_rdma(qp, mr, WR_READ, IBV_WR_RDMA_READ, dst, peer.va + 2 * L, &peer, 0);
 	post_rdma(qp, mr, WR_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM, src, peer.va + L, &peer,
 		  IMM_BASE | me.seed);
-	int failed = wait_completions(cq, &imm_wc);
+	int opcodes[3];
+	int failed = wait_completions(cq, 4, &imm_wc, opcodes);
 	int ok = failed == 0;
 
 	ok &= check_bytes("read", dst, peer.seed);
 	ok &= check_bytes("write", wbuf, peer.seed);
 	ok &= check_imm(wbuf, &imm_wc, &peer);
+	if (opt.atomics)
+		ok &= atomics(fd, qp, cq, mr, buf, &me, &peer);
 	token(fd, "done");
 	close(fd);
 	ibv_destroy_qp(qp);

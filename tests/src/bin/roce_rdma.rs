@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! roce_rdma --roce ADDR [--roce ADDR]... [-g GIDIDX] [-p PORT] [-s LEN] [-m MTU] [-t SECONDS]
-//!           [--link-loss P] [--link-seed N] [HOST]
+//!           [--link-loss P] [--link-seed N] [-a] [HOST]
 //! ```
 //! The model's device is opened with its RoCE v2 port on the `--roce` addresses
 //! (`hca::open_sim`, which binds them as GIDs 1, 2, ... in order); `-g` (default 1) is the GID the
@@ -15,6 +15,9 @@
 //! WRITE with immediate (src to the second half of the peer's wbuf), and as responder it keeps one
 //! receive posted for the peer's immediate. It prints `CHECK read|write|write_imm ok|FAIL` for the
 //! bytes it owns and exits 0 only when every completion succeeded and every check passed.
+//! With `-a` (both sides give it) it then runs `rdma_peer.c`'s atomics part: a FETCH ADD and two
+//! COMPARE SWAPs (one matching, one not) on the peer's atom words, and prints
+//! `CHECK fetch_add|cmp_swap|fetch_add_memory|cmp_swap_memory ok|FAIL`.
 
 use hca::open_sim;
 use ib_core::{
@@ -36,6 +39,9 @@ const WR_WRITE: u64 = 1;
 const WR_READ: u64 = 2;
 const WR_WRITE_IMM: u64 = 3;
 const WR_RECV: u64 = 4;
+const WR_FADD: u64 = 5;
+const WR_CAS: u64 = 6;
+const WR_CAS_MISS: u64 = 7;
 
 /// The command line.
 struct Opts {
@@ -47,6 +53,7 @@ struct Opts {
     timeout: Duration,
     faults: LinkFaults,
     host: Option<String>,
+    atomics: bool,
 }
 
 /// What each side tells the other (the 128-byte message of `rdma_peer.c`).
@@ -86,6 +93,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Opts, String> {
         timeout: Duration::from_secs(30),
         faults: LinkFaults::default(),
         host: None,
+        atomics: false,
     };
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -98,6 +106,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Opts, String> {
             "-t" => o.timeout = Duration::from_secs(num(&val()?)?),
             "--link-loss" => o.faults.loss = num(&val()?)?,
             "--link-seed" => o.faults.seed = num(&val()?)?,
+            "-a" => o.atomics = true,
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             _ if o.host.is_none() => o.host = Some(a),
             _ => return Err(format!("a second host {a}")),
@@ -105,7 +114,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Opts, String> {
     }
     if o.roce.is_empty() || o.len == 0 || o.len > (u32::MAX as usize) / 8 || Mtu::from_bytes(o.mtu).is_none() {
         return Err("usage: roce_rdma --roce ADDR [-g GIDIDX] [-p PORT] [-s LEN] [-m MTU] [-t S] \
-                    [--link-loss P] [--link-seed N] [HOST]"
+                    [--link-loss P] [--link-seed N] [-a] [HOST]"
             .into());
     }
     Ok(o)
@@ -129,6 +138,20 @@ fn filled(seed: u32, len: usize) -> Vec<u8> {
 /// The first byte of `got` that differs from `seed`'s pattern.
 fn first_diff(got: &[u8], seed: u32) -> Option<usize> {
     got.iter().enumerate().position(|(i, &b)| b != pattern(seed, i))
+}
+
+/// The atomics' values (as `rdma_peer.c`'s): each crosses a 32-bit boundary.
+fn atom_init0(seed: u32) -> u64 {
+    0x1111_0000_ffff_fff0 + u64::from(seed)
+}
+fn atom_add(seed: u32) -> u64 {
+    0x0000_0001_0000_0010 + (u64::from(seed) << 36)
+}
+fn atom_init1(seed: u32) -> u64 {
+    0xc0c0_0000_0000_0000 | u64::from(seed) << 16 | u64::from(seed)
+}
+fn atom_swap(seed: u32) -> u64 {
+    0x5a5a_0000_0000_0000 | u64::from(seed) << 24 | u64::from(seed)
 }
 
 impl Dest {
@@ -197,14 +220,18 @@ impl Layout {
     fn scratch(&self) -> usize {
         5 * self.len
     }
+    /// The two atom words (8-byte aligned), then the three atomics' results.
+    fn atom(&self) -> usize {
+        (5 * self.len + SCRATCH + 7) & !7
+    }
     fn total(&self) -> usize {
-        5 * self.len + SCRATCH
+        self.atom() + 5 * 8
     }
 }
 
 fn run(o: &Opts) -> Result<bool, String> {
     let roce = RoceConfig { faults: o.faults.clone(), ..RoceConfig::new(o.roce.clone()) };
-    let (dev, _sim) = open_sim(SimConfig { roce: Some(roce), ..Default::default() })
+    let (dev, sim) = open_sim(SimConfig { roce: Some(roce), ..Default::default() })
         .map_err(|e| format!("opening the model with its RoCE port: {e}"))?;
     let lay = Layout { len: o.len };
     let seed = initial(0xfff) + 1;
@@ -238,7 +265,15 @@ fn run(o: &Opts) -> Result<bool, String> {
     ok &= side.check_bytes("read", lay.dst(), o.len, peer.seed)?;
     ok &= side.check_bytes("write", lay.wbuf(), o.len, peer.seed)?;
     ok &= side.check_imm(&lay, imm_wc, &peer)?;
+    if o.atomics {
+        ok &= side.atomics(&mut tcp, &lay, &me, &peer, o.timeout)?;
+    }
     token(&mut tcp, "done")?;
+    let s = sim.device().stats();
+    println!(
+        "MODEL: roce_injected_loss {} roce_timeouts {} roce_retransmits {} roce_rx_duplicates {}",
+        s.roce_injected_loss, s.roce_timeouts, s.roce_retransmits, s.roce_rx_duplicates
+    );
     println!("roce_rdma: {}", if ok { "all checks passed" } else { "some check failed" });
     Ok(ok)
 }
@@ -293,13 +328,16 @@ impl Side {
         let buf = UserBuffer::new(lay.total())?;
         buf.write(lay.rbuf(), &filled(seed, lay.len))?;
         buf.write(lay.src(), &filled(seed, lay.len))?;
-        let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ)?;
+        buf.write(lay.atom(), &atom_init0(seed).to_ne_bytes())?;
+        buf.write(lay.atom() + 8, &atom_init1(seed).to_ne_bytes())?;
+        let remote = access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+        let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE | remote)?;
         let cq = dev.create_cq(16, None)?;
         let cap = QpCap { max_send_wr: 8, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let attr =
             QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr)?;
-        qp.modify_to_init(1, access::REMOTE_WRITE | access::REMOTE_READ)?;
+        qp.modify_to_init(1, remote)?;
         let sge = Sge { addr: mr.addr() + lay.scratch() as u64, length: SCRATCH as u32, lkey: mr.lkey() };
         qp.post_recv(&RecvWr { wr_id: WR_RECV, sg_list: &[sge] })?;
         Ok(Self { qp, cq, mr, buf, _pd: pd })
@@ -358,14 +396,25 @@ impl Side {
     /// Polls until the three requests and the one receive completed; how many failed, and the
     /// receive's completion.
     fn wait(&self, timeout: Duration) -> Result<(usize, Wc), String> {
+        let mut imm = Wc::default();
+        let failed = self.wait_n(4, timeout, |w| {
+            if w.wr_id == WR_RECV {
+                imm = *w;
+            }
+        })?;
+        Ok((failed, imm))
+    }
+
+    /// Polls until `want` completions arrived, each shown to `seen`; how many failed.
+    fn wait_n(&self, want: usize, timeout: Duration, mut seen: impl FnMut(&Wc)) -> Result<usize, String> {
         let start = Instant::now();
-        let (mut done, mut failed, mut imm) = (0, 0, Wc::default());
+        let (mut done, mut failed) = (0, 0);
         let mut wc = [Wc::default(); 4];
-        while done < 4 {
+        while done < want {
             let n = self.cq.poll(&mut wc).map_err(|e| format!("poll_cq: {e}"))?;
             if n == 0 {
                 if start.elapsed() > timeout {
-                    return Err(format!("only {done} of 4 completions after {} s", timeout.as_secs()));
+                    return Err(format!("only {done} of {want} completions after {} s", timeout.as_secs()));
                 }
                 std::thread::yield_now();
             }
@@ -375,12 +424,75 @@ impl Side {
                     eprintln!("roce_rdma: wr_id {} completed with {:?}", w.wr_id, w.status);
                     failed += 1;
                 }
-                if w.wr_id == WR_RECV {
-                    imm = *w;
-                }
+                seen(w);
             }
         }
-        Ok((failed, imm))
+        Ok(failed)
+    }
+
+    /// The `-a` part: three atomics on the peer's atom words, the checks of what they returned,
+    /// then (after the "atomic" token) those of this side's own words.
+    fn atomics(&self, tcp: &mut TcpStream, lay: &Layout, me: &Dest, peer: &Dest, timeout: Duration) -> Result<bool, String> {
+        let remote = peer.va + ((5 * peer.len as usize + SCRATCH + 7) & !7) as u64;
+        let rkey = peer.rkey;
+        let res = |i: usize| self.sge(lay.atom() + 16 + 8 * i, 8);
+        let ops = [
+            (WR_FADD, res(0), WrOpcode::AtomicFetchAdd { remote_addr: remote, rkey, add: atom_add(me.seed) }),
+            (
+                WR_CAS,
+                res(1),
+                WrOpcode::AtomicCmpSwp {
+                    remote_addr: remote + 8,
+                    rkey,
+                    compare: atom_init1(peer.seed),
+                    swap: atom_swap(me.seed),
+                },
+            ),
+            (
+                WR_CAS_MISS,
+                res(2),
+                WrOpcode::AtomicCmpSwp { remote_addr: remote + 8, rkey, compare: atom_init1(peer.seed), swap: !0 },
+            ),
+        ];
+        for (wr_id, sge, opcode) in ops {
+            let wr = SendWr { wr_id, sg_list: &[sge], opcode, signaled: true, solicited: false };
+            self.qp.post_send(&wr).map_err(|e| format!("post_send atomic: {e}"))?;
+        }
+        let mut opcodes = [None; 3];
+        let failed = self.wait_n(3, timeout, |w| {
+            if let Some(o) = opcodes.get_mut(w.wr_id.wrapping_sub(WR_FADD) as usize) {
+                *o = Some(w.opcode);
+            }
+        })?;
+        let got = |i: usize| self.u64_at(lay.atom() + 8 * i);
+        let mut ok = failed == 0;
+        ok &= check(
+            "fetch_add",
+            if opcodes[0] != Some(WcOpcode::FetchAdd) {
+                Some(format!("completion opcode {:?}", opcodes[0]))
+            } else {
+                differs("returned", got(2)?, atom_init0(peer.seed))
+            },
+        );
+        ok &= check(
+            "cmp_swap",
+            if opcodes[1..] != [Some(WcOpcode::CompSwap); 2] {
+                Some(format!("completion opcodes {:?}", &opcodes[1..]))
+            } else {
+                differs("the matching one returned", got(3)?, atom_init1(peer.seed))
+                    .or(differs("the missing one returned", got(4)?, atom_swap(me.seed)))
+            },
+        );
+        token(tcp, "atomic")?;
+        ok &= check("fetch_add_memory", differs("word 0 holds", got(0)?, atom_init0(me.seed).wrapping_add(atom_add(peer.seed))));
+        ok &= check("cmp_swap_memory", differs("word 1 holds", got(1)?, atom_swap(peer.seed)));
+        Ok(ok)
+    }
+
+    fn u64_at(&self, offset: usize) -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        self.buf.read(offset, &mut b).map_err(|e| e.to_string())?;
+        Ok(u64::from_ne_bytes(b))
     }
 
     fn check_bytes(&self, name: &str, offset: usize, len: usize, seed: u32) -> Result<bool, String> {
@@ -403,6 +515,11 @@ impl Side {
             None => self.check_bytes("write_imm", lay.wbuf() + lay.len, lay.len, peer.seed),
         }
     }
+}
+
+/// Why `got` is not `want`, if it is not.
+fn differs(what: &str, got: u64, want: u64) -> Option<String> {
+    (got != want).then(|| format!("{what} {got:#018x} (want {want:#018x})"))
 }
 
 /// Prints the check's line; whether it passed.

@@ -18,7 +18,7 @@
 use pcap_file::pcap::PcapReader;
 use pcap_file::DataLink;
 use roce_wire::hdr::{Ipv4Hdr, Ipv6Hdr, UdpHdr, IPPROTO_UDP, IP_DF};
-use roce_wire::{decode, opcode, IpContext, WireError, ROCE_V2_UDP_PORT};
+use roce_wire::{decode, opcode, ud, Aeth, Bth, IpContext, WireError, ROCE_V2_UDP_PORT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::BufReader;
@@ -203,16 +203,15 @@ impl Dir {
             self.ipv4_id_zero += u64::from(f.ip.ipv4_id == 0);
             self.ipv4_df += u64::from(f.ip.ipv4_df);
         }
-        match decode(&f.udp_payload, Some(&f.ip)) {
-            Ok(p) => {
+        match bth_and_aeth(&f.udp_payload, &f.ip) {
+            Ok((b, aeth)) => {
                 self.icrc_ok += 1;
-                let b = p.hdr.bth;
                 self.mig_req += u64::from(b.mig_req);
                 self.pkeys.insert(b.pkey);
                 let e = self.opcodes.entry(b.opcode).or_default();
                 e.0 += 1;
                 e.1 += u64::from(b.ack_req);
-                if let Some(a) = p.hdr.aeth {
+                if let Some(a) = aeth {
                     *self.syndromes.entry(format!("{:?}", a.syndrome())).or_default() += 1;
                 }
             }
@@ -220,6 +219,15 @@ impl Dir {
             Err(e) => *self.malformed.entry(e.to_string()).or_default() += 1,
         }
     }
+}
+
+/// The BTH and AETH of an RC or a UD packet (`roce_wire::decode` / `roce_wire::ud::decode_ud`),
+/// its ICRC checked.
+fn bth_and_aeth(payload: &[u8], ip: &IpContext) -> Result<(Bth, Option<Aeth>), WireError> {
+    if ud::is_ud(payload) {
+        return ud::decode_ud(payload, Some(ip)).map(|p| (p.bth, None));
+    }
+    decode(payload, Some(ip)).map(|p| (p.hdr.bth, p.hdr.aeth))
 }
 
 fn report(what: &str, d: &Dir) {
@@ -281,7 +289,7 @@ fn few<T: std::fmt::LowerHex>(s: &BTreeSet<T>) -> String {
 }
 
 fn name(op: u8) -> String {
-    const NAMES: [&str; 18] = [
+    const NAMES: [&str; 21] = [
         "SEND_FIRST",
         "SEND_MIDDLE",
         "SEND_LAST",
@@ -300,6 +308,13 @@ fn name(op: u8) -> String {
         "RDMA_READ_RESPONSE_LAST",
         "RDMA_READ_RESPONSE_ONLY",
         "ACKNOWLEDGE",
+        "ATOMIC_ACKNOWLEDGE",
+        "COMPARE_SWAP",
+        "FETCH_ADD",
     ];
-    NAMES.get(usize::from(op)).map_or_else(|| format!("{op:#04x}"), |n| n.to_string())
+    match op {
+        ud::UD_SEND_ONLY => "UD_SEND_ONLY".into(),
+        ud::UD_SEND_ONLY_WITH_IMMEDIATE => "UD_SEND_ONLY_WITH_IMMEDIATE".into(),
+        _ => NAMES.get(usize::from(op)).map_or_else(|| format!("{op:#04x}"), |n| n.to_string()),
+    }
 }

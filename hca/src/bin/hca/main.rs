@@ -173,15 +173,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The peer's last ACK may have been lost: its resend is answered (by the QP, which the
+    // ping-pong keeps until this returns) before the QP and the model go.
+    let linger = || sim.linger_roce(Duration::from_millis(300), Duration::from_secs(3));
     let result = match &cli.cmd {
         Cmd::Devinfo(o) => devinfo::run(o),
-        Cmd::Pingpong(o) => pingpong::run(o, !cli.model.roce.is_empty()),
+        Cmd::Pingpong(o) => pingpong::run(o, !cli.model.roce.is_empty(), &linger),
         Cmd::Run(_) => unreachable!("run execs before the model opens"),
     };
-    if matches!(cli.cmd, Cmd::Pingpong(_)) && !cli.model.roce.is_empty() {
-        // The peer's last ACK may have been lost: answer its resend before the model goes.
-        sim.linger_roce(Duration::from_millis(300), Duration::from_secs(3));
-    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {

@@ -132,7 +132,8 @@ fn gid_index(s: &str) -> Result<u32, String> {
 /// Opens the device `-d` names (or the first one) and runs the ping-pong on it: both ends here,
 /// or with `roce` (the model has a RoCE port) one end of two processes. Failures as
 /// `ibv_rc_pingpong` words them, with exit status 1.
-pub fn run(o: &Opts, roce: bool) -> Result<(), ToolFailure> {
+/// With `roce`, `linger` runs after the ping-pong while its QP still exists.
+pub fn run(o: &Opts, roce: bool, linger: &dyn Fn()) -> Result<(), ToolFailure> {
     if o.host.is_some() && !roce {
         return Err("a HOST needs --roce: the model's loopback port runs both ends in this process".into());
     }
@@ -144,7 +145,7 @@ pub fn run(o: &Opts, roce: bool) -> Result<(), ToolFailure> {
         }
     };
     if roce {
-        return crate::remote::run(&dev, o).map_err(ToolFailure::from);
+        return crate::remote::run(&dev, o, linger).map_err(ToolFailure::from);
     }
     pingpong(&dev, o).map_err(ToolFailure::from)
 }

@@ -14,8 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Runs one end on `dev`; `Err` (exit status 1) on any failure, worded as `ibv_rc_pingpong`
-/// words it where it has the case.
-pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
+/// words it where it has the case. `linger` runs after the ping-pong, before the QP goes: a
+/// peer whose last acknowledgement was lost resends into a QP that still answers (rxe treats
+/// retry_cnt 7 as "retry forever", so it would otherwise never finish).
+pub fn run(dev: &Device, o: &Opts, linger: &dyn Fn()) -> Result<(), String> {
     let gid_idx = match o.gid_idx {
         Some(i) => i,
         None => first_roce_v2(dev, o.ib_port)?,
@@ -48,7 +50,9 @@ pub fn run(dev: &Device, o: &Opts) -> Result<(), String> {
     let client = o.host.is_some();
     let cpu0 = process_cpu_time();
     let start = Instant::now();
-    let rep = pinned(o.pin, || end.run(o, client)).map_err(|f| f.msg)?;
+    let rep = pinned(o.pin, || end.run(o, client));
+    linger();
+    let rep = rep.map_err(|f| f.msg)?;
     print_report(o, start.elapsed(), process_cpu_time().saturating_sub(cpu0), &rep);
     Ok(())
 }
