@@ -1,0 +1,93 @@
+//! Issue 13 under attack: a hostile RoCE peer, hostile consumers and races against SRQs, UD,
+//! atomics and RESIZE_CQ, through the verbs core, the pvrdma provider and the model. Each test
+//! is a bug once found here, kept so it stays fixed.
+
+use ib_core::{
+    access, Cq, Error, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, Sge, Srq, SrqAttr,
+    SrqInitAttr, WcStatus,
+};
+use pvrdma_sim::roce::RoceConfig;
+use pvrdma_sim::SimConfig;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use tests::fixture::{connect_roce, open_with, poll_n};
+
+/// A fake RoCE peer: its socket and the device's address.
+struct Peer {
+    sock: UdpSocket,
+    to: SocketAddr,
+}
+
+impl Peer {
+    fn new(dev_ip: IpAddr, peer_ip: IpAddr, port: u16) -> Self {
+        let sock = UdpSocket::bind(SocketAddr::new(peer_ip, port)).expect("the peer's socket");
+        Peer { sock, to: SocketAddr::new(dev_ip, port) }
+    }
+
+    /// Sends one RC packet (`opcode`, `psn`) to QP `dest_qp` carrying `payload`.
+    fn rc(&self, opcode: u8, dest_qp: u32, psn: u32, payload: &[u8]) {
+        let bth = roce_wire::Bth { opcode, pkey: 0xffff, dest_qp, psn, ack_req: true, ..Default::default() };
+        let hdr = roce_wire::Headers { bth, ..Default::default() };
+        let mut out = Vec::new();
+        let ip = roce_wire::IpContext::new(self.sock.local_addr().unwrap(), self.to);
+        roce_wire::encode(&hdr, payload, &ip, &mut out).expect("encode");
+        self.sock.send_to(&out, self.to).expect("send");
+    }
+}
+
+fn roce_device(ip: IpAddr, udp_port: u16) -> ib_core::Device {
+    open_with(SimConfig { roce: Some(RoceConfig { udp_port, ..RoceConfig::new(vec![ip]) }), ..Default::default() })
+}
+
+fn srq_qp(pd: &Pd, cq: &Cq, srq: &Srq) -> Qp {
+    let cap = QpCap { max_send_wr: 4, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 };
+    let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: Some(srq) };
+    pd.create_qp(&attr).expect("create_qp on an SRQ")
+}
+
+fn post(srq: &Srq, mr: &Mr, wr_id: u64) -> ib_core::Result<()> {
+    let sge = [Sge { addr: mr.addr(), length: 4096, lkey: mr.lkey() }];
+    srq.post_recv(&RecvWr { wr_id, sg_list: &sge })
+}
+
+/// A QP of an SRQ that took a WQE for a multi-packet SEND (its first packet came) and is then
+/// reset never completes that WQE (the model drops it, as IBTA lets a reset QP drop what it
+/// holds). The driver's record of WQEs owed a completion must not keep it forever: before the
+/// fix, the one lost WQE at the head of the record stopped every later retired entry from
+/// leaving it, and after twice the SRQ's depth in posts `ibv_post_srq_recv` answered ENOMEM for
+/// good while the ring was empty.
+#[test]
+fn a_wqe_lost_by_a_reset_qp_does_not_fill_the_srq_for_good() {
+    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.95.13.1".parse().unwrap(), "127.95.13.2".parse().unwrap());
+    let dev = roce_device(ip, 47_951);
+    let peer = Peer::new(ip, peer_ip, 47_951);
+    let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64, None).unwrap();
+    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
+    let (a, b) = (srq_qp(&pd, &cq, &srq), srq_qp(&pd, &cq, &srq));
+    for q in [&a, &b] {
+        connect_roce(q, 0x99, ib_core::gid_from_ip(peer_ip), sgid);
+    }
+    for w in 0..4 {
+        post(&srq, &mr, w).unwrap();
+    }
+    // A takes a WQE for a message whose rest never comes; B's receive, handled after it,
+    // tells us it was taken.
+    peer.rc(roce_wire::opcode::RC_SEND_FIRST, a.qpn(), 0, &[0x5a; 1024]);
+    peer.rc(roce_wire::opcode::RC_SEND_ONLY, b.qpn(), 0, b"b");
+    let w = poll_n(&cq, 1)[0];
+    assert_eq!((w.status, w.qp_num), (WcStatus::Success, b.qpn()));
+    a.modify_qp(&QpAttr { qp_state: QpState::Reset, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    post(&srq, &mr, 100).unwrap();
+    // Three WQEs stay posted; each SEND to B takes one and the consumer posts one back.
+    for k in 1..=40u32 {
+        peer.rc(roce_wire::opcode::RC_SEND_ONLY, b.qpn(), k, b"b");
+        let w = poll_n(&cq, 1)[0];
+        assert_eq!((w.status, w.qp_num), (WcStatus::Success, b.qpn()), "receive {k}");
+        let r = post(&srq, &mr, 100 + u64::from(k));
+        assert!(r.is_ok(), "repost {k} with three of four WQEs posted: {r:?}");
+    }
+    let full = (0..2).map(|k| post(&srq, &mr, 1000 + k)).collect::<Vec<_>>();
+    assert!(matches!(full[1], Err(Error::QueueFull)), "the ring is full after 4: {full:?}");
+}
