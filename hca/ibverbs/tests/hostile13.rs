@@ -1,0 +1,110 @@
+//! Issue 13's verbs through the C ABI with hostile arguments: each test a bug once found here.
+
+use ibverbs_compat::abi::*;
+use ibverbs_compat::*;
+use std::process::{Command, Stdio};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+/// Set in the child process that runs a test which, broken, would loop and grow without bound.
+const CHILD: &str = "IBVERBS_HOSTILE13_CHILD";
+
+/// Runs test `name` of this binary in a child process with its address space capped (1 GiB)
+/// and a deadline (30 s); true if it ran and passed. A child that loops allocating dies of the
+/// cap or is killed at the deadline, so a regression fails instead of wedging the machine.
+fn passes_in_bounded_child(name: &str) -> bool {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::env::temp_dir().join(format!("hostile13-{}-{name}.out", std::process::id()));
+    let file = std::fs::File::create(&out).expect("the child's output file");
+    let mut child = Command::new(exe)
+        .args(["--exact", name, "--test-threads=1"])
+        .env(CHILD, "1")
+        .stdout(file)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child");
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            let _ = std::fs::remove_file(&out);
+            return status.success() && text.contains("1 passed");
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// In the child: caps the address space so a runaway allocation aborts.
+fn cap_memory() {
+    let lim = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+    // SAFETY: setrlimit reads the struct; lowering our own limit is always allowed.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
+}
+
+/// A receive chain that loops back on itself (`wr.next == &wr`) posted to a 4-WR SRQ (then to a
+/// QP's RQ, and a looping send chain to its SQ): as
+/// rdma-core's pvrdma provider (which posts until the ring is full), the answer is `ENOMEM`
+/// with `bad_wr` at the first WR that found no room. Before the fix the library collected the
+/// chain before posting it and never came back, allocating without bound.
+#[test]
+fn cyclic_work_request_chains_fail_instead_of_looping() {
+    if std::env::var_os(CHILD).is_none() {
+        assert!(passes_in_bounded_child("cyclic_work_request_chains_fail_instead_of_looping"));
+        return;
+    }
+    cap_memory();
+    // SAFETY: every pointer is an object of this library created here.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        let dev = *list;
+        test_model(dev).expect("a model device");
+        let ctx = ibv_open_device(dev);
+        ibv_free_device_list(list);
+        let pd = ibv_alloc_pd(ctx);
+        let mut buf = vec![0u8; 4096];
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 4, max_sge: 1, srq_limit: 0 } };
+        let srq = ibv_create_srq(pd, &mut init);
+        assert!(!srq.is_null());
+        let mut sge = ibv_sge { addr: buf.as_ptr() as u64, length: 64, lkey: (*mr).lkey };
+        let mut wr = ibv_recv_wr { wr_id: 1, next: null_mut(), sg_list: &mut sge, num_sge: 1 };
+        wr.next = &mut wr;
+        let mut bad = null_mut();
+        let post = (*ctx).ops.post_srq_recv.expect("post_srq_recv");
+        assert_eq!(post(srq.cast(), &mut wr, &mut bad), libc::ENOMEM);
+        assert_eq!(bad, &mut wr as *mut _);
+        // The same through a QP's receive queue (8 WRs).
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let mut qa = ibv_qp_init_attr {
+            qp_context: null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: null_mut(),
+            cap: ibv_qp_cap { max_send_wr: 1, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            qp_type: IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(pd, &mut qa);
+        assert!(!qp.is_null());
+        // INIT (1) with IBV_QP_STATE | ACCESS_FLAGS | PKEY_INDEX | PORT.
+        let mut attr = ibv_qp_attr { qp_state: 1, port_num: 1, ..Default::default() };
+        assert_eq!(ibv_modify_qp(qp, &mut attr, 1 | 8 | 16 | 32), 0);
+        bad = null_mut();
+        assert_eq!(((*ctx).ops.post_recv.unwrap())(qp, &mut wr, &mut bad), libc::ENOMEM);
+        assert_eq!(bad, &mut wr as *mut _);
+        // And a looping send chain: a QP before RTS refuses the first WR (EINVAL, as rdma-core).
+        let mut sw: ibv_send_wr = std::mem::zeroed();
+        (sw.wr_id, sw.sg_list, sw.num_sge, sw.opcode) = (2, &mut sge, 1, IBV_WR_SEND);
+        sw.next = &mut sw;
+        let mut sbad = null_mut();
+        assert_eq!(((*ctx).ops.post_send.unwrap())(qp, &mut sw, &mut sbad), libc::EINVAL);
+        assert_eq!(sbad, &mut sw as *mut _);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_srq(srq), 0);
+    }
+}
