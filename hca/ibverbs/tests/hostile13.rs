@@ -108,3 +108,39 @@ fn cyclic_work_request_chains_fail_instead_of_looping() {
         assert_eq!(ibv_destroy_srq(srq), 0);
     }
 }
+
+/// `ibv_create_srq` with `max_wr` and `max_sge` 0: rdma-core's pvrdma provider asks the kernel
+/// for one of each and writes them back, so the SRQ is made with room for one WR of one SGE.
+/// Before the fix the library answered EINVAL.
+#[test]
+fn create_srq_takes_zero_sizes_as_one_as_rdma_core() {
+    // SAFETY: every pointer is an object of this library created here.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        test_model(*list).expect("a model device");
+        let ctx = ibv_open_device(*list);
+        ibv_free_device_list(list);
+        let pd = ibv_alloc_pd(ctx);
+        let mut buf = vec![0u8; 4096];
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: 0 } };
+        let srq = ibv_create_srq(pd, &mut init);
+        assert!(!srq.is_null(), "errno {}", std::io::Error::last_os_error());
+        assert_eq!((init.attr.max_wr, init.attr.max_sge), (1, 1));
+        let mut sge = ibv_sge { addr: buf.as_ptr() as u64, length: 64, lkey: (*mr).lkey };
+        let mut wr = ibv_recv_wr { wr_id: 1, next: null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let mut bad = null_mut();
+        let post = (*ctx).ops.post_srq_recv.expect("post_srq_recv");
+        assert_eq!(post(srq.cast(), &mut wr, &mut bad), 0);
+        assert_eq!(post(srq.cast(), &mut wr, &mut bad), libc::ENOMEM, "one WR fills it");
+        let mut three = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 3, max_sge: 2, srq_limit: 0 } };
+        let s3 = ibv_create_srq(pd, &mut three);
+        assert!(!s3.is_null());
+        assert_eq!((three.attr.max_wr, three.attr.max_sge), (4, 2), "rounded up; SGEs as asked");
+        assert_eq!(ibv_destroy_srq(s3), 0);
+        assert_eq!(ibv_destroy_srq(srq), 0);
+        assert_eq!(ibv_dereg_mr(mr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
