@@ -26,12 +26,37 @@ impl Peer {
     /// Sends one RC packet (`opcode`, `psn`) to QP `dest_qp` carrying `payload`.
     fn rc(&self, opcode: u8, dest_qp: u32, psn: u32, payload: &[u8]) {
         let bth = roce_wire::Bth { opcode, pkey: 0xffff, dest_qp, psn, ack_req: true, ..Default::default() };
-        let hdr = roce_wire::Headers { bth, ..Default::default() };
+        self.send(&roce_wire::Headers { bth, ..Default::default() }, payload);
+    }
+
+    /// Sends the packet `hdr` carrying `payload`.
+    fn send(&self, hdr: &roce_wire::Headers, payload: &[u8]) {
         let mut out = Vec::new();
         let ip = roce_wire::IpContext::new(self.sock.local_addr().unwrap(), self.to);
-        roce_wire::encode(&hdr, payload, &ip, &mut out).expect("encode");
+        roce_wire::encode(hdr, payload, &ip, &mut out).expect("encode");
         self.sock.send_to(&out, self.to).expect("send");
     }
+}
+
+/// As `fixture::connect_roce`, with a local ACK timeout of seconds (IBTA 4.096 us * 2^20): the
+/// forged answers come long before a retry gives up.
+fn connect_slow(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8) {
+    use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttrMask as M};
+    q.modify_to_init(1, access::LOCAL_WRITE).expect("INIT");
+    let grh = GlobalRoute { dgid, sgid_index, hop_limit: 64, ..Default::default() };
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::from_bytes(1024).expect("an IB MTU"),
+        dest_qp_num: remote,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    q.modify_qp(&rtr, m).expect("RTR");
+    let rts = QpAttr { qp_state: QpState::Rts, timeout: 20, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
 }
 
 fn roce_device(ip: IpAddr, udp_port: u16) -> ib_core::Device {
@@ -90,4 +115,49 @@ fn a_wqe_lost_by_a_reset_qp_does_not_fill_the_srq_for_good() {
     }
     let full = (0..2).map(|k| post(&srq, &mr, 1000 + k)).collect::<Vec<_>>();
     assert!(matches!(full[1], Err(Error::QueueFull)), "the ring is full after 4: {full:?}");
+}
+
+/// A response of the wrong kind to a pending atomic (an RDMA READ response at the atomic's PSN,
+/// forged by the peer) is dropped and counted as malformed; the atomic then completes from its
+/// ATOMIC Acknowledge. Before the fix the READ response was dropped without being counted.
+#[test]
+fn a_read_response_to_an_atomic_is_dropped_and_counted() {
+    use roce_wire::opcode as op;
+    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.95.13.3".parse().unwrap(), "127.95.13.4".parse().unwrap());
+    let (dev, sim) = hca::open_sim(SimConfig {
+        roce: Some(RoceConfig { udp_port: 47_953, ..RoceConfig::new(vec![ip]) }),
+        ..Default::default()
+    })
+    .expect("probe");
+    let peer = Peer::new(ip, peer_ip, 47_953);
+    let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8, None).unwrap();
+    let qp = tests::fixture::rc_qp(&pd, &cq, &cq);
+    connect_slow(&qp, 0x99, ib_core::gid_from_ip(peer_ip), sgid);
+    let mr = pd.alloc_mr(64, access::LOCAL_WRITE).unwrap();
+    let sge = [Sge { addr: mr.addr(), length: 8, lkey: mr.lkey() }];
+    let opcode = ib_core::WrOpcode::AtomicFetchAdd { remote_addr: 0x1000, rkey: 7, add: 1 };
+    qp.post_send(&ib_core::SendWr { wr_id: 5, sg_list: &sge, opcode, signaled: true, solicited: false }).unwrap();
+    let mut req = [0u8; 256];
+    peer.sock.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let (n, _) = peer.sock.recv_from(&mut req).expect("the atomic request");
+    let psn = u32::from_be_bytes([0, req[9], req[10], req[11]]);
+    assert_eq!(req[0], op::RC_FETCH_ADD, "{:02x?}", &req[..n]);
+    let stats = || sim.device().stats();
+    let before = stats().roce_rx_dropped_malformed;
+    let bth = |opcode| roce_wire::Bth { opcode, pkey: 0xffff, dest_qp: qp.qpn(), psn, ..Default::default() };
+    let aeth = Some(roce_wire::Aeth::ack(1, 0));
+    peer.send(&roce_wire::Headers { bth: bth(op::RC_RDMA_READ_RESPONSE_ONLY), aeth, ..Default::default() }, &[0xee; 8]);
+    let counted = ib_core::time::poll_until(std::time::Duration::from_secs(5), || {
+        stats().roce_rx_dropped_malformed > before
+    });
+    assert!(counted, "the READ response to an atomic is counted: {:?}", stats());
+    let ack = roce_wire::Headers { bth: bth(op::RC_ATOMIC_ACKNOWLEDGE), aeth, atomic_ack: Some(41), ..Default::default() };
+    peer.send(&ack, &[]);
+    let w = poll_n(&cq, 1)[0];
+    assert_eq!((w.wr_id, w.status), (5, WcStatus::Success));
+    let mut orig = [0u8; 8];
+    mr.read(0, &mut orig).unwrap();
+    assert_eq!(u64::from_le_bytes(orig), 41);
 }
