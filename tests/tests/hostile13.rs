@@ -161,3 +161,44 @@ fn a_read_response_to_an_atomic_is_dropped_and_counted() {
     mr.read(0, &mut orig).unwrap();
     assert_eq!(u64::from_le_bytes(orig), 41);
 }
+
+/// Sends `len` bytes from `mr` on `q` and waits for its completion on `cq`.
+fn send_len(q: &Qp, cq: &Cq, mr: &Mr, len: u32) {
+    let sge = [Sge { addr: mr.addr(), length: len, lkey: mr.lkey() }];
+    let wr = ib_core::SendWr { wr_id: 9, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
+    q.post_send(&wr).expect("post_send");
+    assert_eq!(poll_n(cq, 1)[0].status, WcStatus::Success);
+}
+
+/// A QP of an SRQ completes a receive whose CQE is still queued when the QP is reset: the
+/// driver removes that CQE (nothing posted before a reset comes back), and must retire the SRQ
+/// WQE it completed. Before the fix the WQE stayed owed, and the next WQE posted with the same
+/// `wr_id` (a buffer index, as consumers use it) had its successful completion matched to the
+/// old, shorter WQE and reported as a local length error.
+#[test]
+fn an_srq_cqe_removed_by_a_reset_retires_its_wqe() {
+    let dev = tests::fixture::open();
+    let gid = tests::fixture::gid(&dev);
+    let pd = dev.alloc_pd().unwrap();
+    let (scq, rcq) = (dev.create_cq(16, None).unwrap(), dev.create_cq(16, None).unwrap());
+    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let (a, b) = (srq_qp(&pd, &rcq, &srq), srq_qp(&pd, &rcq, &srq));
+    let (sa, sb) = (tests::fixture::rc_qp(&pd, &scq, &scq), tests::fixture::rc_qp(&pd, &scq, &scq));
+    for (x, y) in [(&a, &sa), (&b, &sb)] {
+        tests::fixture::connect(x, y.qpn(), gid);
+        tests::fixture::connect(y, x.qpn(), gid);
+    }
+    let (smr, rmr) = (pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap(), pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap());
+    let recv = |len: u32| {
+        let sge = [Sge { addr: rmr.addr(), length: len, lkey: rmr.lkey() }];
+        srq.post_recv(&RecvWr { wr_id: 7, sg_list: &sge }).expect("post_srq_recv");
+    };
+    recv(16);
+    send_len(&sa, &scq, &smr, 16);
+    // A's receive completed into `rcq`; reset A before polling it.
+    a.modify_qp(&QpAttr { qp_state: QpState::Reset, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    recv(64);
+    send_len(&sb, &scq, &smr, 64);
+    let w = poll_n(&rcq, 1)[0];
+    assert_eq!((w.qp_num, w.wr_id, w.status, w.byte_len), (b.qpn(), 7, WcStatus::Success, 64));
+}
