@@ -78,10 +78,11 @@ impl SrqQueue {
     /// is full (only then, as rdma-core's `pvrdma_post_srq_recv`); [`Error::DeviceFatal`] for a
     /// consumer index out of range.
     ///
-    /// A WQE a QP took and never completes (the QP was reset or destroyed while it held the WQE
-    /// for a message in progress: the model drops it, see its `srq.rs`) stays owed: once `cap` are
-    /// owed, the oldest is forgotten (a CQE naming it later reads as not owed), so such WQEs
-    /// neither fill the SRQ nor grow the record without bound.
+    /// A WQE a QP took and that never completes (a device that drops the WQE a QP held for a
+    /// message in progress when the QP is reset or destroyed; the model completes it with
+    /// `WR_FLUSH_ERR`, which the reset's CQE flush retires) stays owed: once `cap` are owed, the
+    /// oldest is forgotten (a CQE naming it later reads as not owed), so such WQEs neither fill
+    /// the SRQ nor grow the record without bound.
     fn next_slot(&mut self, words: &RecordWords) -> Result<u64> {
         let used = self.record.in_use(words, self.prod).map_err(record_error)?;
         self.drop_retired();

@@ -379,7 +379,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     } else if new == RESET {
         qp.resets.fetch_add(1, Ordering::AcqRel);
         st.inflight.clear();
-        st.held_srq_wqe = None;
+        qp.flush_held(core, &mut st, fx);
         (st.send_psn, st.recv_psn) = (0, 0);
         st.bytes_on_wire = 0;
         st.throttled = false;
@@ -505,13 +505,14 @@ pub fn query(core: &Core, req: &QueryQp) -> CmdResult<QueryQpResp> {
     Ok(QueryQpResp { attrs, ..Default::default() })
 }
 
-/// DESTROY_QP: no completions for what was posted; packets parked for it fail their senders.
-/// Errors: `EINVAL` for an unknown handle.
+/// DESTROY_QP: no completions for what was posted (but the SRQ WQE it held, see `srq.rs`);
+/// packets parked for it fail their senders. Errors: `EINVAL` for an unknown handle.
 pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<DestroyQpResp> {
     let qp = core.objects.lock().qps.remove(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
     if let Some(s) = &qp.srq {
         s.detach(qp.handle);
     }
+    qp.flush_held(core, &mut qp.st.lock(), fx);
     qp.kill();
     fx.kicks.push(qp.handle);
     Ok(DestroyQpResp::default())

@@ -74,47 +74,39 @@ fn post(srq: &Srq, mr: &Mr, wr_id: u64) -> ib_core::Result<()> {
     srq.post_recv(&RecvWr { wr_id, sg_list: &sge })
 }
 
-/// A QP of an SRQ that took a WQE for a multi-packet SEND (its first packet came) and is then
-/// reset never completes that WQE (the model drops it, as IBTA lets a reset QP drop what it
-/// holds). The driver's record of WQEs owed a completion must not keep it forever: before the
-/// fix, the one lost WQE at the head of the record stopped every later retired entry from
-/// leaving it, and after twice the SRQ's depth in posts `ibv_post_srq_recv` answered ENOMEM for
-/// good while the ring was empty.
+/// A device that consumes an SRQ WQE and never completes it (here: the test moves the SRQ's
+/// `cons_head` past one WQE, as a device that lost it would) must not fill the SRQ for good.
+/// Before the fix the one WQE owed forever at the head of the driver's record stopped every
+/// later retired entry from leaving it, and after twice the SRQ's depth in posts
+/// `ibv_post_srq_recv` answered ENOMEM for good while the ring was empty.
 #[test]
-fn a_wqe_lost_by_a_reset_qp_does_not_fill_the_srq_for_good() {
-    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.95.13.1".parse().unwrap(), "127.95.13.2".parse().unwrap());
-    let dev = roce_device(ip, 47_951);
-    let peer = Peer::new(ip, peer_ip, 47_951);
-    let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
+fn a_wqe_the_device_never_completes_does_not_fill_the_srq_for_good() {
+    let (dev, sim) = hca::open_sim(SimConfig::default()).expect("probe");
+    let gid = tests::fixture::gid(&dev);
     let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(64, None).unwrap();
+    let (scq, rcq) = (dev.create_cq(16, None).unwrap(), dev.create_cq(16, None).unwrap());
     let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
-    let (a, b) = (srq_qp(&pd, &cq, &srq), srq_qp(&pd, &cq, &srq));
-    for q in [&a, &b] {
-        connect_roce(q, 0x99, ib_core::gid_from_ip(peer_ip), sgid);
-    }
+    let b = srq_qp(&pd, &rcq, &srq);
+    let sb = tests::fixture::rc_qp(&pd, &scq, &scq);
+    tests::fixture::connect(&b, sb.qpn(), gid);
+    tests::fixture::connect(&sb, b.qpn(), gid);
     for w in 0..4 {
         post(&srq, &mr, w).unwrap();
     }
-    // A takes a WQE for a message whose rest never comes; B's receive, handled after it,
-    // tells us it was taken.
-    peer.rc(roce_wire::opcode::RC_SEND_FIRST, a.qpn(), 0, &[0x5a; 1024]);
-    peer.rc(roce_wire::opcode::RC_SEND_ONLY, b.qpn(), 0, b"b");
-    let w = poll_n(&cq, 1)[0];
-    assert_eq!((w.status, w.qp_num), (WcStatus::Success, b.qpn()));
-    a.modify_qp(&QpAttr { qp_state: QpState::Reset, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    let page = srq.provider_srq::<hca::srq::Srq>().expect("a pvrdma SRQ").record_page();
+    sim.device().mem().store_u32(page.addr() + pvrdma_abi::ring::RX_CONS_HEAD, 1).unwrap();
     post(&srq, &mr, 100).unwrap();
-    // Three WQEs stay posted; each SEND to B takes one and the consumer posts one back.
+    // The ring stays full (four posted, one more than the device left): each SEND takes one
+    // and the consumer posts one back.
     for k in 1..=40u32 {
-        peer.rc(roce_wire::opcode::RC_SEND_ONLY, b.qpn(), k, b"b");
-        let w = poll_n(&cq, 1)[0];
+        send_len(&sb, &scq, &mr, 8);
+        let w = poll_n(&rcq, 1)[0];
         assert_eq!((w.status, w.qp_num), (WcStatus::Success, b.qpn()), "receive {k}");
         let r = post(&srq, &mr, 100 + u64::from(k));
-        assert!(r.is_ok(), "repost {k} with three of four WQEs posted: {r:?}");
+        assert!(r.is_ok(), "repost {k} into the slot the receive freed: {r:?}");
     }
-    let full = (0..2).map(|k| post(&srq, &mr, 1000 + k)).collect::<Vec<_>>();
-    assert!(matches!(full[1], Err(Error::QueueFull)), "the ring is full after 4: {full:?}");
+    assert!(matches!(post(&srq, &mr, 1000), Err(Error::QueueFull)), "the ring is full");
 }
 
 /// A response of the wrong kind to a pending atomic (an RDMA READ response at the atomic's PSN,
@@ -201,4 +193,42 @@ fn an_srq_cqe_removed_by_a_reset_retires_its_wqe() {
     send_len(&sb, &scq, &smr, 64);
     let w = poll_n(&rcq, 1)[0];
     assert_eq!((w.qp_num, w.wr_id, w.status, w.byte_len), (b.qpn(), 7, WcStatus::Success, 64));
+}
+
+/// A QP of an SRQ holding a WQE for a message in progress (its first packet came) is reset: the
+/// device completes that WQE with WR_FLUSH_ERR, which the driver's reset removes from the CQ
+/// while retiring the WQE. Before the fix the device dropped it without a completion, the
+/// driver kept it owed, and the next WQE posted with its `wr_id` had its successful, longer
+/// completion matched to the lost WQE and reported as a local length error.
+#[test]
+fn a_held_srq_wqe_of_a_reset_qp_is_retired_not_lost() {
+    use roce_wire::opcode as op;
+    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.95.13.5".parse().unwrap(), "127.95.13.6".parse().unwrap());
+    let dev = roce_device(ip, 47_955);
+    let peer = Peer::new(ip, peer_ip, 47_955);
+    let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64, None).unwrap();
+    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
+    let (a, b) = (srq_qp(&pd, &cq, &srq), srq_qp(&pd, &cq, &srq));
+    for q in [&a, &b] {
+        connect_roce(q, 0x99, ib_core::gid_from_ip(peer_ip), sgid);
+    }
+    let recv = |wr_id: u64, len: u32| {
+        let sge = [Sge { addr: mr.addr(), length: len, lkey: mr.lkey() }];
+        srq.post_recv(&RecvWr { wr_id, sg_list: &sge }).expect("post_srq_recv");
+    };
+    recv(7, 1024);
+    recv(8, 4096);
+    peer.rc(op::RC_SEND_FIRST, a.qpn(), 0, &[1; 1024]);
+    peer.rc(op::RC_SEND_ONLY, b.qpn(), 0, b"b");
+    let w = poll_n(&cq, 1)[0];
+    assert_eq!((w.qp_num, w.wr_id, w.status), (b.qpn(), 8, WcStatus::Success), "A took 7, B 8");
+    a.modify_qp(&QpAttr { qp_state: QpState::Reset, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    recv(7, 4096);
+    peer.rc(op::RC_SEND_FIRST, b.qpn(), 1, &[2; 1024]);
+    peer.rc(op::RC_SEND_LAST, b.qpn(), 2, &[3; 100]);
+    let w = poll_n(&cq, 1)[0];
+    assert_eq!((w.qp_num, w.wr_id, w.status, w.byte_len), (b.qpn(), 7, WcStatus::Success, 1124));
 }
