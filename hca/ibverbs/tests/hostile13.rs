@@ -144,3 +144,39 @@ fn create_srq_takes_zero_sizes_as_one_as_rdma_core() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+/// `ibv_create_ah` with a bad port or `sgid_index`: `EINVAL` for port 0 or 2, an index past the
+/// GID table, and (before the fix, made) an index within it naming no GID — an AH the first UD
+/// send through would have failed with, moving its QP to the error state. rdma-core's pvrdma
+/// provider resolves the source address from that GID and refuses too; the device refuses such
+/// an address vector for an RC QP at RTR.
+#[test]
+fn create_ah_refuses_a_bad_port_or_an_empty_sgid_index() {
+    // SAFETY: every pointer is an object of this library created here.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        test_model(*list).expect("a model device");
+        let ctx = ibv_open_device(*list);
+        ibv_free_device_list(list);
+        let pd = ibv_alloc_pd(ctx);
+        let mut gid = ibv_gid { raw: [0; 16] };
+        let empty = (1..16).find(|&i| ibv_query_gid(ctx, 1, i, &mut gid) == 0 && gid.raw == [0; 16]);
+        let empty = empty.expect("an empty GID slot") as u8;
+        let dgid = ibv_gid { raw: std::net::Ipv4Addr::new(127, 0, 0, 9).to_ipv6_mapped().octets() };
+        let attr = |port_num: u8, sgid_index: u8| ibv_ah_attr {
+            grh: ibv_global_route { dgid, flow_label: 0, sgid_index, hop_limit: 64, traffic_class: 0 },
+            is_global: 1,
+            port_num,
+            ..Default::default()
+        };
+        let good = ibv_create_ah(pd, &mut attr(1, 0));
+        assert!(!good.is_null(), "GID 0 is bound: {}", std::io::Error::last_os_error());
+        for (port, index) in [(0, 0), (2, 0), (1, 255), (1, empty)] {
+            assert!(ibv_create_ah(pd, &mut attr(port, index)).is_null(), "port {port} sgid_index {index}");
+            assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EINVAL));
+        }
+        assert_eq!(ibv_destroy_ah(good), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}

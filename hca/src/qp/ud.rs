@@ -28,7 +28,7 @@ impl Ah {
     /// device) and builds its address vector in `pd`.
     ///
     /// Errors: [`Error::InvalidArgument`] without a global route (RoCE: IBTA A16.4.1), for a
-    /// port the device lacks or a zero `dgid`; [`Error::NoResources`] (`ENOMEM`) when `max_ah`
+    /// port the device lacks, a zero `dgid` or an `sgid_index` that names no GID; [`Error::NoResources`] (`ENOMEM`) when `max_ah`
     /// AHs exist; [`Error::DeviceFatal`]. Unlike Linux, a global
     /// unicast IPv6 `dgid` is taken (Linux takes only link-local, multicast and IPv4-mapped
     /// GIDs, its GID cache's RoCE addresses; the model routes any RoCE v2 GID).
@@ -40,6 +40,11 @@ impl Ah {
         pd.dev.check_port(attr.port_num)?;
         if attr.grh.dgid == [0u8; 16] {
             return Err(Error::InvalidArgument("a zero destination GID"));
+        }
+        // As an RC QP's address vector at RTR (the device checks it there), and as rdma-core's
+        // pvrdma provider, whose AH resolves the source address from the GID, refuses.
+        if pd.dev.gids.get(u32::from(attr.grh.sgid_index))?.is_none() {
+            return Err(Error::InvalidArgument("sgid_index names no GID"));
         }
         let max = pd.dev.attr.max_ah;
         let counted = pd.dev.ahs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
