@@ -179,9 +179,23 @@ impl Cq {
     /// completion of a message sent with the solicited flag. A CQ that overflows (or whose
     /// `cons_head` is out of range) is reported in `fx` so its QPs go to the error state.
     pub fn publish(&self, core: &Core, cqe: &Cqe, solicited: bool, fx: &mut Effects) {
+        self.publish_with(core, cqe, solicited, false, fx);
+    }
+
+    /// As [`Cq::publish`] (not solicited), but a CQE the CQ has no room for is dropped instead
+    /// of overflowing it: a completion no verb owes (an SRQ WQE a QP held when it was reset or
+    /// destroyed, which the driver removes with that QP's other CQEs) never errs the CQ.
+    pub(crate) fn publish_if_room(&self, core: &Core, cqe: &Cqe, fx: &mut Effects) {
+        self.publish_with(core, cqe, false, true, fx);
+    }
+
+    fn publish_with(&self, core: &Core, cqe: &Cqe, solicited: bool, if_room: bool, fx: &mut Effects) {
         let profile = core.cfg.profile;
         let mut st = self.st.lock();
         if st.dead {
+            return;
+        }
+        if if_room && st.ring.queued(&core.mem).map_or(true, |q| q >= st.ring.elems()) {
             return;
         }
         if st.error {

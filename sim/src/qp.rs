@@ -379,7 +379,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     } else if new == RESET {
         qp.resets.fetch_add(1, Ordering::AcqRel);
         st.inflight.clear();
-        qp.flush_held(core, &mut st, fx);
+        qp.flush_held(core, &mut st, true, fx);
         (st.send_psn, st.recv_psn) = (0, 0);
         st.bytes_on_wire = 0;
         st.throttled = false;
@@ -512,7 +512,7 @@ pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<Dest
     if let Some(s) = &qp.srq {
         s.detach(qp.handle);
     }
-    qp.flush_held(core, &mut qp.st.lock(), fx);
+    qp.flush_held(core, &mut qp.st.lock(), true, fx);
     qp.kill();
     fx.kicks.push(qp.handle);
     Ok(DestroyQpResp::default())
@@ -1106,7 +1106,7 @@ impl Qp {
         self.retire(core, st, fx);
         self.flush(core, true, fx);
         self.flush(core, false, fx);
-        self.flush_held(core, st, fx);
+        self.flush_held(core, st, false, fx);
         if self.srq.is_some() && core.cfg.profile == crate::Profile::Ibta {
             // IBTA 11.6.3.3 (o11-5.2.5): no more WQEs will be taken from the SRQ for this QP.
             core.post_async_event(EqeType::QpLastWqeReached, self.handle);
@@ -1123,8 +1123,10 @@ impl Qp {
         }
     }
 
-    /// Completes the SRQ WQE the QP holds for a message in progress, if any, with `WR_FLUSH_ERR`.
-    fn flush_held(&self, core: &Core, st: &mut QpState, fx: &mut Effects) {
+    /// Completes the SRQ WQE the QP holds for a message in progress, if any, with `WR_FLUSH_ERR`
+    /// (`if_room`: at RESET and DESTROY_QP, only if the CQ has room, see
+    /// [`crate::cq::Cq::publish_if_room`]).
+    fn flush_held(&self, core: &Core, st: &mut QpState, if_room: bool, fx: &mut Effects) {
         if let Some((hdr, _)) = st.held_srq_wqe.take() {
             let cqe = Cqe {
                 wr_id: hdr.wr_id,
@@ -1134,7 +1136,11 @@ impl Qp {
                 port_num: 1,
                 ..Default::default()
             };
-            self.recv_cq.publish(core, &cqe, false, fx);
+            if if_room {
+                self.recv_cq.publish_if_room(core, &cqe, fx);
+            } else {
+                self.recv_cq.publish(core, &cqe, false, fx);
+            }
         }
     }
 
