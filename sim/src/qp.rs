@@ -311,7 +311,8 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 /// (SQD -> SQD too), any -> ERR, any -> RESET. For RC, INIT -> RTR demands `AV` (a nonzero dgid,
 /// an sgid_index naming a bound GID) and `DEST_QPN` in the mask, as the real device does; UD takes
 /// a Q_Key instead (`ud::transition`). Moving to ERR flushes; moving to RESET drops
-/// every WQE without completions (the driver resets its ring indices). In SQD (IBTA 10.3.1 Send
+/// every WQE without completions (the driver resets its ring indices), but for the SRQ WQE the QP
+/// held (see `srq.rs`). In SQD (IBTA 10.3.1 Send
 /// Queue Drain) the send queue starts no new WQE — they stay posted until SQD -> RTS — while the
 /// sends in flight finish and the QP keeps responding; once none is in flight `sq_draining` reads
 /// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. SQE is
