@@ -180,3 +180,88 @@ fn create_ah_refuses_a_bad_port_or_an_empty_sgid_index() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+/// A UD QP in RTS (INIT with P_Key index, port and Q_Key, then RTR, then RTS from PSN 0).
+///
+/// # Safety
+/// `pd` and `cq` are live objects of this library.
+unsafe fn ud_qp(pd: *mut ibv_pd, cq: *mut ibv_cq, qkey: u32) -> *mut ibv_qp {
+    let mut qa = ibv_qp_init_attr {
+        qp_context: null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq: null_mut(),
+        cap: ibv_qp_cap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+        qp_type: 4, // IBV_QPT_UD
+        sq_sig_all: 0,
+    };
+    // SAFETY: the caller's promise.
+    unsafe {
+        let qp = ibv_create_qp(pd, &mut qa);
+        assert!(!qp.is_null());
+        let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, qkey, ..Default::default() };
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1 | 16 | 32 | 64), 0, "INIT");
+        a.qp_state = 2;
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1), 0, "RTR");
+        a.qp_state = 3;
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 16)), 0, "RTS");
+        qp
+    }
+}
+
+/// `ibv_post_send` on a UD QP whose WR names no AH (`wr.ud.ah` NULL): `EINVAL` with `bad_wr` at
+/// that WR, the WRs before it posted (rdma-core's pvrdma provider would dereference the NULL
+/// AH); and an AH destroyed right after the post does not disturb the send (the WQE carries a
+/// copy of its address vector, as `pvrdma_post_send` copies it).
+#[test]
+fn a_ud_send_without_an_ah_is_refused_and_a_destroyed_ah_is_not_needed() {
+    // SAFETY: every pointer is an object of this library created here.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        test_model(*list).expect("a model device");
+        let ctx = ibv_open_device(*list);
+        ibv_free_device_list(list);
+        let pd = ibv_alloc_pd(ctx);
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let mut buf = vec![0u8; 4096];
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+        let (a, b) = (ud_qp(pd, cq, 0x77), ud_qp(pd, cq, 0x77));
+        let mut gid = ibv_gid { raw: [0; 16] };
+        assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), 0);
+        let mut attr = ibv_ah_attr {
+            grh: ibv_global_route { dgid: gid, flow_label: 0, sgid_index: 0, hop_limit: 64, traffic_class: 0 },
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        let ah = ibv_create_ah(pd, &mut attr);
+        assert!(!ah.is_null());
+        let mut rsge = ibv_sge { addr: buf.as_ptr() as u64 + 1024, length: 1024, lkey: (*mr).lkey };
+        let mut rwr = ibv_recv_wr { wr_id: 3, next: null_mut(), sg_list: &mut rsge, num_sge: 1 };
+        let mut rbad = null_mut();
+        assert_eq!(((*ctx).ops.post_recv.unwrap())(b, &mut rwr, &mut rbad), 0);
+        let mut sge = ibv_sge { addr: buf.as_ptr() as u64, length: 16, lkey: (*mr).lkey };
+        let mut wrs: [ibv_send_wr; 2] = [std::mem::zeroed(), std::mem::zeroed()];
+        for (i, w) in wrs.iter_mut().enumerate() {
+            (w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags) = (10 + i as u64, &mut sge, 1, IBV_WR_SEND, 2);
+            w.wr.ud = ibv_send_wr_ud { ah, remote_qpn: (*b).qp_num, remote_qkey: 0x77 };
+        }
+        wrs[1].wr.ud.ah = null_mut();
+        wrs[0].next = &mut wrs[1];
+        let mut bad = null_mut();
+        assert_eq!(((*ctx).ops.post_send.unwrap())(a, &mut wrs[0], &mut bad), libc::EINVAL);
+        assert_eq!(bad, &mut wrs[1] as *mut _, "the WR without an AH");
+        assert_eq!(ibv_destroy_ah(ah), 0, "the posted send keeps its own address vector");
+        let mut wc: [ibv_wc; 4] = std::mem::zeroed();
+        let (mut got, end) = (Vec::new(), Instant::now() + Duration::from_secs(5));
+        while got.len() < 2 && Instant::now() < end {
+            let n = ((*ctx).ops.poll_cq.unwrap())(cq, 4, wc.as_mut_ptr());
+            got.extend(wc[..n.max(0) as usize].iter().map(|w| (w.wr_id, w.status, w.qp_num)));
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![(3, 0, (*b).qp_num), (10, 0, (*a).qp_num)], "the first WR went out; only it");
+        for qp in [a, b] {
+            assert_eq!(ibv_destroy_qp(qp), 0);
+        }
+    }
+}
