@@ -120,7 +120,8 @@ pub struct Srq {
     dev: Arc<DeviceInner>,
     handle: u32,
     db_handle: SrqHandle,
-    buf: PagedBuf,
+    /// The ring; `None` only while dropping.
+    buf: Option<PagedBuf>,
     words: RecordWords,
     queue: Arc<Mutex<SrqQueue>>,
     db: Doorbells,
@@ -171,7 +172,7 @@ impl Srq {
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
         tracing::debug!(srq = raw, "SRQ created");
         let queue = Arc::new(Mutex::new(queue));
-        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf, words, queue, db })
+        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf: Some(buf), words, queue, db })
     }
 
     /// Where the SRQ's ring-state record lives (page 0 of its page list; the SRQ's indices are
@@ -213,7 +214,8 @@ impl Srq {
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(n);
         hdr.total_len.set(total);
-        crate::qp::write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
+        let buf = self.buf.as_ref().ok_or(Error::DeviceFatal)?;
+        crate::qp::write_wqe(buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         q.prod = idx_inc(q.prod, q.cnt);
         q.owed.push_back(Some((wr.wr_id, total)));
         Ok(())
@@ -291,14 +293,18 @@ impl SrqOps for Srq {
 }
 
 impl Drop for Srq {
-    /// DESTROY_SRQ, then out of the event table, under the object lock (as a QP's drop).
+    /// DESTROY_SRQ, then out of the event table, under the object lock (as a QP's drop). A
+    /// DESTROY the device refused or never answered leaves the SRQ on the device, which may
+    /// still take WQEs from its ring and write its consumer index: the ring is abandoned, not
+    /// freed, so no later allocation meets those writes.
     fn drop(&mut self) {
         let h = self.handle;
-        self.dev.eq.destroy_object(
-            || {
-                destroy_srq(&self.dev, h);
-            },
-            || self.dev.eq.unregister_srq(h),
-        );
+        let mut taken = false;
+        self.dev.eq.destroy_object(|| taken = destroy_srq(&self.dev, h), || self.dev.eq.unregister_srq(h));
+        if !taken {
+            if let Some(buf) = self.buf.take() {
+                buf.abandon();
+            }
+        }
     }
 }

@@ -280,3 +280,47 @@ fn a_ud_qp_drains_its_send_queue_and_keeps_receiving_in_sqd() {
     let w = poll_n(&rcq, 1)[0];
     assert_eq!((w.qp_num, w.status), (a.qpn(), WcStatus::Success), "sent once back in RTS");
 }
+
+/// A device that refuses every DESTROY_QP (the request's handle is rewritten to one it does not
+/// know, so the QP stays on the device, attached to its SRQ).
+struct RefuseDestroyQp;
+
+use hca::platform::Platform as _;
+
+impl tests::intercept::Hooks for RefuseDestroyQp {
+    fn reg_write(&self, sim: &hca::platform::sim::SimPlatform, offset: u32, value: u32) {
+        if offset == pvrdma_abi::regs::REG_REQUEST {
+            let d = sim.device();
+            let req = tests::rewrite::dsr(d).cmd_slot_dma.get();
+            if d.mem().load_u32(req + 8).unwrap_or(0) == pvrdma_abi::cmd::opcode::DESTROY_QP {
+                d.mem().store_u32(req + 16, 0x00ff_fff0).unwrap();
+            }
+        }
+        sim.reg_write(offset, value);
+    }
+}
+
+/// DESTROY_SRQ refused (EBUSY: a QP whose DESTROY_QP the device refused still uses the SRQ)
+/// when the driver drops its SRQ: the device keeps the SRQ and may still take WQEs from its
+/// ring and write its consumer index there, so the ring must stay allocated (abandoned), never
+/// go back to the allocator for another object to meet those writes. Before the fix it was
+/// freed.
+#[test]
+fn a_refused_destroy_srq_abandons_the_ring_instead_of_freeing_it() {
+    let plat = std::sync::Arc::new(tests::intercept::Intercept {
+        sim: hca::platform::sim::SimPlatform::new(SimConfig::default()),
+        hooks: RefuseDestroyQp,
+    });
+    let opts = hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() };
+    let dev = hca::probe(plat.clone(), opts).expect("probe");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let qp = srq_qp(&pd, &cq, &srq);
+    let page = srq.provider_srq::<hca::srq::Srq>().expect("a pvrdma SRQ").record_page();
+    let mem = plat.sim.device().mem();
+    drop(qp);
+    drop(srq);
+    assert_eq!(plat.sim.device().live_objects().srqs, 1, "the device kept the SRQ");
+    assert!(mem.contains(page.addr(), 4096), "the ring the device may still write stays allocated");
+}
