@@ -20,7 +20,7 @@ fn resize_cq_charges_the_new_ring_to_the_host_budget() {
     // 4096 CQEs over 64 entry pages, every one the same guest page.
     let page = d.dev.mem().alloc(PAGE).unwrap();
     let mut list = vec![ring.state];
-    list.extend(std::iter::repeat(page).take(64));
+    list.extend([page; 64]);
     let fresh = build_pdir(&d.dev, &list);
     let mut entries = vec![0u8; PAGE as usize];
     d.dev.mem().read(fresh, &mut entries).unwrap();
@@ -39,7 +39,7 @@ fn resize_cq_charges_the_new_ring_to_the_host_budget() {
     let fresh = build_pdir(&tight.dev, &{
         let page = tight.dev.mem().alloc(PAGE).unwrap();
         let mut l = vec![ring.state];
-        l.extend(std::iter::repeat(page).take(64));
+        l.extend([page; 64]);
         l
     });
     let mut entries = vec![0u8; PAGE as usize];
