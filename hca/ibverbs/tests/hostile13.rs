@@ -265,3 +265,40 @@ fn a_ud_send_without_an_ah_is_refused_and_a_destroyed_ah_is_not_needed() {
         }
     }
 }
+
+/// A program makes more AHs than the device's `max_ah`: rdma-core's pvrdma provider builds a
+/// user AH in user space and counts it against nothing (the device's `max_ah` bounds the
+/// kernel's AHs, which Linux's `pvrdma_create_ah` counts), so every one is made. Before the fix
+/// the library answered ENOMEM past `max_ah` (64 on the model), failing e.g. a UD program with
+/// one AH per peer.
+#[test]
+fn user_ahs_are_not_bounded_by_the_kernels_max_ah() {
+    // SAFETY: every pointer is an object of this library created here.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        test_model(*list).expect("a model device");
+        let ctx = ibv_open_device(*list);
+        ibv_free_device_list(list);
+        let mut attr: ibv_device_attr = std::mem::zeroed();
+        assert_eq!(ibv_query_device(ctx, &mut attr), 0);
+        let max = attr.max_ah as usize;
+        assert!(max > 0);
+        let pd = ibv_alloc_pd(ctx);
+        let mut gid = ibv_gid { raw: [0; 16] };
+        assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), 0);
+        let mut a = ibv_ah_attr {
+            grh: ibv_global_route { dgid: gid, flow_label: 0, sgid_index: 0, hop_limit: 64, traffic_class: 0 },
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        let ahs: Vec<*mut ibv_ah> = (0..2 * max).map(|_| ibv_create_ah(pd, &mut a)).collect();
+        let made = ahs.iter().filter(|p| !p.is_null()).count();
+        assert_eq!(made, 2 * max, "errno {}", std::io::Error::last_os_error());
+        for ah in ahs {
+            assert_eq!(ibv_destroy_ah(ah), 0);
+        }
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
