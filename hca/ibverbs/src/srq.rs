@@ -161,7 +161,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq_: *mut ibv_srq) -> i32 {
 
 /// `ops.post_srq_recv` (`ibv_post_srq_recv(srq, wr, bad_wr)`): posts the chain at `wr` to the
 /// SRQ. 0, or the errno of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR
-/// (more SGEs than the SRQ takes), `ENOMEM` when the SRQ is full.
+/// (more SGEs than the SRQ takes), `ENOMEM` when the SRQ is full (at the latest at the WR past
+/// its depth: a chain that loops back on itself ends there).
 pub(crate) unsafe extern "C" fn post_srq_recv(srq_: *mut libc::c_void, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the header passes the program's SRQ of this library.

@@ -276,7 +276,7 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
 
 /// `ops.post_recv` (`ibv_post_recv(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
 /// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR, a QP in RESET or a QP
-/// on an SRQ, `ENOMEM` when the receive queue is full.
+/// on an SRQ, `ENOMEM` when the receive queue is full (at the latest at the WR past its depth).
 pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
