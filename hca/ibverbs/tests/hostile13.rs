@@ -302,3 +302,35 @@ fn user_ahs_are_not_bounded_by_the_kernels_max_ah() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+/// `ibv_post_recv` / `ibv_post_srq_recv` with a NULL chain or a NULL `bad_wr`: `EINVAL` and
+/// nothing posted, as rdma-core's pvrdma provider answers. Before the fix a NULL chain answered
+/// 0 and a NULL `bad_wr` posted the chain.
+#[test]
+fn receive_posts_without_a_chain_or_bad_wr_are_refused() {
+    // SAFETY: every pointer is an object of this library created here, or NULL on purpose.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        test_model(*list).expect("a model device");
+        let ctx = ibv_open_device(*list);
+        ibv_free_device_list(list);
+        let pd = ibv_alloc_pd(ctx);
+        let mut buf = vec![0u8; 4096];
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 1, max_sge: 1, srq_limit: 0 } };
+        let srq = ibv_create_srq(pd, &mut init);
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let qp = ud_qp(pd, cq, 1);
+        let mut sge = ibv_sge { addr: buf.as_ptr() as u64, length: 64, lkey: (*mr).lkey };
+        let mut wr = ibv_recv_wr { wr_id: 1, next: null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let mut bad = null_mut();
+        let (srq_post, qp_post) = ((*ctx).ops.post_srq_recv.unwrap(), (*ctx).ops.post_recv.unwrap());
+        assert_eq!(srq_post(srq.cast(), null_mut(), &mut bad), libc::EINVAL);
+        assert_eq!(qp_post(qp, null_mut(), &mut bad), libc::EINVAL);
+        assert_eq!(srq_post(srq.cast(), &mut wr, null_mut()), libc::EINVAL);
+        assert_eq!(srq_post(srq.cast(), &mut wr, &mut bad), 0, "nothing was posted: room for the one WR");
+        assert_eq!(qp_post(qp, &mut wr, null_mut()), libc::EINVAL);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_srq(srq), 0);
+    }
+}

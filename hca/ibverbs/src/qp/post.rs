@@ -288,10 +288,11 @@ pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr
 
 /// Posts the receive chain at `wr` with `post` (a QP's RQ or an SRQ of `depth` WRs), in one call
 /// for every WR read; 0, or the errno of the first WR not posted, stored in `*bad_wr` (a WR whose
-/// SGE list is unreadable stops the walk: those before it are posted). At most `depth` WRs (one
-/// if 0) are read: the queue holds no more, so a longer chain (or one that loops back on itself) fails
-/// `ENOMEM` at WR `depth` at the latest, as rdma-core's pvrdma provider, which posts WR by WR
-/// until the ring is full, answers it.
+/// SGE list is unreadable stops the walk: those before it are posted). As rdma-core's pvrdma
+/// provider: a NULL `wr` or `bad_wr` posts nothing (`EINVAL`), and a chain longer than the
+/// queue (one that loops back on itself included) fails `ENOMEM` at WR `depth` at the latest,
+/// where that provider, posting WR by WR, finds the ring full; so at most `depth` WRs (one if
+/// 0) are read.
 ///
 /// # Safety
 /// `wr` is NULL or the program's chain, `bad` NULL or writable.
@@ -301,6 +302,10 @@ pub(crate) unsafe fn post_recv_chain(
     depth: u32,
     post: impl FnOnce(&[RecvWr<'_>]) -> Result<(), (usize, ib_core::Error)>,
 ) -> i32 {
+    // As rdma-core's pvrdma provider: no chain or nowhere to name a failed WR posts nothing.
+    if wr.is_null() || bad.is_null() {
+        return fail(libc::EINVAL);
+    }
     let mut wrs: SmallVec<[RecvWr<'_>; 1]> = SmallVec::new();
     let mut cur = wr;
     let mut stop = None;
