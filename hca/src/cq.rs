@@ -263,21 +263,25 @@ impl CqInner {
         Ok(())
     }
 
-    /// Removes the queued CQEs of QP `qp` (destroyed), keeping the others in order (as Linux's
-    /// `_pvrdma_flush_cqe`): the kept entries move towards the producer end and the consumer
-    /// index advances past the removed ones; the device only writes beyond the producer.
+    /// Removes the queued CQEs of QP `qp` (destroyed or reset), keeping the others in order (as
+    /// Linux's `_pvrdma_flush_cqe`): the kept entries move towards the producer end and the
+    /// consumer index advances past the removed ones; the device only writes beyond the producer.
+    /// Each removed CQE retires the WQE it completes, as a poll would: an SRQ's WQE stays owed
+    /// otherwise (the SRQ outlives the QP), and a later WQE with its `wr_id` would be matched
+    /// to it.
     fn flush_qp(&self, qp: u32) {
         let mut ring = self.ring.lock();
         let Ok(n) = ring.pending() else { return };
         let mut kept = Vec::new();
+        let mut removed_cqes = Vec::new();
         for k in 0..n {
             let mut b = [0u8; CQE_SIZE as usize];
             if ring.read(k, &mut b).is_err() {
                 return;
             }
-            let mine = Cqe::read_from_bytes(&b).map(|c| c.qp.get() == u64::from(qp)).unwrap_or(false);
-            if !mine {
-                kept.push(b);
+            match Cqe::read_from_bytes(&b) {
+                Ok(c) if c.qp.get() == u64::from(qp) => removed_cqes.push(c),
+                _ => kept.push(b),
             }
         }
         let removed = n - kept.len() as u32;
@@ -291,6 +295,10 @@ impl CqInner {
         }
         if ring.advance(removed).is_ok() {
             tracing::debug!(cq = self.handle, qp, removed, "flushed CQEs of a destroyed QP");
+            let qps = self.qps.read();
+            for c in &removed_cqes {
+                translate(c, &OnCq(&qps));
+            }
         }
     }
 

@@ -43,7 +43,8 @@ pub(crate) struct DeviceInner {
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
     /// Handles and keys of the live PDs, MRs and user contexts.
     pub(crate) live_ids: LiveIds,
-    /// Address handles alive (at most `attr.max_ah`, as Linux's `pvrdma_create_ah` counts).
+    /// Kernel address handles alive (at most `attr.max_ah`, as Linux's `pvrdma_create_ah`
+    /// counts; a user context's AHs are not counted, as rdma-core's are not).
     pub(crate) ahs: std::sync::atomic::AtomicU32,
 }
 

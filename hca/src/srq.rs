@@ -48,16 +48,20 @@ pub(crate) struct SrqQueue {
     max_sge: u32,
     prod: u32,
     record: DriverProduced,
-    /// Oldest first; at most twice the ring's depth (a slot frees when the device consumes it,
-    /// before its CQE is polled).
+    /// Oldest first, retired entries dropped from the front (and compacted away when many).
+    /// At most `cap` live entries: past it the oldest is forgotten (see [`SrqQueue::next_slot`]).
     owed: VecDeque<OwedWqe>,
+    /// The most WQEs owed at once: the ring's depth plus the most CQEs one CQ holds (consumed
+    /// WQEs whose CQEs wait to be polled).
+    cap: usize,
 }
 
 impl SrqQueue {
-    fn new(cnt: u32, max_sge: u32) -> Result<Self> {
+    fn new(cnt: u32, max_sge: u32, max_cqe: u32) -> Result<Self> {
         let stride = rq_wqe_stride(max_sge).ok_or(Error::InvalidArgument("SRQ too large"))?;
         let owed = VecDeque::with_capacity(2 * cnt as usize);
-        Ok(Self { cnt, stride, max_sge, prod: 0, record: DriverProduced::recv_queue(cnt), owed })
+        let cap = cnt as usize + max_cqe.max(cnt) as usize;
+        Ok(Self { cnt, stride, max_sge, prod: 0, record: DriverProduced::recv_queue(cnt), owed, cap })
     }
 
     fn pages(&self) -> usize {
@@ -70,14 +74,28 @@ impl SrqQueue {
         }
     }
 
-    /// Byte offset of the slot the next WQE goes to. Errors: [`Error::QueueFull`] (the ring, or
-    /// twice its depth owed completions); [`Error::DeviceFatal`] for a consumer index out of
-    /// range.
+    /// Byte offset of the slot the next WQE goes to. Errors: [`Error::QueueFull`] when the ring
+    /// is full (only then, as rdma-core's `pvrdma_post_srq_recv`); [`Error::DeviceFatal`] for a
+    /// consumer index out of range.
+    ///
+    /// A WQE a QP took and that never completes (a device that drops the WQE a QP held for a
+    /// message in progress when the QP is reset or destroyed; the model completes it with
+    /// `WR_FLUSH_ERR`, which the reset's CQE flush retires) stays owed: once `cap` are owed, the
+    /// oldest is forgotten (a CQE naming it later reads as not owed), so such WQEs neither fill
+    /// the SRQ nor grow the record without bound.
     fn next_slot(&mut self, words: &RecordWords) -> Result<u64> {
         let used = self.record.in_use(words, self.prod).map_err(record_error)?;
         self.drop_retired();
-        if used >= self.cnt || self.owed.len() >= 2 * self.cnt as usize {
+        if used >= self.cnt {
             return Err(Error::QueueFull);
+        }
+        if self.owed.len() >= self.cap {
+            self.owed.retain(Option::is_some);
+        }
+        while self.owed.len() >= self.cap {
+            if let Some(Some((wr_id, _))) = self.owed.pop_front() {
+                tracing::warn!(wr_id, "SRQ WQE never completed: forgotten");
+            }
         }
         let slot = idx_slot(self.prod, self.cnt).ok_or(Error::DeviceFatal)?;
         Ok(PAGE_SIZE as u64 + u64::from(slot) * u64::from(self.stride))
@@ -102,7 +120,8 @@ pub struct Srq {
     dev: Arc<DeviceInner>,
     handle: u32,
     db_handle: SrqHandle,
-    buf: PagedBuf,
+    /// The ring; `None` only while dropping.
+    buf: Option<PagedBuf>,
     words: RecordWords,
     queue: Arc<Mutex<SrqQueue>>,
     db: Doorbells,
@@ -119,7 +138,7 @@ impl Srq {
         let dev = &pd.dev;
         dev.live()?;
         let cnt = attr.max_wr.checked_next_power_of_two().ok_or(Error::InvalidArgument("SRQ too large"))?;
-        let queue = SrqQueue::new(cnt, attr.max_sge.max(1))?;
+        let queue = SrqQueue::new(cnt, attr.max_sge.max(1), dev.attr.max_cqe)?;
         let total = 1 + queue.pages();
         if total > PAGE_DIR_MAX_PAGES {
             return Err(Error::InvalidArgument("SRQ too large"));
@@ -153,7 +172,7 @@ impl Srq {
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
         tracing::debug!(srq = raw, "SRQ created");
         let queue = Arc::new(Mutex::new(queue));
-        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf, words, queue, db })
+        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf: Some(buf), words, queue, db })
     }
 
     /// Where the SRQ's ring-state record lives (page 0 of its page list; the SRQ's indices are
@@ -195,7 +214,8 @@ impl Srq {
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(n);
         hdr.total_len.set(total);
-        crate::qp::write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
+        let buf = self.buf.as_ref().ok_or(Error::DeviceFatal)?;
+        crate::qp::write_wqe(buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         q.prod = idx_inc(q.prod, q.cnt);
         q.owed.push_back(Some((wr.wr_id, total)));
         Ok(())
@@ -273,14 +293,18 @@ impl SrqOps for Srq {
 }
 
 impl Drop for Srq {
-    /// DESTROY_SRQ, then out of the event table, under the object lock (as a QP's drop).
+    /// DESTROY_SRQ, then out of the event table, under the object lock (as a QP's drop). A
+    /// DESTROY the device refused or never answered leaves the SRQ on the device, which may
+    /// still take WQEs from its ring and write its consumer index: the ring is abandoned, not
+    /// freed, so no later allocation meets those writes.
     fn drop(&mut self) {
         let h = self.handle;
-        self.dev.eq.destroy_object(
-            || {
-                destroy_srq(&self.dev, h);
-            },
-            || self.dev.eq.unregister_srq(h),
-        );
+        let mut taken = false;
+        self.dev.eq.destroy_object(|| taken = destroy_srq(&self.dev, h), || self.dev.eq.unregister_srq(h));
+        if !taken {
+            if let Some(buf) = self.buf.take() {
+                buf.abandon();
+            }
+        }
     }
 }

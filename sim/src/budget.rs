@@ -4,7 +4,8 @@
 //! it costs host memory that the guest does not see: an MR's page list (8 bytes per page however
 //! few distinct pages its page directory names, so a 1 GiB MR over one aliased page table costs
 //! 2 MiB), a CQ's or QP's resolved ring pages and queues, the structures themselves. Every object
-//! is charged that cost when it is created and releases it when the model lets go of it; a
+//! is charged that cost when it is created (a CQ's new ring again at RESIZE_CQ) and releases it
+//! when the model lets go of it; a
 //! command whose charge would pass `SimConfig::host_budget` fails with `ENOMEM`, as a device out
 //! of resources does. The payload buffered on the wire has its own bounds
 //! (`device_bytes_in_flight`), so the model's host memory stays below the sum of the three.

@@ -83,6 +83,9 @@ struct CqState {
     arm: ArmState,
     error: bool,
     dead: bool,
+    /// The host budget held for the ring of the last RESIZE_CQ (the CQ's own charge keeps
+    /// paying for the first ring: a resized CQ is charged for both).
+    resized: Option<Charge>,
 }
 
 /// CREATE_CQ: `cqe` entries (a power of two, 1 ..= `MAX_CQE`) over exactly
@@ -111,7 +114,7 @@ pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
     let entries = RingPages::new(&core.mem, pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
     let charge = core.budget.charge_object::<Cq>(entries.host_bytes())?;
     let ring = Producer::new(&core.mem, entries, state_page).ok_or(Errno::EINVAL)?;
-    let st = CqState { ring, arm: ArmState::Disarmed, error: false, dead: false };
+    let st = CqState { ring, arm: ArmState::Disarmed, error: false, dead: false, resized: None };
     let mut objs = core.objects.lock();
     let handle = objs.cqs.alloc().ok_or(Errno::ENOMEM)?;
     let cq = Cq {
@@ -132,7 +135,8 @@ pub fn create(core: &Core, req: &CreateCq) -> CmdResult<CreateCqResp> {
 /// the ring-state page). Answers the new size.
 ///
 /// Errors: `EINVAL` for an unknown handle, a bad size, fewer entries than CQEs queued, a changed
-/// ring-state page, a page outside guest memory, or a CQ whose `cons_head` is out of range.
+/// ring-state page, a page outside guest memory, or a CQ whose `cons_head` is out of range;
+/// `ENOMEM` when the host budget cannot pay for the new ring's page list (the old ring stays).
 pub fn resize(core: &Core, req: &ResizeCq) -> CmdResult<ResizeCqResp> {
     let (h, cqe) = (req.cq_handle.get(), req.cqe.get());
     let cq = core.objects.lock().cqs.get(h).cloned().ok_or(Errno::EINVAL)?;
@@ -149,7 +153,9 @@ pub fn resize(core: &Core, req: &ResizeCq) -> CmdResult<ResizeCqResp> {
         return Err(Errno::EINVAL);
     }
     let entries = RingPages::new(&core.mem, pages, CQE_SIZE, cqe).ok_or(Errno::EINVAL)?;
+    let charge = core.budget.charge(entries.host_bytes())?;
     st.ring.move_to(&core.mem, entries).map_err(|_| Errno::EINVAL)?;
+    st.resized = Some(charge);
     Ok(ResizeCqResp { cqe: U32::new(cqe), ..Default::default() })
 }
 
@@ -173,9 +179,23 @@ impl Cq {
     /// completion of a message sent with the solicited flag. A CQ that overflows (or whose
     /// `cons_head` is out of range) is reported in `fx` so its QPs go to the error state.
     pub fn publish(&self, core: &Core, cqe: &Cqe, solicited: bool, fx: &mut Effects) {
+        self.publish_with(core, cqe, solicited, false, fx);
+    }
+
+    /// As [`Cq::publish`] (not solicited), but a CQE the CQ has no room for is dropped instead
+    /// of overflowing it: a completion no verb owes (an SRQ WQE a QP held when it was reset or
+    /// destroyed, which the driver removes with that QP's other CQEs) never errs the CQ.
+    pub(crate) fn publish_if_room(&self, core: &Core, cqe: &Cqe, fx: &mut Effects) {
+        self.publish_with(core, cqe, false, true, fx);
+    }
+
+    fn publish_with(&self, core: &Core, cqe: &Cqe, solicited: bool, if_room: bool, fx: &mut Effects) {
         let profile = core.cfg.profile;
         let mut st = self.st.lock();
         if st.dead {
+            return;
+        }
+        if if_room && st.ring.queued(&core.mem).map_or(true, |q| q >= st.ring.elems()) {
             return;
         }
         if st.error {

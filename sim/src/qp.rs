@@ -311,7 +311,8 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 /// (SQD -> SQD too), any -> ERR, any -> RESET. For RC, INIT -> RTR demands `AV` (a nonzero dgid,
 /// an sgid_index naming a bound GID) and `DEST_QPN` in the mask, as the real device does; UD takes
 /// a Q_Key instead (`ud::transition`). Moving to ERR flushes; moving to RESET drops
-/// every WQE without completions (the driver resets its ring indices). In SQD (IBTA 10.3.1 Send
+/// every WQE without completions (the driver resets its ring indices), but for the SRQ WQE the QP
+/// held (see `srq.rs`). In SQD (IBTA 10.3.1 Send
 /// Queue Drain) the send queue starts no new WQE — they stay posted until SQD -> RTS — while the
 /// sends in flight finish and the QP keeps responding; once none is in flight `sq_draining` reads
 /// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. SQE is
@@ -379,7 +380,7 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     } else if new == RESET {
         qp.resets.fetch_add(1, Ordering::AcqRel);
         st.inflight.clear();
-        st.held_srq_wqe = None;
+        qp.flush_held(core, &mut st, true, fx);
         (st.send_psn, st.recv_psn) = (0, 0);
         st.bytes_on_wire = 0;
         st.throttled = false;
@@ -505,13 +506,14 @@ pub fn query(core: &Core, req: &QueryQp) -> CmdResult<QueryQpResp> {
     Ok(QueryQpResp { attrs, ..Default::default() })
 }
 
-/// DESTROY_QP: no completions for what was posted; packets parked for it fail their senders.
-/// Errors: `EINVAL` for an unknown handle.
+/// DESTROY_QP: no completions for what was posted (but the SRQ WQE it held, see `srq.rs`);
+/// packets parked for it fail their senders. Errors: `EINVAL` for an unknown handle.
 pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<DestroyQpResp> {
     let qp = core.objects.lock().qps.remove(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
     if let Some(s) = &qp.srq {
         s.detach(qp.handle);
     }
+    qp.flush_held(core, &mut qp.st.lock(), true, fx);
     qp.kill();
     fx.kicks.push(qp.handle);
     Ok(DestroyQpResp::default())
@@ -1105,7 +1107,7 @@ impl Qp {
         self.retire(core, st, fx);
         self.flush(core, true, fx);
         self.flush(core, false, fx);
-        self.flush_held(core, st, fx);
+        self.flush_held(core, st, false, fx);
         if self.srq.is_some() && core.cfg.profile == crate::Profile::Ibta {
             // IBTA 11.6.3.3 (o11-5.2.5): no more WQEs will be taken from the SRQ for this QP.
             core.post_async_event(EqeType::QpLastWqeReached, self.handle);
@@ -1122,8 +1124,10 @@ impl Qp {
         }
     }
 
-    /// Completes the SRQ WQE the QP holds for a message in progress, if any, with `WR_FLUSH_ERR`.
-    fn flush_held(&self, core: &Core, st: &mut QpState, fx: &mut Effects) {
+    /// Completes the SRQ WQE the QP holds for a message in progress, if any, with `WR_FLUSH_ERR`
+    /// (`if_room`: at RESET and DESTROY_QP, only if the CQ has room, see
+    /// [`crate::cq::Cq::publish_if_room`]).
+    fn flush_held(&self, core: &Core, st: &mut QpState, if_room: bool, fx: &mut Effects) {
         if let Some((hdr, _)) = st.held_srq_wqe.take() {
             let cqe = Cqe {
                 wr_id: hdr.wr_id,
@@ -1133,7 +1137,11 @@ impl Qp {
                 port_num: 1,
                 ..Default::default()
             };
-            self.recv_cq.publish(core, &cqe, false, fx);
+            if if_room {
+                self.recv_cq.publish_if_room(core, &cqe, fx);
+            } else {
+                self.recv_cq.publish(core, &cqe, false, fx);
+            }
         }
     }
 

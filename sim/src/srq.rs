@@ -8,7 +8,10 @@
 //! A QP takes a WQE when a message starts: on the loopback port with the message, on the RoCE
 //! port at its first packet (`Qp::recv_capacity`), holding it until the last packet; a QP that
 //! goes to ERR meanwhile flushes that one WQE, never the SRQ's others (they stay for its other
-//! QPs). A QP moved to RESET or destroyed drops the WQE it held, without a completion.
+//! QPs). A QP moved to RESET or destroyed flushes it too, so the driver, which removes the CQEs
+//! of a QP it resets or destroys (Linux's `_pvrdma_flush_cqe`), learns the WQE is gone rather
+//! than owing it a completion forever (its `wr_id` reused by a later WQE would then be matched
+//! to the lost one).
 //!
 //! The limit (IBTA 10.2.9.3, `ibv_modify_srq(3)`): MODIFY_SRQ with `LIMIT` and a nonzero
 //! `srq_limit` arms it; when a QP takes a WQE and fewer than `srq_limit` stay posted, the device

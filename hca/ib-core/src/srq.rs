@@ -212,6 +212,12 @@ impl Srq {
         self.inner.ops.handle()
     }
 
+    /// Receive work requests the SRQ holds (the provider's ring, `max_wr` rounded up as it
+    /// granted it).
+    pub fn max_wr(&self) -> u32 {
+        self.inner.max_wr
+    }
+
     /// What this SRQ's async events carry (its handle and `srq_context`).
     pub fn srq_ref(&self) -> &SrqRef {
         &self.inner.events.srq

@@ -62,8 +62,8 @@ pub(crate) fn to_ibv(a: &AhAttr) -> ibv_ah_attr {
 }
 
 /// `ibv_create_ah(pd, attr)`: an AH, or NULL with errno: `EINVAL` for NULL arguments, an
-/// address without a global route (RoCE), a port or `sgid_index` the device lacks; `EIO` once
-/// the device is fatal.
+/// address without a global route (RoCE), a port the device lacks or an `sgid_index` naming no
+/// GID of it; `EIO` once the device is fatal.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     guard(std::ptr::null_mut(), || {

@@ -30,8 +30,8 @@ pub(crate) unsafe fn srq<'a>(srq: *const ibv_srq) -> Option<&'a Srq> {
     unsafe { crate::ffi::boxed(srq) }
 }
 
-/// Creates a basic SRQ on `pd` from `a`, writing the sizes granted back into `a.attr` (the work
-/// request count rounded up to a power of two). NULL with errno on failure.
+/// Creates a basic SRQ on `pd` from `a`, writing the sizes granted back into `a.attr` (0 taken as
+/// 1, the work request count rounded up to a power of two). NULL with errno on failure.
 ///
 /// # Safety
 /// `pd` is a live PD of this library.
@@ -39,7 +39,8 @@ unsafe fn create(pd: *mut ibv_pd, a: &mut ibv_srq_init_attr) -> *mut ibv_srq {
     // SAFETY: the caller's promise.
     let Some(p) = (unsafe { crate::pd::pd(pd) }) else { return null(libc::EINVAL) };
     let slot = Box::into_raw(Box::new(MaybeUninit::<Srq>::uninit())).cast::<Srq>();
-    let attr = SrqAttr { max_wr: a.attr.max_wr, max_sge: a.attr.max_sge, srq_limit: 0 };
+    // rdma-core's pvrdma provider asks for at least one work request and one SGE.
+    let attr = SrqAttr { max_wr: a.attr.max_wr.max(1), max_sge: a.attr.max_sge.max(1), srq_limit: 0 };
     let core = match p.core.create_srq(&SrqInitAttr { attr, srq_context: slot as u64 }) {
         Ok(c) => c,
         Err(e) => {
@@ -59,14 +60,17 @@ unsafe fn create(pd: *mut ibv_pd, a: &mut ibv_srq_init_attr) -> *mut ibv_srq {
     };
     // SAFETY: `slot` is this box's memory, uninitialised until now.
     unsafe { slot.write(Srq { ibv, core: ManuallyDrop::new(core) }) };
-    // The provider's ring: the count rounded up to a power of two (the core checked it fits).
-    a.attr.max_wr = a.attr.max_wr.checked_next_power_of_two().unwrap_or(a.attr.max_wr);
+    // SAFETY: written just above.
+    let granted = unsafe { &(*slot).core };
+    // The provider's ring: the count rounded up to a power of two.
+    (a.attr.max_wr, a.attr.max_sge) = (granted.max_wr(), attr.max_sge);
     slot.cast::<ibv_srq>()
 }
 
-/// `ibv_create_srq(pd, srq_init_attr)`: a basic SRQ, `attr.max_wr` written back as granted
-/// (rounded up to a power of two). NULL with errno: `EINVAL` for a NULL PD or attribute, 0 or
-/// more work requests or SGEs than the device's `max_srq_wr` / `max_srq_sge`; `EOPNOTSUPP` on a
+/// `ibv_create_srq(pd, srq_init_attr)`: a basic SRQ, `attr.max_wr` and `attr.max_sge` written
+/// back as granted (0 taken as 1, as rdma-core's pvrdma provider does; the work request count
+/// rounded up to a power of two). NULL with errno: `EINVAL` for a NULL PD or attribute, more
+/// work requests or SGEs than the device's `max_srq_wr` / `max_srq_sge`; `EOPNOTSUPP` on a
 /// device without SRQs; the core's errno otherwise (`ENOMEM` past `max_srq`).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
@@ -157,7 +161,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq_: *mut ibv_srq) -> i32 {
 
 /// `ops.post_srq_recv` (`ibv_post_srq_recv(srq, wr, bad_wr)`): posts the chain at `wr` to the
 /// SRQ. 0, or the errno of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR
-/// (more SGEs than the SRQ takes), `ENOMEM` when the SRQ is full.
+/// (more SGEs than the SRQ takes), `ENOMEM` when the SRQ is full (at the latest at the WR past
+/// its depth: a chain that loops back on itself ends there).
 pub(crate) unsafe extern "C" fn post_srq_recv(srq_: *mut libc::c_void, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the header passes the program's SRQ of this library.
@@ -169,6 +174,6 @@ pub(crate) unsafe extern "C" fn post_srq_recv(srq_: *mut libc::c_void, wr: *mut 
             return fail(libc::EINVAL);
         };
         // SAFETY: the chain and `bad` are the program's.
-        unsafe { crate::qp::post_recv_chain(wr, bad, |wrs| s.core.post_recv_list(wrs)) }
+        unsafe { crate::qp::post_recv_chain(wr, bad, s.core.max_wr(), |wrs| s.core.post_recv_list(wrs)) }
     })
 }

@@ -16,11 +16,15 @@ use zerocopy::IntoBytes;
 /// `pvrdma_create_ah`).
 const AV_GRH: u8 = 0x80;
 
-/// A pvrdma address handle: checked attributes, nothing on the device, counted against the
-/// device's `max_ah`. Each send through it builds its address vector from the core's copy of the
-/// attributes ([`UdDest`]) into the WQE, as `pvrdma_post_send` copies the AH's vector.
+/// A pvrdma address handle: checked attributes, nothing on the device; a kernel AH is counted
+/// against the device's `max_ah` (Linux's `pvrdma_create_ah`), a user context's is not
+/// (rdma-core's provider builds it in user space, counted by nothing). Each send through it
+/// builds its address vector from the core's copy of the attributes ([`UdDest`]) into the WQE,
+/// as `pvrdma_post_send` copies the AH's vector.
 pub struct Ah {
     dev: Arc<DeviceInner>,
+    /// Counted against `max_ah` (a kernel AH).
+    counted: bool,
 }
 
 impl Ah {
@@ -28,8 +32,9 @@ impl Ah {
     /// device) and builds its address vector in `pd`.
     ///
     /// Errors: [`Error::InvalidArgument`] without a global route (RoCE: IBTA A16.4.1), for a
-    /// port the device lacks or a zero `dgid`; [`Error::NoResources`] (`ENOMEM`) when `max_ah`
-    /// AHs exist; [`Error::DeviceFatal`]. Unlike Linux, a global
+    /// port the device lacks, a zero `dgid` or an `sgid_index` that names no GID;
+    /// [`Error::NoResources`] (`ENOMEM`) for a kernel AH when `max_ah` kernel AHs exist;
+    /// [`Error::DeviceFatal`]. Unlike Linux, a global
     /// unicast IPv6 `dgid` is taken (Linux takes only link-local, multicast and IPv4-mapped
     /// GIDs, its GID cache's RoCE addresses; the model routes any RoCE v2 GID).
     pub fn create(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
@@ -41,18 +46,26 @@ impl Ah {
         if attr.grh.dgid == [0u8; 16] {
             return Err(Error::InvalidArgument("a zero destination GID"));
         }
+        // As an RC QP's address vector at RTR (the device checks it there), and as rdma-core's
+        // pvrdma provider, whose AH resolves the source address from the GID, refuses.
+        if pd.dev.gids.get(u32::from(attr.grh.sgid_index))?.is_none() {
+            return Err(Error::InvalidArgument("sgid_index names no GID"));
+        }
+        let counted = pd.uctx.is_none();
         let max = pd.dev.attr.max_ah;
-        let counted = pd.dev.ahs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
-        if counted.is_err() {
+        let room = |n: u32| (n < max).then_some(n + 1);
+        if counted && pd.dev.ahs.fetch_update(Ordering::AcqRel, Ordering::Acquire, room).is_err() {
             return Err(Error::NoResources("max_ah address handles exist"));
         }
-        Ok(Ah { dev: pd.dev.clone() })
+        Ok(Ah { dev: pd.dev.clone(), counted })
     }
 }
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        self.dev.ahs.fetch_sub(1, Ordering::AcqRel);
+        if self.counted {
+            self.dev.ahs.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

@@ -44,7 +44,7 @@ pub struct Datagram {
 /// Why a UD datagram was not delivered (each counted in [`crate::SimStats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dropped {
-    /// No QP of that number, not UD, or not in RTR/RTS.
+    /// No QP of that number, not UD, or not in RTR, RTS or SQD.
     Qp,
     /// The DETH's Q_Key is not the receiver's (IBTA 10.2.5: silently dropped).
     Qkey,
@@ -53,8 +53,8 @@ pub enum Dropped {
 }
 
 /// The attributes a UD transition `cur -> new` requires and allows (IBTA 11.2.5, Table 93's UD
-/// column, as Linux's `ib_modify_qp_is_ok`); `None` if illegal. No path, destination QPN, MTU,
-/// timers or RDMA attributes: a UD QP is not connected.
+/// column, as Linux's `ib_modify_qp_is_ok`), SQD's included; `None` if illegal. No path,
+/// destination QPN, MTU, timers or RDMA attributes: a UD QP is not connected.
 pub(super) fn transition(cur: u32, new: u32) -> Option<(u32, u32)> {
     use qp_state::*;
     const INIT_ATTRS: u32 = m::PKEY_INDEX | m::PORT | m::QKEY;
@@ -64,7 +64,9 @@ pub(super) fn transition(cur: u32, new: u32) -> Option<(u32, u32)> {
         (INIT, INIT) => (0, INIT_ATTRS),
         (INIT, RTR) => (0, m::PKEY_INDEX | m::QKEY),
         (RTR, RTS) => (m::SQ_PSN, m::CUR_STATE | m::QKEY),
-        (RTS, RTS) => (0, m::CUR_STATE | m::QKEY),
+        (RTS, RTS) | (SQD, RTS) => (0, m::CUR_STATE | m::QKEY),
+        (RTS, SQD) => (0, m::EN_SQD_ASYNC_NOTIFY),
+        (SQD, SQD) => (0, m::PKEY_INDEX | m::QKEY),
         _ => return None,
     })
 }
@@ -182,7 +184,8 @@ impl Qp {
         self.qp_type == pvrdma_abi::verbs::qp_type::UD
     }
 
-    /// The receive side of a UD datagram (`pkt` with `d`, from the port): in RTR or RTS, with
+    /// The receive side of a UD datagram (`pkt` with `d`, from the port): in RTR, RTS or SQD
+    /// (draining stops only the send queue, IBTA 10.3.1), with
     /// the datagram's Q_Key, it takes the next receive WQE, scatters the GRH area then the
     /// payload, and publishes a receive CQE with `src_qp`, `GRH` (and `WITH_IMM`) in its flags
     /// and a `byte_len` that counts the 40 GRH bytes. A buffer too short for both completes
@@ -196,7 +199,7 @@ impl Qp {
         fx: &mut Effects,
     ) -> Result<(), Dropped> {
         let mut st: MutexGuard<'_, QpState> = self.st.lock();
-        let ready = matches!(st.state, qp_state::RTR | qp_state::RTS);
+        let ready = matches!(st.state, qp_state::RTR | qp_state::RTS | qp_state::SQD);
         if st.dead || !ready || !self.is_ud() {
             return Err(Dropped::Qp);
         }
@@ -383,5 +386,8 @@ mod tests {
         assert_eq!(transition(RTR, RTS).map(|t| t.0), Some(m::SQ_PSN));
         assert_eq!(transition(INIT, RTR).map(|t| t.0 & m::AV), Some(0));
         assert_eq!(transition(RESET, RTS), None);
+        assert_eq!(transition(RTS, SQD), Some((0, m::EN_SQD_ASYNC_NOTIFY)));
+        assert_eq!(transition(SQD, RTS).map(|t| t.0), Some(0));
+        assert_eq!(transition(RTR, SQD), None);
     }
 }

@@ -200,7 +200,8 @@ impl Requester {
 
     /// A READ response (`hdr`, `len` payload bytes). Returns where its data goes, `(seq, byte
     /// offset)`, if it is the response awaited next; anything else (a duplicate, a response
-    /// past a lost one, a length the READ does not allow) is dropped and counted.
+    /// past a lost one, a length the READ does not allow, one at the PSN of an atomic) is
+    /// dropped and counted.
     pub fn on_read_response(
         &mut self,
         port: &RocePort,
@@ -246,6 +247,8 @@ impl Requester {
         let k = psn::diff(p, m.psn) as u32;
         let last = k + 1 == m.npkts;
         let Kind::Read { len: total, .. } = m.kind else {
+            // A READ response at an atomic's PSN: the wrong kind of answer.
+            core.count(|c| &c.roce_rx_dropped_malformed);
             return None;
         };
         let offset = u64::from(k) * u64::from(self.path.mtu);

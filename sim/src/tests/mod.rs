@@ -8,6 +8,7 @@ mod counts;
 mod cq_resize;
 mod datapath;
 mod hostile;
+mod hostile13;
 mod inline;
 mod minidrv;
 mod atomic;

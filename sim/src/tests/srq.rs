@@ -14,7 +14,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// An SRQ of 8 one-SGE WQEs (stride 32): its handle and ring-state page (WQEs on the next page).
-fn create_srq(d: &mut Drv, pd: u32) -> (u32, u64) {
+pub(super) fn create_srq(d: &mut Drv, pd: u32) -> (u32, u64) {
     let base = d.dev.mem().alloc(2 * PAGE).unwrap();
     let req = CreateSrq {
         pdir_dma: U64::new(build_pdir(&d.dev, &[base, base + PAGE])),
@@ -27,7 +27,7 @@ fn create_srq(d: &mut Drv, pd: u32) -> (u32, u64) {
 }
 
 /// Posts a receive WQE of `len` bytes to the SRQ whose ring state is at `state`.
-fn post_srq(d: &Drv, state: u64, wr_id: u64, len: u32) {
+pub(super) fn post_srq(d: &Drv, state: u64, wr_id: u64, len: u32) {
     let mem = d.dev.mem();
     let prod = mem.load_u32(state + 8).unwrap();
     let hdr = RqWqeHdr { wr_id: U64::new(wr_id), num_sge: U32::new(1), total_len: U32::ZERO };
@@ -38,7 +38,7 @@ fn post_srq(d: &Drv, state: u64, wr_id: u64, len: u32) {
 }
 
 /// A QP on SRQ `srq` (no RQ pages, no receive WRs).
-fn srq_qp(d: &mut Drv, pd: u32, cq: u32, srq: u32) -> TestQp {
+pub(super) fn srq_qp(d: &mut Drv, pd: u32, cq: u32, srq: u32) -> TestQp {
     let (mut req, mut qp) = d.qp_request(pd, cq, cq, 8, 1);
     req.max_recv_wr = U32::new(0);
     req.max_recv_sge = U32::new(0);

@@ -242,8 +242,9 @@ unsafe fn nth<T>(mut wr: *mut T, i: usize, next: impl Fn(*mut T) -> *mut T) -> *
 /// `ops.post_send` (`ibv_post_send(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
 /// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR (unknown opcode or
 /// flag, negative `num_sge`, more SGEs than the QP takes, inline data on an RDMA READ) or a QP
-/// before RTS; `ENOMEM` when the send queue is full or for inline data beyond
-/// `max_inline_data` (as mlx5).
+/// before RTS; `ENOMEM` when the send queue is full, at the latest for the WR past the SQ's depth
+/// (a chain that loops back on itself included), or for inline data beyond `max_inline_data`
+/// (as mlx5).
 pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
@@ -252,9 +253,15 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
         let next = |w: *mut ibv_send_wr| unsafe { (*w).next };
         let mut cur = wr;
         let ud = q.ibv.qp_base.qp_type == crate::abi::IBV_QPT_UD;
+        // The SQ holds no more: WR `depth` (of a longer or looping chain) finds it full.
+        let mut left = q.cap.max_send_wr.max(1);
         let chain = std::iter::from_fn(|| {
             // SAFETY: as above; the WR is read during this call only.
             let w = unsafe { cur.as_ref() }?;
+            if left == 0 {
+                return Some(Err(libc::ENOMEM));
+            }
+            left -= 1;
             cur = w.next;
             // SAFETY: its SGE list is the program's promise.
             Some(unsafe { src(w, ud) })
@@ -269,32 +276,45 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
 
 /// `ops.post_recv` (`ibv_post_recv(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
 /// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR, a QP in RESET or a QP
-/// on an SRQ, `ENOMEM` when the receive queue is full.
+/// on an SRQ, `ENOMEM` when the receive queue is full (at the latest at the WR past its depth).
 pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
         let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, fail(libc::EINVAL)) };
         // SAFETY: the chain and `bad` are the program's.
-        unsafe { post_recv_chain(wr, bad, |wrs| q.core.post_recv_list(wrs)) }
+        unsafe { post_recv_chain(wr, bad, q.cap.max_recv_wr, |wrs| q.core.post_recv_list(wrs)) }
     })
 }
 
-/// Posts the receive chain at `wr` with `post` (a QP's RQ or an SRQ), in one call for every WR
-/// read; 0, or the errno of the first WR not posted, stored in `*bad_wr` (a WR whose SGE list is
-/// unreadable stops the walk: those before it are posted).
+/// Posts the receive chain at `wr` with `post` (a QP's RQ or an SRQ of `depth` WRs), in one call
+/// for every WR read; 0, or the errno of the first WR not posted, stored in `*bad_wr` (a WR whose
+/// SGE list is unreadable stops the walk: those before it are posted). As rdma-core's pvrdma
+/// provider: a NULL `wr` or `bad_wr` posts nothing (`EINVAL`), and a chain longer than the
+/// queue (one that loops back on itself included) fails `ENOMEM` at WR `depth` at the latest,
+/// where that provider, posting WR by WR, finds the ring full; so at most `depth` WRs (one if
+/// 0) are read.
 ///
 /// # Safety
 /// `wr` is NULL or the program's chain, `bad` NULL or writable.
 pub(crate) unsafe fn post_recv_chain(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
+    depth: u32,
     post: impl FnOnce(&[RecvWr<'_>]) -> Result<(), (usize, ib_core::Error)>,
 ) -> i32 {
+    // As rdma-core's pvrdma provider: no chain or nowhere to name a failed WR posts nothing.
+    if wr.is_null() || bad.is_null() {
+        return fail(libc::EINVAL);
+    }
     let mut wrs: SmallVec<[RecvWr<'_>; 1]> = SmallVec::new();
     let mut cur = wr;
     let mut stop = None;
     // SAFETY: each WR of the chain is the program's, read during this call only.
     while let Some(w) = unsafe { cur.as_ref() } {
+        if wrs.len() >= depth.max(1) as usize {
+            stop = Some(libc::ENOMEM);
+            break;
+        }
         // SAFETY: its SGE list is the program's promise.
         match unsafe { sges(w.sg_list, w.num_sge) } {
             Ok(sg_list) => wrs.push(RecvWr { wr_id: w.wr_id, sg_list }),
