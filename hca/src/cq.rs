@@ -97,7 +97,7 @@ impl Cq {
             return Err(Error::InvalidArgument("cqe out of range"));
         }
         let owner = uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
-        let ring = DevRing::new(&dev.platform, entries, CQE_SIZE, owner)?;
+        let mut ring = DevRing::new(&dev.platform, entries, CQE_SIZE, owner)?;
         // Creation and registration in one step against destroys (see `EventRings::objects`).
         let _objects = dev.eq.objects.lock();
         let resp = dev.cmd.post(CreateCq {
@@ -174,7 +174,7 @@ fn destroy_cq(dev: &DeviceInner, handle: u32) -> bool {
 /// `asked` CQEs, so a device believing in more would write past it, and one believing in fewer
 /// would overflow early. The handle is fresh (registered just now), so DESTROY_CQ names only
 /// this CQ; it leaves the table, and the ring is freed only if the device took the DESTROY.
-fn refuse_size(dev: &DeviceInner, handle: u32, asked: u32, got: u32, ring: DevRing) {
+fn refuse_size(dev: &DeviceInner, handle: u32, asked: u32, got: u32, mut ring: DevRing) {
     tracing::error!(handle, asked, got, "CREATE_CQ answered another size: CQ refused");
     if !destroy_cq(dev, handle) {
         ring.abandon();
@@ -309,12 +309,13 @@ impl CqInner {
         // What the device reported for the CQ up to its DESTROY reaches it (and is dropped); the
         // handle leaves the table before the device can give it to a new CQ.
         let (dev, h) = (&self.dev, self.handle);
-        dev.eq.destroy_object(
-            || {
-                destroy_cq(dev, h);
-            },
-            || dev.eq.unregister_cq(h),
-        );
+        let mut taken = false;
+        dev.eq.destroy_object(|| taken = destroy_cq(dev, h), || dev.eq.unregister_cq(h));
+        if !taken {
+            // The CQ stays on the device, which may still write CQEs and the ring state: the
+            // ring is abandoned, not freed (as a QP's and an SRQ's).
+            self.ring.lock().abandon();
+        }
     }
 }
 

@@ -35,18 +35,18 @@ pub struct DmaBuf {
 /// writes. The allocation stays for the platform's life (and counted); the platform itself is
 /// not kept alive by it.
 pub trait Abandon {
-    /// Gives the memory up without freeing it.
-    fn abandon(self);
+    /// Gives the memory up without freeing it (in place: the owner may still be dropped).
+    fn abandon(&mut self);
 }
 
 impl Abandon for DmaBuf {
-    fn abandon(mut self) {
+    fn abandon(&mut self) {
         self.free_on_drop = false;
     }
 }
 
 impl<A: Abandon, B: Abandon> Abandon for (A, B) {
-    fn abandon(self) {
+    fn abandon(&mut self) {
         self.0.abandon();
         self.1.abandon();
     }

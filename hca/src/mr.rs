@@ -163,7 +163,7 @@ fn destroy_mr(dev: &DeviceInner, handle: u32) -> bool {
 /// Keeps memory the device may still be using out of the allocator for good: after
 /// [`Error::DeviceFatal`] from [`register`] (a handle answered twice, or a refused MR the device
 /// would not destroy).
-fn leak_on_fatal(e: &Error, memory: impl Abandon) {
+fn leak_on_fatal(e: &Error, mut memory: impl Abandon) {
     if *e == Error::DeviceFatal {
         memory.abandon();
     }
@@ -185,8 +185,8 @@ impl UserPages {
 }
 
 impl Abandon for UserPages {
-    fn abandon(self) {
-        self.take();
+    fn abandon(&mut self) {
+        self.unmap_on_drop = false;
     }
 }
 

@@ -95,15 +95,16 @@ pub struct PagedBuf {
 }
 
 impl Abandon for PageDir {
-    fn abandon(self) {
+    fn abandon(&mut self) {
         self.dir.abandon();
-        self.tables.into_iter().for_each(Abandon::abandon);
+        self.tables.iter_mut().for_each(Abandon::abandon);
     }
 }
 
 impl Abandon for PagedBuf {
-    fn abandon(self) {
-        (self.data, self.dir).abandon();
+    fn abandon(&mut self) {
+        self.data.abandon();
+        self.dir.abandon();
     }
 }
 

@@ -170,7 +170,7 @@ impl Qp {
         if total > PAGE_DIR_MAX_PAGES || total > usize::from(u16::MAX) {
             return Err(Error::InvalidArgument("QP too large"));
         }
-        let buf = PagedBuf::new(&dev.platform, total)?;
+        let mut buf = PagedBuf::new(&dev.platform, total)?;
         let owner = pd.uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
         let words = RecordWords::new(&dev.platform, &buf, owner)?;
         let ud = init.qp_type == QpType::Ud;
@@ -501,7 +501,9 @@ pub(crate) fn write_wqe(buf: &DmaBuf, slot: u64, hdr: &[u8], sg: &[Sge]) -> Resu
 
 impl Drop for Qp {
     /// DESTROY_QP, then out of the tables and off its CQs (its queued CQEs removed) before the
-    /// device can give its QPN to a new QP.
+    /// device can give its QPN to a new QP. A DESTROY the device refused or never answered
+    /// leaves the QP on the device, which may still read its WQEs and write its ring state: the
+    /// rings are abandoned, not freed (as an SRQ's).
     fn drop(&mut self) {
         let h = self.handle;
         let forget = || {
@@ -509,12 +511,11 @@ impl Drop for Qp {
             self.send_cq.detach_qp(h);
             self.recv_cq.detach_qp(h);
         };
-        self.dev.eq.destroy_object(
-            || {
-                destroy_qp(&self.dev, h);
-            },
-            forget,
-        );
+        let mut taken = false;
+        self.dev.eq.destroy_object(|| taken = destroy_qp(&self.dev, h), forget);
+        if !taken {
+            self.buf.abandon();
+        }
     }
 }
 

@@ -99,9 +99,9 @@ pub struct StagedResize {
 }
 
 impl Abandon for StagedResize {
-    fn abandon(self) {
+    fn abandon(&mut self) {
         self.entries.abandon();
-        self._old_tables.into_iter().for_each(Abandon::abandon);
+        self._old_tables.iter_mut().for_each(Abandon::abandon);
     }
 }
 
@@ -111,9 +111,9 @@ pub fn ring_pages(elems: u32, entry_size: u64) -> usize {
 }
 
 impl Abandon for DevRing {
-    fn abandon(self) {
+    fn abandon(&mut self) {
         self.buf.abandon();
-        if let Some(entries) = self.resized {
+        if let Some(entries) = &mut self.resized {
             entries.abandon();
         }
     }

@@ -143,7 +143,7 @@ impl Srq {
         if total > PAGE_DIR_MAX_PAGES {
             return Err(Error::InvalidArgument("SRQ too large"));
         }
-        let buf = PagedBuf::new(&dev.platform, total)?;
+        let mut buf = PagedBuf::new(&dev.platform, total)?;
         let owner = pd.uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
         let words = RecordWords::new(&dev.platform, &buf, owner)?;
         let _objects = dev.eq.objects.lock();
@@ -302,7 +302,7 @@ impl Drop for Srq {
         let mut taken = false;
         self.dev.eq.destroy_object(|| taken = destroy_srq(&self.dev, h), || self.dev.eq.unregister_srq(h));
         if !taken {
-            if let Some(buf) = self.buf.take() {
+            if let Some(buf) = self.buf.as_mut() {
                 buf.abandon();
             }
         }

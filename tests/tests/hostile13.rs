@@ -324,3 +324,48 @@ fn a_refused_destroy_srq_abandons_the_ring_instead_of_freeing_it() {
     assert_eq!(plat.sim.device().live_objects().srqs, 1, "the device kept the SRQ");
     assert!(mem.contains(page.addr(), 4096), "the ring the device may still write stays allocated");
 }
+
+/// Refuses DESTROY_QP and DESTROY_CQ (their handle, at offset 16 of both, is rewritten to one
+/// that names nothing).
+struct RefuseDestroyQpAndCq;
+
+impl tests::intercept::Hooks for RefuseDestroyQpAndCq {
+    fn reg_write(&self, sim: &hca::platform::sim::SimPlatform, offset: u32, value: u32) {
+        use pvrdma_abi::cmd::opcode::{DESTROY_CQ, DESTROY_QP};
+        if offset == pvrdma_abi::regs::REG_REQUEST {
+            let d = sim.device();
+            let req = tests::rewrite::dsr(d).cmd_slot_dma.get();
+            if matches!(d.mem().load_u32(req + 8).unwrap_or(0), DESTROY_QP | DESTROY_CQ) {
+                d.mem().store_u32(req + 16, 0x00ff_fff0).unwrap();
+            }
+        }
+        sim.reg_write(offset, value);
+    }
+}
+
+/// As for an SRQ: a QP or CQ whose DESTROY the device refused is still the device's, which may
+/// read its WQEs and write its CQEs and ring state, so its rings stay allocated (abandoned).
+/// Before the fix both were freed.
+#[test]
+fn refused_destroy_qp_and_cq_abandon_their_rings_instead_of_freeing_them() {
+    let plat = std::sync::Arc::new(tests::intercept::Intercept {
+        sim: hca::platform::sim::SimPlatform::new(SimConfig::default()),
+        hooks: RefuseDestroyQpAndCq,
+    });
+    let opts = hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() };
+    let dev = hca::probe(plat.clone(), opts).expect("probe");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16, None).unwrap();
+    let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let qp = pd.create_qp(&attr).expect("create_qp");
+    let qp_page = qp.provider_qp::<hca::qp::Qp>().expect("a pvrdma QP").record_page();
+    let cq_page = cq.provider_cq::<hca::cq::Cq>().expect("a pvrdma CQ").record_page();
+    let mem = plat.sim.device().mem();
+    drop(qp);
+    drop(cq);
+    let live = plat.sim.device().live_objects();
+    assert_eq!((live.qps, live.cqs), (1, 1), "the device kept both");
+    assert!(mem.contains(qp_page.addr(), 4096), "the QP's rings the device may still use stay allocated");
+    assert!(mem.contains(cq_page.addr(), 4096), "the CQ's ring the device may still write stays allocated");
+}

@@ -43,7 +43,7 @@ impl CqInner {
         if self.pending(&ring)? > entries {
             return Err(Error::InvalidArgument("cqe below the CQEs queued"));
         }
-        let staged = ring.stage_resize(&self.dev.platform, entries)?;
+        let mut staged = ring.stage_resize(&self.dev.platform, entries)?;
         let req = ResizeCq { cq_handle: self.handle.into(), cqe: entries.into(), ..Default::default() };
         match self.dev.cmd.post(req) {
             Ok(resp) if resp.cqe.get() == entries => {
