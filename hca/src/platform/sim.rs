@@ -4,6 +4,7 @@
 use super::{DmaWindow, Iova, Platform, PlatformError, VectorHandler};
 use pvrdma_sim::mem::MemError;
 use pvrdma_sim::{SimConfig, SimDevice, UAR_BASE_PFN};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,19 +12,26 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct SimPlatform {
     dev: Arc<SimDevice>,
+    /// The RoCE receive count at which [`SimPlatform::linger_roce`] last found the wire quiet
+    /// (`u64::MAX`: never).
+    quiet_at: Arc<AtomicU64>,
 }
 
 impl SimPlatform {
     /// A new model device configured by `cfg`.
     pub fn new(cfg: SimConfig) -> Self {
-        Self { dev: SimDevice::new(cfg) }
+        Self::of(SimDevice::new(cfg))
+    }
+
+    fn of(dev: Arc<SimDevice>) -> Self {
+        Self { dev, quiet_at: Arc::new(AtomicU64::new(u64::MAX)) }
     }
 
     /// [`SimPlatform::new`], failing if the model's RoCE port (`cfg.roce`) cannot open: a UDP
     /// address that cannot be bound (errno of the bind, e.g. `EADDRINUSE`) or a capture file
     /// that cannot be created; the model's [`pvrdma_sim::roce::RoceError`] is kept.
     pub fn try_new(cfg: SimConfig) -> ib_core::Result<Self> {
-        SimDevice::try_new(cfg).map(|dev| Self { dev }).map_err(|e| {
+        SimDevice::try_new(cfg).map(Self::of).map_err(|e| {
             let errno = match &e {
                 pvrdma_sim::roce::RoceError::Bind { source, .. } => source.raw_os_error(),
                 pvrdma_sim::roce::RoceError::Pcap { source, .. } => source.raw_os_error(),
@@ -50,10 +58,16 @@ impl SimPlatform {
         }
         let start = std::time::Instant::now();
         let mut seen = self.dev.stats().roce_rx_packets;
+        if seen == self.quiet_at.load(Ordering::Acquire) {
+            // Nothing arrived since the last linger found the wire quiet: it still is (a program
+            // destroying many QPs waits once, not once per QP).
+            return;
+        }
         while start.elapsed() < max {
             std::thread::sleep(quiet);
             let now = self.dev.stats().roce_rx_packets;
             if now == seen {
+                self.quiet_at.store(now, Ordering::Release);
                 return;
             }
             seen = now;
