@@ -1273,9 +1273,10 @@ fn op_wc_opcode(op: &Op) -> u32 {
 
 /// Reads `n` SGEs at `addr` (inside one WQE slot, already range-checked by the ring).
 /// The SGEs of one WQE (at most the device's `MAX_SGE` of them, kept inline).
-type Sges = SmallVec<[Sge; limits::MAX_SGE as usize]>;
+pub(crate) type Sges = SmallVec<[Sge; limits::MAX_SGE as usize]>;
 
-fn read_sges(mem: &GuestMemory, ring: &Consumer, slot: Slot, at: usize, n: usize) -> Option<Sges> {
+/// The `n` SGEs at byte `at` of the WQE in `slot` of `ring` (a QP's RQ or SQ, or an SRQ).
+pub(crate) fn read_sges(mem: &GuestMemory, ring: &Consumer, slot: Slot, at: usize, n: usize) -> Option<Sges> {
     (0..n)
         .map(|k| {
             let mut sge = Sge::new_zeroed();
