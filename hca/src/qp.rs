@@ -195,7 +195,10 @@ impl Qp {
         })?;
         let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
             .inspect_err(|_| {
-                destroy_qp(dev, resp.qpn.get());
+                // A DESTROY the device refuses leaves it the rings (as at drop): abandoned.
+                if !destroy_qp(dev, resp.qpn.get()) {
+                    buf.abandon();
+                }
             })?;
         let handle = db_handle.raw();
         if handle <= GSI_QPN {
