@@ -218,7 +218,7 @@ impl Srq {
         hdr.num_sge.set(n);
         hdr.total_len.set(total);
         let buf = self.buf.as_ref().ok_or(Error::DeviceFatal)?;
-        crate::qp::write_wqe(buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
+        crate::ring::write_wqe(buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         q.prod = idx_inc(q.prod, q.cnt);
         q.owed.push_back(Some((wr.wr_id, total)));
         Ok(())
