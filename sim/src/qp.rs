@@ -1271,11 +1271,11 @@ fn op_wc_opcode(op: &Op) -> u32 {
     }
 }
 
-/// Reads `n` SGEs at `addr` (inside one WQE slot, already range-checked by the ring).
 /// The SGEs of one WQE (at most the device's `MAX_SGE` of them, kept inline).
 pub(crate) type Sges = SmallVec<[Sge; limits::MAX_SGE as usize]>;
 
-/// The `n` SGEs at byte `at` of the WQE in `slot` of `ring` (a QP's RQ or SQ, or an SRQ).
+/// The `n` SGEs at byte `at` of the WQE in `slot` of `ring` (a QP's RQ or SQ, or an SRQ; inside
+/// the slot, already range-checked by the ring).
 pub(crate) fn read_sges(mem: &GuestMemory, ring: &Consumer, slot: Slot, at: usize, n: usize) -> Option<Sges> {
     (0..n)
         .map(|k| {

@@ -57,7 +57,6 @@ use std::sync::Arc;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromZeros, IntoBytes};
 
-
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct Srq {
