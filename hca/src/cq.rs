@@ -109,7 +109,10 @@ impl Cq {
         })?;
         let db_handle = doorbell_handle("CQ handle beyond 24 bits", resp.cq_handle.get(), owner, CqHandle::new)
             .inspect_err(|_| {
-                destroy_cq(dev, resp.cq_handle.get());
+                // A DESTROY the device refuses leaves it the ring (as at drop): abandoned.
+                if !destroy_cq(dev, resp.cq_handle.get()) {
+                    ring.abandon();
+                }
             })?;
         let handle = db_handle.raw();
         let flags = Arc::new(CqFlags::default());

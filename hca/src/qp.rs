@@ -19,9 +19,9 @@ use attr::{from_device, to_device};
 use owed::{Owed, Posted};
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
-use crate::dma::{Abandon, DmaBuf};
+use crate::dma::Abandon;
 use crate::pdir::PagedBuf;
-use crate::ring::{record_error, RecordWords};
+use crate::ring::{record_error, write_wqe, RecordWords};
 use doorbell::record::DriverProduced;
 use doorbell::{Doorbells, Owner, QpHandle};
 use ib_core::provider::{CqOps, QpCreate, QpEventHandler, QpOps};
@@ -195,7 +195,10 @@ impl Qp {
         })?;
         let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
             .inspect_err(|_| {
-                destroy_qp(dev, resp.qpn.get());
+                // A DESTROY the device refuses leaves it the rings (as at drop): abandoned.
+                if !destroy_qp(dev, resp.qpn.get()) {
+                    buf.abandon();
+                }
             })?;
         let handle = db_handle.raw();
         if handle <= GSI_QPN {
@@ -483,22 +486,6 @@ fn sg_totals(sg: &[Sge], max_sge: u32) -> Result<(u32, u32)> {
     Ok((n, total.ok_or(Error::InvalidArgument("total length beyond 32 bits"))?))
 }
 
-/// Writes a WQE at `slot`: its header, then its SGEs (at most the queue's `max_sge`, which its
-/// stride holds), straight into the ring: nothing allocated per work request.
-pub(crate) fn write_wqe(buf: &DmaBuf, slot: u64, hdr: &[u8], sg: &[Sge]) -> Result<()> {
-    buf.write(slot, hdr)?;
-    let mut at = slot + hdr.len() as u64;
-    for s in sg {
-        let mut e = pvrdma_abi::wqe::Sge::default();
-        e.addr.set(s.addr);
-        e.length.set(s.length);
-        e.lkey.set(s.lkey);
-        buf.write(at, e.as_bytes())?;
-        at += e.as_bytes().len() as u64;
-    }
-    Ok(())
-}
-
 impl Drop for Qp {
     /// DESTROY_QP, then out of the tables and off its CQs (its queued CQEs removed) before the
     /// device can give its QPN to a new QP. A DESTROY the device refused or never answered
@@ -574,23 +561,6 @@ mod tests {
         assert!(!ok(&[s(4)], 0x1000), "4 bytes");
         assert!(!ok(&[s(4), s(4)], 0x1000), "two SGEs");
         assert!(!ok(&[], 0x1000), "no SGE");
-    }
-
-    #[test]
-    fn a_wqe_is_its_header_then_its_sges() {
-        use crate::platform::{sim::SimPlatform, Platform};
-        let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(pvrdma_sim::SimConfig::default()));
-        let buf = DmaBuf::pages(&p, 1).unwrap();
-        let sg = [Sge { addr: 0x1122, length: 7, lkey: 9 }, Sge { addr: 0x3344, length: 8, lkey: 10 }];
-        write_wqe(&buf, 128, &[0xab; 80], &sg).unwrap();
-        let mut got = [0u8; 112];
-        buf.read(128, &mut got).unwrap();
-        assert!(got[..80].iter().all(|&b| b == 0xab));
-        assert_eq!(u64::from_le_bytes(got[80..88].try_into().unwrap()), 0x1122);
-        assert_eq!(u32::from_le_bytes(got[88..92].try_into().unwrap()), 7);
-        assert_eq!(u32::from_le_bytes(got[92..96].try_into().unwrap()), 9);
-        assert_eq!(u64::from_le_bytes(got[96..104].try_into().unwrap()), 0x3344);
-        assert_eq!(u32::from_le_bytes(got[108..112].try_into().unwrap()), 10);
     }
 
     #[test]

@@ -162,7 +162,10 @@ impl Srq {
         let raw = resp.srqn.get();
         let db_handle = doorbell_handle("SRQ handle beyond 24 bits", raw, owner, SrqHandle::new)
             .inspect_err(|_| {
-                destroy_srq(dev, raw);
+                // A DESTROY the device refuses leaves it the ring (as at drop): abandoned.
+                if !destroy_srq(dev, raw) {
+                    buf.abandon();
+                }
             })?;
         if let Err(e) = dev.eq.register_srq(raw, events) {
             // A live SRQ's handle: DESTROY_SRQ would reach the other SRQ; the ring is leaked.
@@ -215,7 +218,7 @@ impl Srq {
         hdr.num_sge.set(n);
         hdr.total_len.set(total);
         let buf = self.buf.as_ref().ok_or(Error::DeviceFatal)?;
-        crate::qp::write_wqe(buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
+        crate::ring::write_wqe(buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         q.prod = idx_inc(q.prod, q.cnt);
         q.owed.push_back(Some((wr.wr_id, total)));
         Ok(())

@@ -497,8 +497,6 @@ impl Span {
     }
 }
 
-/// Copies `buf.len()` bytes at byte `off` of `words` into `buf`: one load per word touched,
-/// whole words copied as words.
 /// Two consecutive words as one 64-bit atomic, if they are 8-aligned in host memory on a
 /// little-endian host (where the 64-bit value is the 8 bytes in the words' byte order).
 fn as_atomic_u64(pair: &[AtomicU32]) -> Option<&AtomicU64> {
@@ -514,9 +512,13 @@ fn as_atomic_u64(pair: &[AtomicU32]) -> Option<&AtomicU64> {
     // the consumer's own accesses are outside Rust's model, as a DMA engine's are); a 64-bit
     // atomic overlapping 32-bit ones is mixed-size, which x86-64 and AArch64 make single-copy
     // atomic for aligned accesses; all device atomics on an address use this same 64-bit view.
+    // Rust's memory model leaves racing mixed-size atomics undefined (`AtomicU64::from_ptr`'s
+    // docs): a 32-bit load of these words racing this 64-bit RMW relies on that hardware rule.
     Some(unsafe { AtomicU64::from_ptr(ptr.cast_mut().cast::<u64>()) })
 }
 
+/// Copies `buf.len()` bytes at byte `off` of `words` into `buf`: one load per word touched,
+/// whole words copied as words.
 fn read_words(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
     if off & 3 == 0 {
         // Whole words (a CQE, a WQE header): one load and one 4-byte store each.

@@ -513,8 +513,12 @@ pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<Dest
     if let Some(s) = &qp.srq {
         s.detach(qp.handle);
     }
-    qp.flush_held(core, &mut qp.st.lock(), true, fx);
-    qp.kill();
+    // Flushed and killed under one lock: a RoCE packet cannot take an SRQ WQE in between (it
+    // would be dropped by `kill`, its completion lost).
+    let mut st = qp.st.lock();
+    qp.flush_held(core, &mut st, true, fx);
+    Qp::kill_locked(&mut st);
+    drop(st);
     fx.kicks.push(qp.handle);
     Ok(DestroyQpResp::default())
 }
@@ -522,7 +526,10 @@ pub fn destroy(core: &Core, req: &DestroyQp, fx: &mut Effects) -> CmdResult<Dest
 impl Qp {
     /// Marks the QP destroyed (DESTROY_QP, device reset).
     pub fn kill(&self) {
-        let mut st = self.st.lock();
+        Self::kill_locked(&mut self.st.lock());
+    }
+
+    fn kill_locked(st: &mut QpState) {
         st.dead = true;
         st.inflight.clear();
         st.held_srq_wqe = None;
@@ -1264,11 +1271,12 @@ fn op_wc_opcode(op: &Op) -> u32 {
     }
 }
 
-/// Reads `n` SGEs at `addr` (inside one WQE slot, already range-checked by the ring).
 /// The SGEs of one WQE (at most the device's `MAX_SGE` of them, kept inline).
-type Sges = SmallVec<[Sge; limits::MAX_SGE as usize]>;
+pub(crate) type Sges = SmallVec<[Sge; limits::MAX_SGE as usize]>;
 
-fn read_sges(mem: &GuestMemory, ring: &Consumer, slot: Slot, at: usize, n: usize) -> Option<Sges> {
+/// The `n` SGEs at byte `at` of the WQE in `slot` of `ring` (a QP's RQ or SQ, or an SRQ; inside
+/// the slot, already range-checked by the ring).
+pub(crate) fn read_sges(mem: &GuestMemory, ring: &Consumer, slot: Slot, at: usize, n: usize) -> Option<Sges> {
     (0..n)
         .map(|k| {
             let mut sge = Sge::new_zeroed();

@@ -43,6 +43,7 @@ use crate::device::{Core, Effects};
 use crate::dsr::limits;
 use crate::errno::{CmdResult, Errno};
 use crate::pdir;
+use crate::qp::Sges;
 use crate::ring::{Consumer, Half, RingPages};
 use crate::Profile;
 use parking_lot::Mutex;
@@ -51,13 +52,10 @@ use pvrdma_abi::cmd::{
 };
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::verbs::{srq_attr_mask as mask, srq_type, SrqAttr};
-use pvrdma_abi::wqe::{rq_wqe_stride, RqWqeHdr, Sge};
+use pvrdma_abi::wqe::{rq_wqe_stride, RqWqeHdr};
 use std::sync::Arc;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromZeros, IntoBytes};
-
-/// The SGEs of one receive WQE.
-pub(crate) type Sges = smallvec::SmallVec<[Sge; limits::MAX_SGE as usize]>;
 
 /// A shared receive queue.
 #[derive(Debug)]
@@ -223,18 +221,11 @@ impl Srq {
     }
 
     fn read(&self, core: &Core, slot: crate::ring::Slot) -> Option<(RqWqeHdr, Sges)> {
-        const HDR: usize = size_of::<RqWqeHdr>();
         let mut hdr = RqWqeHdr::new_zeroed();
         self.ring.read(&core.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
         let n = hdr.num_sge.get().min(self.max_sge) as usize;
-        (0..n)
-            .map(|k| {
-                let mut sge = Sge::new_zeroed();
-                let at = HDR + k * size_of::<Sge>();
-                self.ring.read(&core.mem, slot, at, sge.as_mut_bytes()).ok().map(|()| sge)
-            })
-            .collect::<Option<Sges>>()
-            .map(|sges| (hdr, sges))
+        let sges = crate::qp::read_sges(&core.mem, &self.ring, slot, size_of::<RqWqeHdr>(), n)?;
+        Some((hdr, sges))
     }
 
     /// The SRQ doorbell: new WQEs are posted; packets parked for a QP of this SRQ are retried.

@@ -369,3 +369,39 @@ fn refused_destroy_qp_and_cq_abandon_their_rings_instead_of_freeing_them() {
     assert!(mem.contains(qp_page.addr(), 4096), "the QP's rings the device may still use stay allocated");
     assert!(mem.contains(cq_page.addr(), 4096), "the CQ's ring the device may still write stays allocated");
 }
+
+/// A CREATE_CQ / CREATE_QP / CREATE_SRQ answered with a handle beyond 24 bits is refused and the
+/// driver sends DESTROY for that handle, which names nothing: the device keeps the object it
+/// made, and with it the ring, which it may still write (a CQ's CQEs and ring state, an SRQ's or
+/// a QP's consumer index). So the ring stays allocated (abandoned), as after a refused DESTROY at
+/// drop. Before the fix each create freed its ring.
+#[test]
+fn a_create_answered_beyond_24_bits_whose_destroy_is_refused_abandons_the_ring() {
+    use pvrdma_abi::cmd::opcode;
+    use tests::rewrite::Rewrite;
+    for op in [opcode::CREATE_CQ, opcode::CREATE_QP, opcode::CREATE_SRQ] {
+        let plat = std::sync::Arc::new(Rewrite::new(op, 16, move |h| h | 1 << 24));
+        let opts = hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() };
+        let dev = hca::probe(plat.clone(), opts).expect("probe");
+        let pd = dev.alloc_pd().unwrap();
+        let cq = (op != opcode::CREATE_CQ).then(|| dev.create_cq(16, None).unwrap());
+        let mem = plat.sim.device().mem();
+        let regions = mem.regions();
+        let refused = match (op, &cq) {
+            (opcode::CREATE_QP, Some(cq)) => {
+                let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+                let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+                pd.create_qp(&attr).err()
+            }
+            (opcode::CREATE_SRQ, _) => {
+                let attr = SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 };
+                pd.create_srq(&attr).err()
+            }
+            _ => dev.create_cq(16, None).err(),
+        };
+        assert!(matches!(refused, Some(Error::BadResponse(_))), "opcode {op}: {refused:?}");
+        let live = plat.sim.device().live_objects();
+        assert_eq!(live.cqs + live.qps + live.srqs, 1 + usize::from(cq.is_some()), "opcode {op}: the device kept it");
+        assert!(mem.regions() > regions, "opcode {op}: the ring the device may still write stays allocated");
+    }
+}

@@ -9,7 +9,7 @@ use crate::device_attr::GidType;
 use crate::error::{Error, Result};
 use crate::pd::{Pd, PdInner};
 use crate::provider::AhOps;
-use crate::wr::Wc;
+use crate::wr::{UdDest, Wc};
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
@@ -21,21 +21,6 @@ pub struct Ah {
     pd: Arc<PdInner>,
     attr: AhAttr,
     ops: Box<dyn AhOps>,
-}
-
-/// Where one UD send goes (`ibv_send_wr.wr.ud`): an AH's address vector and the PD it was made
-/// in, the remote QPN, the remote Q_Key (bit 31 set: the sending QP's own Q_Key, IBTA 10.2.5).
-/// Made by [`Ah::dest`], so it always names a checked address vector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdDest {
-    /// The AH's attributes.
-    pub ah: AhAttr,
-    /// The device handle of the AH's PD.
-    pub pd_handle: u32,
-    /// Destination QPN (24 bits).
-    pub remote_qpn: u32,
-    /// Destination Q_Key.
-    pub remote_qkey: u32,
 }
 
 impl Pd {

@@ -120,7 +120,7 @@ pub enum AsyncElement {
     /// A QP of the context.
     Qp(QpRef),
     /// An SRQ of the context.
-    Srq(crate::srq::SrqRef),
+    Srq(crate::event_ref::SrqRef),
     /// A port of the device.
     Port(u8),
     /// The device.
@@ -155,7 +155,7 @@ impl AsyncEvent {
     }
 
     /// The SRQ, for an SRQ event.
-    pub fn srq(&self) -> Option<&crate::srq::SrqRef> {
+    pub fn srq(&self) -> Option<&crate::event_ref::SrqRef> {
         match &self.element {
             AsyncElement::Srq(s) => Some(s),
             _ => None,

@@ -351,3 +351,39 @@ mod tests {
         assert_eq!(gid_from_ip(v6.into()), v6.octets());
     }
 }
+
+/// SRQ attributes (`ibv_srq_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Receive work requests the SRQ holds.
+    pub max_wr: u32,
+    /// SGEs per receive work request.
+    pub max_sge: u32,
+    /// The limit: when fewer work requests than this stay posted, SRQ_LIMIT_REACHED fires once
+    /// (0: not armed). Ignored at create, as `ibv_create_srq` ignores it.
+    pub srq_limit: u32,
+}
+
+/// Which [`SrqAttr`] fields [`crate::Srq::modify`] sets (`enum ibv_srq_attr_mask`, same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct SrqAttrMask(
+    /// The `ibv_srq_attr_mask` bits.
+    pub u32,
+);
+
+impl SrqAttrMask {
+    /// Resize to `max_wr` (`IBV_SRQ_MAX_WR`).
+    pub const MAX_WR: Self = Self(1 << 0);
+    /// Arm the limit (`IBV_SRQ_LIMIT`).
+    pub const LIMIT: Self = Self(1 << 1);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}

@@ -183,3 +183,44 @@ mod tests {
         assert_eq!(a.0.comp.wait_acked(Instant::now(), || false), 0);
     }
 }
+
+/// An SRQ as its async events name it.
+#[derive(Debug)]
+pub(crate) struct SrqShared {
+    pub(crate) uid: u64,
+    pub(crate) handle: u32,
+    pub(crate) srq_context: u64,
+    pub(crate) async_: Acks,
+}
+
+/// The SRQ an async event is for. Cheap to clone; holds no resource of the SRQ.
+#[derive(Clone, Debug)]
+pub struct SrqRef(pub(crate) Arc<SrqShared>);
+
+impl SrqRef {
+    pub(crate) fn new(handle: u32, srq_context: u64) -> Self {
+        Self(Arc::new(SrqShared { uid: next_uid(), handle, srq_context, async_: Acks::default() }))
+    }
+
+    /// The device's SRQ handle.
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+
+    /// The consumer's value given when the SRQ was created (`srq_context`).
+    pub fn srq_context(&self) -> u64 {
+        self.0.srq_context
+    }
+
+    pub(crate) fn uid(&self) -> u64 {
+        self.0.uid
+    }
+}
+
+impl PartialEq for SrqRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.uid == other.0.uid
+    }
+}
+
+impl Eq for SrqRef {}

@@ -182,7 +182,7 @@ pub trait DeviceOps: Send + Sync + 'static {
     fn create_srq(
         &self,
         pd: &dyn PdOps,
-        attr: &crate::srq::SrqAttr,
+        attr: &crate::attr::SrqAttr,
         events: Arc<dyn SrqEventHandler>,
     ) -> Result<Box<dyn SrqOps>> {
         let _ = (pd, attr, events);
@@ -310,9 +310,9 @@ pub trait SrqOps: Send + Sync + 'static {
     /// Posts receive work requests, as [`QpOps::post_recv`].
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, crate::Error)>;
     /// Modifies the SRQ (mask and limit already checked by the core).
-    fn modify(&self, attr: &crate::srq::SrqAttr, mask: crate::srq::SrqAttrMask) -> Result<()>;
+    fn modify(&self, attr: &crate::attr::SrqAttr, mask: crate::attr::SrqAttrMask) -> Result<()>;
     /// Asks the device for the SRQ's attributes.
-    fn query(&self) -> Result<crate::srq::SrqAttr>;
+    fn query(&self) -> Result<crate::attr::SrqAttr>;
 }
 /// What the core does with an SRQ's async events (given to [`DeviceOps::create_srq`]).
 pub trait SrqEventHandler: Send + Sync {

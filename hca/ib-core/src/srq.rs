@@ -8,11 +8,12 @@
 //! (SRQ_LIMIT_REACHED, SRQ_ERR) name it by an [`SrqRef`] and reach the consumer only while it
 //! lives (design decision 16).
 
+pub use crate::attr::{SrqAttr, SrqAttrMask};
 use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
 use crate::context::ContextInner;
 use crate::delivery::Deliveries;
 use crate::error::{Error, Result};
-use crate::event_ref::{next_uid, Acks};
+use crate::event_ref::SrqRef;
 use crate::pd::{Pd, PdInner};
 use crate::provider::{SrqEventHandler, SrqOps};
 use crate::time::deadline_after;
@@ -23,42 +24,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// SRQ attributes (`ibv_srq_attr`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SrqAttr {
-    /// Receive work requests the SRQ holds.
-    pub max_wr: u32,
-    /// SGEs per receive work request.
-    pub max_sge: u32,
-    /// The limit: when fewer work requests than this stay posted, SRQ_LIMIT_REACHED fires once
-    /// (0: not armed). Ignored at create, as `ibv_create_srq` ignores it.
-    pub srq_limit: u32,
-}
-
-/// Which [`SrqAttr`] fields [`Srq::modify`] sets (`enum ibv_srq_attr_mask`, same bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
-pub struct SrqAttrMask(
-    /// The `ibv_srq_attr_mask` bits.
-    pub u32,
-);
-
-impl SrqAttrMask {
-    /// Resize to `max_wr` (`IBV_SRQ_MAX_WR`).
-    pub const MAX_WR: Self = Self(1 << 0);
-    /// Arm the limit (`IBV_SRQ_LIMIT`).
-    pub const LIMIT: Self = Self(1 << 1);
-
-    /// Whether every bit of `other` is set.
-    pub fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// The bits.
-    pub fn bits(self) -> u32 {
-        self.0
-    }
-}
-
 /// SRQ creation attributes (`ibv_srq_init_attr`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SrqInitAttr {
@@ -67,47 +32,6 @@ pub struct SrqInitAttr {
     /// The consumer's value, carried by the SRQ's async events (`srq_context`).
     pub srq_context: u64,
 }
-
-/// An SRQ as its async events name it.
-#[derive(Debug)]
-pub(crate) struct SrqShared {
-    pub(crate) uid: u64,
-    pub(crate) handle: u32,
-    pub(crate) srq_context: u64,
-    pub(crate) async_: Acks,
-}
-
-/// The SRQ an async event is for. Cheap to clone; holds no resource of the SRQ.
-#[derive(Clone, Debug)]
-pub struct SrqRef(pub(crate) Arc<SrqShared>);
-
-impl SrqRef {
-    fn new(handle: u32, srq_context: u64) -> Self {
-        Self(Arc::new(SrqShared { uid: next_uid(), handle, srq_context, async_: Acks::default() }))
-    }
-
-    /// The device's SRQ handle.
-    pub fn handle(&self) -> u32 {
-        self.0.handle
-    }
-
-    /// The consumer's value given when the SRQ was created (`srq_context`).
-    pub fn srq_context(&self) -> u64 {
-        self.0.srq_context
-    }
-
-    pub(crate) fn uid(&self) -> u64 {
-        self.0.uid
-    }
-}
-
-impl PartialEq for SrqRef {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.uid == other.0.uid
-    }
-}
-
-impl Eq for SrqRef {}
 
 /// What the provider reports an SRQ's async events to.
 struct SrqEvents {

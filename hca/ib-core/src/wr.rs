@@ -63,7 +63,7 @@ pub enum WrOpcode {
     /// the destination [`crate::Ah::dest`] made. Only on a UD QP, whose sends are only these.
     UdSend {
         /// Address handle, remote QPN and Q_Key.
-        dest: crate::ah::UdDest,
+        dest: UdDest,
         /// Immediate data (host order here; big-endian on the wire).
         imm: Option<u32>,
     },
@@ -354,4 +354,19 @@ mod tests {
         assert!(f.contains(NotifyFlags::REPORT_MISSED_EVENTS));
         assert!(!f.contains(NotifyFlags::SOLICITED));
     }
+}
+
+/// Where one UD send goes (`ibv_send_wr.wr.ud`): an AH's address vector and the PD it was made
+/// in, the remote QPN, the remote Q_Key (bit 31 set: the sending QP's own Q_Key, IBTA 10.2.5).
+/// Made by [`crate::Ah::dest`], so it always names a checked address vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// The AH's attributes.
+    pub ah: crate::attr::AhAttr,
+    /// The device handle of the AH's PD.
+    pub pd_handle: u32,
+    /// Destination QPN (24 bits).
+    pub remote_qpn: u32,
+    /// Destination Q_Key.
+    pub remote_qkey: u32,
 }
