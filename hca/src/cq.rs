@@ -63,6 +63,9 @@ pub(crate) struct CqInner {
     record: (DeviceProduced, RecordWords),
     /// Entries (RESIZE_CQ changes it under the ring's lock).
     elems: AtomicU32,
+    /// Odd while a RESIZE_CQ may be rewriting the ring state; bumped before and after (a
+    /// sequence lock for [`CqOps::has_unpolled`], which reads the words without the ring's lock).
+    resize_seq: AtomicU32,
     flags: Arc<CqFlags>,
     /// A ring index was out of range: the CQ is unusable.
     broken: AtomicBool,
@@ -133,6 +136,7 @@ impl Cq {
             db_handle,
             record: ring.record(),
             elems: AtomicU32::new(ring.elems()),
+            resize_seq: AtomicU32::new(0),
             ring: Mutex::new(ring),
             empty_polls: AtomicU32::new(0),
             flags,
@@ -415,10 +419,14 @@ impl CqOps for Cq {
 
     /// Reads the ring state (the device's `prod_tail`, the driver's `cons_head`). An index out of
     /// range counts as "yes": the consumer's next poll reports the fault. Unreachable ring memory
-    /// counts as "no".
+    /// counts as "no". A read that a RESIZE_CQ may have torn (the device rewrites both words and
+    /// the size changes) counts as "yes": a spurious "yes" costs the consumer one empty poll, a
+    /// torn "no" would lose a wake-up.
     fn has_unpolled(&self) -> bool {
-        let words = &self.0.record.1;
-        DeviceProduced::new(self.0.elems.load(Ordering::Acquire)).has_pending(words).unwrap_or(false)
+        let (inner, words) = (&self.0, &self.0.record.1);
+        let before = inner.resize_seq.load(Ordering::Acquire);
+        let pending = DeviceProduced::new(inner.elems.load(Ordering::Acquire)).has_pending(words).unwrap_or(false);
+        pending || before % 2 == 1 || inner.resize_seq.load(Ordering::Acquire) != before
     }
 
     /// Drains the CQ-notification ring and runs `change` under its lock.

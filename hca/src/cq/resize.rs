@@ -43,14 +43,29 @@ impl CqInner {
         if self.pending(&ring)? > entries {
             return Err(Error::InvalidArgument("cqe below the CQEs queued"));
         }
-        let mut staged = ring.stage_resize(&self.dev.platform, entries)?;
+        let staged = ring.stage_resize(&self.dev.platform, entries)?;
         let req = ResizeCq { cq_handle: self.handle.into(), cqe: entries.into(), ..Default::default() };
-        match self.dev.cmd.post(req) {
+        self.resize_seq.fetch_add(1, Ordering::SeqCst);
+        let answer = self.dev.cmd.post(req);
+        let result = self.finish_resize(&mut ring, staged, entries, answer);
+        self.resize_seq.fetch_add(1, Ordering::SeqCst);
+        result
+    }
+
+    /// The driver's side of RESIZE_CQ's `answer`, under the ring's lock.
+    fn finish_resize(
+        &self,
+        ring: &mut crate::ring::DevRing,
+        mut staged: crate::ring::StagedResize,
+        entries: u32,
+        answer: Result<pvrdma_abi::cmd::ResizeCqResp>,
+    ) -> Result<u32> {
+        match answer {
             Ok(resp) if resp.cqe.get() == entries => {
                 let old = ring.commit_resize(staged);
                 self.elems.store(entries, Ordering::Release);
                 // The device rewrote the ring state: an index out of range marks the CQ broken.
-                self.pending(&ring)?;
+                self.pending(ring)?;
                 drop(old);
                 tracing::debug!(cq = self.handle, entries, "CQ resized");
                 Ok(entries)
