@@ -47,6 +47,15 @@ pub struct Ctx<'a> {
     pub reserved: &'a Cell<u64>,
 }
 
+impl Ctx<'_> {
+    /// Sends the responder's packet `opcode` at PSN `p` to the requester (its BTH: our P_Key,
+    /// the path's destination QP), with `hdr`'s other headers and `payload`.
+    pub(super) fn send_response(&self, opcode: u8, p: u32, hdr: Headers, payload: &[u8]) {
+        let bth = Bth { opcode, pkey: PKEY, dest_qp: self.path.dest_qp, psn: p, ..Default::default() };
+        self.port.send(self.core, &self.path, &Headers { bth, ..hdr }, payload);
+    }
+}
+
 /// The message the responder is in the middle of.
 #[derive(Debug, Default)]
 enum InMsg {
@@ -352,19 +361,7 @@ impl Responder {
         ) {
             cx.core.count(|c| &c.roce_naks_sent);
         }
-        let bth = Bth {
-            opcode: op::RC_ACKNOWLEDGE,
-            pkey: PKEY,
-            dest_qp: cx.path.dest_qp,
-            psn: p,
-            ..Default::default()
-        };
-        let hdr = Headers {
-            bth,
-            aeth: Some(aeth),
-            ..Default::default()
-        };
-        cx.port.send(cx.core, &cx.path, &hdr, &[]);
+        cx.send_response(op::RC_ACKNOWLEDGE, p, Headers { aeth: Some(aeth), ..Default::default() }, &[]);
     }
 }
 

@@ -12,8 +12,7 @@ use super::{Ctx, InMsg, Responder, NO_CREDITS};
 use crate::device::Effects;
 use crate::dsr::limits;
 use crate::mem::Atomic64;
-use crate::roce::message::PKEY;
-use roce_wire::{opcode as op, psn, Aeth, AtomicEth, Bth, Headers};
+use roce_wire::{opcode as op, psn, Aeth, AtomicEth, Headers};
 
 /// An atomic the responder executed: its PSN and request, and the original value it returned.
 #[derive(Debug, Clone, Copy)]
@@ -74,19 +73,7 @@ impl Responder {
     /// Sends an ATOMIC Acknowledge for PSN `p` carrying `orig`.
     fn atomic_ack(&self, cx: &Ctx<'_>, p: u32, orig: u64) {
         cx.core.count(|c| &c.roce_acks_sent);
-        let bth = Bth {
-            opcode: op::RC_ATOMIC_ACKNOWLEDGE,
-            pkey: PKEY,
-            dest_qp: cx.path.dest_qp,
-            psn: p,
-            ..Default::default()
-        };
-        let hdr = Headers {
-            bth,
-            aeth: Some(Aeth::ack(self.msn, NO_CREDITS)),
-            atomic_ack: Some(orig),
-            ..Default::default()
-        };
-        cx.port.send(cx.core, &cx.path, &hdr, &[]);
+        let hdr = Headers { aeth: Some(Aeth::ack(self.msn, NO_CREDITS)), atomic_ack: Some(orig), ..Default::default() };
+        cx.send_response(op::RC_ATOMIC_ACKNOWLEDGE, p, hdr, &[]);
     }
 }

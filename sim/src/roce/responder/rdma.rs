@@ -11,9 +11,9 @@ use super::{Ctx, InMsg, Responder, NO_CREDITS};
 use crate::device::Effects;
 use crate::dsr::limits;
 use crate::qp::Rx;
-use crate::roce::message::{packets, PKEY};
+use crate::roce::message::packets;
 use pvrdma_abi::wqe::wc_status;
-use roce_wire::{opcode as op, psn, Aeth, Bth, Headers, NakCode, Reth};
+use roce_wire::{opcode as op, psn, Aeth, Headers, NakCode, Reth};
 
 /// Responses of a READ sent at once; the receive thread sends the rest between the packets it
 /// receives, so a long READ neither holds up the other QPs' packets for its whole length nor
@@ -232,19 +232,7 @@ impl Responder {
             };
             let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE)
                 .then(|| Aeth::ack(self.msn, NO_CREDITS));
-            let bth = Bth {
-                opcode,
-                pkey: PKEY,
-                dest_qp: cx.path.dest_qp,
-                psn: p,
-                ..Default::default()
-            };
-            let hdr = Headers {
-                bth,
-                aeth,
-                ..Default::default()
-            };
-            cx.port.send(cx.core, &cx.path, &hdr, &chunk);
+            cx.send_response(opcode, p, Headers { aeth, ..Default::default() }, &chunk);
             r.next += 1;
         }
         if r.next < r.npkts {
