@@ -24,6 +24,7 @@
 pub mod abi;
 mod ah;
 mod async_event;
+mod chain;
 mod channel;
 pub mod config;
 mod context;

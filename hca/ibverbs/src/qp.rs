@@ -7,7 +7,7 @@ mod inline;
 mod post;
 
 pub(crate) use inline::{Inline, Staging, MAX_INLINE};
-pub(crate) use post::{post_recv, post_recv_chain, post_send};
+pub(crate) use post::{post_recv, post_send};
 
 use crate::abi::{
     ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,

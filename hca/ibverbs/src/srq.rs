@@ -174,6 +174,6 @@ pub(crate) unsafe extern "C" fn post_srq_recv(srq_: *mut libc::c_void, wr: *mut 
             return fail(libc::EINVAL);
         };
         // SAFETY: the chain and `bad` are the program's.
-        unsafe { crate::qp::post_recv_chain(wr, bad, s.core.max_wr(), |wrs| s.core.post_recv_list(wrs)) }
+        unsafe { crate::chain::post_recv_chain(wr, bad, s.core.max_wr(), |wrs| s.core.post_recv_list(wrs)) }
     })
 }

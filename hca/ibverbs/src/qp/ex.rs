@@ -17,7 +17,8 @@
 //! so a warm QP allocates nothing; inline bytes are taken when `wr_set_inline_data` returns.
 
 use crate::abi::{ibv_ah, ibv_data_buf, ibv_qp, ibv_qp_ex, ibv_sge, IBV_SEND_INLINE};
-use super::post::{sges, Src};
+use super::post::Src;
+use crate::chain::sges;
 use super::{qp, Qp};
 use ib_core::{Sge, WrOpcode};
 use parking_lot::Mutex;
