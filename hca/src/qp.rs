@@ -283,12 +283,12 @@ impl Qp {
     fn write_send(&self, sq: &mut WorkQueue, wr: &SendWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, sq.max_sge)?;
         check_atomic(wr)?;
+        ud::check_opcode(self.ud, &wr.opcode)?;
         let slot = sq.next_slot(&self.words)?;
         let mut hdr = SqWqeHdr::default();
         hdr.wr_id.set(wr.wr_id);
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
-        ud::check_opcode(self.ud, &wr.opcode)?;
         let opcode = set_opcode(&mut hdr, wr.opcode);
         let flags = if wr.signaled { send_flags::SIGNALED } else { 0 }
             | if wr.solicited { send_flags::SOLICITED } else { 0 };

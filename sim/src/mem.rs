@@ -499,22 +499,25 @@ impl Span {
 
 /// Two consecutive words as one 64-bit atomic, if they are 8-aligned in host memory on a
 /// little-endian host (where the 64-bit value is the 8 bytes in the words' byte order).
+///
+/// Every access to these bytes is atomic (the map reaches memory only through atomics; the
+/// consumer's own accesses are outside Rust's model, as a DMA engine's are), and all device
+/// atomics on an address use this same 64-bit view. A 64-bit atomic overlapping 32-bit ones is
+/// mixed-size: x86-64 and AArch64 make it single-copy atomic for aligned accesses, while Rust's
+/// memory model leaves racing mixed-size atomics undefined (`AtomicU64::from_ptr`'s docs), so a
+/// 32-bit load of these words racing the 64-bit RMW relies on that hardware rule.
 fn as_atomic_u64(pair: &[AtomicU32]) -> Option<&AtomicU64> {
     let ptr = pair.as_ptr();
     let aligned = (ptr as usize) & (std::mem::align_of::<AtomicU64>() - 1) == 0;
     if pair.len() != 2 || !aligned || cfg!(target_endian = "big") {
         return None;
     }
-    // SAFETY: `pair` is two consecutive `AtomicU32` (8 bytes, contiguous in one slice of the
-    // region), checked aligned for `AtomicU64`, and borrowed for the returned lifetime, so the
-    // memory stays valid (an external region stays mapped while the caller holds the map's read
-    // lock). Every access to these bytes is atomic (the map reaches memory only through atomics;
-    // the consumer's own accesses are outside Rust's model, as a DMA engine's are); a 64-bit
-    // atomic overlapping 32-bit ones is mixed-size, which x86-64 and AArch64 make single-copy
-    // atomic for aligned accesses; all device atomics on an address use this same 64-bit view.
-    // Rust's memory model leaves racing mixed-size atomics undefined (`AtomicU64::from_ptr`'s
-    // docs): a 32-bit load of these words racing this 64-bit RMW relies on that hardware rule.
-    Some(unsafe { AtomicU64::from_ptr(ptr.cast_mut().cast::<u64>()) })
+    // SAFETY: `pair` is two consecutive `AtomicU32` (8 contiguous bytes of one slice), checked
+    // aligned for `AtomicU64` and borrowed for the returned lifetime, so the memory stays valid
+    // (an external region stays mapped while the caller holds the map's read lock); see above
+    // for the mixed-size accesses.
+    let wide = unsafe { AtomicU64::from_ptr(ptr.cast_mut().cast::<u64>()) };
+    Some(wide)
 }
 
 /// Copies `buf.len()` bytes at byte `off` of `words` into `buf`: one load per word touched,
