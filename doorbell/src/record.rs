@@ -107,11 +107,14 @@ impl DeviceProduced {
     }
 
     /// Whether entries are queued, reading both indices from the page (for a reader that does
-    /// not own the consumer index). A bad index counts as `true`: the owner's next read reports it.
-    pub fn has_pending<M: RecordMemory>(&self, mem: &M) -> Result<bool, M::Error> {
-        let prod = mem.load_acquire(self.prod)?;
-        let cons = mem.load_acquire(self.cons)?;
-        Ok(!matches!(ring_count(prod, cons, self.elems), Some(0)))
+    /// not own the consumer index). Errors: [`RecordError::BadIndex`] for an index out of range
+    /// (a reader unsure what the device meant counts it as queued: the owner's next read fails
+    /// on it too).
+    pub fn has_pending<M: RecordMemory>(&self, mem: &M) -> Result<bool, RecordError<M::Error>> {
+        let prod = mem.load_acquire(self.prod).map_err(RecordError::Memory)?;
+        let cons = mem.load_acquire(self.cons).map_err(RecordError::Memory)?;
+        let n = ring_count(prod, cons, self.elems).ok_or(RecordError::BadIndex { prod, cons, elems: self.elems })?;
+        Ok(n > 0)
     }
 
     /// Publishes the driver's consumer index (release: the entries were read before it).
@@ -211,8 +214,8 @@ mod tests {
         let m = Words::default();
         m.set(RX_PROD_TAIL, 40); // beyond 2 * 16
         let bad = RecordError::BadIndex { prod: 40, cons: 0, elems: 16 };
-        assert_eq!(DeviceProduced::new(16).pending(&m, 0), Err(bad));
-        assert_eq!(DeviceProduced::new(16).has_pending(&m), Ok(true), "a bad index is reported by the owner's read");
+        assert_eq!(DeviceProduced::new(16).pending(&m, 0), Err(bad.clone()));
+        assert_eq!(DeviceProduced::new(16).has_pending(&m), Err(bad), "a reader of both indices finds it too");
         m.set(TX_CONS_HEAD, 3); // 5 behind the producer: more than the ring holds
         assert!(matches!(DriverProduced::send_queue(4).in_use(&m, 0), Err(RecordError::BadIndex { .. })));
         assert_eq!(RecordPage::new::<()>(0x5008, Owner::Kernel), Err(RecordError::Misplaced(0x5008)));

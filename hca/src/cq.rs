@@ -6,13 +6,13 @@
 
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::eq::CqFlags;
-use crate::health::off_thread;
+use crate::health::ObjectHealth;
 use crate::dma::Abandon;
 use crate::ring::DevRing;
 use crate::uctx::UctxInner;
 use crate::wc::{translate, Owed, Queue, SharedWq, Verdict};
 use crate::ring::RecordWords;
-use doorbell::record::DeviceProduced;
+use doorbell::record::{DeviceProduced, RecordError};
 use doorbell::{CqArmDoorbell, CqHandle, Owner};
 use ib_core::provider::{CqError, CqEventHandler, CqOps};
 use ib_core::{ArmKind, Error, Result, Wc, WcOpcode};
@@ -67,10 +67,8 @@ pub(crate) struct CqInner {
     /// sequence lock for [`CqOps::has_unpolled`], which reads the words without the ring's lock).
     resize_seq: AtomicU32,
     flags: Arc<CqFlags>,
-    /// A ring index was out of range: the CQ is unusable.
-    broken: AtomicBool,
-    /// The core heard of `broken`.
-    broken_reported: AtomicBool,
+    /// Whether the device broke the ring ([`CqInner::mark_broken`]).
+    health: ObjectHealth,
     /// QPs completing into the CQ, with the queues of each that complete here (a CQE naming
     /// another QP, or a queue of the QP that completes elsewhere, is not trusted). Looked up once
     /// per CQE: Fx hashing, not SipHash (the map holds only the driver's own QPNs; a key the
@@ -140,8 +138,7 @@ impl Cq {
             ring: Mutex::new(ring),
             empty_polls: AtomicU32::new(0),
             flags,
-            broken: AtomicBool::new(false),
-            broken_reported: AtomicBool::new(false),
+            health: ObjectHealth::default(),
             qps: RwLock::new(FxHashMap::default()),
             arm,
             destroyed: AtomicBool::new(false),
@@ -191,27 +188,27 @@ fn refuse_size(dev: &DeviceInner, handle: u32, asked: u32, got: u32, mut ring: D
 
 impl CqInner {
     fn pending(&self, ring: &DevRing) -> Result<u32> {
-        ring.pending().inspect_err(|_| {
-            tracing::error!(cq = self.handle, "CQ ring index out of range: CQ unusable");
-            self.broken.store(true, Ordering::Release);
-        })
+        ring.pending().inspect_err(|_| self.mark_broken())
+    }
+
+    /// The device wrote a ring index out of range (or the ring is unreachable): the CQ is
+    /// unusable from now on, for every thread at once; the core hears of it once, as
+    /// [`CqError::Failure`] (its CQ_ERR), off this thread (which may hold the ring's lock).
+    pub(crate) fn mark_broken(&self) {
+        let h = self.dev.eq.cq_handler(self.handle);
+        self.health.mark("CQ", self.handle, h.map(|h| move || {
+            h.error(CqError::Failure);
+        }));
     }
 
     fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
-        if self.dev.health.is_fatal() || self.broken.load(Ordering::Acquire) {
+        if self.dev.health.is_fatal() {
             return Err(Error::DeviceFatal);
         }
+        self.health.check()?;
         let out = self.poll_ring(wc);
         if matches!(out, Ok(0)) && self.dev.shares_cpus && self.empty_polls.load(Ordering::Relaxed) & (YIELD_EVERY - 1) == 0 {
             std::thread::yield_now();
-        }
-        // Told on a thread of its own: the core runs the consumer's async handler, which may poll.
-        if self.broken.load(Ordering::Acquire) && !self.broken_reported.swap(true, Ordering::AcqRel) {
-            if let Some(h) = self.dev.eq.cq_handler(self.handle) {
-                off_thread("pvrdma-cq-fault", move || {
-                    h.error(CqError::Failure);
-                });
-            }
         }
         out
     }
@@ -418,15 +415,38 @@ impl CqOps for Cq {
     }
 
     /// Reads the ring state (the device's `prod_tail`, the driver's `cons_head`). An index out of
-    /// range counts as "yes": the consumer's next poll reports the fault. Unreachable ring memory
+    /// range counts as "yes" and marks the CQ broken (every later verb on it fails; the poll the
+    /// "yes" brings reports it). Unreachable ring memory
     /// counts as "no". A read that a RESIZE_CQ may have torn (the device rewrites both words and
     /// the size changes) counts as "yes": a spurious "yes" costs the consumer one empty poll, a
     /// torn "no" would lose a wake-up.
     fn has_unpolled(&self) -> bool {
         let (inner, words) = (&self.0, &self.0.record.1);
         let before = inner.resize_seq.load(Ordering::Acquire);
-        let pending = DeviceProduced::new(inner.elems.load(Ordering::Acquire)).has_pending(words).unwrap_or(false);
-        pending || before % 2 == 1 || inner.resize_seq.load(Ordering::Acquire) != before
+        let pending = DeviceProduced::new(inner.elems.load(Ordering::Acquire)).has_pending(words);
+        let torn = before % 2 == 1 || inner.resize_seq.load(Ordering::Acquire) != before;
+        match pending {
+            Ok(queued) => queued || torn,
+            Err(RecordError::BadIndex { .. }) if !torn => {
+                // Not a read a resize tore: the device wrote an index outside the ring.
+                inner.mark_broken();
+                true
+            }
+            Err(RecordError::BadIndex { .. }) => true,
+            Err(_) => torn,
+        }
+    }
+
+    /// `DeviceFatal` once the device is fatal or the CQ's ring is broken (whichever thread found
+    /// it), `CqOverrun` once the device reported the CQ overflowed.
+    fn usable(&self) -> Result<()> {
+        let inner = &self.0;
+        inner.dev.live()?;
+        inner.health.check()?;
+        if inner.flags.overrun.load(Ordering::Acquire) {
+            return Err(Error::CqOverrun);
+        }
+        Ok(())
     }
 
     /// Drains the CQ-notification ring and runs `change` under its lock.

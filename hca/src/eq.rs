@@ -149,8 +149,12 @@ impl EventRings {
         (r.buf().num_pages() as u32, r.buf().dir().dma())
     }
 
-    /// Adds a CQ the device just created. A handle already live means the device handed it out
-    /// twice: the device is made fatal (nothing is destroyed: DESTROY_CQ would hit the live CQ).
+    /// Adds a CQ the device just created (called with the object lock held, once CREATE_CQ was
+    /// answered). The reports the device wrote before its answer are consumed first
+    /// ([`EventRings::take_reports`]): one written late for a destroyed object that had this
+    /// handle (a CQ_ERR after its DESTROY) reaches no object, never the new one. A handle already
+    /// live means the device handed it out twice: the device is made fatal (nothing is
+    /// destroyed: DESTROY_CQ would hit the live CQ).
     ///
     /// Errors: [`Error::DeviceFatal`] for a duplicate handle.
     pub(crate) fn register_cq(
@@ -159,6 +163,7 @@ impl EventRings {
         flags: Arc<CqFlags>,
         handler: Arc<dyn CqEventHandler>,
     ) -> Result<()> {
+        self.take_reports();
         let mut t = self.cqs.write();
         if t.contains_key(&handle) {
             drop(t);
@@ -173,8 +178,10 @@ impl EventRings {
         self.cqs.write().remove(&handle);
     }
 
-    /// Adds a QP the device just created (as [`EventRings::register_cq`]).
+    /// Adds a QP the device just created (as [`EventRings::register_cq`], the reports before it
+    /// consumed first).
     pub(crate) fn register_qp(&self, handle: u32, handler: Arc<dyn QpEventHandler>) -> Result<()> {
+        self.take_reports();
         let mut t = self.qps.write();
         if t.contains_key(&handle) {
             drop(t);
@@ -184,8 +191,10 @@ impl EventRings {
         Ok(())
     }
 
-    /// Adds an SRQ the device just created (as [`EventRings::register_cq`]).
+    /// Adds an SRQ the device just created (as [`EventRings::register_cq`], the reports before
+    /// it consumed first).
     pub(crate) fn register_srq(&self, handle: u32, handler: Arc<dyn SrqEventHandler>) -> Result<()> {
+        self.take_reports();
         let mut t = self.srqs.write();
         if t.contains_key(&handle) {
             drop(t);
@@ -209,6 +218,16 @@ impl EventRings {
         tracing::error!(handle, "device returned a {what} handle that is in use");
         self.health.set_fatal("device returned an object handle that is in use");
         Err(Error::DeviceFatal)
+    }
+
+    /// The core's handler of QP `handle`, if it is live.
+    pub(crate) fn qp_handler(&self, handle: u32) -> Option<Arc<dyn QpEventHandler>> {
+        self.qps.read().get(&handle).cloned()
+    }
+
+    /// The core's handler of SRQ `handle`, if it is live.
+    pub(crate) fn srq_handler(&self, handle: u32) -> Option<Arc<dyn SrqEventHandler>> {
+        self.srqs.read().get(&handle).cloned()
     }
 
     /// The core's handler of CQ `handle`, if it is live.
@@ -443,11 +462,19 @@ impl EventRings {
     pub(crate) fn destroy_object(&self, destroy: impl FnOnce(), forget: impl FnOnce()) {
         let _objects = self.objects.lock();
         destroy();
+        self.take_reports();
+        forget();
+    }
+
+    /// Consumes every report the device wrote so far, resolving each to the objects in the
+    /// tables now: CQ-notification entries go to their CQs, async entries are queued for the
+    /// async thread. Called with the object lock held, between a command and the table change it
+    /// brings (a destroy's removal, a create's registration).
+    fn take_reports(&self) {
         self.drain_notifications();
         if !self.health.is_fatal() {
             self.take_async();
         }
-        forget();
     }
 
     /// The bounded health check: a register reading all-ones means the function is gone, and the

@@ -149,3 +149,37 @@ pub(crate) fn off_thread(name: &str, f: impl FnOnce() + Send + 'static) {
         }
     }
 }
+
+/// Whether the device broke one of its objects (a CQ, QP or SRQ whose ring state it wrote out
+/// of range): once marked, every verb on the object fails at once with
+/// [`ib_core::Error::DeviceFatal`], whichever thread found the fault, and the core hears of it
+/// once, on a thread of its own ([`off_thread`]). The device itself may live on.
+#[derive(Default)]
+pub(crate) struct ObjectHealth(AtomicBool);
+
+impl ObjectHealth {
+    /// `Err(DeviceFatal)` once the object is broken.
+    pub(crate) fn check(&self) -> ib_core::Result<()> {
+        if self.0.load(Ordering::Acquire) {
+            return Err(ib_core::Error::DeviceFatal);
+        }
+        Ok(())
+    }
+
+    /// Whether the object is broken.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Marks the object broken; the first time, logs `what` and runs `report` (the report to
+    /// the core) off this thread.
+    pub(crate) fn mark(&self, what: &'static str, handle: u32, report: Option<impl FnOnce() + Send + 'static>) {
+        if self.0.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::error!(object = what, handle, "ring index out of range: object unusable");
+        if let Some(report) = report {
+            off_thread("pvrdma-obj-fault", report);
+        }
+    }
+}

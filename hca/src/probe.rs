@@ -225,8 +225,18 @@ fn check_cap_limits(caps: &DeviceCaps) -> Result<()> {
         ("gid_tbl_len", caps.gid_tbl_len.get(), cap_limits::GID_TBL_LEN),
         ("max_pkeys", u32::from(caps.max_pkeys.get()), u32::from(u16::MAX)),
     ];
-    for (name, value, max) in checks {
-        if !(1..=max).contains(&value) {
+    // Capabilities a device may lack (0: none), bounded as above; a responder or initiator
+    // depth is an 8-bit QP attribute (`max_rd_atomic`, `max_dest_rd_atomic`).
+    let optional = [
+        ("max_srq", caps.max_srq.get(), HANDLES),
+        ("max_srq_wr", caps.max_srq_wr.get(), cap_limits::MAX_QP_WR),
+        ("max_srq_sge", caps.max_srq_sge.get(), cap_limits::MAX_SGE),
+        ("max_qp_rd_atom", caps.max_qp_rd_atom.get(), u32::from(u8::MAX)),
+        ("max_qp_init_rd_atom", caps.max_qp_init_rd_atom.get(), u32::from(u8::MAX)),
+    ];
+    let required = checks.into_iter().map(|(n, v, max)| (n, v, 1, max));
+    for (name, value, min, max) in required.chain(optional.into_iter().map(|(n, v, max)| (n, v, 0, max))) {
+        if !(min..=max).contains(&value) {
             tracing::error!(cap = name, value, max, "device reports a capability out of range");
             return Err(unsupported("a capability out of range"));
         }
@@ -290,7 +300,12 @@ mod tests {
         caps.max_pkeys.set(1);
         assert!(check_cap_limits(&caps).is_ok());
         type Edit = fn(&mut DeviceCaps);
-        let zeros: [Edit; 8] = [
+        let zeros: [Edit; 13] = [
+            |c| c.max_srq.set(1 << 24 | 1),
+            |c| c.max_srq_wr.set(u32::MAX),
+            |c| c.max_srq_sge.set(cap_limits::MAX_SGE + 1),
+            |c| c.max_qp_rd_atom.set(256),
+            |c| c.max_qp_init_rd_atom.set(u32::MAX),
             |c| c.max_qp.set(0),
             |c| c.max_cq.set(0),
             |c| c.max_mr.set(1 << 24 | 1),

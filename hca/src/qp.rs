@@ -20,6 +20,7 @@ use owed::{Owed, Posted};
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::pd::Pd;
 use crate::dma::Abandon;
+use crate::health::ObjectHealth;
 use crate::pdir::PagedBuf;
 use crate::ring::{record_error, write_wqe, RecordWords};
 use doorbell::record::DriverProduced;
@@ -146,6 +147,11 @@ pub struct Qp {
     db: Doorbells,
     /// A UD QP: its sends are [`WrOpcode::UdSend`] and only these.
     ud: bool,
+    /// Whether the device broke the QP's ring state ([`Qp::mark_broken`]).
+    health: ObjectHealth,
+    /// What the driver set: the attributes of every MODIFY_QP the device took, and the queue
+    /// sizes it confirmed (`attr::from_device` reads a QUERY_QP answer against it).
+    set: Mutex<QpAttr>,
 }
 
 impl Qp {
@@ -222,6 +228,7 @@ impl Qp {
             return Err(e);
         }
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
+        let (sq_cnt, sq_sge) = (sq.cnt, sq.max_sge);
         let (sq, rq) = (Arc::new(Mutex::new(sq)), Arc::new(Mutex::new(rq)));
         send_cq.attach_qp(handle, Some(sq.clone()), None);
         let recv_owed: crate::wc::SharedWq = match srq {
@@ -231,7 +238,10 @@ impl Qp {
         recv_cq.attach_qp(handle, None, Some(recv_owed));
         tracing::debug!(qpn = handle, "QP created");
         let sig_all = init.sq_sig_all;
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db, ud })
+        let health = ObjectHealth::default();
+        let cap = QpCap { max_send_wr: sq_cnt, max_recv_wr: rq_cnt, max_send_sge: sq_sge, max_recv_sge: rq_sge, max_inline_data: 0 };
+        let set = Mutex::new(QpAttr { cap, ..Default::default() });
+        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db, ud, health, set })
     }
 }
 
@@ -309,9 +319,12 @@ impl Qp {
         write: impl Fn(&Self, &mut WorkQueue, &W) -> Result<()>,
         doorbell: impl FnOnce() -> std::result::Result<(), doorbell::DoorbellError>,
     ) -> std::result::Result<(), (usize, Error)> {
-        self.dev.live().map_err(|e| (0, e))?;
+        self.usable().map_err(|e| (0, e))?;
         let mut q = queue.lock();
         let failed = wrs.iter().enumerate().find_map(|(k, wr)| write(self, &mut q, wr).err().map(|e| (k, e)));
+        if matches!(failed, Some((_, Error::DeviceFatal))) {
+            self.mark_broken();
+        }
         let posted = failed.as_ref().map_or(wrs.len(), |(k, _)| *k);
         if posted > 0 {
             q.publish(&self.words).map_err(|e| (0, e))?;
@@ -332,6 +345,27 @@ impl Qp {
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         rq.advance(Posted { wr_id: wr.wr_id, len: total, signaled: true, opcode: WcOpcode::Recv });
         Ok(())
+    }
+}
+
+impl Qp {
+    /// `DeviceFatal` once the device is fatal or broke this QP's ring state.
+    fn usable(&self) -> Result<()> {
+        self.dev.live()?;
+        self.health.check()
+    }
+
+    /// The device wrote a consumer index out of range (or the ring state is unreachable): the
+    /// QP is unusable from now on, for every thread at once, and its consumer hears
+    /// `QP_FATAL` (IBTA's local work queue catastrophic error) once, off this thread.
+    fn mark_broken(&self) {
+        if self.dev.health.is_fatal() {
+            return;
+        }
+        let h = self.dev.eq.qp_handler(self.handle);
+        self.health.mark("QP", self.handle, h.map(|h| move || {
+            h.event(ib_core::AsyncEventType::QpFatal);
+        }));
     }
 }
 
@@ -360,19 +394,22 @@ impl QpOps for Qp {
     /// MODIFY_QP with the core's attributes in the device's layout. pvrdma is RoCE: an address
     /// vector must carry a global route.
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.dev.live()?;
+        self.usable()?;
         if mask.contains(QpAttrMask::AV) && !attr.ah_attr.is_global {
             return Err(Error::InvalidArgument("RoCE needs a global route (is_global)"));
         }
         if mask.contains(QpAttrMask::PORT) {
             self.dev.check_port(attr.port_num)?;
         }
+        let mut set = self.set.lock();
         self.dev.cmd.post(ModifyQp {
             qp_handle: self.handle.into(),
             attr_mask: mask.bits().into(),
             attrs: to_device(attr),
             ..Default::default()
         })?;
+        attr::record(&mut set, attr, mask);
+        drop(set);
         if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
             self.reset_rings()?;
         }
@@ -381,13 +418,13 @@ impl QpOps for Qp {
 
     /// QUERY_QP; the state the device reports is checked (an unknown one is refused).
     fn query(&self, mask: QpAttrMask) -> Result<QpAttr> {
-        self.dev.live()?;
+        self.usable()?;
         let resp = self.dev.cmd.post(QueryQp {
             qp_handle: self.handle.into(),
             attr_mask: mask.bits().into(),
             ..Default::default()
         })?;
-        from_device(&resp.attrs)
+        from_device(&resp.attrs, &self.dev.attr, &self.set.lock())
     }
 }
 

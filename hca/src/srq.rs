@@ -18,6 +18,7 @@
 
 use crate::device::{doorbell_handle, DeviceInner};
 use crate::dma::Abandon;
+use crate::health::ObjectHealth;
 use crate::pd::Pd;
 use crate::pdir::PagedBuf;
 use crate::ring::{record_error, RecordWords};
@@ -125,6 +126,8 @@ pub struct Srq {
     words: RecordWords,
     queue: Arc<Mutex<SrqQueue>>,
     db: Doorbells,
+    /// Whether the device broke the SRQ's ring state ([`Srq::mark_broken`]).
+    health: ObjectHealth,
 }
 
 impl Srq {
@@ -175,7 +178,7 @@ impl Srq {
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
         tracing::debug!(srq = raw, "SRQ created");
         let queue = Arc::new(Mutex::new(queue));
-        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf: Some(buf), words, queue, db })
+        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf: Some(buf), words, queue, db, health: ObjectHealth::default() })
     }
 
     /// Where the SRQ's ring-state record lives (page 0 of its page list; the SRQ's indices are
@@ -231,6 +234,27 @@ fn destroy_srq(dev: &DeviceInner, handle: u32) -> bool {
     dev.cmd.post(cmd).inspect_err(|e| tracing::warn!(srq = handle, error = %e, "DESTROY_SRQ failed")).is_ok()
 }
 
+impl Srq {
+    /// `DeviceFatal` once the device is fatal or broke this SRQ's ring state.
+    fn usable(&self) -> Result<()> {
+        self.dev.live()?;
+        self.health.check()
+    }
+
+    /// The device wrote a consumer index out of range (or the ring state is unreachable): the
+    /// SRQ is unusable from now on, for every thread at once, and its consumer hears `SRQ_ERR`
+    /// once, off this thread.
+    fn mark_broken(&self) {
+        if self.dev.health.is_fatal() {
+            return;
+        }
+        let h = self.dev.eq.srq_handler(self.handle);
+        self.health.mark("SRQ", self.handle, h.map(|h| move || {
+            h.event(ib_core::AsyncEventType::SrqErr);
+        }));
+    }
+}
+
 impl SrqOps for Srq {
     fn as_any(&self) -> &dyn Any {
         self
@@ -248,9 +272,12 @@ impl SrqOps for Srq {
     /// once (as rdma-core's `pvrdma_post_srq_recv`). Errors: (index of the first request not
     /// posted, why): more SGEs than the SRQ takes, [`Error::QueueFull`], [`Error::DeviceFatal`].
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, Error)> {
-        self.dev.live().map_err(|e| (0, e))?;
+        self.usable().map_err(|e| (0, e))?;
         let mut q = self.queue.lock();
         let failed = wrs.iter().enumerate().find_map(|(k, wr)| self.write_recv(&mut q, wr).err().map(|e| (k, e)));
+        if matches!(failed, Some((_, Error::DeviceFatal))) {
+            self.mark_broken();
+        }
         let posted = failed.as_ref().map_or(wrs.len(), |(k, _)| *k);
         if posted > 0 {
             q.record.publish_prod(&self.words, q.prod).map_err(|e| (0, e))?;
@@ -267,7 +294,7 @@ impl SrqOps for Srq {
     /// vmw_pvrdma refuses a resize with `EINVAL`); [`Error::Unsupported`] on QEMU 7.2 (see the
     /// module docs); the device's refusal.
     fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        self.dev.live()?;
+        self.usable()?;
         if mask.contains(SrqAttrMask::MAX_WR) {
             return Err(Error::InvalidArgument("pvrdma does not resize SRQs"));
         }
@@ -285,13 +312,31 @@ impl SrqOps for Srq {
 
     /// QUERY_SRQ. Errors: [`Error::Unsupported`] on QEMU 7.2; command errors.
     fn query(&self) -> Result<SrqAttr> {
-        self.dev.live()?;
+        self.usable()?;
         if self.swaps_srq_commands() {
             return Err(Error::Unsupported("QUERY_SRQ on QEMU 7.2 (it runs MODIFY_SRQ)"));
         }
         let resp = self.dev.cmd.post(QuerySrq { srq_handle: self.handle.into(), ..Default::default() })?;
         let a = resp.attrs;
-        Ok(SrqAttr { max_wr: a.max_wr.get(), max_sge: a.max_sge.get(), srq_limit: a.srq_limit.get() })
+        let attr = SrqAttr { max_wr: a.max_wr.get(), max_sge: a.max_sge.get(), srq_limit: a.srq_limit.get() };
+        check_query(&attr, &self.dev.attr).inspect_err(|_| tracing::error!(srq = self.handle, ?attr, "QUERY_SRQ answer refused"))?;
+        Ok(attr)
+    }
+}
+
+/// Checks a QUERY_SRQ answer against the device's caps before the consumer sees it: `max_wr`
+/// from 1 to `max_srq_wr`, `max_sge` at most `max_srq_sge`, the limit at most `max_wr`.
+///
+/// Errors: [`Error::BadResponse`] naming the field.
+fn check_query(a: &SrqAttr, caps: &ib_core::DeviceAttr) -> Result<()> {
+    let checks = [
+        (!(1..=caps.max_srq_wr).contains(&a.max_wr), "QUERY_SRQ: max_wr out of range"),
+        (a.max_sge > caps.max_srq_sge, "QUERY_SRQ: max_sge above the device's max_srq_sge"),
+        (a.srq_limit > a.max_wr, "QUERY_SRQ: srq_limit above max_wr"),
+    ];
+    match checks.iter().find(|(bad, _)| *bad) {
+        Some((_, what)) => Err(Error::BadResponse(what)),
+        None => Ok(()),
     }
 }
 

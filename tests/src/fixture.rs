@@ -64,11 +64,12 @@ pub fn raw_doorbell(dev: &Device, page: UarPage, op: DoorbellOp, handle: u32, en
     pv(dev).raw_uar_write(page.bar_offset() + u64::from(w.offset), w.value);
 }
 
-/// What an async event says, as a value to compare: its type and the CQ or QP handle, or the
-/// port, it names (`None` for a device event).
+/// What an async event says, as a value to compare: its type and the CQ, QP or SRQ handle, or
+/// the port, it names (`None` for a device event).
 pub fn ev(e: &AsyncEvent) -> (AsyncEventType, Option<u32>) {
     let cq = e.cq().map(|c| c.handle());
-    let what = cq.or_else(|| e.qp().map(|q| q.qp_num())).or_else(|| e.port().map(u32::from));
+    let what = cq.or_else(|| e.qp().map(|q| q.qp_num())).or_else(|| e.srq().map(|s| s.handle()));
+    let what = what.or_else(|| e.port().map(u32::from));
     (e.event_type, what)
 }
 

@@ -45,7 +45,9 @@ pub struct RelayRules {
     pub drop_all: bool,
     /// Each device entry is forwarded this many extra times.
     pub duplicate: u32,
-    /// After the `n`th CREATE_CQ (0-based) succeeds, add an entry naming the new CQ.
+    /// After the `n`th CREATE_CQ (0-based) succeeds, add an entry naming the new CQ at the next
+    /// doorbell, once the driver has the CQ (an entry the driver finds before it registered the
+    /// CQ is a report from before the CQ existed, and the driver drops it as such).
     pub inject_after_create_cq: Option<usize>,
     /// At every CQ arm doorbell (ARM or ARM_SOL bit), add an entry naming the CQ.
     pub inject_on_arm: bool,
@@ -78,6 +80,8 @@ pub struct NotifyRelay {
     pub arms: Mutex<Vec<(u32, u32)>>,
     stop: Arc<AtomicBool>,
     sends: std::sync::atomic::AtomicU32,
+    /// The CQ `inject_after_create_cq` names, until the next doorbell.
+    created_cq_entry: Mutex<Option<u32>>,
 }
 
 const PAGE: u64 = 4096;
@@ -104,6 +108,7 @@ impl NotifyRelay {
             arms: Mutex::new(Vec::new()),
             stop: stop.clone(),
             sends: Default::default(),
+            created_cq_entry: Mutex::new(None),
         };
         let plat = Arc::new(Intercept { sim: SimPlatform::new(cfg), hooks });
         let weak = Arc::downgrade(&plat);
@@ -259,13 +264,17 @@ impl Hooks for NotifyRelay {
                 v.len() - 1
             };
             if self.rules.lock().unwrap().inject_after_create_cq == Some(n) {
-                self.inject(sim, h);
+                *self.created_cq_entry.lock().unwrap() = Some(h);
             }
         }
     }
 
     fn uar_write(&self, sim: &SimPlatform, offset: u64, value: u32) {
         use pvrdma_abi::uar::{UAR_CQ_ARM, UAR_CQ_ARM_SOL, UAR_CQ_OFFSET, UAR_HANDLE_MASK, UAR_QP_OFFSET, UAR_QP_SEND};
+        let created = self.created_cq_entry.lock().unwrap().take();
+        if let Some(h) = created {
+            self.inject(sim, h);
+        }
         if offset & 0xfff == UAR_QP_OFFSET as u64 && value & UAR_QP_SEND != 0 {
             let k = self.sends.fetch_add(1, Ordering::SeqCst) + 1;
             if k == 2 && self.rules.lock().unwrap().stall_cq_vector_between_sends {

@@ -308,12 +308,11 @@ impl<H: CqHw> ArmMachine<H> {
     /// consumer asleep on the channel wakes and polls (and finds the error).
     pub fn fail(&self, status: NotifyStatus) -> Fired {
         let mut st = lock(&self.st);
-        if st.closed {
+        // Told twice (the thread that found the fault, then the provider's report): once.
+        if st.closed || st.error == Some(status) || st.error == Some(NotifyStatus::Failure) {
             return Fired::default();
         }
-        if st.error != Some(NotifyStatus::Failure) {
-            st.error = Some(status);
-        }
+        st.error = Some(status);
         st.hw = None;
         let mut fired = Fired { channel: st.channel.take().is_some(), ..Fired::default() };
         fired.requests = st.complete(status, |_| true);

@@ -64,6 +64,14 @@ fn cq_error(status: NotifyStatus) -> Error {
     }
 }
 
+/// The notify status of a CQ error.
+fn status_of(error: CqError) -> NotifyStatus {
+    match error {
+        CqError::Overrun => NotifyStatus::Overrun,
+        CqError::Failure => NotifyStatus::Failure,
+    }
+}
+
 /// What the provider reports a CQ's events to.
 pub(crate) struct CqEvents {
     pub(crate) cq: CqRef,
@@ -139,15 +147,20 @@ impl CqEvents {
         self.spend(ArmMachine::recover_dropped)
     }
 
+    /// Fails the arm machine with `status` and delivers what that reached (notify requests
+    /// complete, a consumer asleep on the channel wakes, the dispatcher is woken): no consumer
+    /// code runs here, so any thread may call it, the one that found the fault included.
+    fn fail_now(&self, status: NotifyStatus) -> bool {
+        let Some(_d) = self.enter() else { return false };
+        self.deliver(self.machine.fail(status));
+        true
+    }
+
     fn error(&self, error: CqError) -> bool {
         let Some(_d) = self.enter() else { return false };
-        let status = match error {
-            CqError::Overrun => NotifyStatus::Overrun,
-            CqError::Failure => NotifyStatus::Failure,
-        };
         // Notify requests complete; a consumer asleep on the channel wakes, polls and sees the
         // error; the dispatcher gets it; the context's async queue gets CQ_ERR.
-        self.deliver(self.machine.fail(status));
+        self.deliver(self.machine.fail(status_of(error)));
         let element = AsyncElement::Cq(self.cq.clone());
         self.ctx.async_events.dispatch(AsyncEvent { event_type: AsyncEventType::CqErr, element });
         true
@@ -309,6 +322,7 @@ impl Cq {
     /// QEMU 7.2); [`Error::DeviceFatal`]; provider errors.
     pub fn resize(&self, cqe: u32) -> Result<u32> {
         self.inner.ctx.live()?;
+        self.usable()?;
         let max = self.inner.ctx.device.ops.query_device().max_cqe;
         if cqe == 0 || cqe > max {
             return Err(Error::InvalidArgument("cqe out of range"));
@@ -328,7 +342,32 @@ impl Cq {
     /// unusable, its notify requests complete with [`NotifyStatus::Failure`]).
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         self.inner.ctx.live()?;
-        self.inner.ops.poll(wc)
+        self.inner.ops.poll(wc).inspect_err(|e| self.failed(e))
+    }
+
+    /// Asks the provider whether the CQ can still raise events and, if it cannot, fails the arm
+    /// machine at once on this thread (`failed`): the next arm or notify request sees the fault
+    /// whichever thread found it, not once the provider's report reaches the core.
+    ///
+    /// Errors: the provider's ([`CqOps::usable`]).
+    fn usable(&self) -> Result<()> {
+        self.inner.ops.usable().inspect_err(|e| self.failed(e))
+    }
+
+    /// A verb on the CQ answered `e`: a fault of the CQ itself ([`Error::DeviceFatal`],
+    /// [`Error::CqOverrun`]) fails its arm machine now (notify requests complete with it, later
+    /// arms refuse, a channel waiter wakes).
+    fn failed(&self, e: &Error) {
+        let status = match e {
+            Error::DeviceFatal => NotifyStatus::Failure,
+            Error::CqOverrun => NotifyStatus::Overrun,
+            _ => return,
+        };
+        // A fatal device reaches every CQ through its own path (`FatalSink`), channel waiters
+        // waking with DeviceFatal rather than an event.
+        if self.inner.ctx.live().is_ok() {
+            self.inner.events.fail_now(status);
+        }
     }
 
     /// Requests a completion event on the CQ's channel (IBTA 11.4.2.5, `ibv_req_notify_cq`): arms
@@ -343,6 +382,8 @@ impl Cq {
     /// an unusable CQ.
     pub fn req_notify(&self, flags: NotifyFlags) -> Result<bool> {
         self.inner.ctx.live()?;
+        // A fault the provider knows of fails the machine first; `arm_channel` then answers it.
+        let _ = self.usable();
         let kind = if flags.contains(NotifyFlags::NEXT_COMPLETION) {
             ArmKind::Next
         } else if flags.contains(NotifyFlags::SOLICITED) {
@@ -369,6 +410,8 @@ impl Cq {
     /// for it; [`Error::DeviceFatal`].
     pub fn notify(&self, kind: NotifyKind, report_missed: bool) -> Result<NotifyRequest> {
         self.inner.ctx.live()?;
+        // A fault the provider knows of fails the machine first: the request completes with it.
+        let _ = self.usable();
         if kind == NotifyKind::Solicited {
             self.check_solicited()?;
         }

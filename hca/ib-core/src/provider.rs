@@ -264,6 +264,15 @@ pub trait CqOps: Send + Sync + 'static {
     fn can_arm_solicited(&self) -> bool;
     /// Whether the ring holds CQEs not yet polled (err towards `true` when unsure).
     fn has_unpolled(&self) -> bool;
+    /// Whether the CQ can still raise events: `Err` as soon as the provider knows it cannot,
+    /// whichever thread found out — [`crate::Error::DeviceFatal`] for a fatal device or a CQ
+    /// whose ring the device broke, [`crate::Error::CqOverrun`] once it overflowed. The core asks
+    /// before each verb that arms or waits on the CQ, so a fault the provider found is seen by
+    /// the next verb, not only once its report ([`CqEventHandler::error`], made on a thread of
+    /// the provider's own) reaches the core. Default: usable.
+    fn usable(&self) -> Result<()> {
+        Ok(())
+    }
     /// Runs `change` once the device's completion reports written so far have been consumed
     /// (passed to [`CqEventHandler::completion`]) and with none consumed while it runs; calls
     /// `change` exactly once. The deliveries the consumed reports returned are dropped after

@@ -36,7 +36,7 @@ impl CqInner {
         if cqe == 0 || entries == 0 || entries > self.dev.attr.max_cqe {
             return Err(Error::InvalidArgument("cqe out of range"));
         }
-        if self.broken.load(Ordering::Acquire) || self.destroyed.load(Ordering::Acquire) {
+        if self.health.is_broken() || self.destroyed.load(Ordering::Acquire) {
             return Err(Error::DeviceFatal);
         }
         let mut ring = self.ring.lock();
@@ -74,7 +74,7 @@ impl CqInner {
                 // The device may now write into either ring at a size we do not know.
                 tracing::error!(cq = self.handle, asked = entries, got = resp.cqe.get(), "RESIZE_CQ answered another size");
                 staged.abandon();
-                self.broken.store(true, Ordering::Release);
+                self.mark_broken();
                 Err(Error::BadResponse("RESIZE_CQ: cqe differs from the request"))
             }
             Err(e) if crate::device_status(&e).is_some() => {
