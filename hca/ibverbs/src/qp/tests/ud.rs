@@ -95,10 +95,13 @@ fn a_ud_exchange_through_the_c_api() {
     // SAFETY: as above.
     assert_eq!(unsafe { ibv_init_ah_from_wc(fx.ctx, 1, &mut w, grh, &mut back) }, 0);
     assert_eq!(back.is_global, 0);
-    // An RC opcode on a UD QP is refused.
-    let mut bad = send_wr(3, &mut s, IBV_WR_RDMA_WRITE, 0);
+    // Issue 21 §3: an RC opcode on a UD QP is posted, as rdma-core's pvrdma provider posts it
+    // (it checks no opcode), and the device fails it.
+    let mut bad = send_wr(3, &mut s, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED);
     bad.wr = ibv_send_wr_wr { ud: ibv_send_wr_ud { ah, remote_qpn: qpn(b), remote_qkey: QKEY } };
-    assert_eq!(send(a, &mut bad), libc::EINVAL);
+    assert_eq!(send(a, &mut bad), 0);
+    let w = poll_one(&fx);
+    assert_eq!((w.wr_id, w.status), (3, 2), "LOC_QP_OP_ERR: {w:?}");
     // SAFETY: AHs and QPs of this library, destroyed once.
     unsafe {
         assert_eq!(ibv_destroy_ah(reply), 0);
