@@ -318,7 +318,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     guard(-(libc::EIO as isize), || {
         // SAFETY: the caller passes an open context of this library (or NULL).
         let Some(c) = (unsafe { context(ctx) }) else { return -(libc::EINVAL as isize) };
-        let len = entry_size.checked_mul(max_entries).unwrap_or(usize::MAX);
+        let len = entry_size.saturating_mul(max_entries);
         if len > IOCTL_ATTR_MAX || flags != 0 || entry_size == 0 || max_entries == 0 {
             return -(libc::EINVAL as isize);
         }

@@ -577,7 +577,6 @@ fn atomics_post_through_ibv_post_send_and_the_qp_ex_api() {
     fadd.wr = atomic(5, 0);
     cas.next = &mut fadd;
     assert_eq!(send(a, &mut cas), 0);
-    let mut sg3 = [sge(&fx, 41_016, 8)];
     // Issue 21 §3: IBV_SEND_INLINE on an atomic changes nothing (pvrdma has no inline data:
     // its SGE is the original value's), as rdma-core's provider posts it.
     let mut sg5 = [sge(&fx, 41_032, 8)];
