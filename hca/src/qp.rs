@@ -145,8 +145,12 @@ pub struct Qp {
     /// Every send asks for a completion (`sq_sig_all`).
     sig_all: bool,
     db: Doorbells,
-    /// A UD QP: its sends are [`WrOpcode::UdSend`] and only these.
+    /// A UD QP: its sends are [`WrOpcode::UdSend`] (or [`WrOpcode::Raw`] for a user QP).
     ud: bool,
+    /// A QP of the kernel (no user context): its posts are checked as Linux's
+    /// `pvrdma_post_send` checks them; a user QP's as rdma-core's provider does (see
+    /// [`ud::check_opcode`]).
+    kernel: bool,
     /// Whether the device broke the QP's ring state ([`Qp::mark_broken`]).
     health: ObjectHealth,
     /// What the driver set: the attributes of every MODIFY_QP the device took, and the queue
@@ -238,10 +242,11 @@ impl Qp {
         recv_cq.attach_qp(handle, None, Some(recv_owed));
         tracing::debug!(qpn = handle, "QP created");
         let sig_all = init.sq_sig_all;
+        let kernel = pd.uctx.is_none();
         let health = ObjectHealth::default();
         let cap = QpCap { max_send_wr: sq_cnt, max_recv_wr: rq_cnt, max_send_sge: sq_sge, max_recv_sge: rq_sge, max_inline_data: 0 };
         let set = Mutex::new(QpAttr { cap, ..Default::default() });
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db, ud, health, set })
+        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db, ud, kernel, health, set })
     }
 }
 
@@ -292,8 +297,7 @@ impl Qp {
     /// Writes one send WQE into the next SQ slot and counts it (not yet published).
     fn write_send(&self, sq: &mut WorkQueue, wr: &SendWr<'_>) -> Result<()> {
         let (num_sge, total) = sg_totals(wr.sg_list, sq.max_sge)?;
-        check_atomic(wr)?;
-        ud::check_opcode(self.ud, &wr.opcode)?;
+        ud::check_opcode(self.ud, self.kernel, &wr.opcode)?;
         let slot = sq.next_slot(&self.words)?;
         let mut hdr = SqWqeHdr::default();
         hdr.wr_id.set(wr.wr_id);
@@ -446,25 +450,11 @@ impl Qp {
     }
 }
 
-/// An atomic work request has one SGE of 8 bytes for the original value and an 8-byte aligned
-/// remote address, as Linux rxe's post checks (`EINVAL` otherwise); other opcodes pass.
-fn check_atomic(wr: &SendWr<'_>) -> Result<()> {
-    let remote_addr = match wr.opcode {
-        WrOpcode::AtomicCmpSwp { remote_addr, .. } | WrOpcode::AtomicFetchAdd { remote_addr, .. } => remote_addr,
-        _ => return Ok(()),
-    };
-    if !matches!(wr.sg_list, [s] if s.length == 8) {
-        return Err(Error::InvalidArgument("an atomic takes one SGE of 8 bytes"));
-    }
-    if remote_addr % 8 != 0 {
-        return Err(Error::InvalidArgument("an atomic's remote address is not 8-byte aligned"));
-    }
-    Ok(())
-}
-
 /// Fills a send WQE's opcode, `ex` (immediate data), `wr.rdma` (remote address and key) or
 /// `wr.atomic` (remote address, compare/add, swap, key) for `op`, as Linux's `pvrdma_post_send`
-/// does; returns the opcode of its successful completion.
+/// does; returns the opcode of its successful completion. An atomic's SGEs and remote address
+/// are the device's to check (neither Linux's driver nor rdma-core's provider checks them: the
+/// device completes a wrong one with an error).
 fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
     let rdma = |hdr: &mut SqWqeHdr, remote_addr: u64, rkey: u32| {
         let mut wr = WrRdma::new_zeroed();
@@ -507,6 +497,15 @@ fn set_opcode(hdr: &mut SqWqeHdr, op: WrOpcode) -> WcOpcode {
         WrOpcode::AtomicFetchAdd { remote_addr, rkey, add } => {
             atomic(hdr, remote_addr, rkey, add, 0);
             (wr_opcode::ATOMIC_FETCH_AND_ADD, WcOpcode::FetchAdd)
+        }
+        // rdma-core's `ibv_wr_opcode_to_pvrdma` is the identity; a UD work request carries its
+        // address whatever its opcode. The device completes what it cannot do with an error (an
+        // error CQE is matched to its WQE by `wr_id` alone); QEMU 7.2 sends it as a SEND.
+        WrOpcode::Raw { opcode, ud } => {
+            if let Some(dest) = ud {
+                ud::set_wr_ud(hdr, &dest, None);
+            }
+            (opcode, WcOpcode::Send)
         }
     };
     hdr.opcode.set(code);
@@ -575,7 +574,7 @@ mod tests {
     }
 
     #[test]
-    fn an_atomic_fills_wr_atomic_as_linux_does_and_wants_one_aligned_8_byte_sge() {
+    fn an_atomic_fills_wr_atomic_as_linux_does_and_opcodes_are_checked_for_kernel_qps_only() {
         use zerocopy::FromBytes;
         let mut hdr = SqWqeHdr::default();
         let op = WrOpcode::AtomicCmpSwp { remote_addr: 0x7f00_0000_1008, rkey: 0x55, compare: 3, swap: 4 };
@@ -588,16 +587,21 @@ mod tests {
         assert_eq!(set_opcode(&mut hdr, op), WcOpcode::FetchAdd);
         let a = WrAtomic::read_from_bytes(&hdr.wr[..]).unwrap();
         assert_eq!((hdr.opcode.get(), a.compare_add.get(), a.swap.get()), (wr_opcode::ATOMIC_FETCH_AND_ADD, 7, 0));
-        let ok = |sg_list: &[Sge], remote_addr| {
-            let opcode = WrOpcode::AtomicFetchAdd { remote_addr, rkey: 1, add: 1 };
-            check_atomic(&SendWr { wr_id: 1, sg_list, opcode, signaled: true, solicited: false }).is_ok()
-        };
-        let s = |l| Sge { addr: 0, length: l, lkey: 1 };
-        assert!(ok(&[s(8)], 0x1000));
-        assert!(!ok(&[s(8)], 0x1004), "misaligned");
-        assert!(!ok(&[s(4)], 0x1000), "4 bytes");
-        assert!(!ok(&[s(4), s(4)], 0x1000), "two SGEs");
-        assert!(!ok(&[], 0x1000), "no SGE");
+        // Issue 21 §3: an atomic's SGEs and alignment are the device's to check (neither Linux's
+        // driver nor rdma-core's provider checks them).
+        let mut hdr = SqWqeHdr::default();
+        let op = WrOpcode::Raw { opcode: 99, ud: None };
+        assert_eq!(set_opcode(&mut hdr, op), WcOpcode::Send, "an opcode passed as it is");
+        assert_eq!(hdr.opcode.get(), 99);
+        for (ud, kernel, op, ok) in [
+            (true, true, WrOpcode::Raw { opcode: 0, ud: None }, false),
+            (true, true, WrOpcode::Raw { opcode: 2, ud: None }, true),
+            (true, false, WrOpcode::Raw { opcode: 0, ud: None }, true),
+            (true, true, WrOpcode::Send, false),
+            (false, false, WrOpcode::Send, true),
+        ] {
+            assert_eq!(ud::check_opcode(ud, kernel, &op).is_ok(), ok, "{ud} {kernel} {op:?}");
+        }
     }
 
     #[test]

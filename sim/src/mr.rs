@@ -22,11 +22,23 @@ use std::sync::Arc;
 use zerocopy::little_endian::U32;
 
 const PAGE: u64 = PAGE_SIZE as u64;
+/// `IBV_ACCESS_HUGETLB`: a hint.
+const HUGETLB: u32 = 1 << 7;
+/// `IBV_ACCESS_OPTIONAL_RANGE` (bits 20 to 29, relaxed ordering first): hints.
+const OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+/// The access bits CREATE_MR takes: what Linux's `pvrdma_reg_user_mr` passes the device after
+/// `ib_check_mr_access` (the program's flags as they are, never ON_DEMAND nor the FLUSH bits,
+/// which that check refuses), and which QEMU 7.2 hands to its backend's `ibv_reg_mr` unchecked:
+/// the four IBTA rights, MW_BIND (no memory windows exist to bind), ZERO_BASED, HUGETLB and the
+/// optional hints. The model acts on the rights and ZERO_BASED; the rest change nothing.
 const ACCESS_ALL: u32 = access::LOCAL_WRITE
     | access::REMOTE_WRITE
     | access::REMOTE_READ
     | access::REMOTE_ATOMIC
-    | access::ZERO_BASED;
+    | access::MW_BIND
+    | access::ZERO_BASED
+    | HUGETLB
+    | OPTIONAL_RANGE;
 
 /// A memory region.
 #[derive(Debug)]
@@ -116,7 +128,8 @@ impl Mr {
 /// CREATE_MR. A DMA MR carries `start`, `length`, `nchunks` and `pdir_dma` all 0, as Linux's
 /// `pvrdma_get_dma_mr` sends it.
 ///
-/// Errors: `EINVAL` for an unknown PD, unknown flag or access bits, a fast-register MR (not
+/// Errors: `EINVAL` for an unknown PD, unknown flag or access bits (outside `ACCESS_ALL`), a
+/// fast-register MR (not
 /// modelled), a zero or too large length, a chunk count other than the pages `[start, start +
 /// length)` spans (Linux's `ib_umem` count; QEMU 7.2 wants `ceil(length / 4096)`, the same for a
 /// page-aligned `start`, and cannot describe an MR whose start is not), a misaligned page, or a
@@ -126,8 +139,8 @@ impl Mr {
 /// its page tables afterwards changes nothing).
 pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     let (pd, flags, acc) = (req.pd_handle.get(), req.flags.get(), req.access_flags.get());
-    // Remote write and atomic access need local write (IBTA 10.6.3.1, as `ibv_reg_mr` answers
-    // EINVAL); the device has no memory windows to bind.
+    // Remote write and atomic access need local write (IBTA 10.6.3.1; Linux's
+    // `ib_check_mr_access` refuses it before any device sees it).
     let remote_writes = access::REMOTE_WRITE | access::REMOTE_ATOMIC;
     let needs_local = acc & remote_writes != 0 && acc & access::LOCAL_WRITE == 0;
     if flags & !mr_flags::DMA != 0 || acc & !ACCESS_ALL != 0 || needs_local {

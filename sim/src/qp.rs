@@ -149,9 +149,6 @@ pub enum Rx {
 const QP_ACCESS_BITS: u32 =
     access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
 
-/// The send flags a send WQE of an RC QP may carry: no INLINE (the device reports no inline
-/// data) and no IP_CSUM (UD and raw packet QPs only).
-const RC_SEND_FLAGS: u32 = send_flags::FENCE | send_flags::SIGNALED | send_flags::SOLICITED;
 
 fn pow2_within(n: u32, max: u32) -> bool {
     n.is_power_of_two() && n <= max
@@ -286,20 +283,16 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
 }
 
 /// Checks an address vector: a nonzero `dgid` and an `sgid_index` naming a bound GID, as the real
-/// device does at RTR, and every field within what RoCE and its width allow. On a model with a
-/// RoCE v2 port the source GID must be a RoCE v2 one: the port sends nothing else, so a QP from
-/// the link-local RoCE v1 GID could never reach its peer (refused here rather than at its first
-/// send, so `ibv_rc_pingpong -g 0` says "Failed to modify QP to RTR").
+/// device does at RTR, a global route on port 1 (what Linux checks before any device sees it:
+/// `rdma_check_ah_attr`, `ib_uverbs`'s port checks) and no VLAN (Linux's `rdma_ah_attr_to_pvrdma`
+/// sends none). On a model with a RoCE v2 port the source GID must be a RoCE v2 one: the port
+/// sends nothing else, so a QP from the link-local RoCE v1 GID could never reach its peer (refused
+/// here rather than at its first send, so `ibv_rc_pingpong -g 0` says "Failed to modify QP to
+/// RTR"). The other fields — SL, static rate, source path bits, hop limit, traffic class, flow
+/// label — are taken whatever they hold, as Linux's driver passes them unchecked and QEMU 7.2
+/// reads none of them; [`apply`] keeps the flow label's 20 bits (IBTA 8.3).
 fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
-    // RoCE: a GRH always (IBTA A16.4.1), no LID path bits, 12-bit VLAN IDs, 4-bit SLs, 20-bit
-    // flow labels, and a static rate `enum ib_rate` names (up to IB_RATE_1200_GBPS, 24).
-    let fits = av.ah_flags == AH_GRH
-        && av.port_num == 1
-        && av.sl < 16
-        && av.src_path_bits == 0
-        && av.static_rate <= 24
-        && av.vlan_id.get() < 4096
-        && av.grh.flow_label.get() < 1 << 20;
+    let fits = av.ah_flags == AH_GRH && av.port_num == 1 && av.vlan_id.get() < 4096;
     let Some(sgid) = core.gid_entry(av.grh.sgid_index) else { return Err(Errno::EINVAL) };
     let roce_v1_on_v2_port = core.roce.is_some() && sgid.gid_type != GID_TYPE_FLAG_ROCE_V2;
     if !fits || av.grh.dgid == [0u8; 16] || roce_v1_on_v2_port {
@@ -321,10 +314,11 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQE, a `cur_qp_state` that
 /// does not match, a missing or bad RTR attribute, a port other than 1, a P_Key index other than
-/// 0, or an MTU above the port's (1024); an attribute past its IBTA field (`retry_cnt` and
-/// `rnr_retry` 3 bits, `timeout`, `alt_timeout` and `min_rnr_timer` 5 bits, PSNs 24 bits) or past
-/// the caps (`max_rd_atomic`, `max_dest_rd_atomic`); an alternate path whose port, P_Key index or
-/// GID does not exist; `CAP` (a pvrdma QP is not resized) or an unknown mask bit.
+/// 0; an alternate path whose port, P_Key index or GID does not exist; `CAP` (a pvrdma QP is not
+/// resized) or an unknown mask bit. Values Linux's `pvrdma_modify_qp` passes through unchecked
+/// (and QEMU 7.2 ignores) are taken and kept as the device's fields hold them (see [`apply`]):
+/// any path MTU, timeout, retry count, RNR timer, RDMA READ depth, access flags, destination
+/// QPN, PSN, migration state and SQ-drained flag.
 pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopResp> {
     use qp_state::*;
     let qp = core.qp(req.qp_handle.get()).ok_or(Errno::EINVAL)?;
@@ -350,22 +344,15 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     if mask & m::PKEY_INDEX != 0 && a.pkey_index.get() >= limits::PKEY_TBL_LEN {
         return Err(Errno::EINVAL);
     }
-    let code = a.path_mtu.get();
-    if mask & m::PATH_MTU != 0 && (mtu::bytes(code).is_none() || code > mtu::MTU_1024) {
-        return Err(Errno::EINVAL);
-    }
-    if mask & m::DEST_QPN != 0 && a.dest_qp_num.get() > crate::table::HANDLE_MAX {
-        return Err(Errno::EINVAL);
-    }
     if mask & m::AV != 0 {
         check_av(core, &a.ah_attr)?;
     }
     apply(&mut st.attrs, mask, a);
     if mask & m::SQ_PSN != 0 {
-        st.send_psn = a.sq_psn.get();
+        st.send_psn = st.attrs.sq_psn.get();
     }
     if mask & m::RQ_PSN != 0 {
-        st.recv_psn = a.rq_psn.get();
+        st.recv_psn = st.attrs.rq_psn.get();
     }
     st.state = new;
     st.attrs.qp_state = U32::new(new);
@@ -430,28 +417,10 @@ fn transition(cur: u32, new: u32) -> Option<(u32, u32)> {
     })
 }
 
-/// Every attribute `mask` selects fits its field and the device's caps (IBTA 11.2.5 and the
-/// `ibv_qp_attr` fields' widths); the mask names only attributes MODIFY_QP takes.
+/// The mask names only attributes MODIFY_QP takes, and an alternate path names what exists.
 fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
     const KNOWN: u32 = (m::DEST_QPN << 1) - 1;
-    // `enum ib_mig_state`: MIGRATED, REARM, ARMED.
-    const PATH_MIG_ARMED: u32 = 2;
-    let over = |bit: u32, value: u32, max: u32| mask & bit != 0 && value > max;
-    let bad = mask & !KNOWN != 0
-        || mask & m::CAP != 0
-        || over(m::RETRY_CNT, a.retry_cnt.into(), 7)
-        || over(m::RNR_RETRY, a.rnr_retry.into(), 7)
-        || over(m::TIMEOUT, a.timeout.into(), 31)
-        || over(m::MIN_RNR_TIMER, a.min_rnr_timer.into(), 31)
-        || over(m::SQ_PSN, a.sq_psn.get(), PSN_MASK)
-        || over(m::RQ_PSN, a.rq_psn.get(), PSN_MASK)
-        || over(m::MAX_QP_RD_ATOMIC, a.max_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
-        || over(m::MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.into(), limits::MAX_QP_RD_ATOM)
-        || over(m::PATH_MIG_STATE, a.path_mig_state.get(), PATH_MIG_ARMED)
-        || over(m::EN_SQD_ASYNC_NOTIFY, a.en_sqd_async_notify.into(), 1)
-        || (mask & m::ACCESS_FLAGS != 0 && a.qp_access_flags.get() & !QP_ACCESS_BITS != 0)
-        || (mask & m::DEST_QPN != 0 && a.dest_qp_num.get() < 2);
-    if bad {
+    if mask & !KNOWN != 0 || mask & m::CAP != 0 {
         return Err(Errno::EINVAL);
     }
     if mask & m::ALT_PATH != 0 {
@@ -466,8 +435,26 @@ fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
     Ok(())
 }
 
-/// Copies the attributes `mask` selects.
+/// The path MTU a QP uses for `code`: the MTU `code` names, at most the port's (1024); the
+/// port's for a code that names none. Linux's driver passes any value and QEMU 7.2 gives its
+/// backend QP 1024 whatever the guest asked, so a larger or unknown MTU is taken, not refused.
+fn path_mtu(code: u32) -> u32 {
+    if mtu::bytes(code).is_some() && code <= mtu::MTU_1024 {
+        code
+    } else {
+        mtu::MTU_1024
+    }
+}
+
+/// Copies the attributes `mask` selects, each as the device's field holds it: PSNs, the
+/// destination QPN and the flow labels in their 24 and 20 bits (IBTA 9.7.1, 9.2, 8.3), retry
+/// counts in their 3 bits and timers in their 5 (IBTA 11.2.5.3), RDMA READ depths within the
+/// caps, the path MTU as [`path_mtu`] uses it, `en_sqd_async_notify` as a flag; a migration
+/// state outside `enum ib_mig_state` leaves the one held (RoCE has no path migration).
 fn apply(to: &mut QpAttr, mask: u32, a: &QpAttr) {
+    // `enum ib_mig_state`: MIGRATED, REARM, ARMED.
+    const PATH_MIG_ARMED: u32 = 2;
+    let rd_atomic = |v: u8| v.min(limits::MAX_QP_RD_ATOM as u8);
     macro_rules! take {
         ($bit:expr, $($f:ident),+) => {
             if mask & $bit != 0 {
@@ -475,25 +462,60 @@ fn apply(to: &mut QpAttr, mask: u32, a: &QpAttr) {
             }
         };
     }
-    take!(m::EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
     take!(m::ACCESS_FLAGS, qp_access_flags);
     take!(m::PKEY_INDEX, pkey_index);
     take!(m::PORT, port_num);
     take!(m::QKEY, qkey);
     take!(m::AV, ah_attr);
-    take!(m::PATH_MTU, path_mtu);
-    take!(m::TIMEOUT, timeout);
-    take!(m::RETRY_CNT, retry_cnt);
-    take!(m::RNR_RETRY, rnr_retry);
-    take!(m::RQ_PSN, rq_psn);
-    take!(m::MAX_QP_RD_ATOMIC, max_rd_atomic);
-    take!(m::ALT_PATH, alt_ah_attr, alt_pkey_index, alt_port_num, alt_timeout);
-    take!(m::MIN_RNR_TIMER, min_rnr_timer);
-    take!(m::SQ_PSN, sq_psn);
-    take!(m::MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
-    take!(m::PATH_MIG_STATE, path_mig_state);
-    take!(m::DEST_QPN, dest_qp_num);
+    take!(m::ALT_PATH, alt_ah_attr, alt_pkey_index, alt_port_num);
+    let has = |bit: u32| mask & bit != 0;
+    if has(m::EN_SQD_ASYNC_NOTIFY) {
+        to.en_sqd_async_notify = u8::from(a.en_sqd_async_notify != 0);
+    }
+    if has(m::AV) {
+        to.ah_attr.grh.flow_label = U32::new(a.ah_attr.grh.flow_label.get() & FLOW_LABEL_MASK);
+    }
+    if has(m::ALT_PATH) {
+        to.alt_ah_attr.grh.flow_label = U32::new(a.alt_ah_attr.grh.flow_label.get() & FLOW_LABEL_MASK);
+        to.alt_timeout = a.alt_timeout & 31;
+    }
+    if has(m::PATH_MTU) {
+        to.path_mtu = U32::new(path_mtu(a.path_mtu.get()));
+    }
+    if has(m::TIMEOUT) {
+        to.timeout = a.timeout & 31;
+    }
+    if has(m::RETRY_CNT) {
+        to.retry_cnt = a.retry_cnt & 7;
+    }
+    if has(m::RNR_RETRY) {
+        to.rnr_retry = a.rnr_retry & 7;
+    }
+    if has(m::MIN_RNR_TIMER) {
+        to.min_rnr_timer = a.min_rnr_timer & 31;
+    }
+    if has(m::RQ_PSN) {
+        to.rq_psn = U32::new(a.rq_psn.get() & PSN_MASK);
+    }
+    if has(m::SQ_PSN) {
+        to.sq_psn = U32::new(a.sq_psn.get() & PSN_MASK);
+    }
+    if has(m::MAX_QP_RD_ATOMIC) {
+        to.max_rd_atomic = rd_atomic(a.max_rd_atomic);
+    }
+    if has(m::MAX_DEST_RD_ATOMIC) {
+        to.max_dest_rd_atomic = rd_atomic(a.max_dest_rd_atomic);
+    }
+    if has(m::PATH_MIG_STATE) && a.path_mig_state.get() <= PATH_MIG_ARMED {
+        to.path_mig_state = a.path_mig_state;
+    }
+    if has(m::DEST_QPN) {
+        to.dest_qp_num = U32::new(a.dest_qp_num.get() & PSN_MASK);
+    }
 }
+
+/// The 20 bits of a flow label (IBTA 8.3).
+const FLOW_LABEL_MASK: u32 = (1 << 20) - 1;
 
 /// QUERY_QP: the attributes as last set, with the current state. Errors: `EINVAL` for an unknown
 /// handle.
@@ -615,7 +637,10 @@ impl Qp {
                 read_sges: Sges::new(),
                 status: None,
             };
-            let well_formed = hdr.num_sge.get() <= self.max_send_sge && flags & !RC_SEND_FLAGS == 0;
+            // The send flags are rdma-core's provider's copy of the program's (unchecked): the
+            // device acts on SIGNALED and SOLICITED and ignores the rest, as QEMU 7.2 ignores
+            // them all (an INLINE WQE's SGEs are gathered as any other's: pvrdma has no inline).
+            let well_formed = hdr.num_sge.get() <= self.max_send_sge;
             let checked = match op {
                 Some(op) if well_formed => self.prepare(core, &hdr, sges, op, &mut entry),
                 _ => Err(wc_status::LOC_QP_OP_ERR),

@@ -243,7 +243,9 @@ fn query_returns_every_attribute_as_set() {
     q.modify_qp(&init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
     let rtr = QpAttr { qp_state: Rtr, ..want };
     let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    q.modify_qp(&rtr, m | M::ALT_PATH).unwrap();
+    // Linux's `_ib_modify_qp` bans alternate paths on RoCE (issue 21 §3): refused, nothing set.
+    assert!(matches!(q.modify_qp(&rtr, m | M::ALT_PATH), Err(Error::InvalidArgument(_))), "an alternate path on RoCE");
+    q.modify_qp(&rtr, m).unwrap();
     let m = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC | M::PATH_MIG_STATE;
     q.modify_qp(&want, m).unwrap();
     let got = q.query_qp(M(u32::MAX >> 11)).unwrap();
@@ -271,11 +273,8 @@ fn query_returns_every_attribute_as_set() {
     field("retry_cnt", &got.retry_cnt, &want.retry_cnt);
     field("rnr_retry", &got.rnr_retry, &want.rnr_retry);
     field("sq_draining", &got.sq_draining, &0u8);
-    field("alt_ah_attr.grh", &got.alt_ah_attr.grh, &want.alt_ah_attr.grh);
-    field("alt_ah_attr.sl", &got.alt_ah_attr.sl, &want.alt_ah_attr.sl);
-    field("alt_pkey_index", &got.alt_pkey_index, &want.alt_pkey_index);
-    field("alt_port_num", &got.alt_port_num, &want.alt_port_num);
-    field("alt_timeout", &got.alt_timeout, &want.alt_timeout);
+    field("alt_port_num", &got.alt_port_num, &0u8);
+    field("alt_timeout", &got.alt_timeout, &0u8);
     let cap = tests::fixture::cap();
     field("cap.max_send_wr", &got.cap.max_send_wr, &cap.max_send_wr);
     field("cap.max_recv_wr", &got.cap.max_recv_wr, &cap.max_recv_wr);

@@ -29,7 +29,8 @@ impl Pd {
     /// Errors: [`Error::InvalidArgument`] for a port the device lacks, an `sgid_index` beyond
     /// its GID table or, on a RoCE device, an address without a global route (`is_global`: a
     /// RoCE AH always carries a GRH, IBTA A16.4.1); [`Error::Unsupported`] for a provider
-    /// without AHs; [`Error::DeviceFatal`].
+    /// without AHs; [`Error::DeviceFatal`]. Any flow label is taken: the address vector keeps
+    /// its low 20 bits (IBTA 8.3: a 20-bit field), as no layer of Linux's stack refuses more.
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         let pd = &self.inner;
         pd.ctx.live()?;
@@ -37,9 +38,6 @@ impl Pd {
         let port = dev.query_port(attr.port_num)?;
         if attr.is_global && u32::from(attr.grh.sgid_index) >= port.gid_tbl_len {
             return Err(Error::InvalidArgument("sgid_index beyond the GID table"));
-        }
-        if attr.grh.flow_label >= 1 << 20 {
-            return Err(Error::InvalidArgument("flow label beyond 20 bits"));
         }
         let ops = dev.create_ah(&*pd.ops, attr)?;
         pd.hold();

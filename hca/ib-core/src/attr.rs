@@ -62,17 +62,41 @@ pub mod access {
     pub const MW_BIND: u32 = 1 << 4;
     /// Zero-based addressing.
     pub const ZERO_BASED: u32 = 1 << 5;
-    /// Every flag this core knows.
-    pub const KNOWN: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | MW_BIND | ZERO_BASED;
-
-    /// Checks `flags` as IBTA 10.6.3.1 and `ibv_reg_mr(3)` require: known bits only, and remote
-    /// write or atomic access only together with local write.
+    /// On-demand paging (`IBV_ACCESS_ON_DEMAND`).
+    pub const ON_DEMAND: u32 = 1 << 6;
+    /// Huge pages (`IBV_ACCESS_HUGETLB`): a hint the kernel ignores.
+    pub const HUGETLB: u32 = 1 << 7;
+    /// `IB_ACCESS_FLUSH_GLOBAL` (Linux 6.2): RDMA FLUSH to global visibility.
+    pub const FLUSH_GLOBAL: u32 = 1 << 8;
+    /// `IB_ACCESS_FLUSH_PERSISTENT` (Linux 6.2): RDMA FLUSH to persistence.
+    pub const FLUSH_PERSISTENT: u32 = 1 << 9;
+    /// `IBV_ACCESS_RELAXED_ORDERING`, the first optional bit.
+    pub const RELAXED_ORDERING: u32 = 1 << 20;
+    /// `IBV_ACCESS_OPTIONAL_RANGE` (bits 20 to 29): hints a device may ignore, which the kernel
+    /// takes from any caller (Linux `IB_ACCESS_OPTIONAL`).
+    pub const OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+    /// Every bit Linux's `ib_check_mr_access` takes (`IB_ACCESS_SUPPORTED`: bits 0 to 9 and the
+    /// optional range); the others are `EINVAL`.
+    pub const SUPPORTED: u32 = ((FLUSH_PERSISTENT << 1) - 1) | OPTIONAL_RANGE;
+    /// Checks an MR's `flags` as Linux's `ib_check_mr_access` (include/rdma/ib_verbs.h, Linux
+    /// 6.2) does for `ibv_reg_mr` on a device without on-demand paging or RDMA FLUSH (pvrdma):
+    /// remote write or atomic access only together with local write (IBTA 10.6.3.1), then no bit
+    /// outside [`SUPPORTED`] — both [`crate::Error::InvalidArgument`] (`EINVAL`); then
+    /// [`ON_DEMAND`], [`FLUSH_GLOBAL`] and [`FLUSH_PERSISTENT`] are
+    /// [`crate::Error::Unsupported`] (`EOPNOTSUPP`). Memory-window binding, zero-based
+    /// addressing, `HUGETLB` and the optional range (relaxed ordering) are taken.
     pub fn check(flags: u32) -> crate::Result<()> {
-        if flags & !KNOWN != 0 {
-            return Err(crate::Error::InvalidArgument("unknown access bits"));
-        }
         if flags & (REMOTE_WRITE | REMOTE_ATOMIC) != 0 && flags & LOCAL_WRITE == 0 {
             return Err(crate::Error::InvalidArgument("remote write or atomic needs local write"));
+        }
+        if flags & !SUPPORTED != 0 {
+            return Err(crate::Error::InvalidArgument("unknown access bits"));
+        }
+        if flags & ON_DEMAND != 0 {
+            return Err(crate::Error::Unsupported("on-demand paging"));
+        }
+        if flags & (FLUSH_GLOBAL | FLUSH_PERSISTENT) != 0 {
+            return Err(crate::Error::Unsupported("RDMA FLUSH"));
         }
         Ok(())
     }
@@ -151,7 +175,8 @@ pub struct QpCap {
 pub struct GlobalRoute {
     /// Destination GID.
     pub dgid: Gid,
-    /// Flow label (20 bits).
+    /// Flow label: the header carries its low 20 bits (IBTA 8.3); the bits above are taken and
+    /// dropped, as Linux's stack passes any value.
     pub flow_label: u32,
     /// Index of the source GID in the port's GID table.
     pub sgid_index: u8,
@@ -194,11 +219,12 @@ pub struct QpAttr {
     pub path_mig_state: u32,
     /// Q_Key (UD).
     pub qkey: u32,
-    /// Receive PSN (24 bits).
+    /// Receive PSN: 24 bits (IBTA 9.7.1); a modify keeps the low 24, as Linux's
+    /// `_ib_modify_qp` masks.
     pub rq_psn: u32,
-    /// Send PSN (24 bits).
+    /// Send PSN, as `rq_psn`.
     pub sq_psn: u32,
-    /// Destination QP number (24 bits).
+    /// Destination QP number: the device keeps its low 24 bits (IBTA 9.2).
     pub dest_qp_num: u32,
     /// Remote access flags ([`access`]).
     pub qp_access_flags: u32,
@@ -334,13 +360,24 @@ mod tests {
         assert_eq!(QpState::from_raw(7), None);
     }
 
+    /// Issue 21 §3: the MR access rule is Linux's `ib_check_mr_access`.
     #[test]
     fn access_rules() {
+        use crate::Error::{InvalidArgument as Inval, Unsupported};
         assert!(access::check(0).is_ok());
         assert!(access::check(access::LOCAL_WRITE | access::REMOTE_WRITE).is_ok());
-        assert!(access::check(access::REMOTE_WRITE).is_err());
-        assert!(access::check(access::REMOTE_ATOMIC).is_err());
-        assert!(access::check(1 << 20).is_err());
+        assert!(matches!(access::check(access::REMOTE_WRITE), Err(Inval(_))));
+        assert!(matches!(access::check(access::REMOTE_ATOMIC), Err(Inval(_))));
+        for taken in [access::MW_BIND, access::ZERO_BASED, access::HUGETLB, access::RELAXED_ORDERING, 1 << 29] {
+            assert!(access::check(access::LOCAL_WRITE | taken).is_ok(), "{taken:#x}");
+        }
+        assert!(matches!(access::check(access::ON_DEMAND), Err(Unsupported(_))));
+        assert!(matches!(access::check(access::FLUSH_GLOBAL), Err(Unsupported(_))));
+        assert!(matches!(access::check(access::FLUSH_PERSISTENT), Err(Unsupported(_))));
+        for bad in [1 << 10, 1 << 19, 1 << 30, 1 << 31] {
+            assert!(matches!(access::check(bad), Err(Inval(_))), "{bad:#x}");
+        }
+        assert!(matches!(access::check(access::REMOTE_WRITE | access::ON_DEMAND), Err(Inval(_))), "local write first");
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub enum Error {
     /// Out of host resources (threads, file descriptors, memory).
     #[error("out of resources: {0}")]
     NoResources(&'static str),
+    /// The entry named exists but holds nothing (an empty GID table entry: Linux's
+    /// `rdma_get_gid_attr` answers `ENODATA`, libibverbs's `ibv_query_gid_ex` passes it on).
+    #[error("no data: {0}")]
+    NoData(&'static str),
     /// The device answered with a value the driver cannot use (a handle wider than the ABI
     /// allows, a state it does not know); the object involved was not created.
     #[error("the device answered with an unusable value: {0}")]
@@ -121,6 +125,7 @@ impl Error {
             Error::WouldBlock => libc::EAGAIN,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::NoDevice(_) => libc::ENODEV,
+            Error::NoData(_) => libc::ENODATA,
             Error::Device(d) => d.errno(),
         }
     }
@@ -149,6 +154,7 @@ mod tests {
     fn errnos_and_provider_errors() {
         assert_eq!(Error::Busy("pd").errno(), libc::EBUSY);
         assert_eq!(Error::WouldBlock.errno(), libc::EAGAIN);
+        assert_eq!(Error::NoData("empty GID entry").errno(), libc::ENODATA);
         let e = Error::Device(DeviceError::new(libc::EPERM, Refused));
         assert_eq!(e.errno(), libc::EPERM);
         assert!(e.device_error::<Refused>().is_some());

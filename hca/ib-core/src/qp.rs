@@ -9,7 +9,7 @@
 //! which may have moved the QP to ERR on its own (e.g. after its CQ overflowed).
 
 use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
-use crate::attr::{access, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
+use crate::attr::{AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use crate::context::ContextInner;
 use crate::cq::{Cq, CqInner, DROP_ACK_WAIT};
 use crate::delivery::Deliveries;
@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest PSN and QPN (24 bits).
+/// The 24 bits of a PSN (IBTA 9.7.1).
 const MASK_24: u32 = 0x00ff_ffff;
 
 /// QP creation attributes (`ibv_qp_init_attr`).
@@ -209,19 +209,25 @@ impl Qp {
         self.recv_cq.ops.handle()
     }
 
-    /// Modifies the QP (`ibv_modify_qp`): the fields of `attr` that `mask` names. The transition
-    /// (from `attr.cur_qp_state` with `CUR_STATE`, else the state last set or queried) and the
-    /// mask are checked against IBTA's table, and the values against their ranges, before the
-    /// device sees anything.
+    /// Modifies the QP (`ibv_modify_qp`): the fields of `attr` that `mask` names. The arguments
+    /// are checked as Linux checks them before a device sees them — `ib_uverbs`'s `modify_qp`
+    /// (ports), `_ib_modify_qp` (the address vector's route and source GID, PSNs), then the
+    /// driver's `pvrdma_modify_qp` (IBTA's transition table through `ib_modify_qp_is_ok`, the
+    /// RNR timer, the P_Key index) — and only so: every other value (path MTU, timeouts, retry
+    /// counts, RDMA READ depths, access flags, destination QPN, the address vector's SL, rate,
+    /// hop limit, flow label) goes to the device as given, which keeps what its fields hold.
     ///
     /// Errors: [`Error::InvalidState`] for an illegal transition or a `CUR_STATE` the QP cannot
-    /// be in (see [`qp_state::claim_possible`]); [`Error::InvalidArgument`] for
-    /// a mask the transition does not take or a value out of range (a port or GID index the
-    /// device lacks, a PSN or QPN beyond 24 bits, an unknown MTU, a timeout above 31, retry
-    /// counts above 7); [`Error::DeviceFatal`]; provider errors.
+    /// be in (see [`qp_state::claim_possible`]); [`Error::InvalidArgument`] for a mask the
+    /// transition does not take, a port the device lacks (an address vector's at RTR other than
+    /// the QP's), an address vector without a global route (RoCE), an `sgid_index` beyond the
+    /// GID table, an alternate path (Linux refuses path migration on RoCE), a `min_rnr_timer`
+    /// above 31 or a P_Key index beyond the table; [`Error::NoData`] for an `sgid_index` naming
+    /// an empty GID entry; [`Error::DeviceFatal`]; provider errors.
     pub fn modify_qp(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         self.pd.ctx.live()?;
         let mut cached = self.cached.write();
+        let (attr, mask) = self.route_checks(attr, mask, cached.port)?;
         let claim = mask.contains(QpAttrMask::CUR_STATE);
         if claim && !qp_state::claim_possible(cached.state, attr.cur_qp_state) {
             return Err(Error::InvalidState);
@@ -229,8 +235,8 @@ impl Qp {
         let cur = if claim { attr.cur_qp_state } else { cached.state };
         let next = if mask.contains(QpAttrMask::STATE) { attr.qp_state } else { cur };
         qp_state::check(cur, next, self.qp_type, mask)?;
-        self.check_values(attr, mask)?;
-        self.ops().modify(attr, mask)?;
+        self.driver_checks(&attr, mask)?;
+        self.ops().modify(&attr, mask)?;
         cached.state = next;
         if mask.contains(QpAttrMask::PORT) {
             cached.port = attr.port_num;
@@ -239,42 +245,68 @@ impl Qp {
         Ok(())
     }
 
-    fn check_values(&self, a: &QpAttr, mask: QpAttrMask) -> Result<()> {
+    /// The checks Linux makes before the driver sees a modify (`ib_uverbs`'s `modify_qp`, then
+    /// `_ib_modify_qp` with `rdma_fill_sgid_attr`), with the attributes and mask they leave:
+    /// `PORT` added to an `AV` outside INIT -> RTR (uverbs does, so that the device moves the
+    /// QP's port with its path), PSNs masked to their 24 bits (`_ib_modify_qp` masks, with a
+    /// warning, rather than refuse). `qp_port` is the port the QP's INIT set.
+    fn route_checks(&self, attr: &QpAttr, mask: QpAttrMask, qp_port: u8) -> Result<(QpAttr, QpAttrMask)> {
         let dev = &self.pd.ctx.device.ops;
-        let attr = dev.query_device();
+        let ports = dev.query_device().phys_port_cnt;
+        let port_ok = |p: u8| (1..=ports).contains(&p);
         let has = |m| mask.contains(m);
-        let bad = |what| Err(Error::InvalidArgument(what));
-        let port_ok = |p: u8| p >= 1 && p <= attr.phys_port_cnt;
+        let (mut a, mut mask) = (*attr, mask);
         if has(QpAttrMask::PORT) && !port_ok(a.port_num) {
-            return bad("no such port");
-        }
-        if has(QpAttrMask::PKEY_INDEX) && u32::from(a.pkey_index) >= u32::from(attr.max_pkeys.max(1)) {
-            return bad("P_Key index beyond the table");
+            return Err(Error::InvalidArgument("no such port"));
         }
         if has(QpAttrMask::AV) {
-            if !port_ok(a.ah_attr.port_num) && a.ah_attr.port_num != 0 {
-                return bad("no such port in the address vector");
+            let av_port = a.ah_attr.port_num;
+            if !port_ok(av_port) {
+                return Err(Error::InvalidArgument("no such port in the address vector"));
             }
-            if a.ah_attr.is_global && u32::from(a.ah_attr.grh.sgid_index) >= attr.gid_tbl_len {
-                return bad("sgid_index beyond the GID table");
+            if has(QpAttrMask::STATE) && a.qp_state == QpState::Rtr {
+                if av_port != qp_port {
+                    return Err(Error::InvalidArgument("the address vector's port is not the QP's"));
+                }
+            } else if has(QpAttrMask::PORT) {
+                if a.port_num != av_port {
+                    return Err(Error::InvalidArgument("the address vector's port is not the one set"));
+                }
+            } else {
+                mask |= QpAttrMask::PORT;
+                a.port_num = av_port;
+            }
+            // rdma_check_ah_attr: a RoCE port's address vector carries a GRH (IBTA A16.4.1).
+            if !a.ah_attr.is_global {
+                return Err(Error::InvalidArgument("RoCE needs a global route (is_global)"));
+            }
+            let index = u32::from(a.ah_attr.grh.sgid_index);
+            if index >= dev.query_port(av_port)?.gid_tbl_len {
+                return Err(Error::InvalidArgument("sgid_index beyond the GID table"));
+            }
+            if dev.query_gid(av_port, index)? == [0; 16] {
+                return Err(Error::NoData("sgid_index names an empty GID entry"));
             }
         }
-        let psn = |bit, v: u32| has(bit) && v > MASK_24;
-        if psn(QpAttrMask::RQ_PSN, a.rq_psn) || psn(QpAttrMask::SQ_PSN, a.sq_psn) || psn(QpAttrMask::DEST_QPN, a.dest_qp_num) {
-            return bad("PSN or QPN beyond 24 bits");
+        if has(QpAttrMask::ALT_PATH) {
+            // uverbs checks the alternate ports; _ib_modify_qp then bans alternate paths (and
+            // path migration) on RoCE: pvrdma's every port is RoCE.
+            return Err(Error::InvalidArgument("alternate paths on RoCE"));
         }
-        if has(QpAttrMask::PATH_MTU) && a.path_mtu.bytes().is_none() {
-            return bad("unknown path MTU");
+        a.rq_psn &= MASK_24;
+        a.sq_psn &= MASK_24;
+        Ok((a, mask))
+    }
+
+    /// The checks of Linux's `pvrdma_modify_qp` beyond the transition table: `min_rnr_timer`
+    /// fits its 5 bits, the P_Key index the device's table.
+    fn driver_checks(&self, a: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
+            return Err(Error::InvalidArgument("min_rnr_timer above 31"));
         }
-        if has(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags & !access::KNOWN != 0 {
-            return bad("unknown access bits");
-        }
-        if (has(QpAttrMask::TIMEOUT) && a.timeout > 31)
-            || (has(QpAttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31)
-            || (has(QpAttrMask::RETRY_CNT) && a.retry_cnt > 7)
-            || (has(QpAttrMask::RNR_RETRY) && a.rnr_retry > 7)
-        {
-            return bad("timer or retry count out of range");
+        let max_pkeys = self.pd.ctx.device.ops.query_device().max_pkeys;
+        if mask.contains(QpAttrMask::PKEY_INDEX) && a.pkey_index >= max_pkeys {
+            return Err(Error::InvalidArgument("P_Key index beyond the table"));
         }
         Ok(())
     }

@@ -95,6 +95,19 @@ pub enum WrOpcode {
         /// The value added.
         add: u64,
     },
+    /// An operation passed to the device as the consumer gave it: `opcode` is the
+    /// `enum ibv_wr_opcode` value, written into the WQE unchanged (rdma-core's pvrdma provider
+    /// maps opcodes one to one and checks none), with the UD address of `ud` for a UD QP (the
+    /// provider writes one for every UD work request). For what this stack does not carry (an
+    /// opcode it does not know, or one the QP's transport has not, such as an RDMA WRITE on a UD
+    /// QP): the device completes it, with an error where it cannot do it. A provider that checks
+    /// opcodes for its kernel QPs (Linux's `pvrdma_post_send`) refuses it there.
+    Raw {
+        /// The `enum ibv_wr_opcode` value.
+        opcode: u32,
+        /// The destination, for a UD QP.
+        ud: Option<UdDest>,
+    },
 }
 
 /// A send work request (IBTA 11.4.1.1).

@@ -38,14 +38,17 @@ fn modify_checks_the_transition_and_mask_and_passes_every_attribute() {
         ..Default::default()
     };
     let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    let beyond = QpAttr { rq_psn: 1 << 24, ..rtr };
-    assert!(matches!(qp.modify_qp(&beyond, m), Err(Error::InvalidArgument(_))));
     let no_gid = QpAttr { ah_attr: AhAttr { grh: GlobalRoute { sgid_index: 2, ..grh }, ..rtr.ah_attr }, ..rtr };
     assert!(matches!(qp.modify_qp(&no_gid, m), Err(Error::InvalidArgument(_))), "sgid_index beyond the GID table");
-    qp.modify_qp(&rtr, m).unwrap();
+    let other_port = QpAttr { ah_attr: AhAttr { port_num: 0, ..rtr.ah_attr }, ..rtr };
+    assert!(matches!(qp.modify_qp(&other_port, m), Err(Error::InvalidArgument(_))), "an AV's port 0 (ib_uverbs)");
+    // Issue 21 §3: a PSN beyond 24 bits is masked, as Linux's `_ib_modify_qp` masks it.
+    let beyond = QpAttr { rq_psn: 1 << 24 | rtr.rq_psn, ..rtr };
+    qp.modify_qp(&beyond, m).unwrap();
     let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 1, timeout: 20, retry_cnt: 3, rnr_retry: 6, max_rd_atomic: 1, ..Default::default() };
     let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-    assert!(matches!(qp.modify_qp(&QpAttr { retry_cnt: 8, ..rts }, m), Err(Error::InvalidArgument(_))));
+    let rnr = QpAttr { min_rnr_timer: 32, ..rts };
+    assert!(matches!(qp.modify_qp(&rnr, m | M::MIN_RNR_TIMER), Err(Error::InvalidArgument(_))), "pvrdma_modify_qp: above 31");
     qp.modify_qp(&rts, m).unwrap();
     let dev_qp = script(&dev).qps.lock().unwrap().iter().find(|q| q.num == qp.qpn()).unwrap().clone();
     let modifies = dev_qp.modifies.lock().unwrap().clone();

@@ -61,9 +61,12 @@ pub(crate) fn to_ibv(a: &AhAttr) -> ibv_ah_attr {
     }
 }
 
-/// `ibv_create_ah(pd, attr)`: an AH, or NULL with errno: `EINVAL` for NULL arguments, an
-/// address without a global route (RoCE), a port the device lacks or an `sgid_index` naming no
-/// GID of it; `EIO` once the device is fatal.
+/// `ibv_create_ah(pd, attr)`: an AH, or NULL, as rdma-core's `pvrdma_create_ah` answers: NULL
+/// with `errno` as it was for an address without a global route (RoCE) or a zero `dgid` (the
+/// provider returns NULL without setting errno); NULL with `EINVAL` for NULL arguments, a port
+/// the device lacks (its `ibv_query_port` fails so) or an `sgid_index` naming no GID; `EIO` once
+/// the device is fatal. Any flow label is taken, its low 20 bits kept; the SL, static rate, hop
+/// limit and `dlid` are taken as they are.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     guard(std::ptr::null_mut(), || {
@@ -71,6 +74,18 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         let (Some(p), Some(a)) = (unsafe { crate::pd::pd(pd) }, unsafe { attr.as_ref() }) else {
             return null(libc::EINVAL);
         };
+        if a.is_global == 0 {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the PD's context is open while the PD lives.
+        let Some(c) = (unsafe { context(p.ibv.context) }) else { return null(libc::EINVAL) };
+        if let Err(e) = c.dev.core.query_port(a.port_num) {
+            return null(e.errno());
+        }
+        if a.grh.dgid.raw == [0; 16] {
+            // Not link-local, multicast nor IPv4-mapped: the provider's NULL, errno untouched.
+            return std::ptr::null_mut();
+        }
         match p.core.create_ah(&from_ibv(a)) {
             Ok(core) => {
                 let ibv = ibv_ah { context: p.ibv.context, pd, handle: 0 };

@@ -7,9 +7,11 @@ use crate::devices::DeviceEntry;
 use ib_core::AsyncEvent;
 use memoffset::offset_of;
 use parking_lot::Mutex;
+use std::os::fd::OwnedFd;
 
 /// What an `ibv_context` pointer is the end of: the `verbs_context` (first), the core's user
-/// context, the device, and the async events handed out and not yet acknowledged.
+/// context, the device, the async events handed out and not yet acknowledged, and the file
+/// `ibv_context.cmd_fd` names.
 #[repr(C)]
 pub(crate) struct Context {
     pub vctx: verbs_context,
@@ -17,6 +19,9 @@ pub(crate) struct Context {
     pub dev: &'static DeviceEntry,
     /// Events `ibv_get_async_event` returned, until `ibv_ack_async_event` acknowledges them.
     pub async_taken: Mutex<Vec<AsyncEvent>>,
+    /// `ibv_context.cmd_fd`, closed with the context as libibverbs's `verbs_uninit_context`
+    /// closes it (see `open.rs`).
+    pub cmd_fd: OwnedFd,
 }
 
 /// Where the `ibv_context` sits inside a [`Context`].

@@ -31,9 +31,10 @@ pub(crate) unsafe fn cq<'a>(cq: *const ibv_cq) -> Option<&'a Cq> {
 /// `ibv_create_cq(context, cqe, cq_context, channel, comp_vector)`: a CQ of at least `cqe`
 /// entries (`cq->cqe` is the size the device gave), whose completion events go to `channel`
 /// (may be NULL) and carry `cq_context`. NULL with errno on failure, as libibverbs: `EINVAL` for
-/// NULL or a foreign context, `cqe` below 1 or above the device's `max_cqe`, `comp_vector`
-/// outside `[0, num_comp_vectors)`, a channel of another context; `ENOMEM` when the device has
-/// no room; `EIO` once the device is fatal.
+/// NULL or a foreign context, `cqe` above the device's `max_cqe`, `comp_vector` outside
+/// `[0, num_comp_vectors)`, a channel of another context; `ENOMEM` when the device has no room;
+/// `EIO` once the device is fatal. A `cqe` below 1 gets NULL with `errno` as it was: rdma-core's
+/// `pvrdma_create_cq` refuses it without setting errno.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_cq(
     ctx: *mut ibv_context,
@@ -45,7 +46,12 @@ pub unsafe extern "C" fn ibv_create_cq(
     guard(std::ptr::null_mut(), || {
         // SAFETY: the caller passes NULL or an open context of this library.
         let Some(c) = (unsafe { context(ctx) }) else { return null(libc::EINVAL) };
-        if cqe < 1 || comp_vector < 0 || comp_vector >= c.vctx.context.num_comp_vectors {
+        if cqe < 1 {
+            // rdma-core's `pvrdma_create_cq` returns NULL before anything sets errno.
+            return std::ptr::null_mut();
+        }
+        // Linux's `ib_uverbs` `create_cq` (the vector is unsigned there: a negative one is huge).
+        if comp_vector < 0 || comp_vector >= c.vctx.context.num_comp_vectors {
             return null(libc::EINVAL);
         }
         // SAFETY: the caller passes NULL or a live channel of this library.

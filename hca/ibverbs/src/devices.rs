@@ -200,3 +200,10 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> i32 {
 pub fn test_model(device: *const ibv_device) -> Option<hca::platform::sim::SimPlatform> {
     entry(device).and_then(|e| e._backend.downcast_ref::<hca::platform::sim::SimPlatform>()).cloned()
 }
+
+/// Test hook: the verbs core's device behind `device` (to change its GID table as the kernel's
+/// GID cache would), `None` for a device not of this library.
+#[doc(hidden)]
+pub fn test_device(device: *const ibv_device) -> Option<&'static ib_core::Device> {
+    entry(device).map(|e| &e.core)
+}

@@ -6,9 +6,8 @@ use crate::ffi::{fail, guard, null, set_errno};
 use crate::pd::pd;
 use ib_core::UserMemory;
 
-/// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a provider may ignore (relaxed ordering and later
-/// hints), as libibverbs strips the ones it does not support.
-const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+/// The page size whose offsets an MR's address and its `iova` must share.
+const PAGE: u64 = 4096;
 
 /// What an `ibv_mr` pointer is the start of.
 #[repr(C)]
@@ -18,18 +17,25 @@ pub(crate) struct Mr {
 }
 
 /// `ibv_reg_mr(pd, addr, length, access)`: registers `length` bytes at `addr` of the program's
-/// memory, whose addresses are the MR's (an SGE or a peer's RDMA names `addr + offset`). NULL
-/// with errno: `EINVAL` for NULL, a zero length, a range past `max_mr_size` or wrapping, or
-/// access flags IBTA forbids (remote write without local write); `ENOMEM` past the device's MRs.
+/// memory, whose addresses are the MR's (an SGE or a peer's RDMA names `addr + offset`). The
+/// access flags are Linux's `ib_check_mr_access` rule (the core's `access::check`): memory-window
+/// binding, zero-based, `IBV_ACCESS_HUGETLB` and the optional range (`IBV_ACCESS_RELAXED_ORDERING`)
+/// are taken and passed on, as libibverbs 44 passes them to a kernel that reports
+/// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`. NULL with errno: `EINVAL` for NULL, a zero length,
+/// a range past `max_mr_size` or wrapping, remote write or atomic without local write, or bits
+/// Linux does not know; `EOPNOTSUPP` for `IBV_ACCESS_ON_DEMAND` (pvrdma has no on-demand
+/// paging); `ENOMEM` past the device's MRs.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_reg_mr(p: *mut ibv_pd, addr: *mut libc::c_void, length: usize, access: i32) -> *mut ibv_mr {
     // SAFETY: as `ibv_reg_mr_iova2` with the MR's addresses its own.
     unsafe { ibv_reg_mr_iova2(p, addr, length, addr as u64, access as u32) }
 }
 
-/// `ibv_reg_mr_iova2(pd, addr, length, iova, access)`: as [`ibv_reg_mr`]; the MR's address
-/// space here is always the memory's own addresses, so an `iova` other than `addr` gets NULL
-/// with `EOPNOTSUPP` (pvrdma's MRs carry no separate I/O virtual address).
+/// `ibv_reg_mr_iova2(pd, addr, length, iova, access)`: as [`ibv_reg_mr`]. An `iova` other than
+/// `addr` is taken when both share their offset in a page, as Linux's `ib_uverbs_reg_mr`
+/// requires (`EINVAL` otherwise); the MR is still registered at `addr` and the device addresses
+/// it there, as Linux's vmw_pvrdma sends the device `start` and never the iova
+/// (`pvrdma_reg_user_mr`): an SGE or a peer's RDMA names `addr + offset`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_reg_mr_iova2(
     p: *mut ibv_pd,
@@ -41,13 +47,13 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     guard(std::ptr::null_mut(), || {
         // SAFETY: the caller passes a live PD of this library (or NULL).
         let Some(pd) = (unsafe { pd(p) }) else { return null(libc::EINVAL) };
-        if iova != addr as u64 {
-            return null(libc::EOPNOTSUPP);
+        if iova % PAGE != addr as u64 % PAGE {
+            return null(libc::EINVAL);
         }
         // SAFETY: the program registers memory it owns and keeps until `ibv_dereg_mr`, as
         // libibverbs requires of `ibv_reg_mr`.
         let mem = unsafe { UserMemory::new(addr.cast(), length) };
-        match pd.core.reg_mr(mem, access & !IBV_ACCESS_OPTIONAL_RANGE) {
+        match pd.core.reg_mr(mem, access) {
             Ok(core) => {
                 let ibv = ibv_mr {
                     context: pd.ibv.context,

@@ -11,7 +11,8 @@ pub(crate) use post::{post_recv, post_send};
 
 use crate::abi::{
     ibv_context, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
-    pthread_cond_t, pthread_mutex_t, IBV_QPT_RC, IBV_QPT_UD, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+    pthread_cond_t, pthread_mutex_t, IBV_QPT_DRIVER, IBV_QPT_RAW_PACKET, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
+    IBV_QPT_XRC_SEND, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 };
 use crate::ffi::{errno_of, fail, guard, null, status};
 use ib_core::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
@@ -52,8 +53,9 @@ impl Qp {
 }
 
 /// The sizes granted for `asked`, as rdma-core's pvrdma provider grants them: work request
-/// counts rounded up to a power of two, at least one of each; inline data as asked (the
-/// library's, see `qp/inline.rs`).
+/// counts rounded up to a power of two, at least one of each. Inline data is the library's (see
+/// `qp/inline.rs`): as asked up to [`MAX_INLINE`], which is granted for more (Linux's
+/// `pvrdma_create_qp` takes any request and grants 0, "not supported").
 fn granted(asked: &ibv_qp_cap) -> ibv_qp_cap {
     let pow2 = |n: u32| n.max(1).checked_next_power_of_two().unwrap_or(n);
     ibv_qp_cap {
@@ -61,8 +63,28 @@ fn granted(asked: &ibv_qp_cap) -> ibv_qp_cap {
         max_recv_wr: pow2(asked.max_recv_wr),
         max_send_sge: asked.max_send_sge.max(1),
         max_recv_sge: asked.max_recv_sge.max(1),
-        max_inline_data: asked.max_inline_data,
+        max_inline_data: asked.max_inline_data.min(MAX_INLINE),
     }
+}
+
+/// What libibverbs 44 and Linux answer for a QP type other than RC and UD: `EINVAL` for a value
+/// `ibv_cmd_create_qp` does not know (XRC_RECV included: `ibv_create_qp` gives it no XRC
+/// domain), `EPERM` for a raw packet QP without `CAP_NET_RAW` (`ib_uverbs`'s `create_qp`),
+/// `EOPNOTSUPP` for the other types (Linux's `pvrdma_create_qp`).
+fn qp_type_errno(qp_type: u32) -> i32 {
+    match qp_type {
+        IBV_QPT_RAW_PACKET if !has_cap_net_raw() => libc::EPERM,
+        IBV_QPT_UC | IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_DRIVER => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Whether this process holds `CAP_NET_RAW` (bit 13 of `CapEff` in `/proc/self/status`).
+fn has_cap_net_raw() -> bool {
+    const CAP_NET_RAW: u32 = 13;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim);
+    eff.and_then(|h| u64::from_str_radix(h, 16).ok()).is_some_and(|caps| caps >> CAP_NET_RAW & 1 == 1)
 }
 
 /// Creates a QP of `ctx` on `pd` from the `ibv_qp_init_attr` fields at `a` (the head of an
@@ -77,13 +99,10 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
     let qp_type = match a.qp_type {
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UD => QpType::Ud,
-        _ => return null(libc::EOPNOTSUPP),
+        other => return null(qp_type_errno(other)),
     };
     // SAFETY: the caller's promise covers the SRQ `a` names (NULL or a live SRQ of this library).
     let srq = unsafe { crate::srq::srq(a.srq) };
-    if a.cap.max_inline_data > MAX_INLINE {
-        return null(libc::EINVAL);
-    }
     let mut cap = granted(&a.cap);
     if srq.is_some() {
         // No RQ: receives come from the SRQ (rdma-core's pvrdma provider grants none).
@@ -144,8 +163,10 @@ unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_att
 /// `ibv_create_qp(pd, qp_init_attr)`: an RC or UD QP in RESET, the sizes granted written back into
 /// `qp_init_attr->cap` (work request counts rounded up to a power of two, as rdma-core's pvrdma
 /// provider). NULL with errno: `EINVAL` for a NULL PD, CQ or attribute, sizes beyond the
-/// device's, `max_inline_data` above 512, an SRQ of another context; `EOPNOTSUPP` for another
-/// QP type; the core's errno otherwise. With `srq`, the QP's receives come from the SRQ and its
+/// device's (as Linux's `pvrdma_set_sq_size` answers; see `docs/argument-checks.md`), an SRQ of
+/// another context, a QP type libibverbs does not know; `EOPNOTSUPP` for UC, XRC and driver QPs,
+/// `EPERM` for a raw packet QP without `CAP_NET_RAW` (see [`qp_type_errno`]); the core's errno
+/// otherwise. Any `max_inline_data` is taken: up to 512 bytes are granted. With `srq`, the QP's receives come from the SRQ and its
 /// granted `max_recv_wr`/`max_recv_sge` are 0.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
@@ -201,10 +222,12 @@ pub(crate) unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut i
     })
 }
 
-/// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno (the core's transition table: `EINVAL`
-/// for an illegal transition, a mask it does not take or a value out of range). On success with
-/// `IBV_QP_STATE`, `qp->state` follows, as libibverbs keeps it. A mask of 0 does nothing, as
-/// rdma-core's pvrdma provider.
+/// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno, as the real stack answers (see
+/// `ib_core::Qp::modify_qp` and `docs/argument-checks.md`): `EOPNOTSUPP` for mask bits past
+/// `IBV_QP_DEST_QPN`; `EINVAL` for a state outside `enum ibv_qp_state`, an illegal transition, a
+/// mask it does not take, a bad port or route; `ENODATA` for an `sgid_index` naming an empty GID.
+/// On success with `IBV_QP_STATE`, `qp->state` follows, as libibverbs keeps it. A mask of 0
+/// does nothing, as rdma-core's pvrdma provider.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_modify_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     guard(libc::EIO, || {
@@ -212,6 +235,12 @@ pub unsafe extern "C" fn ibv_modify_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr,
         let (Some(q), Some(a)) = (unsafe { qp(qp_) }, unsafe { attr.as_ref() }) else { return fail(libc::EINVAL) };
         if mask == 0 {
             return 0;
+        }
+        // libibverbs's `ibv_cmd_modify_qp` sends the legacy command, which carries no attribute
+        // past IBV_QP_DEST_QPN: libibverbs refuses IBV_QP_RATE_LIMIT and above, Linux's
+        // `ib_uverbs_modify_qp` the rest (`EOPNOTSUPP` both).
+        if mask as u32 & !QpAttrMask::ALL.bits() != 0 {
+            return fail(libc::EOPNOTSUPP);
         }
         let mask = QpAttrMask(mask as u32);
         let core_attr = match attr::to_core(a, mask) {

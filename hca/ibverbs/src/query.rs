@@ -9,7 +9,7 @@ use crate::abi::{
 use crate::context::{context, Context};
 use crate::devices::copy_str;
 use crate::ffi::{errno_of, fail, guard, minus_one};
-use ib_core::{DeviceAttr, GidType, Mtu, PortAttr};
+use ib_core::{DeviceAttr, Error, GidType, Mtu, PortAttr};
 use memoffset::offset_of;
 use std::mem::size_of;
 
@@ -189,18 +189,39 @@ pub(crate) unsafe extern "C" fn query_port_ex(ctx: *mut ibv_context, port: u8, a
     guard(libc::EIO, || unsafe { write_port(ctx, port, attr.cast(), len) })
 }
 
-/// The GID entry at `index` of `port`: `Err(ENODATA)` for an empty entry (as the kernel
-/// answers), `Err(EINVAL)` outside the table.
+/// The GID entry at `index` of `port`, as Linux's `rdma_get_gid_attr` finds it: `Err(ENODATA)`
+/// for an empty entry ([`Error::NoData`]), `Err(EINVAL)` for a port the device lacks or an index
+/// beyond the table.
 fn gid_entry(c: &Context, port: u8, index: u32) -> Result<ibv_gid_entry, i32> {
     let gid = c.dev.core.query_gid(port, index).map_err(|e| e.errno())?;
     if gid == [0; 16] {
-        return Err(libc::ENODATA);
+        return Err(Error::NoData("empty GID entry").errno());
     }
     let gid_type = match c.dev.core.query_gid_type(port, index).map_err(|e| e.errno())? {
         GidType::RoceV1 => IBV_GID_TYPE_ROCE_V1,
         GidType::RoceV2 => IBV_GID_TYPE_ROCE_V2,
     };
     Ok(ibv_gid_entry { gid: ibv_gid { raw: gid }, gid_index: index, port_num: u32::from(port), gid_type, ndev_ifindex: 0 })
+}
+
+/// The most bytes one ioctl attribute carries (`struct ib_uverbs_attr`'s 16-bit `len`): a larger
+/// output buffer is refused by libibverbs 44 before the kernel sees it (`fill_attr_out` marks a
+/// buffer error, `execute_ioctl` answers `EINVAL`).
+const IOCTL_ATTR_MAX: usize = u16::MAX as usize;
+
+/// Writes `e` as an entry of `size` bytes at `at`: its first `min(size, 32)` bytes, zeros after,
+/// as Linux's `copy_gid_entries_to_user` and `uverbs_copy_to_struct_or_zero` write an entry of
+/// another size.
+///
+/// # Safety
+/// `at` is writable for `size` bytes.
+unsafe fn write_entry(at: *mut u8, size: usize, e: &ibv_gid_entry) {
+    let n = size.min(size_of::<ibv_gid_entry>());
+    // SAFETY: the caller's promise; `n` is no more than either side.
+    unsafe {
+        std::ptr::write_bytes(at, 0, size);
+        std::ptr::copy_nonoverlapping((e as *const ibv_gid_entry).cast::<u8>(), at, n);
+    }
 }
 
 /// `ibv_query_gid(context, port_num, index, gid)`: 0 with the GID (all zeros for an empty entry,
@@ -247,8 +268,10 @@ pub unsafe extern "C" fn ibv_query_gid_type(ctx: *mut ibv_context, port: u8, ind
 }
 
 /// `_ibv_query_gid_ex(context, port_num, gid_index, entry, flags, entry_size)` (the header's
-/// `ibv_query_gid_ex`): 0 and the entry; `ENODATA` for an empty entry, `EINVAL` for nonzero
-/// `flags`, a short `entry_size`, a bad port or index.
+/// `ibv_query_gid_ex`): 0 and the entry, as libibverbs 44 answers through Linux's
+/// `UVERBS_METHOD_QUERY_GID_ENTRY`: `EINVAL` for nonzero `flags`, an `entry_size` below
+/// `struct ibv_gid_entry` (or beyond an ioctl attribute), a bad port or an index beyond the
+/// table; `ENODATA` for an empty entry. A larger `entry_size` gets the entry and zeros after it.
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_ex(
     ctx: *mut ibv_context,
@@ -261,13 +284,14 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     guard(libc::EIO, || {
         // SAFETY: the caller passes an open context of this library (or NULL).
         let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
-        if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() || port > u32::from(u8::MAX) {
+        let size_ok = (size_of::<ibv_gid_entry>()..=IOCTL_ATTR_MAX).contains(&entry_size);
+        if entry.is_null() || flags != 0 || !size_ok || port > u32::from(u8::MAX) {
             return fail(libc::EINVAL);
         }
         match gid_entry(c, port as u8, index) {
             Ok(e) => {
-                // SAFETY: `entry` is the caller's writable entry of at least our size.
-                unsafe { entry.write(e) };
+                // SAFETY: `entry` is the caller's writable buffer of `entry_size` bytes.
+                unsafe { write_entry(entry.cast(), entry_size, &e) };
                 0
             }
             Err(e) => fail(e),
@@ -276,8 +300,13 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
 }
 
 /// `_ibv_query_gid_table(context, entries, max_entries, flags, entry_size)` (the header's
-/// `ibv_query_gid_table`): the valid entries of every port, their count; a negative errno
-/// (`-EINVAL` for nonzero flags or a short entry size, `-ENOMEM` if `max_entries` is too few).
+/// `ibv_query_gid_table`): the valid entries of every port in `entries` (each `entry_size`
+/// bytes: the entry's first bytes for a smaller size, zeros after it for a larger one) and their
+/// count, or a negative errno, as libibverbs 44 answers through Linux's
+/// `UVERBS_METHOD_QUERY_GID_TABLE` (the path of every kernel since 5.12): `-EINVAL` for an array
+/// larger than an ioctl attribute (`entry_size * max_entries` above 65535 bytes), nonzero
+/// `flags`, an `entry_size` of 0, a `max_entries` of 0, or fewer entries than valid GIDs
+/// (`rdma_query_gid_table`); `-EFAULT` for a NULL array (the kernel's `copy_to_user` fails).
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_table(
     ctx: *mut ibv_context,
@@ -289,16 +318,20 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     guard(-(libc::EIO as isize), || {
         // SAFETY: the caller passes an open context of this library (or NULL).
         let Some(c) = (unsafe { context(ctx) }) else { return -(libc::EINVAL as isize) };
-        if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || (entries.is_null() && max_entries > 0) {
+        let len = entry_size.saturating_mul(max_entries);
+        if len > IOCTL_ATTR_MAX || flags != 0 || entry_size == 0 || max_entries == 0 {
             return -(libc::EINVAL as isize);
         }
         let valid = all_gids(c);
         if valid.len() > max_entries {
-            return -(libc::ENOMEM as isize);
+            return -(libc::EINVAL as isize);
+        }
+        if entries.is_null() {
+            return -(libc::EFAULT as isize);
         }
         for (i, e) in valid.iter().enumerate() {
             // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
-            unsafe { entries.cast::<u8>().add(i * entry_size).cast::<ibv_gid_entry>().write_unaligned(*e) };
+            unsafe { write_entry(entries.cast::<u8>().add(i * entry_size), entry_size, e) };
         }
         valid.len() as isize
     })
@@ -315,16 +348,20 @@ fn all_gids(c: &Context) -> Vec<ibv_gid_entry> {
 }
 
 /// `ibv_query_pkey(context, port_num, index, pkey)`: 0 and the P_Key (big-endian, `__be16`), or
-/// -1 with errno (`EINVAL`: bad port, index or NULL).
+/// -1 with errno. libibverbs 44 reads the P_Key from sysfs (`ports/<port>/pkeys/<index>`), so a
+/// port the device lacks or an index outside the table (a negative one included) names no file:
+/// `ENOENT`, as `open` answers. `EINVAL` for NULL arguments.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_pkey(ctx: *mut ibv_context, port: u8, index: i32, pkey: *mut u16) -> i32 {
     guard(-1, || {
         // SAFETY: the caller passes an open context of this library (or NULL).
         let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
-        if pkey.is_null() || !(0..=i32::from(u16::MAX)).contains(&index) {
+        if pkey.is_null() {
             return minus_one(libc::EINVAL);
         }
-        match c.dev.core.query_pkey(port, index as u16) {
+        let Ok(len) = c.dev.core.query_port(port).map(|p| p.pkey_tbl_len) else { return minus_one(libc::ENOENT) };
+        let Some(index) = u16::try_from(index).ok().filter(|&i| i < len) else { return minus_one(libc::ENOENT) };
+        match c.dev.core.query_pkey(port, index) {
             // SAFETY: `pkey` is the caller's writable `__be16`.
             Ok(v) => unsafe { pkey.write(v.to_be()) },
             Err(e) => return minus_one(e.errno()),
@@ -334,16 +371,14 @@ pub unsafe extern "C" fn ibv_query_pkey(ctx: *mut ibv_context, port: u8, index: 
 }
 
 /// `ibv_get_pkey_index(context, port_num, pkey)` (`pkey` big-endian): the index holding that
-/// P_Key, or -1 with errno (`ENOENT` when no entry holds it, as libibverbs; `EINVAL` bad port).
+/// P_Key, or -1 with errno `ENOENT` when no entry holds it or the port does not exist, as
+/// libibverbs 44 answers: it reads the entries one by one until `ibv_query_pkey` fails.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> i32 {
     guard(-1, || {
         // SAFETY: the caller passes an open context of this library (or NULL).
         let Some(c) = (unsafe { context(ctx) }) else { return minus_one(libc::EINVAL) };
-        let len = match c.dev.core.query_port(port) {
-            Ok(p) => p.pkey_tbl_len,
-            Err(e) => return minus_one(e.errno()),
-        };
+        let Ok(len) = c.dev.core.query_port(port).map(|p| p.pkey_tbl_len) else { return minus_one(libc::ENOENT) };
         let want = u16::from_be(pkey);
         match (0..len).find(|&i| c.dev.core.query_pkey(port, i).is_ok_and(|v| v == want)) {
             Some(i) => i32::from(i),

@@ -81,7 +81,7 @@ fn gid_and_pkey_queries_follow_libibverbs_conventions() {
         let mut table = [ibv_gid_entry::default(); 4];
         let n = _ibv_query_gid_table(ctx, table.as_mut_ptr(), 4, 0, std::mem::size_of::<ibv_gid_entry>());
         assert_eq!(n, 1, "one valid GID on the default model");
-        assert_eq!(_ibv_query_gid_table(ctx, table.as_mut_ptr(), 0, 0, std::mem::size_of::<ibv_gid_entry>()), -(libc::ENOMEM as isize));
+        assert_eq!(_ibv_query_gid_table(ctx, table.as_mut_ptr(), 0, 0, std::mem::size_of::<ibv_gid_entry>()), -(libc::EINVAL as isize));
 
         let mut pkey = 0u16;
         assert_eq!(ibv_query_pkey(ctx, 1, 0, &mut pkey), 0);
@@ -110,8 +110,6 @@ fn pds_and_mrs_over_program_memory() {
         assert_eq!(errno(), libc::EINVAL);
         assert!(ibv_reg_mr(pd, addr, 16, 2).is_null(), "remote write needs local write");
         assert_eq!(errno(), libc::EINVAL);
-        assert!(ibv_reg_mr_iova2(pd, addr, 16, 4096, 1).is_null());
-        assert_eq!(errno(), libc::EOPNOTSUPP);
         let relaxed = ibv_reg_mr(pd, addr, 64, 1 | (1 << 20));
         assert!(!relaxed.is_null(), "IBV_ACCESS_RELAXED_ORDERING is optional");
         assert_eq!(ibv_dereg_mr(relaxed), 0);

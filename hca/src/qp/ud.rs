@@ -89,14 +89,24 @@ fn av(pd: u32, attr: &AhAttr) -> Av {
     av
 }
 
-/// A UD QP posts only UD sends, an RC QP none. Errors: [`Error::InvalidArgument`].
-pub(crate) fn check_opcode(ud: bool, op: &WrOpcode) -> Result<()> {
-    if ud == matches!(op, WrOpcode::UdSend { .. }) {
-        Ok(())
-    } else if ud {
-        Err(Error::InvalidArgument("a UD QP sends only UD SENDs (with an address handle)"))
-    } else {
-        Err(Error::InvalidArgument("a UD send on a connected QP"))
+/// A UD send on an RC QP is refused (it names a destination the QP has none for); on a kernel
+/// UD QP only SEND and SEND with immediate are posted, as Linux's `pvrdma_post_send` checks
+/// ("invalid send opcode"). A user QP's other opcodes ([`WrOpcode::Raw`]) go to the device as
+/// rdma-core's `pvrdma_post_send` writes them, checking no opcode.
+///
+/// Errors: [`Error::InvalidArgument`].
+pub(crate) fn check_opcode(ud: bool, kernel: bool, op: &WrOpcode) -> Result<()> {
+    const SEND: u32 = 2;
+    const SEND_WITH_IMM: u32 = 3;
+    match op {
+        WrOpcode::UdSend { .. } if !ud => Err(Error::InvalidArgument("a UD send on a connected QP")),
+        WrOpcode::UdSend { .. } => Ok(()),
+        WrOpcode::Raw { opcode, .. } if ud && kernel && !matches!(*opcode, SEND | SEND_WITH_IMM) => {
+            Err(Error::InvalidArgument("a UD QP sends only SENDs"))
+        }
+        WrOpcode::Raw { .. } => Ok(()),
+        _ if ud && kernel => Err(Error::InvalidArgument("a UD QP sends only UD SENDs (with an address handle)")),
+        _ => Ok(()),
     }
 }
 

@@ -167,16 +167,13 @@ fn primary_path_indices_past_their_tables_are_refused() {
     rtr.ah_attr.port_num = 1;
     let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU;
     type Edit = fn(&mut QpAttr);
-    let edits: [(&str, Edit); 9] = [
+    // (Path MTUs and destination QPNs beyond their fields are taken since issue 21: see
+    // `modify_values.rs`.)
+    let edits: [(&str, Edit); 4] = [
         ("sgid_index 1 (unbound)", |a| a.ah_attr.grh.sgid_index = 1),
         ("sgid_index 16", |a| a.ah_attr.grh.sgid_index = 16),
         ("sgid_index 255", |a| a.ah_attr.grh.sgid_index = 255),
         ("dgid zero", |a| a.ah_attr.grh.dgid = [0; 16]),
-        ("path_mtu 4 (2048 > port's 1024)", |a| a.path_mtu = U32::new(4)),
-        ("path_mtu 0", |a| a.path_mtu = U32::new(0)),
-        ("path_mtu 99", |a| a.path_mtu = U32::new(99)),
-        ("dest_qp_num 2^24", |a| a.dest_qp_num = U32::new(1 << 24)),
-        ("dest_qp_num u32::MAX", |a| a.dest_qp_num = U32::new(u32::MAX)),
     ];
     for (what, edit) in edits {
         let mut a = rtr;

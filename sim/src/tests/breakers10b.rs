@@ -48,6 +48,7 @@ fn create_qp_types_srqs_and_cq_handles_that_do_not_exist_are_refused() {
     assert_eq!(accepted_creates(&cases), Vec::<&str>::new());
 }
 
+/// (Linux's `pvrdma_create_qp` always sends `max_inline_data` 0.)
 #[test]
 fn inline_data_the_device_does_not_have_is_refused() {
     let cases: [(&str, QpEdit); 3] = [
@@ -56,13 +57,6 @@ fn inline_data_the_device_does_not_have_is_refused() {
         ("max_inline_data u32::MAX", |r| r.max_inline_data = U32::new(u32::MAX)),
     ];
     assert_eq!(accepted_creates(&cases), Vec::<&str>::new());
-    // A WQE flagged INLINE on a QP with max_inline_data 0 describes nothing the device does.
-    let p = Pair::new(SimConfig::default(), 16);
-    p.post_recv(1, 0, 64);
-    p.send_msg(2, send_flags::INLINE, b"hello", 0);
-    p.d.settle();
-    let c = p.d.wait_cqes(&p.cq_a, 1);
-    assert_eq!(c.first().map(|c| c.status.get()), Some(wc_status::LOC_QP_OP_ERR));
 }
 
 #[test]
@@ -80,7 +74,8 @@ fn create_qp_fields_outside_their_meaning_are_refused() {
     assert_eq!(accepted_creates(&cases), Vec::<&str>::new());
 }
 
-// ---- Kind 1: every MODIFY_QP attribute means what it says ------------------------------------
+// ---- Kind 1: MODIFY_QP refuses what Linux's driver never sends ------------------------------
+// (Values Linux passes through unchecked are taken since issue 21: `modify_values.rs`.)
 
 
 /// Good RTR attributes towards `dest` (a global route, port 1, hop limit 64).
@@ -100,60 +95,16 @@ const RTR_MASK: u32 = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU;
 
 type AttrEdit = fn(&mut QpAttr);
 
-/// Which INIT -> INIT edits (with `STATE | bit`) a fresh QP accepts.
-fn accepted_init_edits(cases: &[(&'static str, u32, AttrEdit)]) -> Vec<&'static str> {
-    let mut accepted = Vec::new();
-    for &(what, bit, edit) in cases {
-        let mut d = Drv::new(SimConfig::default());
-        let qp = init_qp(&mut d);
-        let mut a = QpAttr::new_zeroed();
-        a.qp_state = U32::new(qp_state::INIT);
-        edit(&mut a);
-        if d.modify(qp, m::STATE | bit, a) != EINVAL {
-            accepted.push(what);
-        }
-    }
-    accepted
-}
-
-#[test]
-fn qp_access_flags_outside_the_qp_access_bits_are_refused() {
-    let cases: [(&str, u32, AttrEdit); 4] = [
-        ("bit 6", m::ACCESS_FLAGS, |a| a.qp_access_flags = U32::new(1 << 6)),
-        ("u32::MAX", m::ACCESS_FLAGS, |a| a.qp_access_flags = U32::new(u32::MAX)),
-        ("MW_BIND (an MR flag)", m::ACCESS_FLAGS, |a| a.qp_access_flags = U32::new(access::MW_BIND)),
-        ("ZERO_BASED (an MR flag)", m::ACCESS_FLAGS, |a| {
-            a.qp_access_flags = U32::new(access::ZERO_BASED)
-        }),
-    ];
-    assert_eq!(accepted_init_edits(&cases), Vec::<&str>::new());
-}
-
-#[test]
-fn enum_and_bool_attributes_outside_their_values_are_refused() {
-    let cases: [(&str, u32, AttrEdit); 4] = [
-        ("path_mig_state 3", m::PATH_MIG_STATE, |a| a.path_mig_state = U32::new(3)),
-        ("path_mig_state u32::MAX", m::PATH_MIG_STATE, |a| a.path_mig_state = U32::new(u32::MAX)),
-        ("en_sqd_async_notify 2", m::EN_SQD_ASYNC_NOTIFY, |a| a.en_sqd_async_notify = 2),
-        ("en_sqd_async_notify 255", m::EN_SQD_ASYNC_NOTIFY, |a| a.en_sqd_async_notify = 255),
-    ];
-    assert_eq!(accepted_init_edits(&cases), Vec::<&str>::new());
-}
-
 #[test]
 fn an_address_vector_outside_its_fields_is_refused() {
-    let cases: [(&str, AttrEdit); 11] = [
+    // (The SL, static rate, flow label, source path bits and destination QPN are taken whatever
+    // they hold since issue 21, as Linux passes them: see `modify_values.rs`.)
+    let cases: [(&str, AttrEdit); 5] = [
         ("ah port_num 0", |a| a.ah_attr.port_num = 0),
         ("ah port_num 2", |a| a.ah_attr.port_num = 2),
-        ("sl 16 (4 bits)", |a| a.ah_attr.sl = 16),
-        ("static_rate 200 (no such IB rate)", |a| a.ah_attr.static_rate = 200),
-        ("flow_label 2^20 (20 bits)", |a| a.ah_attr.grh.flow_label = U32::new(1 << 20)),
-        ("src_path_bits 1 (LMC 0)", |a| a.ah_attr.src_path_bits = 1),
         ("ah_flags 0 (RoCE needs a GRH)", |a| a.ah_attr.ah_flags = 0),
         ("ah_flags 0x81 (unknown bit)", |a| a.ah_attr.ah_flags = 0x81),
         ("vlan_id 4096 (12 bits)", |a| a.ah_attr.vlan_id = U16::new(4096)),
-        ("dest_qp_num 0 (QP0 is no RC QP)", |a| a.dest_qp_num = U32::new(0)),
-        ("dest_qp_num 1 (QP1 is no RC QP)", |a| a.dest_qp_num = U32::new(1)),
     ];
     let mut accepted = Vec::new();
     for (what, edit) in cases {
@@ -266,20 +217,21 @@ fn a_dsr_uar_pfn_other_than_bar2s_is_refused() {
 
 // ---- Kind 1: every WQE field the model reads --------------------------------------------------
 
+/// Issue 21 §3: a send WQE's flags are the program's, passed unchecked by rdma-core's provider;
+/// QEMU 7.2 ignores them all, and the model acts on SIGNALED and SOLICITED and ignores the rest
+/// (INLINE included: pvrdma has no inline data, the WQE's SGEs are gathered).
 #[test]
-fn send_flags_outside_the_defined_bits_fail_the_wqe() {
-    let mut accepted = Vec::new();
-    for f in [1u32 << 5, 0xffff_ffe0, send_flags::IP_CSUM] {
+fn send_flags_outside_the_defined_bits_are_ignored() {
+    for f in [1u32 << 5, 0xffff_ffe0, send_flags::IP_CSUM, send_flags::INLINE] {
         let p = Pair::new(SimConfig::default(), 16);
         p.post_recv(1, 0, 64);
-        p.send_msg(2, f, b"hello", 0);
+        p.send_msg(2, f | send_flags::SIGNALED, b"hello", 0);
         p.d.settle();
         let c = p.d.wait_cqes(&p.cq_a, 1);
-        if c.first().map(|c| c.status.get()) == Some(wc_status::SUCCESS) {
-            accepted.push(f);
-        }
+        assert_eq!(c.first().map(|c| c.status.get()), Some(wc_status::SUCCESS), "flags {f:#x}");
+        let b = p.d.wait_cqes(&p.cq_b, 1);
+        assert_eq!(b.first().map(|c| (c.status.get(), c.byte_len.get())), Some((wc_status::SUCCESS, 5)), "flags {f:#x}");
     }
-    assert_eq!(accepted, Vec::<u32>::new());
 }
 
 #[test]
@@ -410,7 +362,6 @@ fn mr_access_flags_that_describe_nothing_are_refused() {
     for (what, acc) in [
         ("REMOTE_WRITE without LOCAL_WRITE", access::REMOTE_WRITE),
         ("REMOTE_ATOMIC without LOCAL_WRITE", access::REMOTE_ATOMIC),
-        ("MW_BIND (the device has no memory windows)", access::MW_BIND | access::LOCAL_WRITE),
     ] {
         let mut d = Drv::new(SimConfig::default());
         let pd = d.create_pd(0);

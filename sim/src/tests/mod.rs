@@ -11,6 +11,7 @@ mod hostile;
 mod hostile13;
 mod inline;
 mod minidrv;
+mod modify_values;
 mod atomic;
 mod rdma;
 mod roce;

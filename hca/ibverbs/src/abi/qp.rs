@@ -194,6 +194,10 @@ pub struct ibv_qp_attr {
 pub const IBV_QPT_RC: u32 = 2;
 pub const IBV_QPT_UC: u32 = 3;
 pub const IBV_QPT_UD: u32 = 4;
+pub const IBV_QPT_RAW_PACKET: u32 = 8;
+pub const IBV_QPT_XRC_SEND: u32 = 9;
+pub const IBV_QPT_XRC_RECV: u32 = 10;
+pub const IBV_QPT_DRIVER: u32 = 0xff;
 // enum ibv_qp_init_attr_mask
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;

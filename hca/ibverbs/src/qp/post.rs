@@ -8,7 +8,7 @@
 //! `ibv_sge`'s layout); one WR with few SGEs allocates nothing.
 
 use crate::abi::{
-    ibv_qp, ibv_recv_wr, ibv_send_wr, IBV_SEND_FENCE, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    ibv_qp, ibv_recv_wr, ibv_send_wr, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
     IBV_SEND_SOLICITED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
     IBV_WR_SEND_WITH_IMM,
 };
@@ -17,10 +17,6 @@ use crate::ffi::{errno_of, fail, guard};
 use super::{qp, Qp};
 use ib_core::{SendWr, Sge, WrOpcode};
 use smallvec::SmallVec;
-
-/// The send flags this library takes (`IBV_SEND_FENCE` is accepted and has no effect: the
-/// device orders every WQE after the RDMA READs before it).
-const KNOWN_FLAGS: u32 = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
 
 /// One send WR as either path gives it.
 pub(crate) struct Src<'a> {
@@ -56,7 +52,9 @@ impl Staged<'_> {
 }
 
 /// The core's opcode of an `ibv_send_wr` (its immediate data is big-endian there, host order in
-/// the core). `EINVAL` for an opcode this library does not carry.
+/// the core). An opcode this library does not carry goes to the device as it is
+/// ([`WrOpcode::Raw`]): rdma-core's `pvrdma_post_send` checks no opcode, and the device
+/// completes what it cannot do with an error.
 fn opcode(wr: &ibv_send_wr, ud: bool) -> Result<WrOpcode, i32> {
     if ud {
         return ud_opcode(wr);
@@ -81,34 +79,36 @@ fn opcode(wr: &ibv_send_wr, ud: bool) -> Result<WrOpcode, i32> {
         IBV_WR_ATOMIC_FETCH_AND_ADD => {
             WrOpcode::AtomicFetchAdd { remote_addr: a_addr, rkey: a_rkey, add: atomic.compare_add }
         }
-        _ => return Err(libc::EINVAL),
+        other => WrOpcode::Raw { opcode: other, ud: None },
     })
 }
 
 /// The core's opcode of an `ibv_send_wr` of a UD QP: SEND or SEND_WITH_IMM to `wr.ud`'s AH,
-/// remote QPN and Q_Key. `EINVAL` for another opcode or a NULL AH.
+/// remote QPN and Q_Key; any other opcode goes to the device with that address as it is
+/// ([`WrOpcode::Raw`]), as rdma-core's `pvrdma_post_send` writes every UD work request.
+/// `EINVAL` for a NULL AH (the provider would dereference it; Linux's `pvrdma_post_send`
+/// answers `EINVAL`, "invalid address handle").
 fn ud_opcode(wr: &ibv_send_wr) -> Result<WrOpcode, i32> {
     // SAFETY: every member of the `wr` union is plain data; `ud` is the one a UD QP uses.
     let ud = unsafe { wr.wr.ud };
     // SAFETY: a non-NULL `ah` is an AH of this library the program has not destroyed.
     let ah = unsafe { crate::ah::ah(ud.ah) }.ok_or(libc::EINVAL)?;
     let dest = ah.core.dest(ud.remote_qpn, ud.remote_qkey);
-    let imm = match wr.opcode {
-        IBV_WR_SEND => None,
-        IBV_WR_SEND_WITH_IMM => Some(u32::from_be(wr.imm_data)),
-        _ => return Err(libc::EINVAL),
-    };
-    Ok(WrOpcode::UdSend { dest, imm })
+    Ok(match wr.opcode {
+        IBV_WR_SEND => WrOpcode::UdSend { dest, imm: None },
+        IBV_WR_SEND_WITH_IMM => WrOpcode::UdSend { dest, imm: Some(u32::from_be(wr.imm_data)) },
+        other => WrOpcode::Raw { opcode: other, ud: Some(dest) },
+    })
 }
 
-/// An `ibv_send_wr` as a [`Src`] (of a UD QP's when `ud`).
+/// An `ibv_send_wr` as a [`Src`] (of a UD QP's when `ud`). Send flags are not checked, as
+/// rdma-core's provider passes them to the device unchecked (`ibv_send_flags_to_pvrdma`):
+/// `IBV_SEND_SIGNALED`, `IBV_SEND_SOLICITED` and `IBV_SEND_INLINE` act, `IBV_SEND_FENCE` and
+/// the rest change nothing (the device orders every WQE after the RDMA READs before it).
 ///
 /// # Safety
 /// `wr`'s SGE list is the program's promise (see [`sges`]).
 unsafe fn src<'a>(wr: &ibv_send_wr, ud: bool) -> Result<Src<'a>, i32> {
-    if wr.send_flags & !KNOWN_FLAGS != 0 {
-        return Err(libc::EINVAL);
-    }
     // SAFETY: the caller's promise.
     let list = unsafe { sges(wr.sg_list, wr.num_sge) }?;
     Ok(Src { wr_id: wr.wr_id, opcode: opcode(wr, ud)?, flags: wr.send_flags, sges: list, data: None })
@@ -157,10 +157,17 @@ impl Qp {
     }
 
     /// Makes `s` postable, copying its bytes into bounce slot `j` of this call for an inline WR.
-    /// `EINVAL` for inline data on an RDMA READ or an atomic; `ENOMEM` for more of it than the QP's
-    /// `max_inline_data` (as mlx5).
+    /// `EINVAL` for more SGEs than the QP takes, inline or not (rdma-core's provider counts
+    /// `num_sge` first). `IBV_SEND_INLINE` is this library's: pvrdma has no inline data, so
+    /// rdma-core's provider posts an inline WR's SGEs as they are and the device ignores the
+    /// flag. Here the bytes go through the QP's bounce buffer when they fit its
+    /// `max_inline_data`; an RDMA READ or atomic flagged inline, or inline bytes beyond that, are
+    /// posted as the provider posts them: their SGEs, by their lkeys.
     fn stage<'a>(&self, s: Src<'a>, staging: Option<&mut super::Staging<'_>>, j: usize) -> Result<Staged<'a>, i32> {
         let mut st = Staged { wr_id: s.wr_id, opcode: s.opcode, flags: s.flags, sges: s.sges, bounce: None };
+        if s.sges.len() > self.cap.max_send_sge as usize {
+            return Err(libc::EINVAL);
+        }
         if s.flags & IBV_SEND_INLINE == 0 {
             return Ok(st);
         }
@@ -169,20 +176,21 @@ impl Qp {
             WrOpcode::RdmaRead { .. } | WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
         );
         if reads {
-            return Err(libc::EINVAL);
+            return Ok(st);
         }
         let total: u64 = match s.data {
             Some(d) => d.len() as u64,
             None => s.sges.iter().map(|g| u64::from(g.length)).sum(),
         };
-        st.sges = &[];
         if total == 0 {
+            st.sges = &[];
             return Ok(st);
         }
-        let Some(staging) = staging else { return Err(libc::ENOMEM) };
-        if total > u64::from(self.max_inline()) {
-            return Err(libc::ENOMEM);
-        }
+        let Some(staging) = staging.filter(|_| total <= u64::from(self.max_inline())) else {
+            // `ibv_wr_set_inline_data` bytes have no SGEs to fall back to: `ENOMEM`, as mlx5.
+            return if s.data.is_some() { Err(libc::ENOMEM) } else { Ok(st) };
+        };
+        st.sges = &[];
         let copied = match s.data {
             Some(d) => staging.copy(j, total as u32, std::iter::once(d)),
             // SAFETY: an inline SGE names `length` readable bytes of the program's at `addr`
@@ -198,11 +206,13 @@ impl Qp {
 }
 
 /// `ops.post_send` (`ibv_post_send(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
-/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR (unknown opcode or
-/// flag, negative `num_sge`, more SGEs than the QP takes, inline data on an RDMA READ) or a QP
-/// before RTS; `ENOMEM` when the send queue is full, at the latest for the WR past the SQ's depth
-/// (a chain that loops back on itself included), or for inline data beyond `max_inline_data`
-/// (as mlx5).
+/// of the first WR not posted, stored in `*bad_wr`, as rdma-core's `pvrdma_post_send` answers:
+/// `EINVAL` for a QP before RTS, more SGEs than the QP takes (or a negative `num_sge`, which
+/// Linux's `pvrdma_post_send` refuses: the provider would post it as 2^32 - n SGEs), a NULL SGE
+/// list with SGEs, or a UD WR without an AH; `ENOMEM` when the send queue is full, at the latest
+/// for the WR past the SQ's depth (a chain that loops back on itself included). Opcodes and send
+/// flags are not checked: a WR this stack does not carry (an unknown opcode, an RDMA WRITE on a
+/// UD QP) is posted and completes with an error status.
 pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
@@ -233,12 +243,17 @@ pub(crate) unsafe extern "C" fn post_send(qp_: *mut ibv_qp, wr: *mut ibv_send_wr
 }
 
 /// `ops.post_recv` (`ibv_post_recv(qp, wr, bad_wr)`): posts the chain at `wr`. 0, or the errno
-/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR, a QP in RESET or a QP
-/// on an SRQ, `ENOMEM` when the receive queue is full (at the latest at the WR past its depth).
+/// of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR or a QP in RESET,
+/// `ENOMEM` when the receive queue is full (at the latest at the WR past its depth). A QP on an
+/// SRQ answers `EINVAL` before anything else and leaves `*bad_wr` as it was, as rdma-core's
+/// `pvrdma_post_recv` does.
 pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library.
         let Some(q) = (unsafe { qp(qp_) }) else { return bad_wr(bad, wr, fail(libc::EINVAL)) };
+        if !q.ibv.qp_base.srq.is_null() {
+            return fail(libc::EINVAL);
+        }
         // SAFETY: the chain and `bad` are the program's.
         unsafe { post_recv_chain(wr, bad, q.cap.max_recv_wr, |wrs| q.core.post_recv_list(wrs)) }
     })

@@ -37,11 +37,36 @@ pub unsafe extern "C" fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c
     EOPNOTSUPP
 }
 
-/// `ibv_import_device(cmd_fd)`: NULL, `errno` `EOPNOTSUPP`: our contexts have no uverbs file
-/// another process could share.
+/// `ibv_import_device(cmd_fd)`: NULL with errno, as libibverbs 44 answers: `EINVAL` for a
+/// descriptor `fstat` refuses or that is no character device; `ENODEV` for one that is no
+/// device of this library (or when the list is empty); `EOPNOTSUPP` for a context's `cmd_fd`
+/// (the `/dev/null` device every context's is, `open.rs`) or a `dup` of it: the device is found,
+/// and its provider has no `import_context` (rdma-core's pvrdma provider sets none).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
-    guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
+pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    guard(std::ptr::null_mut(), || {
+        let rdev = |st: &libc::stat| (st.st_mode & libc::S_IFMT == libc::S_IFCHR).then_some(st.st_rdev);
+        // SAFETY: `fstat` writes a `stat` for any descriptor number (or fails).
+        let Some(theirs) = (unsafe { stat_of(|st| libc::fstat(cmd_fd, st)) }).as_ref().and_then(rdev) else {
+            return null(libc::EINVAL);
+        };
+        // SAFETY: a NUL-terminated path.
+        let ours = unsafe { stat_of(|st| libc::stat(c"/dev/null".as_ptr(), st)) }.as_ref().and_then(rdev);
+        if crate::devices::devices().is_empty() || ours != Some(theirs) {
+            return null(libc::ENODEV);
+        }
+        null(EOPNOTSUPP)
+    })
+}
+
+/// The `stat` `call` fills, or `None` if it fails.
+///
+/// # Safety
+/// `call` writes a whole `stat` at its argument or fails.
+unsafe fn stat_of(call: impl FnOnce(*mut libc::stat) -> c_int) -> Option<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: the caller's promise: on success `st` is written.
+    (call(st.as_mut_ptr()) == 0).then(|| unsafe { st.assume_init() })
 }
 
 /// `ibv_import_pd(context, pd_handle)`: NULL, `errno` `EOPNOTSUPP`.

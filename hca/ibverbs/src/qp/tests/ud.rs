@@ -95,10 +95,13 @@ fn a_ud_exchange_through_the_c_api() {
     // SAFETY: as above.
     assert_eq!(unsafe { ibv_init_ah_from_wc(fx.ctx, 1, &mut w, grh, &mut back) }, 0);
     assert_eq!(back.is_global, 0);
-    // An RC opcode on a UD QP is refused.
-    let mut bad = send_wr(3, &mut s, IBV_WR_RDMA_WRITE, 0);
+    // Issue 21 §3: an RC opcode on a UD QP is posted, as rdma-core's pvrdma provider posts it
+    // (it checks no opcode), and the device fails it.
+    let mut bad = send_wr(3, &mut s, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED);
     bad.wr = ibv_send_wr_wr { ud: ibv_send_wr_ud { ah, remote_qpn: qpn(b), remote_qkey: QKEY } };
-    assert_eq!(send(a, &mut bad), libc::EINVAL);
+    assert_eq!(send(a, &mut bad), 0);
+    let w = poll_one(&fx);
+    assert_eq!((w.wr_id, w.status), (3, 2), "LOC_QP_OP_ERR: {w:?}");
     // SAFETY: AHs and QPs of this library, destroyed once.
     unsafe {
         assert_eq!(ibv_destroy_ah(reply), 0);
@@ -161,6 +164,46 @@ fn ibv_wr_set_ud_addr_addresses_a_qp_ex_send() {
     assert_eq!((wcs[1].status, wcs[1].byte_len, wcs[1].src_qp), (0, 49, qpn(a)));
     assert_eq!(read(&fx, 20_040, 9), b"via qp_ex");
     // SAFETY: destroyed once.
+    unsafe {
+        assert_eq!(ibv_destroy_ah(ah), 0);
+        assert_eq!(ibv_destroy_qp(a.as_ptr()), 0);
+        assert_eq!(ibv_destroy_qp(b.as_ptr()), 0);
+    }
+}
+
+/// Issue 21 §3: an AH takes a flow label of 2^20 or more (no layer of the real stack refuses it)
+/// and the datagram carries its low 20 bits, the traffic class untouched; the receiver's GRH area
+/// shows both (IPv6 header word 0: version, traffic class, flow label).
+#[test]
+fn an_ah_keeps_the_low_20_bits_of_any_flow_label() {
+    let fx = fixture();
+    let (mut aa, mut ba) = (ud_attr(&fx), ud_attr(&fx));
+    // SAFETY: a PD and CQs of this library.
+    let (a, b) = unsafe { (ibv_create_qp(fx.pd, &mut aa), ibv_create_qp(fx.pd, &mut ba)) };
+    let (a, b) = (NonNull::new(a).expect("UD QP a"), NonNull::new(b).expect("UD QP b"));
+    ready(a);
+    ready(b);
+    let grh = ibv_global_route {
+        dgid: ibv_gid { raw: fx.gid },
+        hop_limit: 64,
+        traffic_class: 0x20,
+        flow_label: 0xfff1_2345,
+        ..Default::default()
+    };
+    let mut attr = ibv_ah_attr { grh, is_global: 1, port_num: 1, ..Default::default() };
+    // SAFETY: a PD of this library and the attributes.
+    let ah = unsafe { ibv_create_ah(fx.pd, &mut attr) };
+    assert!(!ah.is_null(), "ibv_create_ah: errno {}", errno());
+    let mut r = sge(&fx, 20_000, 40 + 64);
+    assert_eq!(recv(b, 1, &mut r), 0);
+    let mut s = [sge(&fx, 0, 8)];
+    let mut wr = ud_send(2, &mut s, ah, qpn(b), None);
+    assert_eq!(send(a, &mut wr), 0);
+    let wcs = [poll_one(&fx), poll_one(&fx)];
+    assert!(wcs.iter().all(|w| w.status == 0), "{wcs:?}");
+    let word0 = u32::from_be_bytes(read(&fx, 20_000, 4).try_into().unwrap());
+    assert_eq!((word0 >> 28, (word0 >> 20) & 0xff, word0 & 0xf_ffff), (6, 0x20, 0x1_2345));
+    // SAFETY: the AH and QPs of this library, destroyed once.
     unsafe {
         assert_eq!(ibv_destroy_ah(ah), 0);
         assert_eq!(ibv_destroy_qp(a.as_ptr()), 0);
