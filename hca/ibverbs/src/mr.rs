@@ -20,7 +20,10 @@ pub(crate) struct Mr {
 /// `ibv_reg_mr(pd, addr, length, access)`: registers `length` bytes at `addr` of the program's
 /// memory, whose addresses are the MR's (an SGE or a peer's RDMA names `addr + offset`). NULL
 /// with errno: `EINVAL` for NULL, a zero length, a range past `max_mr_size` or wrapping, or
-/// access flags IBTA forbids (remote write without local write); `ENOMEM` past the device's MRs.
+/// access flags IBTA forbids (remote write without local write); `EFAULT` for a page of the
+/// range that is not mapped readable, or not writable when the access flags let the MR be
+/// written (`IBV_ACCESS_LOCAL_WRITE`, `REMOTE_WRITE`, `REMOTE_ATOMIC`, `MW_BIND`), as Linux's
+/// `ib_umem_get` refuses it (`docs/memory.md`); `ENOMEM` past the device's MRs.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_reg_mr(p: *mut ibv_pd, addr: *mut libc::c_void, length: usize, access: i32) -> *mut ibv_mr {
     // SAFETY: as `ibv_reg_mr_iova2` with the MR's addresses its own.

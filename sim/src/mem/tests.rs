@@ -85,7 +85,7 @@ fn external_pages_are_the_consumers_memory_until_unmapped() {
     let buf = unsafe { std::alloc::alloc_zeroed(layout) };
     assert!(!buf.is_null());
     // SAFETY: `buf` is two live, writable, page-aligned pages until `dealloc` below.
-    let iova = unsafe { m.map_external(buf as usize, 2 * PAGE as usize) }.unwrap();
+    let iova = unsafe { m.map_external(buf as usize, 2 * PAGE as usize, true) }.unwrap();
     m.write(iova + 4090, b"across").unwrap();
     // SAFETY: reading bytes of the live allocation; nothing writes it concurrently here.
     let seen = unsafe { std::slice::from_raw_parts(buf.add(4090), 6) }.to_vec();
@@ -97,30 +97,36 @@ fn external_pages_are_the_consumers_memory_until_unmapped() {
     // SAFETY: unmapped above: nothing reaches `buf` any more.
     unsafe { std::alloc::dealloc(buf, layout) };
     // SAFETY: never dereferenced: the arguments are refused first.
-    assert!(unsafe { m.map_external(4097, 4096) }.is_err());
+    assert!(unsafe { m.map_external(4097, 4096, true) }.is_err());
 }
 
-/// FETCH ADD and COMPARE SWAP on `iova` from `threads` threads at once: no update lost, each
-/// FETCH ADD saw a value of its own (in the low 32 bits: the CPU may add to the high ones).
-fn hammer(mem: &Arc<GuestMemory>, iova: u64, threads: u64, n: u64) {
-    const LOW: u64 = 0xffff_ffff;
-    let start = std::sync::Barrier::new(threads as usize);
+/// FETCH ADD and COMPARE SWAP on one 8-byte word from `threads` threads per target at once, each
+/// target the word as one map (one device) addresses it: no update lost, each FETCH ADD saw a
+/// value of its own, every COMPARE SWAP that matched is one increment.
+fn hammer(targets: &[(&GuestMemory, u64)], threads: u64, n: u64) {
+    let total = targets.len() as u64 * threads;
+    let start = std::sync::Barrier::new(total as usize);
     let seen: Vec<Vec<u64>> = std::thread::scope(|s| {
-        let add = || {
-            start.wait();
-            (0..n).map(|_| mem.atomic_u64(iova, Atomic64::FetchAdd(1)).unwrap()).collect()
-        };
-        let hs: Vec<_> = (0..threads).map(|_| s.spawn(add)).collect();
+        let hs: Vec<_> = (0..threads)
+            .flat_map(|_| targets.iter())
+            .map(|&(mem, iova)| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    (0..n).map(|_| mem.atomic_u64(iova, Atomic64::FetchAdd(1)).unwrap()).collect()
+                })
+            })
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(mem.read_u64(iova).unwrap() & LOW, threads * n, "no update lost");
-    let mut all: Vec<u64> = seen.into_iter().flatten().map(|v| v & LOW).collect();
+    let (mem, iova) = targets[0];
+    assert_eq!(mem.read_u64(iova).unwrap(), total * n, "no update lost");
+    let mut all: Vec<u64> = seen.into_iter().flatten().collect();
     all.sort_unstable();
     assert!(all.iter().enumerate().all(|(i, &v)| v == i as u64), "each saw its own value");
-    // COMPARE SWAP as a lock-free increment: every success is one increment.
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
+        for &(mem, iova) in targets.iter().flat_map(|t| std::iter::repeat_n(t, threads as usize)) {
+            s.spawn(move || {
                 let mut done = 0;
                 while done < n / 10 {
                     let v = mem.read_u64(iova).unwrap();
@@ -130,42 +136,33 @@ fn hammer(mem: &Arc<GuestMemory>, iova: u64, threads: u64, n: u64) {
             });
         }
     });
-    assert_eq!(mem.read_u64(iova).unwrap() & LOW, threads * n + threads * (n / 10));
+    assert_eq!(mem.read_u64(iova).unwrap(), total * n + total * (n / 10));
 }
 
+/// What the device's `ATOMIC_HCA` promises (`ibv_query_device(3)`; IBTA's HCA-level atomicity;
+/// Linux rxe reports the same): its 8-byte atomics are atomic against each other — from many
+/// threads, and from two devices (two maps) over the same pages of the consumer's — not against
+/// the CPU's own atomics, which this test does not race (on the consumer's memory they would
+/// not be: the device's read-modify-write there is a fault-safe read and write under a lock of
+/// the process, issue 21 §2). On memory the map owns they are one atomic instruction.
 #[test]
-fn eight_byte_atomics_hold_across_threads_on_owned_and_external_memory() {
-    let mem = Arc::new(GuestMemory::new(1 << 20));
+fn eight_byte_atomics_hold_across_threads_and_devices_as_atomic_hca_promises() {
+    let mem = GuestMemory::new(1 << 20);
     let owned = mem.alloc(4096).unwrap();
-    hammer(&mem, owned + 8, 4, 50_000);
+    hammer(&[(&mem, owned + 8)], 4, 50_000);
     assert_eq!(mem.read_u64(owned).unwrap(), 0, "the neighbour is untouched");
     assert_eq!(mem.atomic_u64(owned + 4, Atomic64::FetchAdd(1)), Err(MemError::Misaligned(owned + 4)));
     assert!(mem.atomic_u64(owned + 4096, Atomic64::FetchAdd(1)).is_err());
-    // A page of the test's own, mapped as a program's MR is; the CPU adds too, with its own
-    // 64-bit atomic on the same word, while the device's threads do.
+    // A page of the test's own, mapped by two devices as two programs' MRs over one buffer are.
     let backing: Box<[AtomicU64]> = (0..1024).map(|_| AtomicU64::new(0)).collect();
     let page = (backing.as_ptr() as usize).next_multiple_of(4096);
-    // SAFETY: `backing` (8 KiB) holds the page from `page` on and outlives the mapping,
-    // which is unmapped below; it is reached only as atomics meanwhile.
-    let ext = unsafe { mem.map_external(page, 4096) }.unwrap();
+    let other = GuestMemory::new(1 << 20);
+    // SAFETY: `backing` (8 KiB) holds the page from `page` on and outlives both mappings, which
+    // are unmapped below; nothing else touches it meanwhile.
+    let (ext, ext2) = unsafe { (mem.map_external(page, 4096, true).unwrap(), other.map_external(page, 4096, true).unwrap()) };
+    hammer(&[(&mem, ext + 16), (&other, ext2 + 16)], 2, 20_000);
     let word = &backing[(page - backing.as_ptr() as usize) / 8 + 2];
-    let done = AtomicBool::new(false);
-    let cpu_adds = std::thread::scope(|s| {
-        // The CPU adds to the high half for as long as the device works on the word.
-        let cpu = s.spawn(|| {
-            let mut adds = 0u64;
-            while !done.load(Ordering::Acquire) {
-                word.fetch_add(1 << 32, Ordering::AcqRel);
-                adds += 1;
-            }
-            adds
-        });
-        s.spawn(|| hammer(&mem, ext + 24, 2, 20_000));
-        hammer(&mem, ext + 16, 2, 100_000);
-        done.store(true, Ordering::Release);
-        cpu.join().unwrap()
-    });
-    assert_eq!(word.load(Ordering::Acquire) & 0xffff_ffff, 200_000 + 20_000);
-    assert_eq!(word.load(Ordering::Acquire) >> 32, cpu_adds, "the CPU's adds are all there");
-    assert!(mem.free(ext));
+    assert_eq!(word.load(Ordering::Acquire), 4 * 20_000 + 4 * 2_000, "in the consumer's memory");
+    assert_eq!(backing[(page - backing.as_ptr() as usize) / 8 + 3].load(Ordering::Acquire), 0, "the neighbour");
+    assert!(mem.free(ext) && other.free(ext2));
 }

@@ -1,5 +1,6 @@
-//! Word-level copies into and out of a region's `AtomicU32` words, and the 64-bit view of two
-//! words for the device's atomics. No unsafe code but the one cast of [`as_atomic_u64`].
+//! Word-level copies into and out of memory the map owns (its regions' `AtomicU32` words), and
+//! the 64-bit view of two words for the device's atomics. No unsafe code but the one cast of
+//! [`as_atomic_u64`].
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -9,9 +10,8 @@ use zerocopy::FromBytes;
 /// Two consecutive words as one 64-bit atomic, if they are 8-aligned in host memory on a
 /// little-endian host (where the 64-bit value is the 8 bytes in the words' byte order).
 ///
-/// Every access to these bytes is atomic (the map reaches memory only through atomics; the
-/// consumer's own accesses are outside Rust's model, as a DMA engine's are), and all device
-/// atomics on an address use this same 64-bit view. A 64-bit atomic overlapping 32-bit ones is
+/// Every access to these bytes is atomic (the map reaches its own memory only through atomics),
+/// and all device atomics on an address use this same 64-bit view. A 64-bit atomic overlapping 32-bit ones is
 /// mixed-size: x86-64 and AArch64 make it single-copy atomic for aligned accesses, while Rust's
 /// memory model leaves racing mixed-size atomics undefined (`AtomicU64::from_ptr`'s docs), so a
 /// 32-bit load of these words racing the 64-bit RMW relies on that hardware rule.
@@ -22,9 +22,8 @@ pub(super) fn as_atomic_u64(pair: &[AtomicU32]) -> Option<&AtomicU64> {
         return None;
     }
     // SAFETY: `pair` is two consecutive `AtomicU32` (8 contiguous bytes of one slice), checked
-    // aligned for `AtomicU64` and borrowed for the returned lifetime, so the memory stays valid
-    // (an external region stays mapped while the caller holds the map's read lock); see above
-    // for the mixed-size accesses.
+    // aligned for `AtomicU64` and borrowed for the returned lifetime (memory the map owns, live
+    // while borrowed); see above for the mixed-size accesses.
     let wide = unsafe { AtomicU64::from_ptr(ptr.cast_mut().cast::<u64>()) };
     Some(wide)
 }
@@ -95,4 +94,21 @@ fn merge(word: &AtomicU32, skip: usize, bytes: &[u8]) {
         v |= u32::from(*b) << shift;
     }
     let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| Some((w & !mask) | v));
+}
+
+/// Fills `len` bytes at byte `off` of `words` with zero, word by word in place.
+pub(super) fn zero_words(words: &[AtomicU32], off: usize, len: usize) {
+    let (start, end) = (off, off + len);
+    let mut at = start;
+    while at < end {
+        let word = &words[at / 4];
+        if at % 4 == 0 && end - at >= 4 {
+            word.store(0, Ordering::Relaxed);
+            at += 4;
+        } else {
+            let mask = !(0xffu32 << ((at % 4) * 8));
+            word.fetch_and(mask, Ordering::Relaxed);
+            at += 1;
+        }
+    }
 }
