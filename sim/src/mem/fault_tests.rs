@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 
 const P: usize = PAGE as usize;
 
+/// Held by each test that unmaps pages: the tests share one address space, and a page one test
+/// unmapped must stay unmapped, not be filled by another test's `mmap` meanwhile (the kernel
+/// reuses the highest hole that fits).
+static ADDRESS_SPACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ADDRESS_SPACE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `n` fresh read/write pages of anonymous memory.
 fn fresh(n: usize) -> usize {
     // SAFETY: a new private anonymous mapping with no address hint affects no existing memory.
@@ -41,6 +50,7 @@ fn map(m: &GuestMemory, addr: usize, len: usize, writable: bool) -> Result<u64, 
 /// when the MR may be written; a range straddling a missing page is refused whole.
 #[test]
 fn registration_checks_every_page_as_linux_pins_it() {
+    let _serial = serial();
     let m = GuestMemory::new(1 << 20);
     let base = fresh(6);
     unmap(base + P, 1);
@@ -73,6 +83,7 @@ fn registration_checks_every_page_as_linux_pins_it() {
 /// with `Fault` and the process lives on; pages still mapped keep working.
 #[test]
 fn the_consumers_pages_going_away_fail_every_access_instead_of_faulting() {
+    let _serial = serial();
     let m = GuestMemory::new(1 << 20);
     let base = fresh(2);
     let iova = map(&m, base, 2 * P, true).unwrap();
@@ -131,6 +142,7 @@ fn coverage_walks_the_maps_in_address_order() {
 /// a page made read-only after registration is still written (what a kernel stack does too).
 #[test]
 fn proc_self_mem_fails_on_missing_pages_and_ignores_protections() {
+    let _serial = serial();
     let f = std::fs::File::options().read(true).write(true).open("/proc/self/mem").unwrap();
     let a = Access::ProcMem(f);
     let base = fresh(2);
@@ -183,6 +195,7 @@ fn refuse_process_vm_rw() {
 #[test]
 fn a_sandbox_refusing_process_vm_rw_gets_the_fallback() {
     if std::env::var_os(SECCOMP_CHILD).is_some() {
+        let _serial = serial();
         refuse_process_vm_rw();
         let a = Access::detect();
         assert!(matches!(a, Some(Access::ProcMem(_))), "the fallback is chosen: {a:?}");
