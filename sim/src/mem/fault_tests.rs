@@ -228,3 +228,38 @@ fn a_sandbox_refusing_process_vm_rw_gets_the_fallback() {
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
     assert!(status.success() && out.contains("fallback chosen and fault-safe"), "{status}: {out}");
 }
+
+/// The process id the copies name is kept, and forgotten in a forked child: the child's copies
+/// reach its own memory, never its parent's (whose page holds another value by then).
+#[test]
+fn a_forked_child_reaches_its_own_memory() {
+    let _serial = serial();
+    let page = fresh(1);
+    let word = |v: u64| {
+        // SAFETY: the first 8 bytes of this test's own page; nothing else touches them.
+        unsafe { std::ptr::write_volatile(page as *mut u64, v) }
+    };
+    word(1);
+    let mut got = [0u8; 8];
+    Access::VmRw.read(&mut got, &[Piece { addr: page, at: 0, len: 8 }]).unwrap();
+    assert_eq!(u64::from_le_bytes(got), 1, "the id is kept from here on");
+    // SAFETY: the child only stores to its copy of the page, makes one copy through
+    // process_vm_readv (no allocation: at most 8 pieces are inline) and leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork");
+    if child == 0 {
+        word(2);
+        let ok = Access::VmRw.read(&mut got, &[Piece { addr: page, at: 0, len: 8 }]).is_ok() && u64::from_le_bytes(got) == 2;
+        // SAFETY: ends the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut status = 0;
+    // SAFETY: waits for this test's own child; `status` lives across the call.
+    while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+        assert!(Instant::now() < deadline, "the child did not exit within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child read {status:#x}");
+    unmap(page, 1);
+}

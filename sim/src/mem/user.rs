@@ -32,6 +32,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 /// Most iovecs one `process_vm_readv`/`process_vm_writev` call takes (`UIO_MAXIOV`).
@@ -42,6 +43,41 @@ const PAGE: usize = 4096;
 static ZEROS: [u8; PAGE] = [0; PAGE];
 /// Serializes every device atomic on the consumer's memory in this process (see the module docs).
 static ATOMICS: Mutex<()> = Mutex::new(());
+
+/// This process's id once read, 0 before (and again in the child of a `fork`): see [`pid`].
+static PID: AtomicI32 = AtomicI32::new(0);
+
+/// This process's id. `getpid` is a system call (about a tenth of the copy's own cost here), so
+/// the id is kept, and forgotten in the child of every `fork` by a `pthread_atfork` handler: a
+/// child never reaches its parent's memory through a stale id. Without the handler (its
+/// registration failed) the id is read at every call.
+fn pid() -> libc::pid_t {
+    static KEEP: OnceLock<bool> = OnceLock::new();
+    let kept = PID.load(Ordering::Relaxed);
+    if kept != 0 {
+        return kept;
+    }
+    // SAFETY: getpid takes no arguments and cannot fail.
+    let id = unsafe { libc::getpid() };
+    if *KEEP.get_or_init(forget_at_fork) {
+        PID.store(id, Ordering::Relaxed);
+    }
+    id
+}
+
+/// Registers the child handler that forgets [`PID`]; whether it could.
+fn forget_at_fork() -> bool {
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe, as a
+    // handler run in the child of a multithreaded fork must be); no prepare or parent handler.
+    let r = unsafe { libc::pthread_atfork(None, None, Some(forget)) };
+    if r != 0 {
+        tracing::warn!(errno = r, "pthread_atfork failed: the process id is read at every access");
+    }
+    r == 0
+}
 
 /// An access that did not complete: a page it touched is unmapped or lacks the protection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,13 +248,13 @@ unsafe fn vm_rw(local: *mut u8, pieces: &[Piece], write: bool) -> Result<(), Fau
         let remotes: SmallVec<[libc::iovec; 8]> = chunk.iter().map(|p| iov(p.addr as *mut u8, p.len)).collect();
         let want: usize = chunk.iter().map(|p| p.len).sum();
         let n = locals.len() as libc::c_ulong;
+        let pid = pid();
         // SAFETY: the local iovecs cover bytes of the caller's buffer (the function's contract:
         // writable for a read, which the kernel writes; readable for a write), both arrays hold
         // `n` entries and live across the call. The remote iovecs are only addresses: the kernel
-        // checks them against this process's mappings and fails instead of faulting. The pid is
-        // read per call, so a forked child reaches its own memory, not its parent's.
+        // checks them against this process's mappings and fails instead of faulting. `pid` is
+        // this process's (a forked child's own: see `pid`).
         let done = unsafe {
-            let pid = libc::getpid();
             if write {
                 libc::process_vm_writev(pid, locals.as_ptr(), n, remotes.as_ptr(), n, 0)
             } else {
