@@ -2,7 +2,7 @@
 //! (issue 21 §2), through the verbs core on both of the model's ports — the in-process
 //! loopback port and the RoCE v2 port (two QPs of one device over its own loopback address):
 //! each work request that reaches them completes with the status a real HCA gives
-//! (`LOC_PROT_ERR` for a local gather or scatter, `REM_OP_ERR` at the sender of a receive the
+//! (`LOC_PROT_ERR` for a local gather or scatter, a READ's response included, `REM_OP_ERR` at the sender of a receive the
 //! responder could not place, `REM_ACCESS_ERR` at the requester of a READ, WRITE or atomic the
 //! responder NAKs), the QPs involved go to ERR, and the process and its other QPs carry on; and
 //! registration over such pages answers `Error::BadAddress` (EFAULT). Every wait is bounded.
@@ -11,28 +11,33 @@ use ib_core::{access, Cq, Device, Error, Mr, Pd, Qp, QpState, RecvWr, SendWr, Sg
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
 use std::net::{IpAddr, Ipv4Addr};
-use std::ptr::null_mut;
 use tests::fixture::{open, poll_n, rc_qp};
 
 const P: usize = 4096;
 const ALL: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
 
-/// Held by every test for its whole run: a page one test unmapped must stay unmapped, not be
-/// filled by another test's `mmap` meanwhile (the kernel reuses the highest hole that fits).
-static ADDRESS_SPACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ADDRESS_SPACE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `n` fresh read/write anonymous pages.
+/// `n` fresh read/write anonymous pages, placed far below where the kernel puts new mappings
+/// (it fills the highest hole that fits, under the top of the address space): a page a test
+/// unmaps stays a hole, never refilled by a thread's stack or another test's mapping meanwhile.
 fn fresh(n: usize) -> *mut u8 {
-    // SAFETY: a new private anonymous mapping with no address hint affects no existing memory.
-    let p = unsafe {
-        libc::mmap(null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p.cast()
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x2000_0000_0000);
+    loop {
+        let hint = NEXT.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+        // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
+        // fails where anything is mapped) affects no existing memory.
+        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * P, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        if p != libc::MAP_FAILED {
+            return p.cast();
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            // No room that far down (a smaller address space): anywhere will do.
+            // SAFETY: a new private anonymous mapping with no address hint.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, flags & !libc::MAP_FIXED_NOREPLACE, -1, 0) };
+            assert_ne!(p, libc::MAP_FAILED);
+            return p.cast();
+        }
+    }
 }
 
 /// `mprotect` of `n` pages at `p`, pages of this test's own [`fresh`] mapping.
@@ -184,6 +189,9 @@ fn unmapped_after_registration(port: &Port) {
             let (remote_addr, rkey) = remote(gone);
             p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
         }, WcStatus::RemAccessErr, None),
+        ("a READ's response into unmapped pages", &|p| {
+            p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, inside, 64);
+        }, WcStatus::LocProtErr, None),
         ("a SEND between good buffers afterwards", &|p| {
             p.recv_b(&gmr, g.wrapping_add(P), 64);
             p.send_a(WrOpcode::Send, &gmr, g, 64);
@@ -220,6 +228,9 @@ fn protected_after_registration(port: &Port) {
         ("a FETCH ADD on read-only pages", &|p| {
             p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
         }, WcStatus::RemAccessErr, None),
+        ("a READ's response into read-only pages", &|p| {
+            p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, pages, 64);
+        }, WcStatus::LocProtErr, None),
     ]);
     assert!(matches!(reg(&pd, pages, P, access::LOCAL_WRITE), Err(Error::BadAddress(_))), "read-only for writing");
     protect(pages, 2, libc::PROT_NONE);
@@ -234,24 +245,20 @@ fn protected_after_registration(port: &Port) {
 
 #[test]
 fn unmapped_pages_fail_their_work_requests_on_the_loopback_port() {
-    let _serial = serial();
     unmapped_after_registration(&Port::loopback());
 }
 
 #[test]
 fn unmapped_pages_fail_their_work_requests_on_the_roce_port() {
-    let _serial = serial();
     unmapped_after_registration(&Port::roce());
 }
 
 #[test]
 fn protected_pages_fail_the_accesses_they_no_longer_allow_on_the_loopback_port() {
-    let _serial = serial();
     protected_after_registration(&Port::loopback());
 }
 
 #[test]
 fn protected_pages_fail_the_accesses_they_no_longer_allow_on_the_roce_port() {
-    let _serial = serial();
     protected_after_registration(&Port::roce());
 }

@@ -2,7 +2,8 @@
 //! program calls them: `ibv_reg_mr` over pages that are not mapped, or read-only pages with any
 //! access that may write them, is NULL with `EFAULT` (Linux's `ib_umem_get` refuses the pin);
 //! pages unmapped or protected after registration fail the work requests that reach them with
-//! the status a real HCA gives (`LOC_PROT_ERR` locally, `REM_ACCESS_ERR` at the requester of a
+//! the status a real HCA gives (`LOC_PROT_ERR` locally, a READ's response included,
+//! `REM_ACCESS_ERR` at the requester of a
 //! READ, WRITE or atomic the responder refuses), the QPs involved go to ERR, and the process and
 //! its other QPs carry on. Every wait is bounded.
 
@@ -28,27 +29,32 @@ const WC_REM_OP_ERR: u32 = 11;
 const QPS_ERR: u32 = 6;
 const QP_STATE: i32 = 1;
 
-/// Held by every test for its whole run: the tests share one address space, and a page one
-/// test unmapped must stay unmapped, not be filled by another test's `mmap` meanwhile (the
-/// kernel reuses the highest hole that fits).
-static ADDRESS_SPACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ADDRESS_SPACE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// `n` fresh read/write anonymous pages.
+/// `n` fresh read/write anonymous pages, placed far below where the kernel puts new mappings
+/// (it fills the highest hole that fits, under the top of the address space): a page a test
+/// unmaps stays a hole, never refilled by a thread's stack or another test's mapping meanwhile.
 fn fresh(n: usize) -> *mut u8 {
-    // SAFETY: a new private anonymous mapping with no address hint affects no existing memory.
-    let p = unsafe {
-        libc::mmap(null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p.cast()
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x2000_0000_0000);
+    loop {
+        let hint = NEXT.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+        // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
+        // fails where anything is mapped) affects no existing memory.
+        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * P, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        if p != libc::MAP_FAILED {
+            return p.cast();
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            // No room that far down (a smaller address space): anywhere will do.
+            // SAFETY: a new private anonymous mapping with no address hint.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, flags & !libc::MAP_FIXED_NOREPLACE, -1, 0) };
+            assert_ne!(p, libc::MAP_FAILED);
+            return p.cast();
+        }
+    }
 }
 
 /// `mprotect` of `n` pages at `p`, pages of this test's own [`fresh`] mapping.
@@ -97,7 +103,6 @@ fn dereg(mr: *mut ibv_mr) {
 /// (a) A range that is not mapped at all is `EFAULT`, whatever the access.
 #[test]
 fn reg_mr_over_unmapped_memory_is_efault() {
-    let _serial = serial();
     let (_ctx, pd) = open();
     let p = fresh(2);
     unmap(p, 2);
@@ -114,7 +119,6 @@ fn reg_mr_over_unmapped_memory_is_efault() {
 /// `EINVAL` (it has no windows), after the pin.
 #[test]
 fn reg_mr_over_read_only_pages_is_efault_for_any_access_that_writes() {
-    let _serial = serial();
     let (_ctx, pd) = open();
     let p = fresh(3);
     protect(p, 3, libc::PROT_READ);
@@ -144,7 +148,6 @@ fn reg_mr_over_read_only_pages_is_efault_for_any_access_that_writes() {
 /// pin of its second page fails; the first page alone registers.
 #[test]
 fn reg_mr_straddling_an_unmapped_page_is_efault() {
-    let _serial = serial();
     let (_ctx, pd) = open();
     let p = fresh(3);
     unmap(p.wrapping_add(P), 1);
@@ -309,15 +312,20 @@ impl Good {
     fn at(&self, off: usize) -> *mut u8 {
         self.buf.as_ptr().cast_mut().wrapping_add(off)
     }
+
+    fn rkey(&self) -> u32 {
+        // SAFETY: a live MR.
+        unsafe { (*self.mr).rkey }
+    }
 }
 
 /// (d) Pages unmapped after registration: a SEND from them and a receive into them complete
-/// `LOC_PROT_ERR` (the sender of that receive `REM_OP_ERR`, the responder's NAK); a READ from
-/// them, a WRITE and a FETCH ADD into them `REM_ACCESS_ERR` at the requester. The process lives,
+/// `LOC_PROT_ERR` (the sender of that receive `REM_OP_ERR`, the responder's NAK), as does a
+/// READ's response into them; a READ from them, a WRITE and a FETCH ADD into them
+/// `REM_ACCESS_ERR` at the requester. The process lives,
 /// and a SEND on fresh QPs afterwards completes.
 #[test]
 fn pages_unmapped_after_registration_fail_their_work_requests_and_nothing_else() {
-    let _serial = serial();
     let (ctx, pd) = open();
     let g = good(pd);
     let gone = fresh(2);
@@ -338,6 +346,7 @@ fn pages_unmapped_after_registration_fail_their_work_requests_and_nothing_else()
         ("a READ from unmapped pages", &|p| p.send_a(IBV_WR_RDMA_READ, (g.mr, g.at(0), 64), (inside, rkey)), WC_REM_ACCESS_ERR, None),
         ("a WRITE into unmapped pages", &|p| p.send_a(IBV_WR_RDMA_WRITE, (g.mr, g.at(0), 64), (inside, rkey)), WC_REM_ACCESS_ERR, None),
         ("a FETCH ADD on unmapped pages", &|p| p.send_a(IBV_WR_ATOMIC_FETCH_AND_ADD, (g.mr, g.at(0), 8), (gone, rkey)), WC_REM_ACCESS_ERR, None),
+        ("a READ's response into unmapped pages", &|p| p.send_a(IBV_WR_RDMA_READ, (mr, inside, 64), (g.at(0), g.rkey())), WC_LOC_PROT_ERR, None),
         ("a SEND between good buffers afterwards", &|p| {
             p.recv_b(g.mr, g.at(P), 64);
             p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
@@ -348,11 +357,10 @@ fn pages_unmapped_after_registration_fail_their_work_requests_and_nothing_else()
 }
 
 /// (e) Pages made read-only after registration still give what they hold (a SEND from them, a
-/// READ of them) but take nothing: a receive into them `LOC_PROT_ERR`, a WRITE or FETCH ADD into
-/// them `REM_ACCESS_ERR`. Made `PROT_NONE`, they give nothing either.
+/// READ of them) but take nothing: a receive or a READ's response into them `LOC_PROT_ERR`, a
+/// WRITE or FETCH ADD into them `REM_ACCESS_ERR`. Made `PROT_NONE`, they give nothing either.
 #[test]
 fn pages_protected_after_registration_fail_the_accesses_they_no_longer_allow() {
-    let _serial = serial();
     let (ctx, pd) = open();
     let g = good(pd);
     let pages = fresh(2);
@@ -374,6 +382,7 @@ fn pages_protected_after_registration_fail_the_accesses_they_no_longer_allow() {
         }, WC_REM_OP_ERR, Some(WC_LOC_PROT_ERR)),
         ("a WRITE into read-only pages", &|p| p.send_a(IBV_WR_RDMA_WRITE, (g.mr, g.at(0), 64), (pages, rkey)), WC_REM_ACCESS_ERR, None),
         ("a FETCH ADD on read-only pages", &|p| p.send_a(IBV_WR_ATOMIC_FETCH_AND_ADD, (g.mr, g.at(0), 8), (pages, rkey)), WC_REM_ACCESS_ERR, None),
+        ("a READ's response into read-only pages", &|p| p.send_a(IBV_WR_RDMA_READ, (mr, pages, 64), (g.at(0), g.rkey())), WC_LOC_PROT_ERR, None),
     ]);
     protect(pages, 2, libc::PROT_NONE);
     run(ctx, pd, &[

@@ -9,23 +9,28 @@ use std::time::{Duration, Instant};
 
 const P: usize = PAGE as usize;
 
-/// Held by each test that unmaps pages: the tests share one address space, and a page one test
-/// unmapped must stay unmapped, not be filled by another test's `mmap` meanwhile (the kernel
-/// reuses the highest hole that fits).
-static ADDRESS_SPACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ADDRESS_SPACE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `n` fresh read/write pages of anonymous memory.
+/// `n` fresh read/write anonymous pages, placed far below where the kernel puts new mappings
+/// (it fills the highest hole that fits, under the top of the address space): a page a test
+/// unmaps stays a hole, never refilled by a thread's stack or another test's mapping meanwhile.
 fn fresh(n: usize) -> usize {
-    // SAFETY: a new private anonymous mapping with no address hint affects no existing memory.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p as usize
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x2000_0000_0000);
+    loop {
+        let hint = NEXT.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+        // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
+        // fails where anything is mapped) affects no existing memory.
+        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * P, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        if p != libc::MAP_FAILED {
+            return p as usize;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            // No room that far down (a smaller address space): anywhere will do.
+            // SAFETY: a new private anonymous mapping with no address hint.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, flags & !libc::MAP_FIXED_NOREPLACE, -1, 0) };
+            assert_ne!(p, libc::MAP_FAILED);
+            return p as usize;
+        }
+    }
 }
 
 /// Sets the protection of `n` pages at `addr`, pages this test mapped with [`fresh`].
@@ -50,7 +55,6 @@ fn map(m: &GuestMemory, addr: usize, len: usize, writable: bool) -> Result<u64, 
 /// when the MR may be written; a range straddling a missing page is refused whole.
 #[test]
 fn registration_checks_every_page_as_linux_pins_it() {
-    let _serial = serial();
     let m = GuestMemory::new(1 << 20);
     let base = fresh(6);
     unmap(base + P, 1);
@@ -83,7 +87,6 @@ fn registration_checks_every_page_as_linux_pins_it() {
 /// with `Fault` and the process lives on; pages still mapped keep working.
 #[test]
 fn the_consumers_pages_going_away_fail_every_access_instead_of_faulting() {
-    let _serial = serial();
     let m = GuestMemory::new(1 << 20);
     let base = fresh(2);
     let iova = map(&m, base, 2 * P, true).unwrap();
@@ -142,7 +145,6 @@ fn coverage_walks_the_maps_in_address_order() {
 /// a page made read-only after registration is still written (what a kernel stack does too).
 #[test]
 fn proc_self_mem_fails_on_missing_pages_and_ignores_protections() {
-    let _serial = serial();
     let f = std::fs::File::options().read(true).write(true).open("/proc/self/mem").unwrap();
     let a = Access::ProcMem(f);
     let base = fresh(2);
@@ -195,8 +197,7 @@ fn refuse_process_vm_rw() {
 #[test]
 fn a_sandbox_refusing_process_vm_rw_gets_the_fallback() {
     if std::env::var_os(SECCOMP_CHILD).is_some() {
-        let _serial = serial();
-        refuse_process_vm_rw();
+            refuse_process_vm_rw();
         let a = Access::detect();
         assert!(matches!(a, Some(Access::ProcMem(_))), "the fallback is chosen: {a:?}");
         let Some(a) = a else { return };
@@ -233,7 +234,6 @@ fn a_sandbox_refusing_process_vm_rw_gets_the_fallback() {
 /// reach its own memory, never its parent's (whose page holds another value by then).
 #[test]
 fn a_forked_child_reaches_its_own_memory() {
-    let _serial = serial();
     let page = fresh(1);
     let word = |v: u64| {
         // SAFETY: the first 8 bytes of this test's own page; nothing else touches them.
