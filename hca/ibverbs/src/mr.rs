@@ -19,9 +19,9 @@ pub(crate) struct Mr {
 
 /// `ibv_reg_mr(pd, addr, length, access)`: registers `length` bytes at `addr` of the program's
 /// memory, whose addresses are the MR's (an SGE or a peer's RDMA names `addr + offset`). NULL
-/// with errno: `EINVAL` for NULL, a zero length, a range past `max_mr_size` or wrapping, or
+/// with errno: `EINVAL` for a NULL PD, a zero length, a range past `max_mr_size` or wrapping, or
 /// access flags IBTA forbids (remote write without local write); `EFAULT` for a page of the
-/// range that is not mapped readable, or not writable when the access flags let the MR be
+/// range that is not mapped readable (NULL included), or not writable when the access flags let the MR be
 /// written (`IBV_ACCESS_LOCAL_WRITE`, `REMOTE_WRITE`, `REMOTE_ATOMIC`, `MW_BIND`), as Linux's
 /// `ib_umem_get` refuses it (`docs/memory.md`); `ENOMEM` past the device's MRs.
 #[no_mangle]

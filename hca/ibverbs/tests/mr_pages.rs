@@ -100,13 +100,15 @@ fn dereg(mr: *mut ibv_mr) {
     assert_eq!(unsafe { ibv_dereg_mr(mr) }, 0);
 }
 
-/// (a) A range that is not mapped at all is `EFAULT`, whatever the access.
+/// (a) A range that is not mapped at all is `EFAULT`, whatever the access: NULL too (Linux pins
+/// page 0, which no process maps, and fails the same way).
 #[test]
 fn reg_mr_over_unmapped_memory_is_efault() {
     let (_ctx, pd) = open();
     let p = fresh(2);
     unmap(p, 2);
     for access in [0, REMOTE_READ, LOCAL_WRITE, ALL] {
+        assert_eq!(reg(pd, null_mut(), 16, access), Err(libc::EFAULT), "NULL, access {access:#x}");
         assert_eq!(reg(pd, p, 2 * P, access), Err(libc::EFAULT), "access {access:#x}");
         assert_eq!(reg(pd, p.wrapping_add(100), 10, access), Err(libc::EFAULT), "a few bytes inside");
     }

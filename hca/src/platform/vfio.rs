@@ -635,9 +635,11 @@ impl DmaMapping {
         (addr, len, writable): (usize, usize, bool),
     ) -> Result<Self, PlatformError> {
         let align = container.iommu().alignment().max(page_size());
-        let ptr = NonNull::new(addr as *mut AtomicU32)
-            .filter(|_| align.is_power_of_two() && (addr | len) & (align - 1) == 0 && len > 0)
-            .ok_or(PlatformError::Misaligned(addr as u64))?;
+        if !align.is_power_of_two() || (addr | len) & (align - 1) != 0 || len == 0 {
+            return Err(PlatformError::Misaligned(addr as u64));
+        }
+        // Page 0 is never this process's memory: the kernel's pin would refuse it too.
+        let ptr = NonNull::new(addr as *mut AtomicU32).ok_or(PlatformError::NotMapped { addr, len, writable })?;
         let mem = HostMemory { ptr, len, leak: true, writable };
         let perms = if writable { Permissions::ReadWrite } else { Permissions::Read };
         // SAFETY: the caller keeps [addr, addr + len) live until this mapping is dropped, and

@@ -209,7 +209,7 @@ impl GuestMemory {
     /// length of 0; [`MemError::NotMapped`] for a page missing or without the protection;
     /// [`MemError::Unsupported`] where the process has no fault-safe way to reach its memory.
     pub unsafe fn map_external(&self, addr: usize, len: usize, writable: bool) -> Result<u64, MemError> {
-        if (addr | len) & (PAGE as usize - 1) != 0 || len == 0 || addr == 0 {
+        if (addr | len) & (PAGE as usize - 1) != 0 || len == 0 {
             return Err(MemError::Misaligned(addr as u64));
         }
         let access = user::access().ok_or(MemError::Unsupported("process_vm_readv and /proc/self/mem are refused"))?;
