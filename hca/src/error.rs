@@ -17,7 +17,8 @@ pub(crate) fn from_cmd(e: CmdError) -> Error {
 }
 
 /// A platform fault: an access outside DMA memory is EFAULT, out of memory ENOMEM, anything the
-/// backend cannot do is [`Error::Unsupported`].
+/// backend cannot do is [`Error::Unsupported`], memory to map that is not mapped with the access
+/// it needs is [`Error::BadAddress`] (EFAULT, as `ibv_reg_mr` answers it on Linux).
 pub(crate) fn from_platform(e: PlatformError) -> Error {
     let errno = match &e {
         PlatformError::BadDma { .. } => libc::EFAULT,
@@ -25,6 +26,11 @@ pub(crate) fn from_platform(e: PlatformError) -> Error {
         PlatformError::NoMemory(_) => libc::ENOMEM,
         PlatformError::Io(_) => libc::EIO,
         PlatformError::Unsupported(what) => return Error::Unsupported(what),
+        PlatformError::NotMapped { addr, len, writable } => {
+            tracing::debug!(addr, len, writable, "user memory not mapped with the access the MR needs");
+            let what = if *writable { "memory not mapped readable and writable" } else { "memory not mapped readable" };
+            return Error::BadAddress(what);
+        }
     };
     Error::Device(DeviceError::new(errno, e))
 }

@@ -62,21 +62,25 @@ impl Mr {
     }
 
     /// Maps the consumer's pages that hold `mem` for the device and registers them with
-    /// CREATE_MR at the consumer's address.
+    /// CREATE_MR at the consumer's address. The pages are mapped for the device to write when
+    /// the access flags let anything write them ([`pins_for_write`]); the platform checks them
+    /// first, as Linux's `pvrdma_reg_user_mr` pins them (`ib_umem_get`) before it counts pages
+    /// or sends the command.
     ///
-    /// Errors: [`Error::Unsupported`] where the platform cannot map host memory (qtest);
-    /// [`Error::InvalidArgument`] for a range that wraps or needs more pages than a directory
-    /// holds; those of [`register`]; DMA and command errors.
+    /// Errors: [`Error::BadAddress`] for a page that is not mapped, not readable, or not
+    /// writable when it must be (EFAULT); [`Error::Unsupported`] where the platform cannot map
+    /// host memory (qtest); [`Error::InvalidArgument`] for a range that wraps or needs more pages
+    /// than a directory holds; those of [`register`]; DMA and command errors.
     pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {
         let first = mem.addr() & !(PAGE - 1);
         let end = mem.addr().checked_add(mem.len()).ok_or(Error::InvalidArgument("MR wraps"))?;
         let span = end.checked_next_multiple_of(PAGE).ok_or(Error::InvalidArgument("MR wraps"))? - first;
-        let npages = pages(span)?;
         let platform = &pd.dev.platform;
-        // SAFETY: `UserMemory`'s contract: the consumer keeps the buffer, and so the whole pages
-        // holding it, live until the MR is deregistered; Drop unmaps before that.
-        let iova = unsafe { platform.map_user(first, span) }.map_err(from_platform)?;
+        // SAFETY: `UserMemory`'s contract: the consumer registers memory it keeps for the device
+        // (and so the whole pages holding it) until the MR is deregistered; Drop unmaps then.
+        let iova = unsafe { platform.map_user(first, span, pins_for_write(access)) }.map_err(from_platform)?;
         let user = UserPages { platform: platform.clone(), iova, unmap_on_drop: true };
+        let npages = pages(span)?;
         let list: Vec<Iova> = (0..npages).map(|i| iova + (i * PAGE) as u64).collect();
         let dir = PageDir::new(platform, &list)?;
         let (handle, lkey, rkey) = match register(pd, mem.addr() as u64, mem.len(), dir.dma(), npages, access) {
@@ -97,6 +101,14 @@ impl Mr {
             Backing::User { iova, offset: o, .. } => (iova + o + offset as u64, None),
         }
     }
+}
+
+/// Whether an MR with `access` flags may have its memory written, so its pages are mapped for
+/// writing: any of local write, remote write, remote atomic or memory-window bind, as Linux's
+/// `ib_access_writable` decides when `ib_umem_get` pins them (`FOLL_WRITE`).
+fn pins_for_write(access: u32) -> bool {
+    use ib_core::access::{LOCAL_WRITE, MW_BIND, REMOTE_ATOMIC, REMOTE_WRITE};
+    access & (LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC | MW_BIND) != 0
 }
 
 /// Pages of `len` bytes, at most what one page directory lists.

@@ -7,6 +7,13 @@
 //!
 //! A DMA MR (`mr_flags::DMA`) gets keys but no memory: on QEMU 7.2 it carries no data, and here
 //! every access through it fails with `LOC_PROT_ERR`.
+//!
+//! An MR over the consumer's own pages may lose them after registration (the program unmaps them
+//! or changes their protection: `docs/memory.md`); guest memory then answers
+//! [`crate::mem::MemError::Fault`] instead of faulting, and the access fails as one through a bad
+//! key does: `LOC_PROT_ERR` for the local side (gather or scatter; Linux rxe's requester completes
+//! a copy that failed with `EFAULT` so), `REM_ACCESS_ERR` for the responder of a WRITE, READ or
+//! atomic (NAK Remote Access Error, as rxe answers a failed MR copy there).
 
 use crate::budget::Charge;
 use crate::device::Core;
@@ -22,6 +29,8 @@ use std::sync::Arc;
 use zerocopy::little_endian::U32;
 
 const PAGE: u64 = PAGE_SIZE as u64;
+/// The (device address, bytes) pieces of one access to guest memory, in buffer order.
+type Pieces = SmallVec<[(u64, usize); 8]>;
 /// `IBV_ACCESS_HUGETLB`: a hint.
 const HUGETLB: u32 = 1 << 7;
 /// `IBV_ACCESS_OPTIONAL_RANGE` (bits 20 to 29, relaxed ordering first): hints.
@@ -85,9 +94,10 @@ impl Mr {
         addr >= base && end <= mr_end
     }
 
-    /// Calls `f(device_address, offset_in_buffer, bytes)` for each page-bounded piece of
-    /// `[addr, addr + len)` (already checked by [`Mr::covers`]).
-    fn pieces(&self, addr: u64, len: usize, mut f: impl FnMut(u64, usize, usize) -> bool) -> bool {
+    /// Appends the device address and length of each page-bounded piece of `[addr, addr + len)`
+    /// (already checked by [`Mr::covers`]) to `out`, a piece that continues the last one in
+    /// device memory extending it; `false` without memory or past the page list.
+    fn pieces(&self, addr: u64, len: usize, out: &mut Pieces) -> bool {
         let Some(r) = &self.region else { return false };
         let mut off = r.first_off + (addr - self.base());
         let mut done = 0usize;
@@ -96,8 +106,10 @@ impl Mr {
                 return false;
             };
             let n = ((PAGE - off % PAGE) as usize).min(len - done);
-            if !f(page + off % PAGE, done, n) {
-                return false;
+            let iova = page + off % PAGE;
+            match out.last_mut() {
+                Some((last, l)) if last.checked_add(*l as u64) == Some(iova) => *l += n,
+                _ => out.push((iova, n)),
             }
             done += n;
             off += n as u64;
@@ -105,13 +117,16 @@ impl Mr {
         true
     }
 
+    /// Copies `[addr, addr + buf.len())` into `buf` with one access to guest memory.
     fn read(&self, mem: &GuestMemory, addr: u64, buf: &mut [u8]) -> bool {
-        let len = buf.len();
-        self.pieces(addr, len, |iova, at, n| mem.read(iova, &mut buf[at..at + n]).is_ok())
+        let mut p = Pieces::new();
+        self.pieces(addr, buf.len(), &mut p) && mem.read_pieces(&p, buf).is_ok()
     }
 
+    /// Copies `data` to `[addr, addr + data.len())` with one access to guest memory.
     fn write(&self, mem: &GuestMemory, addr: u64, data: &[u8]) -> bool {
-        self.pieces(addr, data.len(), |iova, at, n| mem.write(iova, &data[at..at + n]).is_ok())
+        let mut p = Pieces::new();
+        self.pieces(addr, data.len(), &mut p) && mem.write_pieces(&p, data).is_ok()
     }
 
     /// The device address of the 8 bytes at `addr` (already checked by [`Mr::covers`]) if they
@@ -228,9 +243,11 @@ fn check(core: &Core, pd: u32, sges: &[Sge], need: u32) -> Result<SmallVec<[Chec
     Ok(out)
 }
 
-/// Gathers a send's payload from `sges` (local read access, always granted).
+/// Gathers a send's payload from `sges` (local read access, always granted), with one access to
+/// guest memory for the whole list.
 ///
-/// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone,
+/// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone (freed, or
+/// the consumer's pages unmapped or unreadable),
 /// `LOC_LEN_ERR` for a message longer than `MAX_MSG_SZ`.
 pub fn gather(core: &Core, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u32> {
     let checked = check(core, pd, sges, 0)?;
@@ -238,20 +255,19 @@ pub fn gather(core: &Core, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u32> {
     if total > u64::from(crate::dsr::limits::MAX_MSG_SZ) {
         return Err(wc_status::LOC_LEN_ERR);
     }
-    let mut payload = vec![0u8; total as usize];
-    let mut at = 0;
-    for c in &checked {
-        if !c.mr.read(&core.mem, c.addr, &mut payload[at..at + c.len]) {
-            return Err(wc_status::LOC_PROT_ERR);
-        }
-        at += c.len;
+    let mut pieces = Pieces::new();
+    if !checked.iter().all(|c| c.mr.pieces(c.addr, c.len, &mut pieces)) {
+        return Err(wc_status::LOC_PROT_ERR);
     }
+    let mut payload = vec![0u8; total as usize];
+    core.mem.read_pieces(&pieces, &mut payload).map_err(|_| wc_status::LOC_PROT_ERR)?;
     Ok(payload)
 }
 
 /// Scatters a received `payload` into `sges` (needs `LOCAL_WRITE`).
 ///
-/// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone,
+/// Errors (a completion status): `LOC_PROT_ERR` for a bad SGE or memory that is gone (freed, or
+/// the consumer's pages unmapped or no longer writable; what came before may have landed),
 /// `LOC_LEN_ERR` if the payload does not fit.
 pub fn scatter(core: &Core, pd: u32, sges: &[Sge], payload: &[u8]) -> Result<(), u32> {
     scatter_at(core, pd, sges, 0, payload)
@@ -277,7 +293,8 @@ pub(crate) fn remote(core: &Core, pd: u32, rkey: u32, addr: u64, len: u64, need:
 /// Writes `data` at `addr` of the MR `rkey` names (an RDMA WRITE's responder side), after the
 /// checks of [`remote`] with `REMOTE_WRITE`. A zero-length write checks nothing and writes
 /// nothing (IBTA C9-88: a zero-length request need not carry a valid R_Key; Linux rxe's
-/// `check_rkey` skips it too). Errors: `REM_ACCESS_ERR`, with nothing written.
+/// `check_rkey` skips it too). Errors: `REM_ACCESS_ERR`, with nothing written when a check
+/// fails (memory that went away part-way may leave the pieces before it written).
 pub fn remote_write(core: &Core, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), u32> {
     if data.is_empty() {
         return Ok(());
@@ -292,7 +309,7 @@ pub fn remote_write(core: &Core, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> 
 
 /// Reads `len` bytes at `addr` of the MR `rkey` names (an RDMA READ's responder side), after the
 /// checks of [`remote`] with `REMOTE_READ`; zero-length as [`remote_write`]. Errors:
-/// `REM_ACCESS_ERR`; `REM_INV_REQ_ERR` for a length past `MAX_MSG_SZ` (IBTA: Invalid Request).
+/// `REM_ACCESS_ERR` (also for memory that is gone); `REM_INV_REQ_ERR` for a length past `MAX_MSG_SZ` (IBTA: Invalid Request).
 pub fn remote_read(core: &Core, pd: u32, rkey: u32, addr: u64, len: u32) -> Result<Vec<u8>, u32> {
     if len == 0 {
         return Ok(Vec::new());
@@ -312,7 +329,8 @@ pub fn remote_read(core: &Core, pd: u32, rkey: u32, addr: u64, len: u32) -> Resu
 /// Executes the atomic `op` on the 8 bytes at `addr` of the MR `rkey` names (the responder side of
 /// COMPARE SWAP and FETCH ADD, IBTA 9.4.5) and returns the value they held before, after the
 /// checks of [`remote`] with `REMOTE_ATOMIC`. The operation is one atomic step on the memory
-/// ([`GuestMemory::atomic_u64`]). Errors: `REM_ACCESS_ERR` (bad R_Key, PD, access or bounds);
+/// ([`GuestMemory::atomic_u64`]). Errors: `REM_ACCESS_ERR` (bad R_Key, PD, access or bounds, or
+/// memory that is gone or no longer writable);
 /// `REM_INV_REQ_ERR` for 8 bytes not 8-byte aligned (IBTA C9-28 misaligned atomic; Linux rxe's
 /// `RESPST_ERR_MISALIGNED_ATOMIC`, NAK Invalid Request), nothing changed.
 pub fn remote_atomic(core: &Core, pd: u32, rkey: u32, addr: u64, op: crate::mem::Atomic64) -> Result<u64, u32> {
@@ -322,7 +340,8 @@ pub fn remote_atomic(core: &Core, pd: u32, rkey: u32, addr: u64, op: crate::mem:
 }
 
 /// Scatters `data` at byte `offset` of the message `sges` describe (an RDMA READ response at the
-/// requester; needs `LOCAL_WRITE`). Errors: `LOC_PROT_ERR` for a bad SGE, `LOC_LEN_ERR` if
+/// requester; needs `LOCAL_WRITE`). Errors: `LOC_PROT_ERR` for a bad SGE or memory that is gone
+/// (as [`scatter`]), `LOC_LEN_ERR` if
 /// `offset + data.len()` passes the SGEs' total.
 pub fn scatter_at(core: &Core, pd: u32, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), u32> {
     let checked = check(core, pd, sges, access::LOCAL_WRITE)?;
@@ -331,6 +350,7 @@ pub fn scatter_at(core: &Core, pd: u32, sges: &[Sge], offset: u32, data: &[u8]) 
         return Err(wc_status::LOC_LEN_ERR);
     }
     let (mut skip, mut at) = (offset as usize, 0usize);
+    let mut pieces = Pieces::new();
     for c in &checked {
         if at == data.len() {
             break;
@@ -340,10 +360,10 @@ pub fn scatter_at(core: &Core, pd: u32, sges: &[Sge], offset: u32, data: &[u8]) 
             continue;
         }
         let n = (c.len - skip).min(data.len() - at);
-        if !c.mr.write(&core.mem, c.addr + skip as u64, &data[at..at + n]) {
+        if !c.mr.pieces(c.addr + skip as u64, n, &mut pieces) {
             return Err(wc_status::LOC_PROT_ERR);
         }
         (skip, at) = (0, at + n);
     }
-    Ok(())
+    core.mem.write_pieces(&pieces, data).map_err(|_| wc_status::LOC_PROT_ERR)
 }

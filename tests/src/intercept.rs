@@ -96,9 +96,9 @@ impl<H: Hooks> Platform for Intercept<H> {
     fn wait_vector(&self, v: u16, t: Duration) -> u32 {
         self.hooks.wait_vector(&self.sim, v, t)
     }
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
+    unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError> {
         // SAFETY: the caller's promise is passed on unchanged.
-        unsafe { self.sim.map_user(addr, len) }
+        unsafe { self.sim.map_user(addr, len, writable) }
     }
     fn unmap_user(&self, iova: Iova) {
         self.sim.unmap_user(iova)

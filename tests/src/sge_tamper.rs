@@ -79,9 +79,9 @@ impl Platform for SgeTamper {
     fn set_vector_handler(&self, v: u16, h: Option<VectorHandler>) -> bool {
         self.inner.set_vector_handler(v, h)
     }
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
+    unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError> {
         // SAFETY: the caller's promise is passed on unchanged.
-        unsafe { self.inner.map_user(addr, len) }
+        unsafe { self.inner.map_user(addr, len, writable) }
     }
     fn unmap_user(&self, iova: Iova) {
         self.inner.unmap_user(iova)

@@ -162,8 +162,9 @@ fn fetch_add_from_four_qps_at_once_sums_exactly_on_a_program_buffer() {
 }
 
 /// Two devices (two models, each with its own port thread) registered the same buffer: their
-/// atomics on one word run truly at once, and are atomic against each other because each is one
-/// 64-bit atomic instruction on the memory, not a lock of one device.
+/// atomics on one word run truly at once, and are atomic against each other because the
+/// read-modify-write on a program's memory takes one lock of the whole process, not a lock of
+/// one device (`ATOMIC_HCA`: atomic between the HCA's own operations, `docs/memory.md`).
 #[test]
 fn two_devices_adding_to_one_buffer_lose_nothing() {
     const N: u64 = 500;

@@ -51,6 +51,11 @@ pub enum Error {
     /// No device of that name, or no provider for what the device is.
     #[error("no such device: {0}")]
     NoDevice(String),
+    /// Memory the caller named is not mapped in this process with the access it needs (an MR
+    /// over pages that are missing, unreadable, or read-only when the MR may be written, as
+    /// Linux's `ib_umem_get` refuses them): libibverbs's EFAULT. Nothing was registered.
+    #[error("bad address: {0}")]
+    BadAddress(&'static str),
     /// Out of host resources (threads, file descriptors, memory).
     #[error("out of resources: {0}")]
     NoResources(&'static str),
@@ -126,6 +131,7 @@ impl Error {
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::NoDevice(_) => libc::ENODEV,
             Error::NoData(_) => libc::ENODATA,
+            Error::BadAddress(_) => libc::EFAULT,
             Error::Device(d) => d.errno(),
         }
     }
@@ -155,6 +161,7 @@ mod tests {
         assert_eq!(Error::Busy("pd").errno(), libc::EBUSY);
         assert_eq!(Error::WouldBlock.errno(), libc::EAGAIN);
         assert_eq!(Error::NoData("empty GID entry").errno(), libc::ENODATA);
+        assert_eq!(Error::BadAddress("unmapped").errno(), libc::EFAULT);
         let e = Error::Device(DeviceError::new(libc::EPERM, Refused));
         assert_eq!(e.errno(), libc::EPERM);
         assert!(e.device_error::<Refused>().is_some());

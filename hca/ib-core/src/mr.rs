@@ -24,14 +24,14 @@ impl Pd {
     /// (`ibv_reg_mr(pd, addr, length, access)`).
     ///
     /// Errors: [`Error::InvalidArgument`] for an empty range, one beyond the device's
-    /// `max_mr_size`, one at address 0 or past the end of the address space, or bad access flags
-    /// (IBTA 10.6.3.1); [`Error::Unsupported`] where the
-    /// platform cannot map host memory for the device; provider errors.
+    /// `max_mr_size`, one past the end of the address space, or bad access flags (IBTA
+    /// 10.6.3.1); [`Error::BadAddress`] (EFAULT) for a page of the range that is not mapped
+    /// readable (page 0 included, which a process does not map: Linux's pin fails there too), or not writable when `access_flags` let the MR be written (local or
+    /// remote write, remote atomic, memory-window bind), as Linux's pinning refuses it;
+    /// [`Error::Unsupported`] where the platform cannot map host memory for the device;
+    /// provider errors.
     pub fn reg_mr(&self, mem: UserMemory, access_flags: u32) -> Result<Mr> {
         self.check(mem.len(), access_flags)?;
-        if mem.addr() == 0 {
-            return Err(Error::InvalidArgument("MR at address 0"));
-        }
         if mem.addr().checked_add(mem.len()).is_none() {
             return Err(Error::InvalidArgument("MR wraps"));
         }

@@ -75,12 +75,15 @@ impl UserMemory {
     /// Describes `len` bytes at `addr`.
     ///
     /// # Safety
-    /// The range must be memory of this process that stays allocated, and that nothing else
-    /// frees or remaps, until the MR registered over it is deregistered (the device reads and
-    /// writes it meanwhile, as it does an `ibv_reg_mr` buffer). The consumer accesses it knowing
-    /// the device may write it concurrently (after a completion, the data is there). The model
-    /// reaches it as aligned 32-bit words, changing only the range's own bytes of the words at
-    /// its ends, atomically.
+    /// The range must be memory of this process that the consumer registers for the device and
+    /// does not free and reuse for something else until the MR registered over it is
+    /// deregistered (the device reads and writes it meanwhile, as it does an `ibv_reg_mr`
+    /// buffer). The consumer accesses it knowing the device may write it concurrently (after a
+    /// completion, the data is there). Nothing else is trusted: registration checks the pages
+    /// are mapped with the access the MR needs, and the model reaches them only through copies
+    /// the kernel makes, which fail instead of faulting on pages the program unmapped or
+    /// protected after registration (the work request then completes in error,
+    /// `docs/memory.md`); it writes only the bytes an operation names.
     pub unsafe fn new(addr: *mut u8, len: usize) -> Self {
         Self { addr: addr as usize, len }
     }

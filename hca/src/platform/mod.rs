@@ -46,6 +46,18 @@ pub enum PlatformError {
     /// The backend cannot do this (e.g. qtest cannot map host memory for the device).
     #[error("not supported by this platform: {0}")]
     Unsupported(&'static str),
+    /// [`Platform::map_user`]: a page of `[addr, addr + len)` is not mapped in this process, or
+    /// not readable, or not writable when the mapping is `writable` (the pin Linux's
+    /// `ib_umem_get` makes fails the same way, with `EFAULT`).
+    #[error("{addr:#x}+{len} is not mapped {} in this process", if *.writable { "readable and writable" } else { "readable" })]
+    NotMapped {
+        /// Start of the range.
+        addr: usize,
+        /// Bytes.
+        len: usize,
+        /// Whether the mapping was for the device to write too.
+        writable: bool,
+    },
 }
 
 /// An interrupt handler a backend may run on the raising thread
@@ -125,15 +137,22 @@ pub trait Platform: Send + Sync + 'static {
     }
     /// Maps `len` bytes of this process's memory at `addr` (both page-aligned) for the device
     /// (an IOMMU mapping under VFIO, the model's address space in process) and returns their
-    /// device address; [`Platform::unmap_user`] takes the mapping away.
+    /// device address; [`Platform::unmap_user`] takes the mapping away. Every page must be
+    /// mapped readable, and writable if `writable` (the provider's pin-for-write decision,
+    /// made from the MR's access flags); the device may write the pages only then. As Linux's
+    /// `ib_umem_get`, nothing is trusted: the backend checks the pages (`docs/memory.md`).
     ///
     /// # Safety
-    /// `[addr, addr + len)` must be live memory that stays allocated until unmapped; the device
-    /// reads and writes it meanwhile.
+    /// `[addr, addr + len)` must be memory the program registers for the device, which it does
+    /// not free and reuse for something else until unmapped; the device reads (and, if
+    /// `writable`, writes) it meanwhile. Pages that go away or change protection meanwhile make
+    /// the model's accesses fail, not fault; under VFIO the kernel keeps them pinned.
     ///
-    /// Errors: [`PlatformError::Unsupported`] where the device cannot reach this process's
-    /// memory (qtest); [`PlatformError::NoMemory`] when out of IOVA space.
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError>;
+    /// Errors: [`PlatformError::NotMapped`] for a page missing or without the protection;
+    /// [`PlatformError::Unsupported`] where the device cannot reach this process's memory
+    /// (qtest, or a process the model has no fault-safe access to); [`PlatformError::NoMemory`]
+    /// when out of IOVA space.
+    unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError>;
     /// Removes a mapping made by [`Platform::map_user`].
     fn unmap_user(&self, iova: Iova);
 }

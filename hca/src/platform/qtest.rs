@@ -991,7 +991,7 @@ impl Platform for QtestPlatform {
         }
     }
 
-    unsafe fn map_user(&self, _addr: usize, _len: usize) -> Result<Iova, PlatformError> {
+    unsafe fn map_user(&self, _addr: usize, _len: usize, _writable: bool) -> Result<Iova, PlatformError> {
         Err(PlatformError::Unsupported("qtest reaches guest RAM only, not this process's memory"))
     }
 

@@ -101,6 +101,12 @@ fn map(e: MemError) -> PlatformError {
         MemError::OutOfRange { iova, len } => PlatformError::BadDma { iova, len },
         MemError::Misaligned(a) => PlatformError::Misaligned(a),
         MemError::Exhausted { requested } => PlatformError::NoMemory(requested),
+        // The consumer's memory went away under an MR: as an access outside DMA memory (EFAULT).
+        MemError::Fault { iova, len } => PlatformError::BadDma { iova, len },
+        MemError::NotMapped { addr, len, writable } => {
+            PlatformError::NotMapped { addr: addr as usize, len: len as usize, writable }
+        }
+        MemError::Unsupported(what) => PlatformError::Unsupported(what),
     }
 }
 
@@ -157,9 +163,10 @@ impl Platform for SimPlatform {
     fn set_vector_handler(&self, vector: u16, handler: Option<VectorHandler>) -> bool {
         self.dev.vectors().set_handler(vector, handler)
     }
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
-        // SAFETY: the caller's promise (live until `unmap_user`) is `map_external`'s contract.
-        unsafe { self.dev.mem().map_external(addr, len) }.map_err(map)
+    unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError> {
+        // SAFETY: the caller's promise (memory registered for the device, not reused until
+        // `unmap_user`) is `map_external`'s contract.
+        unsafe { self.dev.mem().map_external(addr, len, writable) }.map_err(map)
     }
     fn unmap_user(&self, iova: Iova) {
         self.dev.mem().free(iova);

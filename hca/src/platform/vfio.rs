@@ -465,6 +465,9 @@ struct HostMemory {
     len: usize,
     /// Never return the memory to the kernel (the IOMMU may still map it).
     leak: bool,
+    /// Whether this process may write it (false for a consumer's pages registered for reading
+    /// only, which may be read-only pages: a CPU store there would fault).
+    writable: bool,
 }
 
 // SAFETY: HostMemory owns its mapping exclusively (no other value aliases it), and every access to
@@ -521,7 +524,7 @@ impl HostMemory {
         unsafe { libc::madvise(start.cast(), len, libc::MADV_DONTFORK) };
         let ptr = NonNull::new(start.cast::<AtomicU32>())
             .ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Self { ptr, len, leak: false })
+        Ok(Self { ptr, len, leak: false, writable: true })
     }
 
     fn as_ptr(&self) -> *const u8 {
@@ -545,9 +548,9 @@ impl HostMemory {
         words::copy_out(self.words(), off, buf)
     }
 
-    /// Copies `data` to `off` in memory order; `false` if out of bounds.
+    /// Copies `data` to `off` in memory order; `false` if out of bounds or not writable.
     fn write(&self, off: usize, data: &[u8]) -> bool {
-        words::copy_in(self.words(), off, data)
+        self.writable && words::copy_in(self.words(), off, data)
     }
 
     /// Loads the little-endian word at `off` (4-byte aligned) with acquire ordering.
@@ -555,9 +558,10 @@ impl HostMemory {
         words::word(self.words(), off).map(|w| u32::from_le(w.load(Ordering::Acquire)))
     }
 
-    /// Stores the little-endian word at `off` (4-byte aligned) with release ordering.
+    /// Stores the little-endian word at `off` (4-byte aligned) with release ordering; `false`
+    /// if out of bounds or not writable.
     fn store_u32(&self, off: usize, value: u32) -> bool {
-        let w = words::word(self.words(), off);
+        let w = words::word(self.words(), off).filter(|_| self.writable);
         w.inspect(|w| w.store(value.to_le(), Ordering::Release)).is_some()
     }
 }
@@ -614,20 +618,36 @@ impl DmaMapping {
 
 impl DmaMapping {
     /// Maps `len` bytes of this process's memory at `addr` (aligned to the IOMMU's unit) at
-    /// `iova`. The memory stays the consumer's: it is never unmapped from the process here.
+    /// `iova`, for the device to read, and to write if `writable`
+    /// (`VFIO_DMA_MAP_FLAG_READ` alone otherwise). The kernel pins the pages as it maps them,
+    /// for writing when the mapping is writable, and refuses a page that is missing or lacks
+    /// the protection with `EFAULT`, as `ib_umem_get` does. The memory stays the consumer's: it
+    /// is never unmapped from the process here.
     ///
     /// # Safety
     /// `[addr, addr + len)` must stay live until this value is dropped (the IOMMU mapping goes
     /// first then).
-    unsafe fn user(container: Arc<VfioContainer>, iova: u64, addr: usize, len: usize) -> io::Result<Self> {
+    ///
+    /// Errors: [`PlatformError::NotMapped`] for the kernel's `EFAULT`; others as an allocation's.
+    unsafe fn user(
+        container: Arc<VfioContainer>,
+        iova: u64,
+        (addr, len, writable): (usize, usize, bool),
+    ) -> Result<Self, PlatformError> {
         let align = container.iommu().alignment().max(page_size());
-        let ptr = NonNull::new(addr as *mut AtomicU32)
-            .filter(|_| align.is_power_of_two() && (addr | len) & (align - 1) == 0 && len > 0)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "user memory not aligned to the IOMMU unit"))?;
-        let mem = HostMemory { ptr, len, leak: true };
+        if !align.is_power_of_two() || (addr | len) & (align - 1) != 0 || len == 0 {
+            return Err(PlatformError::Misaligned(addr as u64));
+        }
+        // Page 0 is never this process's memory: the kernel's pin would refuse it too.
+        let ptr = NonNull::new(addr as *mut AtomicU32).ok_or(PlatformError::NotMapped { addr, len, writable })?;
+        let mem = HostMemory { ptr, len, leak: true, writable };
+        let perms = if writable { Permissions::ReadWrite } else { Permissions::Read };
         // SAFETY: the caller keeps [addr, addr + len) live until this mapping is dropped, and
         // Drop unmaps the IOVA range before the consumer may free the memory.
-        unsafe { container.iommu().map(iova, len, mem.as_ptr(), Permissions::ReadWrite)? };
+        unsafe { container.iommu().map(iova, len, mem.as_ptr(), perms) }.map_err(|e| match e.raw_os_error() {
+            Some(libc::EFAULT) => PlatformError::NotMapped { addr, len, writable },
+            _ => io_to_platform(e, len as u64),
+        })?;
         Ok(Self { mem, container, iova })
     }
 }
@@ -682,6 +702,15 @@ impl<M: DmaBacking> DmaSpace<M> {
         len: u64,
         make: impl FnOnce(u64, usize) -> io::Result<M>,
     ) -> Result<Iova, PlatformError> {
+        self.alloc_with(len, |iova, size| make(iova, size).map_err(|e| io_to_platform(e, len)))
+    }
+
+    /// [`DmaSpace::alloc`] with a `make` that answers in the platform's own terms.
+    fn alloc_with(
+        &self,
+        len: u64,
+        make: impl FnOnce(u64, usize) -> Result<M, PlatformError>,
+    ) -> Result<Iova, PlatformError> {
         let no_memory = || PlatformError::NoMemory(len);
         if self.table.read().len() >= self.max_mappings {
             return Err(no_memory());
@@ -692,7 +721,7 @@ impl<M: DmaBacking> DmaSpace<M> {
             (a.alloc(size).ok_or_else(no_memory)?, size)
         };
         let size = usize::try_from(size).map_err(|_| no_memory())?;
-        let m = make(iova, size).map_err(|e| io_to_platform(e, len))?;
+        let m = make(iova, size)?;
         self.table
             .write()
             .insert(iova, m)
@@ -1010,11 +1039,11 @@ impl Platform for VfioPlatform {
         }
     }
 
-    unsafe fn map_user(&self, addr: usize, len: usize) -> Result<Iova, PlatformError> {
+    unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError> {
         let container = self.dev.container();
-        self.dma.alloc(len as u64, |iova, _size| {
+        self.dma.alloc_with(len as u64, |iova, _size| {
             // SAFETY: the caller keeps the memory live until `unmap_user` drops the mapping.
-            unsafe { DmaMapping::user(Arc::clone(container), iova, addr, len) }
+            unsafe { DmaMapping::user(Arc::clone(container), iova, (addr, len, writable)) }
         })
     }
 

@@ -11,6 +11,7 @@
 //! | `post_send_b1`, `post_send_b32` | `Qp::post_send_list` of 1 or 32 64-byte SENDs (as `ibv_post_send` with a chain), its one doorbell included (a posted write, as on hardware: the model runs it after the batch, untimed) | the same WQE bytes (header and SGE) written into a ring under one lock, one release store of the producer index and one store standing for the doorbell |
 //! | `event_rt_64B`, `event_rt_64B_pinned` | a 64-byte RC ping-pong between two threads sleeping on completion channels (arm, wait, ack, poll, post), unpinned and both threads on CPU 0 | two threads handing a token back and forth through a `Mutex` and `Condvar` |
 //! | `busy_rt_64B`, `busy_rt_4096B` | the same ping-pong busy-polling, link latency 0 | a software loopback: the payload copy, one 64-byte entry and an index update into the other end's ring, and a poll that copies it back |
+//! | `user_mr_rt_64B`, `user_mr_rt_64KiB` | the busy ping-pong with both ends' MRs over the program's own buffers (`reg_buffer`, as `ibv_reg_mr`: every gather and scatter a fault-safe copy, `docs/memory.md`) | the same ping-pong over memory the model allocates (`alloc_mr`), on a second device |
 //! | `roce_rt_64B`, `roce_rt_64KiB` | a busy RC ping-pong between two devices over the RoCE v2 port (two loopback addresses, MTU 1024) | a bare UDP ping-pong between two sockets on the same addresses, one datagram per MTU of payload each way |
 //! | `cq_create_65536`, `ucontext_create_512` | creating the last thousand of 65,536 CQs, each round in a fresh process (the last 64 of 512 user contexts) | the first thousand (the first 64): flat means 1.0 |
 //!
@@ -115,6 +116,7 @@ fn main() {
     post::post_pairs(&mut c);
     round_trip::event_pairs(&mut c);
     round_trip::busy_pairs(&mut c);
+    round_trip::user_memory_pairs(&mut c);
     roce::roce_pairs(&mut c);
     scale::scale_rows();
     c.final_summary();

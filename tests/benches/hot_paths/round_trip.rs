@@ -3,7 +3,7 @@
 
 use crate::pair;
 use criterion::Criterion;
-use ib_core::{access, CompChannel, Cq, Mr, NotifyFlags, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode};
+use ib_core::{access, CompChannel, Cq, Mr, NotifyFlags, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcStatus, WrOpcode};
 use parking_lot::{Condvar, Mutex};
 use pvrdma_sim::SimConfig;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -101,8 +101,23 @@ impl End {
     }
 }
 
+/// Which memory an end's MR is over.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Memory {
+    /// Memory the model allocates (`alloc_mr`), reached directly.
+    Model,
+    /// The program's own buffer (`reg_buffer`, as `ibv_reg_mr`), reached through the model's
+    /// fault-safe copies (`docs/memory.md`).
+    Program,
+}
+
 /// Two connected ends on one model device, receives posted (and, in event mode, CQs armed).
 fn ends(events: bool, size: u32) -> (ib_core::Device, End, End) {
+    ends_over(events, size, Memory::Model)
+}
+
+/// [`ends`] with MRs over `memory`, big enough for two messages of `size`.
+fn ends_over(events: bool, size: u32, memory: Memory) -> (ib_core::Device, End, End) {
     let (dev, _sim) = hca::open_sim(SimConfig::default()).expect("the model");
     let pd = dev.alloc_pd().expect("a PD");
     let cap = QpCap { max_send_wr: RX_DEPTH, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
@@ -111,7 +126,14 @@ fn ends(events: bool, size: u32) -> (ib_core::Device, End, End) {
         let cq = dev.create_cq(2 * RX_DEPTH, ch.as_ref()).expect("a CQ");
         let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr).expect("a QP");
-        let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).expect("an MR");
+        let len = (2 * size as usize).max(8192);
+        let mr = match memory {
+            Memory::Model => pd.alloc_mr(len, access::LOCAL_WRITE).expect("an MR"),
+            Memory::Program => {
+                let buf = UserBuffer::new(len).expect("a buffer");
+                pd.reg_buffer(&buf, access::LOCAL_WRITE).expect("an MR over the buffer")
+            }
+        };
         End { qp, cq, ch, mr, yields: false }
     };
     let (a, b) = (end(), end());
@@ -269,6 +291,24 @@ pub fn busy_pairs(c: &mut Criterion) {
             (1, "round trip"),
             |n| stack_round_trips(&a, &b, n, size, false),
             |n| loopback_round_trips(n, size as usize),
+        );
+    }
+}
+
+/// The busy ping-pong with both ends' MRs over the program's own buffers (every send gathered
+/// and every receive scattered through the fault-safe copies) beside the same ping-pong over
+/// memory the model allocates, on another device of the same configuration.
+pub fn user_memory_pairs(c: &mut Criterion) {
+    for size in [64u32, 65536] {
+        let (_dev, a, b) = ends_over(false, size, Memory::Program);
+        let (_model, ma, mb) = ends_over(false, size, Memory::Model);
+        let name = if size == 64 { "user_mr_rt_64B" } else { "user_mr_rt_64KiB" };
+        pair(
+            c,
+            name,
+            (1, "round trip"),
+            |n| stack_round_trips(&a, &b, n, size, false),
+            |n| stack_round_trips(&ma, &mb, n, size, false),
         );
     }
 }

@@ -1,0 +1,264 @@
+//! A program's registered pages that go away or lose their protection after registration
+//! (issue 21 §2), through the verbs core on both of the model's ports — the in-process
+//! loopback port and the RoCE v2 port (two QPs of one device over its own loopback address):
+//! each work request that reaches them completes with the status a real HCA gives
+//! (`LOC_PROT_ERR` for a local gather or scatter, a READ's response included, `REM_OP_ERR` at the sender of a receive the
+//! responder could not place, `REM_ACCESS_ERR` at the requester of a READ, WRITE or atomic the
+//! responder NAKs), the QPs involved go to ERR, and the process and its other QPs carry on; and
+//! registration over such pages answers `Error::BadAddress` (EFAULT). Every wait is bounded.
+
+use ib_core::{access, Cq, Device, Error, Mr, Pd, Qp, QpState, RecvWr, SendWr, Sge, UserMemory, WcStatus, WrOpcode};
+use pvrdma_sim::roce::RoceConfig;
+use pvrdma_sim::SimConfig;
+use std::net::{IpAddr, Ipv4Addr};
+use tests::fixture::{open, poll_n, rc_qp};
+
+const P: usize = 4096;
+const ALL: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+
+/// `n` fresh read/write anonymous pages, placed far below where the kernel puts new mappings
+/// (it fills the highest hole that fits, under the top of the address space): a page a test
+/// unmaps stays a hole, never refilled by a thread's stack or another test's mapping meanwhile.
+fn fresh(n: usize) -> *mut u8 {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x2000_0000_0000);
+    loop {
+        let hint = NEXT.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+        // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
+        // fails where anything is mapped) affects no existing memory.
+        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * P, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        if p != libc::MAP_FAILED {
+            return p.cast();
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            // No room that far down (a smaller address space): anywhere will do.
+            // SAFETY: a new private anonymous mapping with no address hint.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, flags & !libc::MAP_FIXED_NOREPLACE, -1, 0) };
+            assert_ne!(p, libc::MAP_FAILED);
+            return p.cast();
+        }
+    }
+}
+
+/// `mprotect` of `n` pages at `p`, pages of this test's own [`fresh`] mapping.
+fn protect(p: *mut u8, n: usize, prot: i32) {
+    // SAFETY: the test's own pages; no Rust reference to them exists.
+    assert_eq!(unsafe { libc::mprotect(p.cast(), n * P, prot) }, 0);
+}
+
+/// `munmap` of `n` pages at `p`, as [`protect`].
+fn unmap(p: *mut u8, n: usize) {
+    // SAFETY: as `protect`.
+    assert_eq!(unsafe { libc::munmap(p.cast(), n * P) }, 0);
+}
+
+/// `len` bytes at `p` registered with `access`.
+fn reg(pd: &Pd, p: *mut u8, len: usize, access: u32) -> ib_core::Result<Mr> {
+    // SAFETY: the test's own pages, deregistered before they are reused for anything.
+    pd.reg_mr(unsafe { UserMemory::new(p, len) }, access)
+}
+
+/// The RoCE addresses tried, in order, until one binds (concurrent test runs may hold some):
+/// the one place that chooses them.
+fn roce_device() -> Device {
+    for host in 1..=64u8 {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 93, 21, host));
+        let cfg = SimConfig { roce: Some(RoceConfig::new(vec![ip])), ..Default::default() };
+        match hca::open_sim(cfg) {
+            Ok((dev, _sim)) => return dev,
+            Err(e) if e.errno() == libc::EADDRINUSE => continue,
+            Err(e) => panic!("a RoCE device on {ip}: {e}"),
+        }
+    }
+    panic!("no address of 127.93.21.1-64 binds UDP 4791");
+}
+
+/// A device and the GID its QPs connect through: GID 0 on the loopback port, the RoCE v2 GID
+/// (index 1) on the RoCE port.
+struct Port {
+    dev: Device,
+    sgid_index: u8,
+}
+
+impl Port {
+    fn loopback() -> Port {
+        Port { dev: open(), sgid_index: 0 }
+    }
+
+    fn roce() -> Port {
+        Port { dev: roce_device(), sgid_index: 1 }
+    }
+
+    /// Brings `q` to RTS towards `remote` with every remote access granted.
+    fn connect(&self, q: &Qp, remote: u32) {
+        use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
+        q.modify_to_init(1, ALL).expect("INIT");
+        let dgid = self.dev.query_gid(1, u32::from(self.sgid_index)).expect("the GID");
+        let grh = GlobalRoute { dgid, sgid_index: self.sgid_index, hop_limit: 64, ..Default::default() };
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Mtu::from_bytes(1024).expect("an IB MTU"),
+            dest_qp_num: remote,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
+            ..Default::default()
+        };
+        let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        q.modify_qp(&rtr, m).expect("RTR");
+        let rts = QpAttr { qp_state: QpState::Rts, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+        q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+    }
+}
+
+/// Two connected QPs, each with its own CQ.
+struct Pair {
+    a: Qp,
+    b: Qp,
+    cq_a: Cq,
+    cq_b: Cq,
+}
+
+impl Pair {
+    fn new(port: &Port, pd: &Pd) -> Pair {
+        let (cq_a, cq_b) = (port.dev.create_cq(16, None).unwrap(), port.dev.create_cq(16, None).unwrap());
+        let (a, b) = (rc_qp(pd, &cq_a, &cq_a), rc_qp(pd, &cq_b, &cq_b));
+        port.connect(&a, b.qpn());
+        port.connect(&b, a.qpn());
+        Pair { a, b, cq_a, cq_b }
+    }
+
+    fn recv_b(&self, mr: &Mr, addr: *mut u8, length: u32) {
+        let sge = [Sge { addr: addr as u64, length, lkey: mr.lkey() }];
+        self.b.post_recv(&RecvWr { wr_id: 2, sg_list: &sge }).unwrap();
+    }
+
+    fn send_a(&self, opcode: WrOpcode, mr: &Mr, addr: *mut u8, length: u32) {
+        let sge = [Sge { addr: addr as u64, length, lkey: mr.lkey() }];
+        self.a.post_send(&SendWr { wr_id: 1, sg_list: &sge, opcode, signaled: true, solicited: false }).unwrap();
+    }
+}
+
+/// One operation on a fresh pair, and what it completes with: the requester's status and, for a
+/// receive, the receiver's.
+type Case<'a> = (&'static str, &'a dyn Fn(&Pair), WcStatus, Option<WcStatus>);
+
+fn run(port: &Port, pd: &Pd, cases: &[Case<'_>]) {
+    for (what, post, want_a, want_b) in cases {
+        let p = Pair::new(port, pd);
+        post(&p);
+        assert_eq!(poll_n(&p.cq_a, 1)[0].status, *want_a, "{what}: the requester");
+        if let Some(b) = want_b {
+            assert_eq!(poll_n(&p.cq_b, 1)[0].status, *b, "{what}: the receive");
+        }
+        if *want_a != WcStatus::Success {
+            assert_eq!(p.a.state(), Ok(QpState::Err), "{what}: the requester's QP is in ERR");
+        }
+    }
+}
+
+/// (d) on each port: pages unmapped after registration.
+fn unmapped_after_registration(port: &Port) {
+    let pd = port.dev.alloc_pd().unwrap();
+    let mut good = vec![0u8; 2 * P];
+    let g = good.as_mut_ptr();
+    let gmr = reg(&pd, g, good.len(), ALL).unwrap();
+    let gone = fresh(2);
+    let mr = reg(&pd, gone, 2 * P, ALL).expect("mapped at registration");
+    unmap(gone, 2);
+    let (inside, rkey) = (gone.wrapping_add(P - 8), mr.rkey());
+    let remote = |remote_addr: *mut u8| (remote_addr as u64, rkey);
+    run(port, &pd, &[
+        ("SEND from unmapped pages", &|p| {
+            p.recv_b(&gmr, g, 64);
+            p.send_a(WrOpcode::Send, &mr, inside, 64);
+        }, WcStatus::LocProtErr, None),
+        ("a receive into unmapped pages", &|p| {
+            p.recv_b(&mr, inside, 64);
+            p.send_a(WrOpcode::Send, &gmr, g, 64);
+        }, WcStatus::RemOpErr, Some(WcStatus::LocProtErr)),
+        ("a READ from unmapped pages", &|p| {
+            let (remote_addr, rkey) = remote(inside);
+            p.send_a(WrOpcode::RdmaRead { remote_addr, rkey }, &gmr, g, 64);
+        }, WcStatus::RemAccessErr, None),
+        ("a WRITE into unmapped pages", &|p| {
+            let (remote_addr, rkey) = remote(inside);
+            p.send_a(WrOpcode::RdmaWrite { remote_addr, rkey }, &gmr, g, 64);
+        }, WcStatus::RemAccessErr, None),
+        ("a FETCH ADD on unmapped pages", &|p| {
+            let (remote_addr, rkey) = remote(gone);
+            p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
+        }, WcStatus::RemAccessErr, None),
+        ("a READ's response into unmapped pages", &|p| {
+            p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, inside, 64);
+        }, WcStatus::LocProtErr, None),
+        ("a SEND between good buffers afterwards", &|p| {
+            p.recv_b(&gmr, g.wrapping_add(P), 64);
+            p.send_a(WrOpcode::Send, &gmr, g, 64);
+        }, WcStatus::Success, Some(WcStatus::Success)),
+    ]);
+    // Registering over the pages now is the pin's EFAULT.
+    assert!(matches!(reg(&pd, gone, P, 0), Err(Error::BadAddress(_))));
+    drop((mr, gmr));
+}
+
+/// (e) on each port: pages made read-only, then `PROT_NONE`, after registration.
+fn protected_after_registration(port: &Port) {
+    let pd = port.dev.alloc_pd().unwrap();
+    let mut good = vec![0u8; 2 * P];
+    let g = good.as_mut_ptr();
+    let gmr = reg(&pd, g, good.len(), ALL).unwrap();
+    let pages = fresh(2);
+    let mr = reg(&pd, pages, 2 * P, ALL).expect("writable at registration");
+    let (remote_addr, rkey) = (pages as u64, mr.rkey());
+    protect(pages, 2, libc::PROT_READ);
+    let send_from = |p: &Pair| {
+        p.recv_b(&gmr, g, 64);
+        p.send_a(WrOpcode::Send, &mr, pages, 64);
+    };
+    let read_from = |p: &Pair| p.send_a(WrOpcode::RdmaRead { remote_addr, rkey }, &gmr, g, 64);
+    run(port, &pd, &[
+        ("a SEND from read-only pages", &send_from, WcStatus::Success, Some(WcStatus::Success)),
+        ("a READ of read-only pages", &read_from, WcStatus::Success, None),
+        ("a receive into read-only pages", &|p| {
+            p.recv_b(&mr, pages, 64);
+            p.send_a(WrOpcode::Send, &gmr, g, 64);
+        }, WcStatus::RemOpErr, Some(WcStatus::LocProtErr)),
+        ("a WRITE into read-only pages", &|p| p.send_a(WrOpcode::RdmaWrite { remote_addr, rkey }, &gmr, g, 64), WcStatus::RemAccessErr, None),
+        ("a FETCH ADD on read-only pages", &|p| {
+            p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
+        }, WcStatus::RemAccessErr, None),
+        ("a READ's response into read-only pages", &|p| {
+            p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, pages, 64);
+        }, WcStatus::LocProtErr, None),
+    ]);
+    assert!(matches!(reg(&pd, pages, P, access::LOCAL_WRITE), Err(Error::BadAddress(_))), "read-only for writing");
+    protect(pages, 2, libc::PROT_NONE);
+    run(port, &pd, &[
+        ("a SEND from PROT_NONE pages", &send_from, WcStatus::LocProtErr, None),
+        ("a READ of PROT_NONE pages", &read_from, WcStatus::RemAccessErr, None),
+    ]);
+    drop(mr);
+    unmap(pages, 2);
+    drop(gmr);
+}
+
+#[test]
+fn unmapped_pages_fail_their_work_requests_on_the_loopback_port() {
+    unmapped_after_registration(&Port::loopback());
+}
+
+#[test]
+fn unmapped_pages_fail_their_work_requests_on_the_roce_port() {
+    unmapped_after_registration(&Port::roce());
+}
+
+#[test]
+fn protected_pages_fail_the_accesses_they_no_longer_allow_on_the_loopback_port() {
+    protected_after_registration(&Port::loopback());
+}
+
+#[test]
+fn protected_pages_fail_the_accesses_they_no_longer_allow_on_the_roce_port() {
+    protected_after_registration(&Port::roce());
+}
