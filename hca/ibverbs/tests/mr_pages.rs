@@ -140,7 +140,9 @@ fn reg_mr_over_read_only_pages_is_efault_for_any_access_that_writes() {
         dereg(mr);
     }
     protect(p, 1, libc::PROT_READ | libc::PROT_WRITE);
-    assert_eq!(reg(pd, p, P, MW_BIND | LOCAL_WRITE), Err(libc::EINVAL), "the device's refusal of MW_BIND");
+    // Writable pages pinned for MW_BIND register: memory windows are refused at ibv_alloc_mw.
+    let mr = reg(pd, p, P, MW_BIND | LOCAL_WRITE).expect("MW_BIND over writable pages");
+    dereg(mr);
     protect(p, 1, libc::PROT_NONE);
     assert_eq!(reg(pd, p, P, 0), Err(libc::EFAULT), "PROT_NONE cannot be read either");
     unmap(p, 3);
