@@ -125,7 +125,9 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
             }
         },
     }
-    let with_imm = cqe.wc_flags.get() & wc_flags::WITH_IMM != 0 && opcode.is_recv();
+    // `WITH_IMM` on a receive carries the immediate data; on the send completion of an operation
+    // with immediate (Linux rxe's `make_send_cqe` sets the flag there too) the CQE's value.
+    let with_imm = cqe.wc_flags.get() & wc_flags::WITH_IMM != 0 && queue != Queue::Either;
     Wc {
         wr_id: cqe.wr_id.get(),
         status,
@@ -201,11 +203,18 @@ mod tests {
         );
     }
 
+    /// Issue 21 §5: a send completion of an operation with immediate says so, as Linux rxe's.
     #[test]
-    fn imm_only_on_receive_completions() {
+    fn imm_on_receive_and_send_completions_that_carry_it() {
         let mut c = cqe(7, wc_opcode::SEND, wc_status::SUCCESS);
         c.wc_flags.set(wc_flags::WITH_IMM);
-        assert_eq!(translate(&c, &Fake::new(&[7], &[(Queue::Send, 42, 0)])).imm_data, None);
+        assert_eq!(translate(&c, &Fake::new(&[7], &[(Queue::Send, 42, 0)])).imm_data, Some(0));
+        let plain = cqe(7, wc_opcode::RDMA_WRITE, wc_status::SUCCESS);
+        assert_eq!(translate(&plain, &Fake::new(&[7], &[(Queue::Send, 42, 0)])).imm_data, None);
+        let mut odd = cqe(7, 0x55, wc_status::WR_FLUSH_ERR);
+        odd.wc_flags.set(wc_flags::WITH_IMM | wc_flags::GRH);
+        let w = translate(&odd, &Fake::new(&[7], &[(Queue::Send, 42, 0)]));
+        assert_eq!((w.imm_data, w.grh), (None, false), "an unknown opcode carries neither");
     }
 
     #[test]

@@ -127,6 +127,8 @@ struct InFlight {
     byte_len: u32,
     /// The completion's `wc_opcode` (SEND, RDMA_WRITE or RDMA_READ).
     wc_opcode: u32,
+    /// SEND or RDMA WRITE with immediate: the successful completion says `WITH_IMM`.
+    with_imm: bool,
     /// An RDMA READ's local SGEs, where its response data goes (empty for other operations).
     read_sges: Sges,
     status: Option<u32>,
@@ -634,6 +636,7 @@ impl Qp {
                 signaled: self.sq_sig_all || flags & send_flags::SIGNALED != 0,
                 byte_len: 0,
                 wc_opcode: op.as_ref().map_or(wc_opcode::SEND, op_wc_opcode),
+                with_imm: matches!(op, Some(Op::Send { imm: Some(_) } | Op::Write { imm: Some(_), .. })),
                 read_sges: Sges::new(),
                 status: None,
             };
@@ -938,20 +941,26 @@ impl Qp {
         }
     }
 
-    /// Publishes the send completions at the front of the in-flight list whose status is known.
+    /// Publishes the send completions at the front of the in-flight list whose status is known:
+    /// a successful one with the WQE's length (`byte_len`: the bytes sent, read, or 8 for an
+    /// atomic) and `WITH_IMM` for an operation with immediate, as Linux rxe's `make_send_cqe`; an
+    /// error one with its opcode (the queue it completes) and nothing else, as rxe.
     fn retire(&self, core: &Core, st: &mut MutexGuard<'_, QpState>, fx: &mut Effects) {
         while let Some(e) = st.inflight.front() {
             let Some(status) = e.status else { break };
-            let (wr_id, signaled, byte_len) = (e.wr_id, e.signaled, e.byte_len);
-            let opcode = e.wc_opcode;
+            let ok = status == wc_status::SUCCESS;
+            let (wr_id, signaled, opcode) = (e.wr_id, e.signaled, e.wc_opcode);
+            let byte_len = if ok { e.byte_len } else { 0 };
+            let flags = if ok && e.with_imm { wc_flags::WITH_IMM } else { 0 };
             st.inflight.pop_front();
-            if signaled || status != wc_status::SUCCESS {
+            if signaled || !ok {
                 let cqe = Cqe {
                     wr_id: U64::new(wr_id),
                     qp: U64::new(u64::from(self.handle)),
                     opcode: U32::new(opcode),
                     status: U32::new(status),
                     byte_len: U32::new(byte_len),
+                    wc_flags: U32::new(flags),
                     port_num: 1,
                     ..Default::default()
                 };
@@ -1052,7 +1061,10 @@ impl Qp {
     }
 }
 
-/// A successful receive completion of `wqe` for a message of `len` bytes from `src_qp`.
+/// A successful receive completion of `wqe` for a message of `len` bytes (`src_qp`: the sender
+/// of a UD datagram, 0 on RC, where IBTA 11.4.2.1 defines none and Linux rxe reports 0). `GRH`
+/// is set on every receive, as rxe reports a RoCE receive of any QP type (a UD receive's buffer
+/// also starts with the GRH area); `WITH_IMM` with the immediate data.
 fn recv_cqe(
     qp: u32,
     wqe: &RqWqeHdr,
@@ -1067,12 +1079,13 @@ fn recv_cqe(
         opcode: U32::new(opcode),
         src_qp: U32::new(src_qp),
         byte_len: U32::new(len as u32),
+        wc_flags: U32::new(wc_flags::GRH),
         port_num: 1,
         ..Default::default()
     };
     if let Some(imm) = imm {
         cqe.imm_data = Be32::from_bytes(imm);
-        cqe.wc_flags = U32::new(wc_flags::WITH_IMM);
+        cqe.wc_flags = U32::new(wc_flags::GRH | wc_flags::WITH_IMM);
     }
     cqe
 }

@@ -104,9 +104,11 @@ fn write_with_immediate_completes_a_receive() {
     r.post(3, op, &[Rig::sge(&r.la, 0, 14)], true);
     let rx = Rig::one(&r.cq_b);
     assert_eq!((rx.wr_id, rx.status, rx.opcode), (70, WcStatus::Success, WcOpcode::RecvRdmaWithImm));
-    assert_eq!((rx.byte_len, rx.imm_data, rx.src_qp), (14, Some(0xfeed_f00d), r.a.qpn()));
+    // RC: no source QP; IBV_WC_GRH on every receive, as Linux rxe (issue 21 §5).
+    assert_eq!((rx.byte_len, rx.imm_data, rx.src_qp, rx.grh), (14, Some(0xfeed_f00d), 0, true));
     let tx = Rig::one(&r.cq_a);
-    assert_eq!((tx.wr_id, tx.opcode, tx.byte_len), (3, WcOpcode::RdmaWrite, 14));
+    // The sender's completion says WITH_IMM too (rxe's make_send_cqe), with imm_data 0.
+    assert_eq!((tx.wr_id, tx.opcode, tx.byte_len, tx.imm_data), (3, WcOpcode::RdmaWrite, 14, Some(0)));
     assert_eq!(Rig::bytes(&r.rb, 10, 14), b"with immediate");
     assert_eq!(Rig::bytes(&r.rb, 7000, 14), vec![0; 14], "nothing scattered into the receive");
 }
@@ -121,6 +123,8 @@ fn refused(r: &Rig, op: WrOpcode) {
     r.post(1, op, &[Rig::sge(&r.la, 0, 16)], true);
     let c = Rig::one(&r.cq_a);
     assert_eq!((c.wr_id, c.status), (1, WcStatus::RemAccessErr), "{op:?}");
+    // An error completion carries no length or immediate (Linux rxe's make_send_cqe; issue 21 §5).
+    assert_eq!((c.byte_len, c.imm_data, c.grh), (0, None, false), "{op:?}");
     let f = Rig::one(&r.cq_b);
     assert_eq!((f.wr_id, f.status), (9, WcStatus::WrFlushErr), "the responder moved to ERR");
     assert_eq!(r.a.state().unwrap(), QpState::Err);

@@ -300,12 +300,16 @@ pub struct Wc {
     pub byte_len: u32,
     /// The local QP's number.
     pub qp_num: u32,
-    /// The remote QP of a receive completion.
+    /// The remote QP of a UD receive completion (0 on RC: IBTA 11.4.2.1 defines it for UD only,
+    /// and Linux rxe reports 0).
     pub src_qp: u32,
-    /// Immediate data of a receive completion that carried it (host order).
+    /// `IBV_WC_WITH_IMM`: on a receive completion that carried immediate data, the data (host
+    /// order); on the send completion of SEND or RDMA WRITE with immediate, the device's value
+    /// (0 from the model, as Linux rxe's `make_send_cqe`, which sets the flag there too).
     pub imm_data: Option<u32>,
-    /// A UD receive: the buffer starts with the 40-byte GRH area (`IBV_WC_GRH`), which
-    /// `byte_len` counts.
+    /// `IBV_WC_GRH`: set on every successful receive, as Linux rxe reports a RoCE receive of any
+    /// QP type; on a UD receive the buffer starts with the 40-byte GRH area, which `byte_len`
+    /// counts.
     pub grh: bool,
 }
 

@@ -169,9 +169,15 @@ fn wc_opcode(op: WcOpcode) -> u32 {
 }
 
 /// The core's completion as libibverbs delivers it: `imm_data` big-endian with
-/// `IBV_WC_WITH_IMM`, `IBV_WC_GRH` for a UD receive; `vendor_err`, `pkey_index`, `slid`, `sl` and `dlid_path_bits` are 0 (the
-/// core's completion does not carry them; an RC/UD port of pvrdma reports them as 0 too).
+/// `IBV_WC_WITH_IMM`, `IBV_WC_GRH` for a receive; `vendor_err`, `pkey_index`, `slid`, `sl` and
+/// `dlid_path_bits` are 0 (the core's completion does not carry them; an RC/UD port of pvrdma
+/// reports them as 0 too). An error completion carries only `wr_id`, `status` and `qp_num`
+/// (`ibv_poll_cq(3)`: the others are not valid) and zeros elsewhere, opcode `IBV_WC_SEND`
+/// included, as Linux rxe reports one (`make_send_cqe`, `flush_recv_wqe`).
 pub(crate) fn to_ibv_wc(w: &Wc) -> ibv_wc {
+    if w.status != ib_core::WcStatus::Success {
+        return ibv_wc { wr_id: w.wr_id, status: w.status.raw(), qp_num: w.qp_num, ..ibv_wc::default() };
+    }
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status.raw(),
@@ -297,10 +303,14 @@ mod tests {
             imm_data: Some(0x1234_5678),
             grh: false,
         };
-        let c = to_ibv_wc(&w);
-        assert_eq!((c.wr_id, c.status, c.opcode, c.byte_len, c.qp_num, c.src_qp), (7, 10, 129, 64, 3, 9));
+        let c = to_ibv_wc(&Wc { status: WcStatus::Success, ..w });
+        assert_eq!((c.wr_id, c.status, c.opcode, c.byte_len, c.qp_num, c.src_qp), (7, 0, 129, 64, 3, 9));
         assert_eq!(c.imm_data.to_ne_bytes(), [0x12, 0x34, 0x56, 0x78], "big-endian in memory");
         assert_eq!(c.wc_flags, IBV_WC_WITH_IMM);
+        // Issue 21 §5: an error completion as rxe reports one: wr_id, status, qp_num, zeros.
+        let e = to_ibv_wc(&Wc { grh: true, ..w });
+        assert_eq!((e.wr_id, e.status, e.qp_num), (7, 10, 3));
+        assert_eq!((e.opcode, e.byte_len, e.imm_data, e.src_qp, e.wc_flags), (IBV_WC_SEND, 0, 0, 0, 0));
         let plain = to_ibv_wc(&Wc { opcode: WcOpcode::Other(6), ..Wc::default() });
         assert_eq!((plain.imm_data, plain.wc_flags, plain.opcode, plain.status), (0, 0, 6, 0));
     }

@@ -57,6 +57,7 @@ pub(crate) fn devices() -> &'static [&'static DeviceEntry] {
 }
 
 fn open_all() -> Vec<&'static DeviceEntry> {
+    crate::ffi::watch_fork();
     let specs = match config::from_env() {
         Ok(s) => s,
         Err(e) => {

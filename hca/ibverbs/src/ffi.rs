@@ -4,11 +4,27 @@
 
 use ib_core::Error;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 use std::time::Duration;
 
-/// Runs `f`; a panic inside it is caught (it must not unwind into C), sets `errno` to `EIO`
-/// and returns `on_panic`.
-pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+/// Runs `f` for an entry point that reaches a device or its objects; a panic inside it is
+/// caught (it must not unwind into C), sets `errno` to `EIO` and returns `failed`. In a child
+/// forked after this process opened its devices ([`watch_fork`]) it returns `failed` with `EIO`
+/// at once: the devices are the parent's (a model's threads and a VFIO function stay with it),
+/// so a verb there could wait for ever on a lock another thread held at the fork, or reach the
+/// parent's hardware. libibverbs leaves a child's use of its parent's objects undefined.
+pub(crate) fn guard<R>(failed: R, f: impl FnOnce() -> R) -> R {
+    if FORKED.load(Ordering::Relaxed) {
+        set_errno(libc::EIO);
+        return failed;
+    }
+    guard_pure(failed, f)
+}
+
+/// [`guard`] for an entry point that reaches no device (strings, sysfs paths, the marshalling
+/// helpers): it works in a forked child too.
+pub(crate) fn guard_pure<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
@@ -16,6 +32,23 @@ pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
             on_panic
         }
     }
+}
+
+/// Set in a child forked after [`watch_fork`].
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// From now on a child this process forks is marked as such (a `pthread_atfork` handler), so
+/// that [`guard`] refuses the parent's devices there. Called when the devices are opened.
+pub(crate) fn watch_fork() {
+    static ONCE: Once = Once::new();
+    // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe).
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forked));
+    });
 }
 
 /// Sets the calling thread's `errno`.

@@ -70,7 +70,7 @@ fn wc_status_names() -> &'static [CString] {
 /// Flushed Error", ...), "unknown" past `IBV_WC_TM_RNDV_INCOMPLETE` or below 0.
 #[no_mangle]
 pub extern "C" fn ibv_wc_status_str(status: i32) -> *const c_char {
-    crate::ffi::guard(UNKNOWN.as_ptr(), || {
+    crate::ffi::guard_pure(UNKNOWN.as_ptr(), || {
         let names = wc_status_names();
         usize::try_from(status).ok().and_then(|i| names.get(i)).map_or(UNKNOWN.as_ptr(), |s| s.as_ptr())
     })

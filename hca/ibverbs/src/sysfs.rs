@@ -4,7 +4,7 @@
 //! any other path reads the real file.
 
 use crate::devices::{cstr, devices, DeviceEntry, IB_CLASS};
-use crate::ffi::{guard, minus_one};
+use crate::ffi::{guard_pure, minus_one};
 use ib_core::{GidType, LinkLayer};
 use libc::{c_char, c_int};
 use std::ffi::{CStr, CString};
@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 #[no_mangle]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
     static PATH: OnceLock<CString> = OnceLock::new();
-    guard(c"/sys".as_ptr(), || PATH.get_or_init(sysfs_path).as_ptr())
+    guard_pure(c"/sys".as_ptr(), || PATH.get_or_init(sysfs_path).as_ptr())
 }
 
 fn sysfs_path() -> CString {
@@ -39,7 +39,7 @@ fn sysfs_path() -> CString {
 /// when the text fills `buf` with no room for its NUL (as libibverbs: it refuses to truncate).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_char, buf: *mut c_char, size: usize) -> c_int {
-    guard(-1, || {
+    guard_pure(-1, || {
         if dir.is_null() || file.is_null() || (buf.is_null() && size > 0) {
             return minus_one(libc::EINVAL);
         }

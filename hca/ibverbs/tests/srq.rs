@@ -3,11 +3,17 @@
 //! calls), `ibv_create_qp` with an SRQ, `ibv_destroy_srq`, and an SRQ's async event naming it.
 //! (Data through an SRQ: Debian's `ibv_srq_pingpong` in the rdma-core stage.)
 
+mod ports;
+
 use ibverbs_compat::abi::*;
 use ibverbs_compat::*;
+use ports::{async_event, connect, destroy_qp, poll_for, poll_n, post_send, qpn, send_wr, sides, to_error, Side, PORTS};
 use pvrdma_abi::event::EqeType;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
+
+/// This binary's loopback addresses (`ports::roce_addrs`).
+const BINARY: u8 = 3;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -44,6 +50,7 @@ fn srq_event(ctx: *mut ibv_context, within: Duration) -> Option<*mut libc::c_voi
 
 #[test]
 fn srq_verbs_answer_as_libibverbs() {
+    ports::init(BINARY);
     // SAFETY: every pointer is an object of this library created here, or NULL on purpose.
     unsafe {
         let list = ibv_get_device_list(null_mut());
@@ -137,5 +144,112 @@ fn srq_verbs_answer_as_libibverbs() {
         assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+/// `IBV_EVENT_SRQ_LIMIT_REACHED` (15) and `IBV_EVENT_QP_LAST_WQE_REACHED` (16).
+const SRQ_LIMIT_REACHED: u32 = 15;
+const QP_LAST_WQE_REACHED: u32 = 16;
+
+/// Posts `n` receives of 256 bytes to `srq` through the ops slot.
+fn post_srq(side: &Side, srq: *mut ibv_srq, first: u64, n: u64) {
+    for i in 0..n {
+        let mut s = side.sge(8192 + 256 * i as usize, 256);
+        let mut w = ibv_recv_wr { wr_id: first + i, next: null_mut(), sg_list: &mut s, num_sge: 1 };
+        let mut bad = null_mut();
+        // SAFETY: a live SRQ of `side`'s context; the WR is ours.
+        assert_eq!(unsafe { ((*side.ctx).ops.post_srq_recv.unwrap())(srq.cast(), &mut w, &mut bad) }, 0);
+    }
+}
+
+/// An RC QP of `a` connected to a QP of `b` on `srq`: (sender, receiver).
+fn pair_on(a: &Side, b: &Side, srq: *mut ibv_srq) -> (*mut ibv_qp, *mut ibv_qp) {
+    let (qa, qb) = (a.qp(IBV_QPT_RC, null_mut()), b.qp(IBV_QPT_RC, srq));
+    connect(a, qa, b, qb);
+    connect(b, qb, a, qa);
+    (qa, qb)
+}
+
+/// Sends `len` bytes on `qa` and returns the sender's status.
+fn send(a: &Side, qa: *mut ibv_qp, wr_id: u64, len: u32) -> u32 {
+    let mut s = a.sge(0, len);
+    assert_eq!(post_send(qa, &mut send_wr(wr_id, IBV_WR_SEND, &mut s, 1)), 0);
+    poll_n(a.scq, 1)[0].status
+}
+
+/// Issue 21 §5, on both ports: `ibv_create_srq` writes back `max_wr` rounded up to a power of
+/// two and `max_sge` at least 1 (rdma-core's pvrdma provider) and ignores `srq_limit` (0 on
+/// query); a limit above `max_wr` is `EINVAL`; a limit armed above the WQEs already posted
+/// raises nothing until a QP takes a WQE (rxe's `get_srq_wqe`); then one event naming the SRQ,
+/// the limit reads 0 and the next take raises none.
+#[test]
+fn the_srq_limit_fires_once_when_a_wqe_is_taken_and_then_reads_0() {
+    ports::init(BINARY);
+    for port in PORTS {
+        let (a, b) = sides(port);
+        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 5, max_sge: 0, srq_limit: 3 } };
+        // SAFETY: `b`'s PD; the attributes are ours.
+        let srq = unsafe { ibv_create_srq(b.pd, &mut init) };
+        assert!(!srq.is_null(), "errno {}", errno());
+        assert_eq!((init.attr.max_wr, init.attr.max_sge), (8, 1), "{port:?}");
+        let mut q = ibv_srq_attr::default();
+        // SAFETY: a live SRQ; the answers go to `q`.
+        let query = |q: &mut ibv_srq_attr| unsafe { ibv_query_srq(srq, q) };
+        assert_eq!((query(&mut q), q.max_wr, q.max_sge, q.srq_limit), (0, 8, 1, 0), "{port:?}: the create's limit ignored");
+        // SAFETY: as above.
+        let arm = |limit| unsafe { ibv_modify_srq(srq, &mut ibv_srq_attr { srq_limit: limit, ..Default::default() }, 2) };
+        assert_eq!(arm(9), libc::EINVAL, "above max_wr");
+        let (qa, qb) = pair_on(&a, &b, srq);
+        post_srq(&b, srq, 100, 2);
+        assert_eq!(arm(4), 0, "armed above the 2 posted");
+        assert_eq!(async_event(b.ctx, Duration::from_millis(200)), None, "{port:?}: nothing until a WQE is taken");
+        assert_eq!(send(&a, qa, 1, 10), 0);
+        assert_eq!(poll_n(b.rcq, 1)[0].wr_id, 100);
+        assert_eq!(async_event(b.ctx, ports::WAIT), Some((SRQ_LIMIT_REACHED, srq.cast())), "{port:?}");
+        assert_eq!((query(&mut q), q.srq_limit), (0, 0), "{port:?}: disarmed");
+        assert_eq!(send(&a, qa, 2, 10), 0);
+        assert_eq!(poll_n(b.rcq, 1)[0].wr_id, 101);
+        assert_eq!(async_event(b.ctx, Duration::from_millis(200)), None, "{port:?}: once");
+        destroy_qp(qa);
+        destroy_qp(qb);
+        // SAFETY: no QP uses it any more.
+        assert_eq!(unsafe { ibv_destroy_srq(srq) }, 0);
+        a.close();
+        b.close();
+    }
+}
+
+/// Issue 21 §5, on both ports: a QP on an SRQ that enters ERR — by `ibv_modify_qp` with no WQE
+/// outstanding, or by an error completion (a message longer than the SRQ's WQE) — raises
+/// `IBV_EVENT_QP_LAST_WQE_REACHED` once, naming the QP (IBTA 11.6.3.3 o11-5.2.5; Linux rxe's
+/// `flush_recv_queue`), after its last completion.
+#[test]
+fn last_wqe_reached_comes_once_when_a_qp_of_an_srq_enters_err() {
+    ports::init(BINARY);
+    for port in PORTS {
+        let (a, b) = sides(port);
+        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 8, max_sge: 1, srq_limit: 0 } };
+        // SAFETY: `b`'s PD; the attributes are ours.
+        let srq = unsafe { ibv_create_srq(b.pd, &mut init) };
+        assert!(!srq.is_null());
+        let (qa, qb) = pair_on(&a, &b, srq);
+        to_error(qb);
+        assert_eq!(async_event(b.ctx, ports::WAIT), Some((QP_LAST_WQE_REACHED, qb.cast())), "{port:?}: by modify");
+        assert_eq!(async_event(b.ctx, Duration::from_millis(200)), None, "{port:?}: once");
+        let (qc, qd) = pair_on(&a, &b, srq);
+        post_srq(&b, srq, 200, 1);
+        assert_ne!(send(&a, qc, 3, 1000), 0, "the receiver's WQE holds 256 bytes");
+        let r = poll_n(b.rcq, 1)[0];
+        assert_eq!((r.wr_id, r.status, r.qp_num), (200, 1, qpn(qd)), "{port:?}: IBV_WC_LOC_LEN_ERR");
+        assert_eq!(async_event(b.ctx, ports::WAIT), Some((QP_LAST_WQE_REACHED, qd.cast())), "{port:?}: by an error");
+        assert_eq!(async_event(b.ctx, Duration::from_millis(200)), None, "{port:?}: once");
+        assert!(poll_for(b.rcq, Duration::from_millis(20)).is_empty(), "nothing flushed: the SRQ keeps its WQEs");
+        for q in [qa, qb, qc, qd] {
+            destroy_qp(q);
+        }
+        // SAFETY: no QP uses it any more.
+        assert_eq!(unsafe { ibv_destroy_srq(srq) }, 0);
+        a.close();
+        b.close();
     }
 }

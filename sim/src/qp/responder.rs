@@ -30,7 +30,8 @@ impl Qp {
             Op::Send { imm } => imm,
             _ => None,
         };
-        let cqe = recv_cqe(self.handle, &hdr, wc_opcode::RECV, pkt.src, pkt.payload.len(), imm);
+        // RC: no source QP in the completion (see `recv_cqe`).
+        let cqe = recv_cqe(self.handle, &hdr, wc_opcode::RECV, 0, pkt.payload.len(), imm);
         self.complete_recv(core, &mut st, cqe, pkt.solicited, status, fx)
     }
 
@@ -61,7 +62,7 @@ impl Qp {
         let status = self.check_rq_wqe(&hdr, &sges);
         let len = byte_len as usize;
         let opcode = wc_opcode::RECV_RDMA_WITH_IMM;
-        let cqe = recv_cqe(self.handle, &hdr, opcode, src_qp, len, Some(imm));
+        let cqe = recv_cqe(self.handle, &hdr, opcode, 0, len, Some(imm));
         self.complete_recv(core, &mut st, cqe, solicited, status, fx)
     }
 

@@ -247,7 +247,7 @@ fn fields_of_other_opcodes_and_transports_do_not_leak_into_an_rc_send() {
     p.d.qp_doorbell(&p.a, UAR_QP_SEND);
     let b = p.d.wait_cqes(&p.cq_b, 1);
     assert_eq!(b.len(), 1);
-    assert_eq!((b[0].status.get(), b[0].src_qp.get()), (wc_status::SUCCESS, p.a.qpn));
+    assert_eq!((b[0].status.get(), b[0].qp.get()), (wc_status::SUCCESS, u64::from(p.b.qpn)));
     assert_eq!(b[0].wc_flags.get() & wc_flags::WITH_IMM, 0, "a SEND delivered an immediate");
     // num_sge 0 with total_len 5: LOC_LEN_ERR.
     let p = Pair::new(SimConfig::default(), 16);

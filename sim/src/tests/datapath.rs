@@ -24,7 +24,7 @@ fn rc_send_lands_the_payload_and_both_cqes() {
     assert_eq!(r.opcode.get(), wc_opcode::RECV);
     assert_eq!(r.wr_id.get(), 7);
     assert_eq!(r.byte_len.get(), 5000);
-    assert_eq!(r.src_qp.get(), p.a.qpn);
+    assert_eq!(r.src_qp.get(), 0, "RC: no source QP, as rxe (issue 21 §5)");
     assert_eq!(r.qp.get(), u64::from(p.b.qpn));
     assert_eq!(r.wc_flags.get() & wc_flags::WITH_IMM, 0);
     assert_eq!(s.status.get(), wc_status::SUCCESS);

@@ -188,7 +188,7 @@ fn a_write_with_immediate_completes_a_receive_and_waits_for_one() {
         (77, 11, 0x1234_5678)
     );
     assert_eq!(rx.wc_flags.get() & wc_flags::WITH_IMM, wc_flags::WITH_IMM);
-    assert_eq!(rx.src_qp.get(), r.a.qpn);
+    assert_eq!(rx.src_qp.get(), 0, "RC: no source QP, as rxe (issue 21 §5)");
     let tx = r.one(&r.cq_a);
     assert_eq!(
         (tx.opcode.get(), tx.byte_len.get()),

@@ -154,7 +154,7 @@ fn ah_from_kern(dst: &mut ibv_ah_attr, src: &ib_uverbs_ah_attr) {
 /// NULL pointers are ignored.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *const ib_uverbs_ah_attr) {
-    crate::ffi::guard((), || {
+    crate::ffi::guard_pure((), || {
         // SAFETY: the caller passes NULL or valid structures.
         if let (Some(d), Some(s)) = unsafe { (dst.as_mut(), src.as_ref()) } {
             ah_from_kern(d, s);
@@ -166,7 +166,7 @@ pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: 
 /// (all but `qp_state`, which libibverbs leaves too). NULL pointers are ignored.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(dst: *mut ibv_qp_attr, src: *const ib_uverbs_qp_attr) {
-    crate::ffi::guard((), || {
+    crate::ffi::guard_pure((), || {
         // SAFETY: the caller passes NULL or valid structures.
         let (Some(d), Some(s)) = (unsafe { (dst.as_mut(), src.as_ref()) }) else { return };
         (d.cur_qp_state, d.path_mtu, d.path_mig_state, d.qkey) = (s.cur_qp_state, s.path_mtu, s.path_mig_state, s.qkey);
@@ -191,7 +191,7 @@ pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(dst: *mut ibv_qp_attr, src: 
 /// (the `u32` fields narrowed as C assigns them). NULL pointers are ignored.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: *mut ibv_sa_path_rec, src: *const ib_user_path_rec) {
-    crate::ffi::guard((), || {
+    crate::ffi::guard_pure((), || {
         // SAFETY: the caller passes NULL or valid structures.
         let (Some(d), Some(s)) = (unsafe { (dst.as_mut(), src.as_ref()) }) else { return };
         (d.dgid.raw, d.sgid.raw, d.dlid, d.slid) = (s.dgid, s.sgid, s.dlid, s.slid);
@@ -206,7 +206,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: *mut ibv_sa_path_rec, 
 /// NULL pointers are ignored.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(dst: *mut ib_user_path_rec, src: *const ibv_sa_path_rec) {
-    crate::ffi::guard((), || {
+    crate::ffi::guard_pure((), || {
         // SAFETY: the caller passes NULL or valid structures.
         let (Some(d), Some(s)) = (unsafe { (dst.as_mut(), src.as_ref()) }) else { return };
         (d.dgid, d.sgid, d.dlid, d.slid) = (s.dgid.raw, s.sgid.raw, s.dlid, s.slid);

@@ -18,7 +18,7 @@ fn sends_of_1_4096_and_65536_bytes_arrive_whole_between_two_devices() {
         assert_eq!(rx[0].opcode.get(), wc_opcode::RECV);
         assert_eq!(rx[0].wr_id.get(), 100 + i as u64);
         assert_eq!(rx[0].byte_len.get() as usize, len);
-        assert_eq!(rx[0].src_qp.get(), ea.qp.qpn);
+        assert_eq!(rx[0].src_qp.get(), 0, "RC: no source QP, as rxe (issue 21 §5)");
         assert_eq!(tx[0].status.get(), wc_status::SUCCESS);
         assert_eq!(tx[0].wr_id.get(), i as u64);
         assert_eq!(received(&b, &eb, 0, len), msg);
