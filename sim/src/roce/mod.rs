@@ -51,7 +51,6 @@ mod responder;
 mod rx;
 mod socket;
 mod sys;
-mod timers;
 mod ud;
 
 use crate::device::{Core, Effects};

@@ -16,7 +16,7 @@
 
 use super::message::{Kind, Message};
 use super::path::Path;
-use super::timers::{retransmit_timeout, rnr_delay};
+use crate::timers::{retransmit_timeout, rnr_delay};
 use super::RocePort;
 use crate::device::Core;
 use crate::dsr::limits;

@@ -1,11 +1,12 @@
-//! The transport timers' encodings: the local ACK timeout (IBTA 9.7.6.1.3, `timeout` =
+//! The RC transport timers' encodings, one for both ports (the loopback's `port/` and the RoCE
+//! requester, `roce/requester.rs`): the local ACK timeout (IBTA 9.7.6.1.3, `timeout` =
 //! 4.096 µs × 2^timeout) and the RNR NAK timer (IBTA 9.7.5.2.8, Table 45).
 
 use std::time::Duration;
 
 /// The shortest retransmission timeout the model waits: a `timeout` below ~10 ms (code 12) is
-/// raised to it, so a lossy link does not spin the receive thread on timers (Linux rxe keeps a
-/// floor of its own in jiffies).
+/// raised to it, so a lossy link or an absent responder does not spin a port's thread on timers
+/// (Linux rxe keeps a floor of its own in jiffies).
 pub const MIN_RETRANSMIT: Duration = Duration::from_millis(10);
 
 /// The local ACK timeout of QP attribute `timeout` (5 bits): `None` for 0 (infinite: the
