@@ -17,11 +17,17 @@
 //! waits for a receive WQE, and its sender completes `SUCCESS` once it left the wire.
 //!
 //! Delivery (RC): the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
-//! sender, and the destination GID must be bound on this port (the loopback wire reaches only
-//! itself); otherwise the sender completes with `RETRY_EXC_ERR`, as a requester whose packets go
-//! unanswered. A packet for a QP with no receive WQE posted waits on that QP (infinite RNR retry)
-//! until its next RECV doorbell; later packets for the same QP queue behind it, keeping per-QP
-//! order. An RDMA WRITE or READ is checked by R_Key at the destination ([`crate::mr`]); a
+//! sender, expect the packet's PSN, and the destination GID must be bound on this port (the
+//! loopback wire reaches only itself); otherwise nobody answers. The sender's retry attributes
+//! then act as on the RoCE port (`port/stall.rs`; issue 21 §3: every QP attribute that changes
+//! behaviour on one port changes it on the other): an unanswered packet is tried again after
+//! the sender's `timeout`, up to `retry_cnt` times, then completes `RETRY_EXC_ERR` (`timeout` 0:
+//! it waits until its sender is flushed); a packet that finds no receive WQE (RNR) is tried again
+//! after the responder's `min_rnr_timer` and on the responder's next RECV doorbell, up to
+//! `rnr_retry` times (7: for ever), then completes `RNR_RETRY_EXC_ERR`. Either failure moves the
+//! sender to ERR, flushing its other WQEs. A packet held back keeps its sender's later packets
+//! behind it, keeping per-QP order. The timers run on the port thread, which sleeps until the
+//! earliest. An RDMA WRITE or READ is checked by R_Key at the destination ([`crate::mr`]); a
 //! READ's data is scattered at the sender before its completion; a WRITE with immediate waits
 //! for a receive WQE as a SEND does. The thread stops when the [`crate::SimDevice`] is dropped;
 //! its waits are condvar waits with a bound.
@@ -33,11 +39,12 @@
 //!   completed) and at most [`crate::SimConfig::qp_bytes_in_flight`] payload bytes; past either,
 //!   the device stops consuming that SQ until one of its sends completes;
 //! - per device, here: at most [`crate::SimConfig::device_packets_in_flight`] packets and
-//!   [`crate::SimConfig::device_bytes_in_flight`] payload bytes on the wire (in flight, parked
-//!   for a receive WQE, or being delivered), one packet always allowed on an empty wire. A QP
+//!   [`crate::SimConfig::device_bytes_in_flight`] payload bytes on the wire (in flight, held
+//!   back for a receive WQE or an answer, or being delivered), one packet always allowed on an empty wire. A QP
 //!   refused by this budget stops draining its SQ and is resumed when a packet leaves the wire.
 
 mod deliver;
+mod stall;
 mod wire;
 
 use crate::device::Core;

@@ -137,10 +137,11 @@ struct InFlight {
 pub enum Rx {
     /// Scattered and completed.
     Delivered,
-    /// No receive WQE is posted: keep the packet until the next RECV doorbell (infinite RNR
-    /// retry).
+    /// No receive WQE is posted (RNR): the requester tries again within its `rnr_retry`.
     Park,
-    /// The sender completes with this status.
+    /// The sender completes with this status; `RETRY_EXC_ERR` means the responder refused the
+    /// packet unanswered (not in RTR/RTS, not connected to the sender, reset, or its ring
+    /// broke): both ports then leave it to the requester's timeout and `retry_cnt`.
     Fail(u32),
 }
 

@@ -1,7 +1,9 @@
 //! The loopback wire's queue (`PortQueue`): the packets in flight with their due times, the
-//! packets parked for a receive WQE, the device-wide wire budget, and who holds the port (a
-//! doorbell's thread at link latency 0, else the port thread). Its lock is a leaf.
+//! packets held back with their senders' retry timers (`stall.rs`), the device-wide wire
+//! budget, and who holds the port (a doorbell's thread at link latency 0, else the port thread).
+//! Its lock is a leaf.
 
+use super::stall::Stall;
 use super::Packet;
 use crate::device::Effects;
 use parking_lot::{Condvar, Mutex};
@@ -17,11 +19,11 @@ pub(crate) const INLINE_JOBS: usize = 8;
 struct Wire {
     /// Packets in flight, with the instant each arrives (monotonic: constant latency).
     in_flight: VecDeque<(Instant, Packet)>,
-    /// QPs whose parked packets to retry.
+    /// QPs whose held-back packets to look at again ([`Stall::kicked_by`]).
     kicks: VecDeque<u32>,
-    /// Packets waiting for a receive WQE, per destination QPN.
-    parked: HashMap<u32, VecDeque<Packet>>,
-    /// Packets on the wire (reserved, in flight, parked, or held by the port thread).
+    /// Packets held back (waiting for a receive WQE or for an answer), per sender uid.
+    stalls: HashMap<u64, Stall>,
+    /// Packets on the wire (reserved, in flight, held back, or held by the port thread).
     packets: usize,
     /// Their payload bytes.
     bytes: u64,
@@ -31,6 +33,12 @@ struct Wire {
     busy: bool,
     /// At latency 0: work was left due with nobody to deliver it; the port thread takes it.
     handoff: bool,
+    /// The port thread waits for the port, a stall's timer having run out.
+    wanted: bool,
+    /// Times the wire was cleared; and its value when the port was last claimed (a stall taken
+    /// before a clear is not held again after it).
+    clears: u64,
+    claimed_at: u64,
     stop: bool,
 }
 
@@ -51,8 +59,12 @@ pub struct PortQueue {
 
 /// One unit of the port's work, taken by whoever holds the port.
 pub(crate) enum Job {
+    /// A packet due.
     Packet(Packet),
-    Retry(VecDeque<Packet>),
+    /// QP `qpn` was kicked: the stalls it concerns.
+    Kick(u32, Vec<Stall>),
+    /// A stall whose timer ran out (taken by the port thread only).
+    Timer(Stall),
 }
 
 impl PortQueue {
@@ -120,12 +132,14 @@ impl PortQueue {
         }
     }
 
-    /// Asks the port to retry (or fail) the packets parked for QP `qpn`, if any. While the port
-    /// thread is busy it may be about to park a packet for `qpn` (it found no receive WQE just
-    /// before the caller posted one), so a busy port is always kicked: no lost wake-up.
+    /// Asks the port to look again at the packets held back that QP `qpn` concerns, if any: those
+    /// waiting for a receive WQE there are tried again, those `qpn` sent are dropped if it no
+    /// longer waits for them. While the port is busy its holder may be about to hold a packet
+    /// for `qpn` (it found no receive WQE just before the caller posted one), so a busy port is
+    /// always kicked: no lost wake-up.
     pub fn kick_if_parked(&self, qpn: u32) {
         let mut w = self.wire.lock();
-        let waiting = w.busy || w.parked.get(&qpn).is_some_and(|q| !q.is_empty());
+        let waiting = w.busy || w.stalls.values().any(|s| s.kicked_by(qpn));
         if waiting && !w.kicks.contains(&qpn) {
             w.kicks.push_back(qpn);
             if !self.inline {
@@ -134,17 +148,17 @@ impl PortQueue {
         }
     }
 
-    /// Drops everything on the wire (device reset). Packets the port thread holds right now
-    /// stay counted until it finishes them.
+    /// Drops everything on the wire (device reset). Packets the port's holder has right now
+    /// stay counted until it finishes them (and a stall it took is dropped rather than held
+    /// again, [`PortQueue::hold`]).
     pub fn clear(&self) {
         let mut w = self.wire.lock();
         let in_flight = std::mem::take(&mut w.in_flight);
-        let parked = std::mem::take(&mut w.parked);
-        let dropped = in_flight.iter().map(|(_, p)| p).chain(parked.values().flatten());
-        let (n, bytes) =
-            dropped.fold((0usize, 0u64), |(n, b), p| (n + 1, b + p.payload.len() as u64));
-        w.packets = w.packets.saturating_sub(n);
-        w.bytes = w.bytes.saturating_sub(bytes);
+        let stalls = std::mem::take(&mut w.stalls);
+        let held = stalls.values().flat_map(|s| &s.pkts);
+        let dropped = in_flight.iter().map(|(_, p)| p).chain(held);
+        Self::forget(&mut w, dropped);
+        w.clears += 1;
         w.kicks.clear();
         w.starved.clear();
         self.cond.notify_all();
@@ -158,8 +172,8 @@ impl PortQueue {
         self.idle.notify_all();
     }
 
-    /// Waits up to `timeout` until nothing is in flight and the thread is idle (parked packets do
-    /// not count). Returns whether it became idle.
+    /// Waits up to `timeout` until nothing is in flight and the thread is idle (packets held
+    /// back for a receive WQE or an answer do not count). Returns whether it became idle.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = osdep::deadline_after(timeout);
         let mut w = self.wire.lock();
@@ -171,9 +185,49 @@ impl PortQueue {
         true
     }
 
-    /// Packets parked for QP `qpn` (for tests).
+    /// Packets held back behind a packet that waits for a receive WQE at QP `qpn` (for tests).
     pub fn parked(&self, qpn: u32) -> usize {
-        self.wire.lock().parked.get(&qpn).map_or(0, |q| q.len())
+        let w = self.wire.lock();
+        w.stalls.values().filter(|s| s.waits_at(qpn)).map(|s| s.pkts.len()).sum()
+    }
+
+    /// Holds `stall` back (the port's holder took it, or made it, and it still waits), unless
+    /// it is empty or the wire was cleared since the port was claimed (its packets then leave
+    /// the wire). The port thread, which runs the timers, is woken to wait for its timer (a
+    /// doorbell's thread may be holding it, with the port thread asleep for longer).
+    pub(super) fn hold(&self, stall: Stall) {
+        let mut w = self.wire.lock();
+        if stall.pkts.is_empty() {
+            return;
+        }
+        if w.claimed_at != w.clears {
+            return Self::forget(&mut w, stall.pkts.iter());
+        }
+        if stall.due.is_some() {
+            self.cond.notify_all();
+        }
+        w.stalls.insert(stall.uid, stall);
+    }
+
+    /// Holds `pkt` back behind its sender's packets already held, if any; gives it back if none
+    /// are.
+    pub(super) fn hold_behind(&self, pkt: Packet) -> Option<Packet> {
+        let mut w = self.wire.lock();
+        match w.stalls.get_mut(&pkt.src_uid) {
+            Some(s) => {
+                s.pkts.push_back(pkt);
+                None
+            }
+            None => Some(pkt),
+        }
+    }
+
+    /// Un-counts packets dropped from the wire.
+    fn forget<'a>(w: &mut Wire, dropped: impl Iterator<Item = &'a Packet>) {
+        let (n, bytes) =
+            dropped.fold((0usize, 0u64), |(n, b), p| (n + 1, b + p.payload.len() as u64));
+        w.packets = w.packets.saturating_sub(n);
+        w.bytes = w.bytes.saturating_sub(bytes);
     }
 
     /// The port thread's next job, waiting for one (and for the port to be free). `None` once
@@ -192,12 +246,23 @@ impl PortQueue {
                 }
                 w.handoff = false;
             }
+            if !w.busy {
+                if let Some(job) = Self::take_timer(&mut w, now) {
+                    return Some(job);
+                }
+            }
             // At latency 0 a packet in flight is its sender's to deliver until handed off (a
-            // notify): waiting for its due time would spin.
-            let wait_until = match w.in_flight.front() {
+            // notify): waiting for its due time would spin. A timer that ran out while another
+            // thread holds the port waits for it to be given back.
+            let mut wait_until = match w.in_flight.front() {
                 Some((at, _)) if !w.busy && !self.inline => (*at).min(now + IDLE_WAIT),
                 _ => now + IDLE_WAIT,
             };
+            let timer = w.stalls.values().filter_map(|s| s.due).min();
+            w.wanted = w.busy && timer.is_some_and(|t| t <= now);
+            if let Some(t) = timer.filter(|_| !w.wanted) {
+                wait_until = wait_until.min(t);
+            }
             self.idle.notify_all();
             self.cond.wait_until(&mut w, wait_until);
         }
@@ -220,7 +285,7 @@ impl PortQueue {
         let mut w = self.wire.lock();
         w.busy = false;
         self.mark_handoff(&mut w);
-        if self.inline && w.handoff {
+        if (self.inline && w.handoff) || w.wanted {
             self.cond.notify_all();
         }
         self.idle.notify_all();
@@ -255,37 +320,32 @@ impl PortQueue {
         newly
     }
 
-    /// A kicked QP's parked packets, else the first packet due by `now`; marks the port busy.
+    /// A kicked QP with the stalls it concerns, else the first packet due by `now`; claims the
+    /// port.
     fn take_due(w: &mut Wire, now: Instant) -> Option<Job> {
         let job = if let Some(qpn) = w.kicks.pop_front() {
-            Job::Retry(w.parked.remove(&qpn).unwrap_or_default())
+            let uids: Vec<u64> =
+                w.stalls.iter().filter(|(_, s)| s.kicked_by(qpn)).map(|(u, _)| *u).collect();
+            Job::Kick(qpn, uids.iter().filter_map(|u| w.stalls.remove(u)).collect())
         } else if w.in_flight.front().is_some_and(|(at, _)| *at <= now) {
             Job::Packet(w.in_flight.pop_front()?.1)
         } else {
             return None;
         };
-        w.busy = true;
+        Self::claim(w);
         Some(job)
     }
 
-    /// Parks `pkts` (in order) for QP `qpn`, ahead of anything parked since.
-    pub(super) fn park_front(&self, qpn: u32, mut pkts: VecDeque<Packet>) {
-        let mut w = self.wire.lock();
-        let q = w.parked.entry(qpn).or_default();
-        pkts.append(q);
-        *q = pkts;
+    /// A stall whose timer ran out by `now`, if any; claims the port.
+    fn take_timer(w: &mut Wire, now: Instant) -> Option<Job> {
+        let uid = *w.stalls.iter().find(|(_, s)| s.due.is_some_and(|t| t <= now))?.0;
+        let stall = w.stalls.remove(&uid)?;
+        Self::claim(w);
+        Some(Job::Timer(stall))
     }
 
-    /// Parks `pkt` behind the packets already waiting for QP `pkt.dest`, if any; gives it back
-    /// if none wait.
-    pub(super) fn park_behind(&self, pkt: Packet) -> Option<Packet> {
-        let mut w = self.wire.lock();
-        match w.parked.get_mut(&pkt.dest) {
-            Some(q) if !q.is_empty() => {
-                q.push_back(pkt);
-                None
-            }
-            _ => Some(pkt),
-        }
+    fn claim(w: &mut Wire) {
+        w.busy = true;
+        w.claimed_at = w.clears;
     }
 }

@@ -16,7 +16,7 @@
 
 use super::message::{Kind, Message};
 use super::path::Path;
-use crate::timers::{retransmit_timeout, rnr_delay};
+use crate::timers::{rnr_delay, Retry, RNR_RETRY_INFINITE};
 use super::RocePort;
 use crate::device::Core;
 use crate::dsr::limits;
@@ -34,9 +34,6 @@ pub type Done = Vec<(u64, u32)>;
 /// packet costs at most a window of retransmissions and a burst stays within what a socket
 /// buffer takes.
 const WINDOW: i32 = 128;
-
-/// `rnr_retry` 7: retry for ever (IBTA 9.7.5.2.8).
-const RNR_RETRY_INFINITE: u8 = 7;
 
 /// One QP's requester state.
 #[derive(Debug)]
@@ -75,13 +72,14 @@ impl Requester {
     /// The state of a QP that just reached RTS with attributes `a`.
     pub fn new(path: Path, a: &QpAttr) -> Self {
         let sq_psn = a.sq_psn.get() & 0xff_ffff;
+        let Retry { timeout, retry_cnt, rnr_retry } = Retry::of(a);
         Self {
             path,
-            timeout: retransmit_timeout(a.timeout),
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            retries: a.retry_cnt,
-            rnr_retries: a.rnr_retry,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            retries: retry_cnt,
+            rnr_retries: rnr_retry,
             max_reads: usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize),
             next_psn: sq_psn,
             sent_to: sq_psn,

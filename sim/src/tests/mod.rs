@@ -13,6 +13,7 @@ mod inline;
 mod minidrv;
 mod atomic;
 mod rdma;
+mod retry;
 mod roce;
 mod srq;
 mod ud;
