@@ -120,6 +120,10 @@ pub struct Packet {
     pub dest: u32,
     /// Destination GID from the sender's address vector.
     pub dgid: Gid,
+    /// The sender's source GID index (`sgid_index`): a responder takes an RC request only from
+    /// the GID its own address vector names, as a wire's responder takes it only from its
+    /// peer's address.
+    pub sgid_index: u8,
     /// The operation.
     pub op: Op,
     /// The solicited-event flag.

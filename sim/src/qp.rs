@@ -36,7 +36,7 @@ use pvrdma_abi::cmd::{
     CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
 };
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr, AH_GRH};
+use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, Gid, QpAttr, AH_GRH};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
     SqWqeHdr, WrAtomic, WrRdma,
@@ -645,6 +645,7 @@ impl Qp {
                         psn,
                         dest: st.attrs.dest_qp_num.get(),
                         dgid: st.attrs.ah_attr.grh.dgid,
+                        sgid_index: st.attrs.ah_attr.grh.sgid_index,
                         op,
                         solicited: flags & send_flags::SOLICITED != 0,
                         payload,
@@ -737,15 +738,19 @@ impl Qp {
         self.resets.load(Ordering::Acquire)
     }
 
-    /// The loopback port's PSN check: whether `psn` is the next this responder takes. A QP whose
-    /// peer's PSNs disagree with its own (misconnected: two processes' models that each found
-    /// their own QP under the peer's number) fails the request, as a wire's requester would once
-    /// its sequence-error retries ran out, rather than delivering it to the wrong QP.
-    pub(crate) fn expects_psn(&self, psn: u32) -> bool {
-        self.st.lock().recv_psn == psn
+    /// The loopback port's check of a request's PSN and source: whether `psn` is the next this
+    /// responder takes and `from` (the sender's source GID) is the GID its address vector names.
+    /// A QP whose peer's PSNs disagree with its own (misconnected: two processes' models that
+    /// each found their own QP under the peer's number), or that is connected to another
+    /// address, leaves the request unanswered, as a wire's responder would (it NAKs or drops
+    /// it; the RoCE port takes requests only from its `dgid`'s address), rather than delivering
+    /// it to the wrong QP.
+    pub(crate) fn expects_request(&self, psn: u32, from: Option<Gid>) -> bool {
+        let st = self.st.lock();
+        st.recv_psn == psn && from == Some(st.attrs.ah_attr.grh.dgid)
     }
 
-    /// The loopback port delivered the request [`Qp::expects_psn`] passed: the next PSN is due.
+    /// The loopback port delivered the request [`Qp::expects_request`] passed: the next PSN is due.
     pub(crate) fn took_psn(&self) {
         let mut st = self.st.lock();
         st.recv_psn = (st.recv_psn + 1) & PSN_MASK;

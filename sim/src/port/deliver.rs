@@ -153,9 +153,13 @@ fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Outcome {
         core.count(|c| &c.packets_dropped);
         return Outcome::Gone;
     }
-    let bound = core.gids.lock().iter().flatten().any(|g| g.gid == pkt.dgid);
+    let (bound, sgid) = {
+        let gids = core.gids.lock();
+        let sgid = gids.get(usize::from(pkt.sgid_index)).copied().flatten().map(|g| g.gid);
+        (gids.iter().flatten().any(|g| g.gid == pkt.dgid), sgid)
+    };
     let outcome = match (&dest, connection) {
-        (Some(dest), Some(conn)) if bound && dest.expects_psn(pkt.psn) => {
+        (Some(dest), Some(conn)) if bound && dest.expects_request(pkt.psn, sgid) => {
             let rx = respond(core, &src, dest, &pkt, conn, fx);
             if matches!(rx, Rx::Delivered) {
                 dest.took_psn();

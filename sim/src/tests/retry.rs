@@ -29,6 +29,9 @@ enum Peer {
     Ready,
     /// In INIT with one receive posted: it answers nothing.
     Init,
+    /// In RTS with one receive posted, connected to A's QPN at another address: it answers
+    /// nothing.
+    Elsewhere,
 }
 
 /// What happens once A's first message was refused (RNR NAKed, or unanswered) `wait_tries`
@@ -117,22 +120,24 @@ fn net(port: Port, test: u8, o: &Opts, peer: Peer) -> Net {
     };
     let (qa, qb, ib) = (net.ea.qp.qpn, net.eb.qp.qpn, net.ib);
     connect(&mut net.a, qa, qb, ib, o);
-    let qb_drv = net.b_mut();
-    init(qb_drv, qb);
-    if peer == Peer::Init {
-        let (b, eb) = (net.b(), &net.eb);
-        recv(b, eb, 9, 0, 4096);
-    } else {
-        bring_up(&mut net, o);
+    init(net.b_mut(), qb);
+    if peer != Peer::Ready {
+        recv(net.b(), &net.eb, 9, 0, 4096);
+    }
+    match peer {
+        Peer::Init => {}
+        Peer::Ready => bring_up(&mut net, o, ia),
+        Peer::Elsewhere => bring_up(&mut net, o, roce::addr(test, 3)),
     }
     net
 }
 
-/// B: INIT -> RTR -> RTS towards A, with `o`'s PSNs mirrored.
-fn bring_up(net: &mut Net, o: &Opts) {
-    let (qa, qb, ia) = (net.ea.qp.qpn, net.eb.qp.qpn, net.ia);
+/// B: INIT -> RTR -> RTS towards A's QP at `to` (A's address, or another), with `o`'s PSNs
+/// mirrored.
+fn bring_up(net: &mut Net, o: &Opts, to: IpAddr) {
+    let (qa, qb) = (net.ea.qp.qpn, net.eb.qp.qpn);
     let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..*o };
-    rtr_rts(net.b_mut(), qb, qa, ia, &ob);
+    rtr_rts(net.b_mut(), qb, qa, to, &ob);
 }
 
 /// Whether A's first message was refused yet: RNR NAKed, or found no responder.
@@ -176,6 +181,7 @@ fn run(port: Port, test: u8, case: &Case) {
     act(&mut net, case.then, &case.opts);
     assert_eq!(statuses(&net.a, &net.ea, case.a.len()), case.a, "{port:?}: A's completions");
     assert_eq!(statuses(net.b(), &net.eb, case.b.len()), case.b, "{port:?}: B's completions");
+    assert!(net.b().poll(&net.eb.cq).is_none(), "{port:?}: B completed more");
     if case.b.contains(&(9, SUCCESS)) {
         assert_eq!(received(net.b(), &net.eb, 0, 100), roce::pattern(1, 100), "{port:?}");
     }
@@ -194,7 +200,10 @@ fn act(net: &mut Net, then: Then, o: &Opts) {
     match then {
         Then::Nothing => {}
         Then::PostRecv => recv(net.b(), &net.eb, 9, 0, 4096),
-        Then::BringUp => bring_up(net, o),
+        Then::BringUp => {
+            let ia = net.ia;
+            bring_up(net, o, ia)
+        }
         Then::AToErr => {
             let mut a = QpAttr::new_zeroed();
             a.qp_state = U32::new(qp_state::ERR);
@@ -317,6 +326,24 @@ fn retry_cnt_2_fails_after_two_retransmissions() {
         b: &[],
         a_state: qp_state::ERR,
         tries: Tries::Exactly(3),
+    });
+}
+
+/// Issue 21 §3: a responder whose address vector names another address (the loopback took its
+/// requests from anyone who had its QPN) answers nothing: `RETRY_EXC_ERR` after the retries.
+#[test]
+fn a_responder_connected_to_another_address_answers_nothing() {
+    agree(97, Case {
+        opts: opts(1, 1, 7, 1),
+        peer: Peer::Elsewhere,
+        sends: 1,
+        wait_tries: 0,
+        quiet: Duration::ZERO,
+        then: Then::Nothing,
+        a: &[(1, RETRY_EXC_ERR)],
+        b: &[],
+        a_state: qp_state::ERR,
+        tries: Tries::Exactly(2),
     });
 }
 
