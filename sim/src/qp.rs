@@ -317,7 +317,9 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 /// held (see `srq.rs`). In SQD (IBTA 10.3.1 Send
 /// Queue Drain) the send queue starts no new WQE — they stay posted until SQD -> RTS — while the
 /// sends in flight finish and the QP keeps responding; once none is in flight `sq_draining` reads
-/// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. SQE is
+/// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. The
+/// address vector, retry attributes and `max_rd_atomic` an SQD -> SQD modify changes apply to
+/// what is sent next, on both ports (the RoCE requester takes them, `RocePort::reconfigure`). SQE is
 /// never a modify's target (the device enters it; an RC QP never does).
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQE, a `cur_qp_state` that
@@ -370,6 +372,10 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     }
     st.state = new;
     st.attrs.qp_state = U32::new(new);
+    const REQUESTER: u32 = m::AV | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::MAX_QP_RD_ATOMIC;
+    if let (Some(roce), true) = (&core.roce, cur == SQD && mask & REQUESTER != 0) {
+        roce.reconfigure(core, &qp, &st.attrs);
+    }
     if new == SQD && cur == RTS {
         st.sqd_notify = mask & m::EN_SQD_ASYNC_NOTIFY != 0 && a.en_sqd_async_notify != 0;
         qp.tell_drained(core, &mut st);

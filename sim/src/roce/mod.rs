@@ -257,6 +257,14 @@ impl RocePort {
         }
     }
 
+    /// Hands QP `qp`'s requester (if it has one in its current connection) the attributes `a`
+    /// MODIFY_QP just changed in SQD ([`Requester::reconfigure`]). Called under the QP's lock.
+    pub fn reconfigure(&self, core: &Core, qp: &Qp, a: &QpAttr) {
+        let Some(req) = self.requester(qp, qp.connection()) else { return };
+        let path = path::resolve(core, &self.socks, self.udp_port, a).ok();
+        req.lock().reconfigure(a, path);
+    }
+
     /// The requester of QP `qp` in connection `conn`, if it has one.
     fn requester(&self, qp: &Qp, conn: u64) -> Option<Arc<Mutex<Requester>>> {
         let map = self.requesters.lock();

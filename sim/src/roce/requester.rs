@@ -80,7 +80,7 @@ impl Requester {
             rnr_retry,
             retries: retry_cnt,
             rnr_retries: rnr_retry,
-            max_reads: usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize),
+            max_reads: max_reads(a),
             next_psn: sq_psn,
             sent_to: sq_psn,
             max_sent: sq_psn,
@@ -90,6 +90,19 @@ impl Requester {
             rnr_until: None,
             regap: None,
             freed: Vec::new(),
+        }
+    }
+
+    /// Takes the attributes MODIFY_QP changed in SQD (`a`; IBTA 10.3.1 lets SQD -> SQD change
+    /// them): the retry attributes apply from the next progress and to the timers armed next,
+    /// `max_rd_atomic` to the READs sent next, and `path` (the new address vector's, if the port
+    /// can serve it) to the packets sent next — as the loopback port, which reads them when it
+    /// needs them.
+    pub fn reconfigure(&mut self, a: &QpAttr, path: Option<Path>) {
+        Retry { timeout: self.timeout, retry_cnt: self.retry_cnt, rnr_retry: self.rnr_retry } = Retry::of(a);
+        self.max_reads = max_reads(a);
+        if let Some(path) = path {
+            self.path = path;
         }
     }
 
@@ -491,6 +504,12 @@ impl Requester {
             self.deadline = self.timeout.map(|t| now + t);
         }
     }
+}
+
+/// The READs and atomics a requester with attributes `a` keeps outstanding: `max_rd_atomic`, at
+/// least 1 and at most the device's `max_qp_rd_atom`.
+fn max_reads(a: &QpAttr) -> usize {
+    usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize)
 }
 
 /// The completion status of a message a NAK refused (IBTA 9.7.5.2.3 and libibverbs'

@@ -364,3 +364,32 @@ fn a_responder_reaching_rtr_during_the_retries_is_delivered() {
         tries: Tries::Any,
     });
 }
+
+/// Moves A through RTS -> SQD, SQD -> SQD with `mask` and `a`'s attributes, SQD -> RTS.
+fn modify_in_sqd(net: &mut Net, mask: u32, mut a: QpAttr) {
+    let qpn = net.ea.qp.qpn;
+    for (state, mask) in [(qp_state::SQD, m::STATE), (qp_state::SQD, m::STATE | mask), (qp_state::RTS, m::STATE)] {
+        a.qp_state = U32::new(state);
+        assert_eq!(net.a.modify(qpn, mask, a), 0, "to state {state}");
+    }
+}
+
+/// Issue 21 §3: retry attributes changed in SQD (IBTA 10.3.1) apply to the messages sent after
+/// it on both ports (the RoCE requester kept the ones of its first message): a first message
+/// with `rnr_retry` 7 is delivered, then SQD -> SQD sets `rnr_retry` 0 and the second, finding no
+/// receive, fails on its first RNR.
+#[test]
+fn retry_attributes_changed_in_sqd_apply_to_later_messages() {
+    for port in [Port::Loopback, Port::Roce] {
+        let mut net = net(port, 98, &opts(1, 7, 7, 1), Peer::Ready);
+        recv(net.b(), &net.eb, 9, 0, 4096);
+        send(&net.a, &net.ea, 1, &roce::pattern(1, 100), 128, None);
+        assert_eq!(statuses(&net.a, &net.ea, 1), [(1, SUCCESS)], "{port:?}");
+        let mut a = QpAttr::new_zeroed();
+        a.rnr_retry = 0;
+        modify_in_sqd(&mut net, m::RNR_RETRY, a);
+        send(&net.a, &net.ea, 2, &roce::pattern(2, 100), 256, None);
+        assert_eq!(statuses(&net.a, &net.ea, 1), [(2, RNR_RETRY_EXC_ERR)], "{port:?}");
+        assert_eq!(statuses(net.b(), &net.eb, 1), [(9, SUCCESS)], "{port:?}");
+    }
+}
