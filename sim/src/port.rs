@@ -40,8 +40,9 @@
 //!   the device stops consuming that SQ until one of its sends completes;
 //! - per device, here: at most [`crate::SimConfig::device_packets_in_flight`] packets and
 //!   [`crate::SimConfig::device_bytes_in_flight`] payload bytes on the wire (in flight, held
-//!   back for a receive WQE or an answer, or being delivered), one packet always allowed on an empty wire. A QP
-//!   refused by this budget stops draining its SQ and is resumed when a packet leaves the wire.
+//!   back for a receive WQE or an answer, or being delivered), one packet always allowed on an
+//!   empty wire. A QP refused by this budget stops draining its SQ and is resumed when a packet
+//!   leaves the wire.
 
 mod deliver;
 mod stall;

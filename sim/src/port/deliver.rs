@@ -59,7 +59,10 @@ fn retry(core: &Core, mut stall: Stall, mut why: Attempt, fx: &mut Effects) {
 /// A kicked sender's stall: the packets it no longer waits for (it flushed, was reset or
 /// destroyed) leave the wire, and the first it still waits for is tried if it never was.
 fn prune(core: &Core, stall: Stall, fx: &mut Effects) {
-    let waits = |p: &Packet| core.qp(p.src).filter(|q| q.uid == p.src_uid).is_some_and(|q| q.send_pending(p.seq));
+    let waits = |p: &Packet| {
+        let src = core.qp(p.src).filter(|q| q.uid == p.src_uid);
+        src.is_some_and(|q| q.send_pending(p.seq))
+    };
     match stall.pkts.front() {
         Some(head) if !waits(head) => retry(core, stall, Attempt::First, fx),
         _ => core.port.hold(stall),
@@ -70,46 +73,40 @@ fn prune(core: &Core, stall: Stall, fx: &mut Effects) {
 /// (delivered, failed or dropped: the next packet is then the head); otherwise it is back at
 /// the front of `stall`, waiting.
 fn retry_head(core: &Core, stall: &mut Stall, pkt: Packet, why: Attempt, fx: &mut Effects) -> bool {
-    let len = pkt.payload.len() as u64;
-    let failed = if why == Attempt::Timer && stall.wait == Wait::Answer {
+    if why == Attempt::Timer && stall.wait == Wait::Answer {
         core.count(|c| &c.packets_timeouts);
-        stall.timed_out().err()
-    } else {
-        None
-    };
-    if why == Attempt::Timer && stall.wait != Wait::Answer {
+        if let Err(status) = stall.timed_out() {
+            return exhausted(core, stall, &pkt, status, fx);
+        }
+    } else if why == Attempt::Timer {
         core.count(|c| &c.packets_rnr_retries);
     }
-    let status = match failed {
-        Some(status) => status,
-        None => match deliver(core, pkt, fx) {
-            Outcome::Gone => {
-                core.port.release(len, fx);
-                stall.progress();
-                return true;
+    let len = pkt.payload.len() as u64;
+    match deliver(core, pkt, fx) {
+        Outcome::Gone => {
+            core.port.release(len, fx);
+            stall.progress();
+            true
+        }
+        Outcome::Unanswered { pkt, retry } => {
+            core.count(|c| &c.packets_unanswered);
+            stall.unanswered(&retry);
+            stall.pkts.push_front(pkt);
+            false
+        }
+        Outcome::Rnr { pkt, retry, dest, timer } => {
+            if !stall.waits_at(dest) {
+                core.count(|c| &c.packets_parked);
             }
-            Outcome::Unanswered { pkt, retry } => {
-                core.count(|c| &c.packets_unanswered);
-                stall.unanswered(&retry);
-                stall.pkts.push_front(pkt);
-                return false;
+            if let Err(status) = stall.rnr(&retry, dest, timer, why) {
+                return exhausted(core, stall, &pkt, status, fx);
             }
-            Outcome::Rnr { pkt, retry, dest, timer } => {
-                if !stall.waits_at(dest) {
-                    core.count(|c| &c.packets_parked);
-                }
-                match stall.rnr(&retry, dest, timer, why) {
-                    Ok(()) => {
-                        stall.pkts.push_front(pkt);
-                        return false;
-                    }
-                    Err(status) => return exhausted(core, stall, &pkt, status, fx),
-                }
-            }
-        },
-    };
-    exhausted(core, stall, &pkt, status, fx)
+            stall.pkts.push_front(pkt);
+            false
+        }
+    }
 }
+
 /// The head of `stall` (`pkt`) failed with `status` (its sender's retries ran out): its sender
 /// completes it so (and goes to ERR, flushing the rest), and it leaves the wire. Returns `true`.
 fn exhausted(core: &Core, stall: &mut Stall, pkt: &Packet, status: u32, fx: &mut Effects) -> bool {
