@@ -196,10 +196,21 @@ sim_stats! {
     packets_sent,
     /// Packets delivered into a receive WQE.
     packets_delivered,
-    /// Packets that had to wait for a receive WQE (RNR).
+    /// Packets that found no receive WQE (RNR) when first tried, or first tried after an
+    /// unanswered try: each then waits (or fails at once with `rnr_retry` 0).
     packets_parked,
-    /// Packets whose delivery failed (the sender completed with an error).
+    /// Packets whose delivery failed (the sender completed with an error: the responder's, or
+    /// its retries ran out).
     packets_failed,
+    /// Tries of a packet no responder answered (loopback port; tried again after its sender's
+    /// `timeout`).
+    packets_unanswered,
+    /// Local ACK timeouts of unanswered packets (loopback port: each costs one of the sender's
+    /// `retry_cnt`, the one past it fails the packet `RETRY_EXC_ERR`).
+    packets_timeouts,
+    /// Packets tried again once the RNR timer (the responder's `min_rnr_timer`) ran out
+    /// (loopback port).
+    packets_rnr_retries,
     /// Packets dropped because their sender was gone or had flushed them.
     packets_dropped,
     /// Times a QP's SQ drain paused: its SQ depth of sends outstanding, `qp_bytes_in_flight`, or

@@ -10,7 +10,8 @@
 //! Module layout mirrors the driver's: `device` (registers, state, lock order), `dsr`, `cmd`
 //! (command dispatch), one module per object (`uc`, `pd`, `mr`, `cq`, `qp`), `ring` (device-side
 //! ring access), `pdir` (page directories), `uar` (doorbells and ownership), `port` (loopback
-//! wire and GID table), `roce` (the RoCE v2 port: IBTA RC transport over UDP), `event` (async and CQ-notification rings), `budget` (host memory the
+//! wire and GID table), `roce` (the RoCE v2 port: IBTA RC transport over UDP), `timers` (the RC transport timers
+//! both ports keep), `event` (async and CQ-notification rings), `budget` (host memory the
 //! objects cost).
 #![deny(unsafe_code)]
 
@@ -32,6 +33,7 @@ mod ring;
 mod srq;
 pub mod roce;
 mod table;
+mod timers;
 mod uar;
 mod uc;
 

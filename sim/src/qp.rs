@@ -36,7 +36,7 @@ use pvrdma_abi::cmd::{
     CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
 };
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, QpAttr, AH_GRH};
+use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, Gid, QpAttr, AH_GRH};
 use pvrdma_abi::wqe::{
     rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
     SqWqeHdr, WrAtomic, WrRdma,
@@ -139,10 +139,11 @@ struct InFlight {
 pub enum Rx {
     /// Scattered and completed.
     Delivered,
-    /// No receive WQE is posted: keep the packet until the next RECV doorbell (infinite RNR
-    /// retry).
+    /// No receive WQE is posted (RNR): the requester tries again within its `rnr_retry`.
     Park,
-    /// The sender completes with this status.
+    /// The sender completes with this status; `RETRY_EXC_ERR` means the responder refused the
+    /// packet unanswered (not in RTR/RTS, not connected to the sender, reset, or its ring
+    /// broke): both ports then leave it to the requester's timeout and `retry_cnt`.
     Fail(u32),
 }
 
@@ -311,7 +312,9 @@ fn check_av(core: &Core, av: &AhAttr) -> CmdResult<()> {
 /// held (see `srq.rs`). In SQD (IBTA 10.3.1 Send
 /// Queue Drain) the send queue starts no new WQE — they stay posted until SQD -> RTS — while the
 /// sends in flight finish and the QP keeps responding; once none is in flight `sq_draining` reads
-/// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. SQE is
+/// 0 and, if the RTS -> SQD modify set `en_sqd_async_notify`, SQ_DRAINED is posted once. The
+/// address vector, retry attributes and `max_rd_atomic` an SQD -> SQD modify changes apply to
+/// what is sent next, on both ports (the RoCE requester takes them, `RocePort::reconfigure`). SQE is
 /// never a modify's target (the device enters it; an RC QP never does).
 ///
 /// Errors: `EINVAL` for an unknown handle, an illegal transition, SQE, a `cur_qp_state` that
@@ -358,6 +361,10 @@ pub fn modify(core: &Core, req: &ModifyQp, fx: &mut Effects) -> CmdResult<NoopRe
     }
     st.state = new;
     st.attrs.qp_state = U32::new(new);
+    const REQUESTER: u32 = m::AV | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::MAX_QP_RD_ATOMIC;
+    if let (Some(roce), true) = (&core.roce, cur == SQD && mask & REQUESTER != 0) {
+        roce.reconfigure(core, &qp, &st.attrs);
+    }
     if new == SQD && cur == RTS {
         st.sqd_notify = mask & m::EN_SQD_ASYNC_NOTIFY != 0 && a.en_sqd_async_notify != 0;
         qp.tell_drained(core, &mut st);
@@ -672,6 +679,7 @@ impl Qp {
                         psn,
                         dest: st.attrs.dest_qp_num.get(),
                         dgid: st.attrs.ah_attr.grh.dgid,
+                        sgid_index: st.attrs.ah_attr.grh.sgid_index,
                         op,
                         solicited: flags & send_flags::SOLICITED != 0,
                         payload,
@@ -764,15 +772,19 @@ impl Qp {
         self.resets.load(Ordering::Acquire)
     }
 
-    /// The loopback port's PSN check: whether `psn` is the next this responder takes. A QP whose
-    /// peer's PSNs disagree with its own (misconnected: two processes' models that each found
-    /// their own QP under the peer's number) fails the request, as a wire's requester would once
-    /// its sequence-error retries ran out, rather than delivering it to the wrong QP.
-    pub(crate) fn expects_psn(&self, psn: u32) -> bool {
-        self.st.lock().recv_psn == psn
+    /// The loopback port's check of a request's PSN and source: whether `psn` is the next this
+    /// responder takes and `from` (the sender's source GID) is the GID its address vector names.
+    /// A QP whose peer's PSNs disagree with its own (misconnected: two processes' models that
+    /// each found their own QP under the peer's number), or that is connected to another
+    /// address, leaves the request unanswered, as a wire's responder would (it NAKs or drops
+    /// it; the RoCE port takes requests only from its `dgid`'s address), rather than delivering
+    /// it to the wrong QP.
+    pub(crate) fn expects_request(&self, psn: u32, from: Option<Gid>) -> bool {
+        let st = self.st.lock();
+        st.recv_psn == psn && from == Some(st.attrs.ah_attr.grh.dgid)
     }
 
-    /// The loopback port delivered the request [`Qp::expects_psn`] passed: the next PSN is due.
+    /// The loopback port delivered the request [`Qp::expects_request`] passed: the next PSN is due.
     pub(crate) fn took_psn(&self) {
         let mut st = self.st.lock();
         st.recv_psn = (st.recv_psn + 1) & PSN_MASK;

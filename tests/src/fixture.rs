@@ -128,6 +128,17 @@ pub fn connect(q: &Qp, remote: u32, gid: [u8; 16]) {
     q.modify_to_rts(0).expect("RTS");
 }
 
+/// [`connect`], but a request nobody answers fails after one local ACK timeout of 10 ms
+/// (`timeout` 1, the model's floor; `retry_cnt` 0), for tests whose peers go away under traffic
+/// (a requester waits its retries out before `RETRY_EXC_ERR`, on either port: issue 21 §3).
+pub fn connect_impatient(q: &Qp, remote: u32, gid: [u8; 16]) {
+    use ib_core::{QpAttr, QpAttrMask as M, QpState};
+    q.modify_to_init(1, access::LOCAL_WRITE | access::REMOTE_WRITE).expect("INIT");
+    q.modify_to_rtr(remote, gid, 0, 1024).expect("RTR");
+    let rts = QpAttr { qp_state: QpState::Rts, timeout: 1, retry_cnt: 0, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+}
+
 /// Brings `q` to RTS towards `remote` at `dgid` through the GID at `sgid_index` (on the model's
 /// RoCE port: a RoCE v2 GID, index 1 for its first address), MTU 1024, PSNs from 0, the retry
 /// counts and ACK timeout `ibv_rc_pingpong` uses but a 4 ms timeout (10: floored to 10 ms by the

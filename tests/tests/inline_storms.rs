@@ -50,6 +50,13 @@ fn connect_pair(dev: &ib_core::Device, a: &Side, b: &Side) {
     connect(&b.qp, a.qp.qpn(), gid(dev));
 }
 
+/// [`connect_pair`], but `a` gives up on an unanswered request after 10 ms
+/// ([`connect_impatient`]).
+fn connect_pair_impatient(dev: &ib_core::Device, a: &Side, b: &Side) {
+    connect_impatient(&a.qp, b.qp.qpn(), gid(dev));
+    connect(&b.qp, a.qp.qpn(), gid(dev));
+}
+
 /// Senders blast (signaled every message) into receivers that post their receive WQEs one at a
 /// time, late, so packets park (RNR) and RECV doorbells kick them, while the device-wide wire
 /// budget is tiny (QPs starve and are resumed). The receiver sleeps on a completion channel
@@ -151,9 +158,11 @@ fn rnr_and_wire_budget_storm_qemu72() {
 }
 
 /// B never posts receives: A's packets park on the wire, filling the device budget, so C's sends
-/// to D starve. `release` (a command on B) fails A's parked packets (RETRY_EXC_ERR), which frees
-/// the budget and resumes C: both happen through the command's effects (handed to the port
-/// thread at latency 0). Every completion must arrive, bounded, with an event on C's channel.
+/// to D starve. `release` (a command on B) leaves A's parked packets unanswered: once A's one
+/// local ACK timeout runs out (its port thread's timer) the first fails RETRY_EXC_ERR and the
+/// rest flush, which frees the budget and resumes C (issue 21 §3: as on the RoCE port, a
+/// responder gone costs the requester its timeout, not an immediate failure). Every completion
+/// must arrive, bounded, with an event on C's channel.
 fn parked_receiver_released_by(release: impl Fn(Side)) {
     for _ in 0..50 {
         let cfg = SimConfig { device_packets_in_flight: 4, ..Default::default() };
@@ -162,7 +171,7 @@ fn parked_receiver_released_by(release: impl Fn(Side)) {
         let ch = dev.create_comp_channel().unwrap();
         let (a, b) = (side(&dev, &pd, None, 16), side(&dev, &pd, None, 16));
         let (c, d) = (side(&dev, &pd, Some(&ch), 16), side(&dev, &pd, None, 16));
-        connect_pair(&dev, &a, &b);
+        connect_pair_impatient(&dev, &a, &b);
         connect_pair(&dev, &c, &d);
         for i in 0..4 {
             a.send(i, true);

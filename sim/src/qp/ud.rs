@@ -308,6 +308,7 @@ impl Qp {
             psn,
             dest,
             dgid,
+            sgid_index: 0,
             op,
             solicited: flags & pvrdma_abi::verbs::send_flags::SOLICITED != 0,
             payload,

@@ -51,7 +51,6 @@ mod responder;
 mod rx;
 mod socket;
 mod sys;
-mod timers;
 mod ud;
 
 use crate::device::{Core, Effects};
@@ -256,6 +255,14 @@ impl RocePort {
                 Ok(req)
             }
         }
+    }
+
+    /// Hands QP `qp`'s requester (if it has one in its current connection) the attributes `a`
+    /// MODIFY_QP just changed in SQD ([`Requester::reconfigure`]). Called under the QP's lock.
+    pub fn reconfigure(&self, core: &Core, qp: &Qp, a: &QpAttr) {
+        let Some(req) = self.requester(qp, qp.connection()) else { return };
+        let path = path::resolve(core, &self.socks, self.udp_port, a).ok();
+        req.lock().reconfigure(a, path);
     }
 
     /// The requester of QP `qp` in connection `conn`, if it has one.

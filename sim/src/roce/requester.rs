@@ -16,7 +16,7 @@
 
 use super::message::{Kind, Message};
 use super::path::Path;
-use super::timers::{retransmit_timeout, rnr_delay};
+use crate::timers::{rnr_delay, Retry, RNR_RETRY_INFINITE};
 use super::RocePort;
 use crate::device::Core;
 use crate::dsr::limits;
@@ -34,9 +34,6 @@ pub type Done = Vec<(u64, u32)>;
 /// packet costs at most a window of retransmissions and a burst stays within what a socket
 /// buffer takes.
 const WINDOW: i32 = 128;
-
-/// `rnr_retry` 7: retry for ever (IBTA 9.7.5.2.8).
-const RNR_RETRY_INFINITE: u8 = 7;
 
 /// One QP's requester state.
 #[derive(Debug)]
@@ -75,14 +72,15 @@ impl Requester {
     /// The state of a QP that just reached RTS with attributes `a`.
     pub fn new(path: Path, a: &QpAttr) -> Self {
         let sq_psn = a.sq_psn.get() & 0xff_ffff;
+        let Retry { timeout, retry_cnt, rnr_retry } = Retry::of(a);
         Self {
             path,
-            timeout: retransmit_timeout(a.timeout),
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            retries: a.retry_cnt,
-            rnr_retries: a.rnr_retry,
-            max_reads: usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize),
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            retries: retry_cnt,
+            rnr_retries: rnr_retry,
+            max_reads: max_reads(a),
             next_psn: sq_psn,
             sent_to: sq_psn,
             max_sent: sq_psn,
@@ -92,6 +90,19 @@ impl Requester {
             rnr_until: None,
             regap: None,
             freed: Vec::new(),
+        }
+    }
+
+    /// Takes the attributes MODIFY_QP changed in SQD (`a`; IBTA 10.3.1 lets SQD -> SQD change
+    /// them): the retry attributes apply from the next progress and to the timers armed next,
+    /// `max_rd_atomic` to the READs sent next, and `path` (the new address vector's, if the port
+    /// can serve it) to the packets sent next — as the loopback port, which reads them when it
+    /// needs them.
+    pub fn reconfigure(&mut self, a: &QpAttr, path: Option<Path>) {
+        Retry { timeout: self.timeout, retry_cnt: self.retry_cnt, rnr_retry: self.rnr_retry } = Retry::of(a);
+        self.max_reads = max_reads(a);
+        if let Some(path) = path {
+            self.path = path;
         }
     }
 
@@ -493,6 +504,12 @@ impl Requester {
             self.deadline = self.timeout.map(|t| now + t);
         }
     }
+}
+
+/// The READs and atomics a requester with attributes `a` keeps outstanding: `max_rd_atomic`, at
+/// least 1 and at most the device's `max_qp_rd_atom`.
+fn max_reads(a: &QpAttr) -> usize {
+    usize::from(a.max_rd_atomic).clamp(1, limits::MAX_QP_RD_ATOM as usize)
 }
 
 /// The completion status of a message a NAK refused (IBTA 9.7.5.2.3 and libibverbs'

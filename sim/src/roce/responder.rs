@@ -276,6 +276,7 @@ impl Responder {
             psn: hdr.bth.psn,
             dest: cx.qp.handle,
             dgid: cx.attrs.ah_attr.grh.dgid,
+            sgid_index: cx.attrs.ah_attr.grh.sgid_index,
             op: Op::Send {
                 imm: hdr.imm.map(u32::to_be_bytes),
             },

@@ -93,6 +93,7 @@ pub(super) fn receive(
         psn: p.bth.psn,
         dest: p.bth.dest_qp,
         dgid: route.dgid,
+        sgid_index: 0,
         op: Op::Send { imm: p.imm.map(u32::to_be_bytes) },
         solicited: p.bth.solicited,
         payload: p.payload.to_vec(),

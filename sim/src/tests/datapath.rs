@@ -467,6 +467,41 @@ fn the_device_wire_budget_pauses_and_resumes_sq_drains() {
     assert_eq!(d.wait_cqes(&p.cq_b, 16).len(), 16);
 }
 
+/// Issue 21 §3: a request nobody answers, from a QP whose `timeout` 0 never runs out, keeps its
+/// place in the device's wire budget (a QP it starves waits); moving its sender to ERR,
+/// resetting or destroying it lets the packet go, and the starved QP resumes.
+#[test]
+fn an_unanswered_packet_holds_the_wire_budget_until_its_sender_lets_go() {
+    use pvrdma_abi::cmd::DestroyQp;
+    use pvrdma_abi::verbs::{qp_attr_mask as m, QpAttr};
+    use zerocopy::FromZeros;
+    for how in [qp_state::ERR, qp_state::RESET, u32::MAX] {
+        let mut p = Pair::new(SimConfig { device_packets_in_flight: 1, ..Default::default() }, 16);
+        let cq_x = p.d.create_cq(0, 16);
+        let x = p.d.create_qp(p.pd, cq_x.handle, cq_x.handle, 4);
+        // B answers only A: X's request waits for an answer for ever.
+        let forever = Retries { timeout: 0, retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 12 };
+        p.d.connect_with(x.qpn, p.b.qpn, 0, forever);
+        p.d.send(&x, 7, 0, &[sge(p.src.va, 8, p.src.lkey)]);
+        p.post_recv(1, 0, 8);
+        p.send_msg(1, 0, b"starved", 0);
+        let waited = osdep::poll_until(&osdep::StdClock, Duration::from_millis(50), || p.d.queued(&p.cq_a.ring) > 0);
+        assert!(!waited, "A's send went out past X's packet (device budget 1)");
+        if how == u32::MAX {
+            p.d.ok(DestroyQp { qp_handle: U32::new(x.qpn), ..Default::default() });
+        } else {
+            let mut a = QpAttr::new_zeroed();
+            a.qp_state = U32::new(how);
+            assert_eq!(p.d.modify(x.qpn, m::STATE, a), 0);
+        }
+        let tx = p.d.wait_cqes(&p.cq_a, 1);
+        assert_eq!(tx.first().map(|c| c.status.get()), Some(wc_status::SUCCESS), "how {how}");
+        assert_eq!(p.d.wait_cqes(&p.cq_b, 1).len(), 1, "how {how}");
+        let flushed: Vec<_> = p.d.wait_cqes(&cq_x, usize::from(how == qp_state::ERR)).iter().map(|c| c.status.get()).collect();
+        assert_eq!(flushed, if how == qp_state::ERR { vec![wc_status::WR_FLUSH_ERR] } else { vec![] });
+    }
+}
+
 #[test]
 fn unrepresentable_latencies_and_timeouts_do_not_panic() {
     let idle = Pair::new(SimConfig::default(), 8);

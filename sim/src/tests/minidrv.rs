@@ -61,6 +61,16 @@ pub struct TestMr {
     pub iova: u64,
 }
 
+/// The retry attributes of a connection: the requester's `timeout`, `retry_cnt`, `rnr_retry`
+/// (RTS) and the responder's `min_rnr_timer` (RTR).
+#[derive(Clone, Copy, Debug)]
+pub struct Retries {
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+}
+
 pub struct Drv {
     pub dev: Arc<SimDevice>,
     pub dsr: u64,
@@ -249,13 +259,22 @@ impl Drv {
         })
     }
 
-    /// RESET -> INIT -> RTR -> RTS towards `dest`, with GID index 0 both ways.
+    /// RESET -> INIT -> RTR -> RTS towards `dest`, with GID index 0 both ways and the retry
+    /// attributes of [`Drv::connect_access`].
     pub fn connect(&mut self, qp: u32, dest: u32) {
         self.connect_access(qp, dest, 0);
     }
 
-    /// [`Drv::connect`] with `qp_access_flags` `access`.
+    /// [`Drv::connect`] with `qp_access_flags` `access`, `rnr_retry` 7 (for ever) and
+    /// `min_rnr_timer` 12 (0.64 ms), as the verbs core's `modify_to_rtr`/`modify_to_rts` set
+    /// them, and `retry_cnt` 7 with `timeout` 1 (the model's 10 ms floor), so a request nobody
+    /// answers fails within 80 ms.
     pub fn connect_access(&mut self, qp: u32, dest: u32, access: u32) {
+        self.connect_with(qp, dest, access, Retries { timeout: 1, retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 12 });
+    }
+
+    /// [`Drv::connect`] with `qp_access_flags` `access` and the retry attributes `r`.
+    pub fn connect_with(&mut self, qp: u32, dest: u32, access: u32, r: Retries) {
         let mut a = QpAttr::new_zeroed();
         a.qp_access_flags = U32::new(access);
         a.qp_state = U32::new(qp_state::INIT);
@@ -268,10 +287,13 @@ impl Drv {
         a.ah_attr.grh.sgid_index = 0;
         a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
         a.ah_attr.port_num = 1;
-        let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN;
+        a.min_rnr_timer = r.min_rnr_timer;
+        let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN | m::MIN_RNR_TIMER;
         assert_eq!(self.modify(qp, mask, a), 0);
         a.qp_state = U32::new(qp_state::RTS);
-        assert_eq!(self.modify(qp, m::STATE | m::SQ_PSN, a), 0);
+        (a.timeout, a.retry_cnt, a.rnr_retry) = (r.timeout, r.retry_cnt, r.rnr_retry);
+        let mask = m::STATE | m::SQ_PSN | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY;
+        assert_eq!(self.modify(qp, mask, a), 0);
     }
 
     /// An MR of `len` bytes whose first byte is at virtual address `va` (any alignment).

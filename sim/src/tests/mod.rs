@@ -14,6 +14,7 @@ mod minidrv;
 mod modify_values;
 mod atomic;
 mod rdma;
+mod retry;
 mod roce;
 mod srq;
 mod ud;

@@ -173,11 +173,12 @@ pub fn new_pair(dev: &Device, g: &Group, pick: &mut fastrand::Rng) -> Pair {
     Pair { ends, recover_at: None }
 }
 
-/// Brings both QPs (in RESET) to RTS towards each other.
+/// Brings both QPs (in RESET) to RTS towards each other; a request towards a peer in ERR fails
+/// `RETRY_EXC_ERR` after one 10 ms timeout (`fixture::connect_impatient`).
 pub fn connect(dev: &Device, ends: &[End; 2]) {
     let gid = crate::fixture::gid(dev);
-    crate::fixture::connect(&ends[0].qp, ends[1].qp.qpn(), gid);
-    crate::fixture::connect(&ends[1].qp, ends[0].qp.qpn(), gid);
+    crate::fixture::connect_impatient(&ends[0].qp, ends[1].qp.qpn(), gid);
+    crate::fixture::connect_impatient(&ends[1].qp, ends[0].qp.qpn(), gid);
 }
 
 impl Group {

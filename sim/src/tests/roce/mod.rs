@@ -141,6 +141,12 @@ pub fn connect_both(d: &mut Drv, x: u32, y: u32, ip: IpAddr, o: &Opts) {
 
 /// RESET -> INIT -> RTR -> RTS towards QP `dest` at `dest_ip`, from GID [`SGID`].
 pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
+    init(d, qp);
+    rtr_rts(d, qp, dest, dest_ip, o);
+}
+
+/// RESET -> INIT, with remote write and read access.
+pub fn init(d: &mut Drv, qp: u32) {
     let mut a = QpAttr::new_zeroed();
     a.qp_state = U32::new(qp_state::INIT);
     a.port_num = 1;
@@ -149,6 +155,13 @@ pub fn connect(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
         d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a),
         0
     );
+}
+
+/// INIT -> RTR -> RTS towards QP `dest` at `dest_ip`, from GID [`SGID`].
+pub fn rtr_rts(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
+    let mut a = QpAttr::new_zeroed();
+    a.port_num = 1;
+    a.qp_access_flags = U32::new(access::REMOTE_WRITE | access::REMOTE_READ);
     a.qp_state = U32::new(qp_state::RTR);
     a.dest_qp_num = U32::new(dest);
     a.path_mtu = U32::new(o.mtu);

@@ -1,11 +1,38 @@
-//! The transport timers' encodings: the local ACK timeout (IBTA 9.7.6.1.3, `timeout` =
+//! The RC transport timers' encodings, one for both ports (the loopback's `port/` and the RoCE
+//! requester, `roce/requester.rs`): the local ACK timeout (IBTA 9.7.6.1.3, `timeout` =
 //! 4.096 µs × 2^timeout) and the RNR NAK timer (IBTA 9.7.5.2.8, Table 45).
 
+use pvrdma_abi::verbs::QpAttr;
 use std::time::Duration;
 
+/// `rnr_retry` 7: retry for ever (IBTA 9.7.5.2.8).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+
+/// A requester's retry attributes (its QP's, as MODIFY_QP set them at RTR -> RTS or in SQD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retry {
+    /// The local ACK timeout ([`retransmit_timeout`] of `timeout`; `None`: never times out).
+    pub timeout: Option<Duration>,
+    /// Retransmissions after a timeout or a PSN sequence error before `RETRY_EXC_ERR`.
+    pub retry_cnt: u8,
+    /// Tries again after an RNR NAK before `RNR_RETRY_EXC_ERR` ([`RNR_RETRY_INFINITE`]: no end).
+    pub rnr_retry: u8,
+}
+
+impl Retry {
+    /// The retry attributes of a QP with attributes `a`.
+    pub fn of(a: &QpAttr) -> Self {
+        Self {
+            timeout: retransmit_timeout(a.timeout),
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+        }
+    }
+}
+
 /// The shortest retransmission timeout the model waits: a `timeout` below ~10 ms (code 12) is
-/// raised to it, so a lossy link does not spin the receive thread on timers (Linux rxe keeps a
-/// floor of its own in jiffies).
+/// raised to it, so a lossy link or an absent responder does not spin a port's thread on timers
+/// (Linux rxe keeps a floor of its own in jiffies).
 pub const MIN_RETRANSMIT: Duration = Duration::from_millis(10);
 
 /// The local ACK timeout of QP attribute `timeout` (5 bits): `None` for 0 (infinite: the
