@@ -1,6 +1,7 @@
 //! Address handles (`ibv_create_ah`, `ibv_destroy_ah`, `ibv_init_ah_from_wc`): the address
-//! vector a UD send goes to (IBTA 10.5, 11.2.2). An AH belongs to a PD and holds it (the PD's
-//! dealloc answers `Busy` while an AH of it exists). The provider checks the attributes and keeps
+//! vector a UD send goes to (IBTA 10.5, 11.2.2). An AH belongs to a PD; a kernel AH holds it
+//! (the PD's dealloc answers `Busy` while one exists), a user context's does not (rdma-core's
+//! pvrdma makes it in user space, unknown to the kernel). The provider checks the attributes and keeps
 //! what its device needs (pvrdma: a software address vector, no device command).
 
 use crate::attr::{AhAttr, Gid};
@@ -21,6 +22,8 @@ pub struct Ah {
     pd: Arc<PdInner>,
     attr: AhAttr,
     ops: Box<dyn AhOps>,
+    /// Whether the AH counts as a user of its PD (a kernel AH; see [`Pd::create_ah`]).
+    holds_pd: bool,
 }
 
 impl Pd {
@@ -40,8 +43,14 @@ impl Pd {
             return Err(Error::InvalidArgument("sgid_index beyond the GID table"));
         }
         let ops = dev.create_ah(&*pd.ops, attr)?;
-        pd.hold();
-        Ok(Ah { pd: pd.clone(), attr: *attr, ops })
+        // A user context's AH is its library's own (rdma-core's pvrdma builds it in user space,
+        // no command): the kernel never counts it, so it does not keep the PD from being
+        // deallocated. A kernel AH does, as Linux's `rdma_create_ah` takes a PD reference.
+        let holds_pd = pd.ctx.uctx.is_none();
+        if holds_pd {
+            pd.hold();
+        }
+        Ok(Ah { pd: pd.clone(), attr: *attr, ops, holds_pd })
     }
 }
 
@@ -76,7 +85,9 @@ impl Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        self.pd.release();
+        if self.holds_pd {
+            self.pd.release();
+        }
     }
 }
 

@@ -128,3 +128,29 @@ fn pds_and_mrs_over_program_memory() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+/// An address handle does not keep its PD from being deallocated: rdma-core's pvrdma provider
+/// builds AHs in user space, so the kernel counts none of them against the PD (an MR or QP it
+/// does count: `EBUSY`). Found comparing `ibv_dealloc_pd` with rdma-core (issue 21 §5): it
+/// answered `EBUSY` while an AH existed.
+#[test]
+fn an_address_handle_does_not_keep_its_pd_busy() {
+    let ctx = open();
+    // SAFETY: as above; the AH is destroyed after its PD, as a program may.
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        assert!(!pd.is_null());
+        let dgid = ibv_gid { raw: std::net::Ipv4Addr::new(127, 0, 0, 9).to_ipv6_mapped().octets() };
+        let mut attr = ibv_ah_attr {
+            grh: ibv_global_route { dgid, flow_label: 0, sgid_index: 0, hop_limit: 64, traffic_class: 0 },
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        let ah = ibv_create_ah(pd, &mut attr);
+        assert!(!ah.is_null(), "errno {}", errno());
+        assert_eq!(ibv_dealloc_pd(pd), 0, "an AH is not counted against its PD");
+        assert_eq!(ibv_destroy_ah(ah), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
