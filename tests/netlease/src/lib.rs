@@ -21,7 +21,7 @@
 //!   the server is connected to only once it listens ([`wait_listening`]), so a test never
 //!   reaches another run's server on the same port.
 //! - A test that needs IPv6 (two addresses, or `::1` at UDP 4791) runs in a network namespace of
-//!   its own, made for it: [`netns::ipv6`]. Where none can be made it runs the case over IPv4 on
+//!   its own, made for it: [`netns::own`]. Where none can be made it runs the case over IPv4 on
 //!   127/8 and prints why; it never skips silently.
 
 pub mod netns;

@@ -1,14 +1,17 @@
-//! IPv6 cases in a network namespace of their own.
+//! Tests in a network namespace of their own.
 //!
 //! A host has one IPv6 loopback address, `::1`, and one UDP 4791 on it; a test that needs two
 //! IPv6 addresses, or `::1` at the RoCE port, would have to assume an address on the host or take
-//! a port another run may hold. So such a test runs in a network namespace made for it: the test
-//! binary runs again, as a child, with only this test (`--exact NAME`), under `unshare -n` (as
-//! root) or `unshare -rn` (a user namespace too, where unprivileged user namespaces are allowed).
-//! The child brings `lo` up (127.0.0.1 and `::1`), adds [`SECOND`] (`fd00::2`) to it, and runs
-//! the body there, every port free; its exit status decides the test's result. Where no
-//! namespace can be made (no `unshare` or `ip`, or refused), the body runs in the test itself
-//! over IPv4 on 127/8, and the reason is printed to stderr (uncaptured): never a silent skip.
+//! a port another run may hold. (A test that reads every packet of the host through a raw socket
+//! would see every other test's too.) So such a test runs in a network namespace made for it:
+//! the test binary runs again, as a child, with only this test (`--exact NAME`), under
+//! `unshare -n` (as root) or `unshare -rn` (a user namespace too, where unprivileged user
+//! namespaces are allowed; it also grants the raw socket's CAP_NET_RAW there). The child brings
+//! `lo` up (127.0.0.1 and `::1`), adds [`SECOND`] (`fd00::2`) to it, and runs the body there, no
+//! one else in the namespace; its exit status decides the test's result. Where no namespace can
+//! be made (no `unshare` or `ip`, or refused), the body runs in the test itself, on the host's
+//! loopback (an IPv6 case over IPv4 on 127/8), and the reason is printed to stderr, uncaptured:
+//! never a silent skip.
 
 use std::io::Write;
 use std::net::{Ipv6Addr, UdpSocket};
@@ -22,8 +25,8 @@ pub const FIRST: Ipv6Addr = Ipv6Addr::LOCALHOST;
 /// would never reach a host that happened to have it).
 pub const SECOND: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 
-/// Set (to any value) to run every IPv6 case over IPv4 instead, as where no namespace can be
-/// made: a way to run the fallback on a machine that has namespaces.
+/// Set (to any value) to run every such test on the host's loopback instead, as where no
+/// namespace can be made: a way to run the fallback on a machine that has namespaces.
 pub const NO_NETNS_ENV: &str = "NETLEASE_NO_NETNS";
 /// Set in the child: the test's name and the parent's network namespace (see [`marker`]).
 const CHILD_ENV: &str = "NETLEASE_NETNS_CHILD";
@@ -32,25 +35,25 @@ const NO_NETNS_EXIT: i32 = 77;
 /// The longest a child may run.
 const LIMIT: Duration = Duration::from_secs(300);
 
-/// Where the body of [`ipv6`] runs.
+/// Where the body of [`own`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ipv6Net {
-    /// In the test's own network namespace: `lo` up with [`FIRST`] and [`SECOND`]; no one else
-    /// is there, so every port (UDP 4791 too) is free.
+pub enum Netns {
+    /// In the test's own network namespace: `lo` up with 127/8, [`FIRST`] and [`SECOND`]; no one
+    /// else is there, so every port (UDP 4791 too) is free and every packet is the test's.
     Own,
-    /// No namespace could be made (the reason is printed): run the case over IPv4, on 127/8
-    /// addresses held as the rest of the crate holds them.
-    Ipv4Instead,
+    /// No namespace could be made (the reason is printed): on the host's loopback, where 127/8
+    /// addresses are held as the rest of the crate holds them, and an IPv6 case runs over IPv4.
+    Host,
 }
 
 /// Runs `body` in a network namespace of the calling test's own, or, where none can be made,
-/// here with [`Ipv6Net::Ipv4Instead`] after printing why. The child's failure (a panic, an exit
-/// other than success, no end within 300 s) fails the calling test, with the child's output.
+/// here with [`Netns::Host`] after printing why. The child's failure (a panic, an exit other
+/// than success, no end within 300 s) fails the calling test, with the child's output.
 ///
 /// Call it on the test's own thread: libtest names that thread after the test, which is how the
 /// child is told which test to run.
 #[track_caller]
-pub fn ipv6(body: impl FnOnce(Ipv6Net)) {
+pub fn own(body: impl FnOnce(Netns)) {
     let name = test_name();
     let inside = std::env::var(CHILD_ENV).ok();
     if let Some(m) = inside.as_deref().filter(|m| m.split('\n').next() == Some(name.as_str())) {
@@ -59,7 +62,7 @@ pub fn ipv6(body: impl FnOnce(Ipv6Net)) {
             raw(&format!("{} {why}", NO_NETNS));
             std::process::exit(NO_NETNS_EXIT);
         }
-        body(Ipv6Net::Own);
+        body(Netns::Own);
         raw(&format!("{} {name}", DONE));
         return;
     }
@@ -70,8 +73,11 @@ pub fn ipv6(body: impl FnOnce(Ipv6Net)) {
             Err(why) => why,
         },
     };
-    raw(&format!("netlease: {name}: no network namespace of its own ({why}); the case runs over IPv4 on 127/8"));
-    body(Ipv6Net::Ipv4Instead);
+    raw(&format!(
+        "netlease: {name}: no network namespace of its own ({why}); it runs on the host's loopback \
+         (an IPv6 case over IPv4 on 127/8)"
+    ));
+    body(Netns::Host);
 }
 
 const STARTED: &str = "netlease: started in a network namespace of its own:";
@@ -86,7 +92,7 @@ fn raw(line: &str) {
 fn test_name() -> String {
     match std::thread::current().name() {
         Some(n) if n != "main" => n.to_string(),
-        other => panic!("netlease::netns::ipv6 runs on a test's own thread (libtest names it after the test), not {other:?}"),
+        other => panic!("netlease::netns::own runs on a test's own thread (libtest names it after the test), not {other:?}"),
     }
 }
 
@@ -204,10 +210,10 @@ mod tests {
     #[test]
     fn the_body_runs_once_with_two_ipv6_addresses_or_over_ipv4() {
         let mut runs = 0;
-        ipv6(|net| {
+        own(|net| {
             runs += 1;
             match net {
-                Ipv6Net::Own => {
+                Netns::Own => {
                     // Both addresses, UDP 4791 on each free: this namespace is the test's.
                     let a = UdpSocket::bind((FIRST, 4791)).unwrap();
                     let b = UdpSocket::bind((SECOND, 4791)).unwrap();
@@ -217,7 +223,7 @@ mod tests {
                     let (n, from) = b.recv_from(&mut buf).unwrap();
                     assert_eq!((&buf[..n], from), (&b"hello"[..], a.local_addr().unwrap()));
                 }
-                Ipv6Net::Ipv4Instead => {
+                Netns::Host => {
                     let s = crate::udp_v4(4791);
                     assert!(s.local_addr().unwrap().ip().is_loopback());
                 }
@@ -232,9 +238,9 @@ mod tests {
     fn a_body_that_fails_in_the_namespace_fails_the_test() {
         let fallback = std::sync::atomic::AtomicBool::new(false);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ipv6(|net| match net {
-                Ipv6Net::Own => panic!("as a broken case panics"),
-                Ipv6Net::Ipv4Instead => fallback.store(true, Ordering::Relaxed),
+            own(|net| match net {
+                Netns::Own => panic!("as a broken case panics"),
+                Netns::Host => fallback.store(true, Ordering::Relaxed),
             })
         }));
         match r {
