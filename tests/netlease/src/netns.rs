@@ -116,8 +116,27 @@ fn set_up(marker: &str) -> Result<(), String> {
     let second = format!("{SECOND}/128");
     ip(&["link", "set", "lo", "up"])?;
     ip(&["-6", "addr", "add", &second, "dev", "lo", "nodad"])?;
-    for a in [FIRST, SECOND] {
-        UdpSocket::bind((a, 0)).map_err(|e| format!("[{a}] cannot be bound: {e}"))?;
+    // The kernel finishes adding an address (its local route) on a work queue of its own, later,
+    // and a datagram sent before then is lost: wait (bounded) until one gets through each way.
+    let bind = |a: Ipv6Addr| {
+        let s = UdpSocket::bind((a, 0)).map_err(|e| format!("[{a}] cannot be bound: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(20))).map_err(|e| e.to_string())?;
+        Ok::<_, String>(s)
+    };
+    let (x, y) = (bind(FIRST)?, bind(SECOND)?);
+    for (from, to) in [(&x, &y), (&y, &x)] {
+        let dst = to.local_addr().map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // (A send refused while the route is missing is tried again too.)
+            let _ = from.send_to(b"up?", dst);
+            if to.recv_from(&mut [0u8; 8]).is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no datagram from {} reached {dst} within 10 s", from.local_addr().map_err(|e| e.to_string())?));
+            }
+        }
     }
     Ok(())
 }
