@@ -165,6 +165,18 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The defaults with a local ACK timeout of about a second (18: 4.096 us * 2^18), for tests
+    /// that count the packets, ACKs or retransmissions of a lossless link: a loaded machine's
+    /// scheduling (two test runs at once on two cores) must not make them time out and resend.
+    pub fn steady() -> Self {
+        Self {
+            timeout: 18,
+            ..Self::default()
+        }
+    }
+}
+
 /// Connects QPs `x` and `y` of one device to each other through `ip` (`y` with `o`'s PSNs
 /// swapped).
 pub fn connect_both(d: &mut Drv, x: u32, y: u32, ip: IpAddr, o: &Opts) {

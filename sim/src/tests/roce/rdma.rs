@@ -38,7 +38,7 @@ fn rdma(
 
 #[test]
 fn write_write_with_immediate_and_read_move_multi_packet_data() {
-    let (a, ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
+    let (a, ea, b, eb) = pair(&Opts::steady(), LinkFaults::default());
     let data = pattern(10, 10_000);
     a.dev.mem().write(ea.src.iova, &data).unwrap();
     // WRITE of 10 packets into B's receive MR at offset 100.

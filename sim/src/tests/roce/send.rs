@@ -6,7 +6,7 @@ use pvrdma_abi::wqe::{wc_flags, wc_opcode, wc_status};
 
 #[test]
 fn sends_of_1_4096_and_65536_bytes_arrive_whole_between_two_devices() {
-    let (a, ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
+    let (a, ea, b, eb) = pair(&Opts::steady(), LinkFaults::default());
     for (i, len) in [1usize, 4096, 65536].into_iter().enumerate() {
         let msg = pattern(i as u64, len);
         recv(&b, &eb, 100 + i as u64, 0, 70_000);
@@ -93,7 +93,7 @@ fn one_device_talks_to_itself_over_ipv6_loopback() {
 
 #[test]
 fn a_connection_reset_and_reconnected_with_new_psns_starts_afresh() {
-    let (mut a, ea, mut b, eb) = pair(&Opts::default(), LinkFaults::default());
+    let (mut a, ea, mut b, eb) = pair(&Opts::steady(), LinkFaults::default());
     let round = |a: &Drv, b: &Drv, first: u64| {
         for i in first..first + 3 {
             recv(b, &eb, i, 0, 2048);
@@ -117,7 +117,7 @@ fn a_connection_reset_and_reconnected_with_new_psns_starts_afresh() {
     let o = Opts {
         sq_psn: 0x12_3456,
         rq_psn: 0x65_4321,
-        ..Opts::default()
+        ..Opts::steady()
     };
     let (ia, ib) = (ip(&a), ip(&b));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &o);
@@ -135,7 +135,7 @@ fn a_connection_reset_and_reconnected_with_new_psns_starts_afresh() {
 
 #[test]
 fn a_one_mebibyte_send_flows_through_the_window() {
-    let (mut a, ea, mut b, eb) = pair(&Opts::default(), LinkFaults::default());
+    let (mut a, ea, mut b, eb) = pair(&Opts::steady(), LinkFaults::default());
     const LEN: u64 = 1 << 20;
     let rw = access::LOCAL_WRITE;
     let src = a.create_mr(ea.pd, 0x7200_0000_0000, LEN, rw);
