@@ -1,7 +1,10 @@
 //! The `hca` tool as a user runs it: `pingpong` in busy and event mode for several sizes, with every
 //! payload checked, event mode sleeping, and `devinfo` shaped like `ibv_devinfo`.
 
+mod tool;
+
 use std::process::Command;
+use std::time::Duration;
 
 fn hca(args: &[&str]) -> (bool, String, String) {
     let (code, out, err) = hca_status(args);
@@ -182,8 +185,8 @@ fn options_parse_as_getopt_and_strtol_do() {
 /// before any connection is attempted, with the reason.
 #[test]
 fn pingpong_over_roce_refuses_a_roce_v1_gid_index() {
-    let (code, _, err) = hca_status(&["--roce", "127.88.7.1", "pingpong", "-g", "0"]);
-    assert_eq!(code, Some(1), "{err}");
+    let (code, _, err) = tool::run_held(LIMIT, |f| args(&["--roce", &f.v4().to_string(), "pingpong", "-g", "0"]));
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("GID index 0 is a RoCE v1 GID"), "{err}");
 }
 
@@ -207,15 +210,22 @@ fn a_closed_pipe_ends_the_tool_quietly() {
 
 /// With `--roce`, each address is a RoCE v2 GID after the link-local RoCE v1 one, printed as
 /// `ibv_devinfo -v` prints a RoCE v2 entry (`inet_ntop`, then its type). Addresses of this test's
-/// own: the RoCE port binds UDP 4791 on them.
+/// own: the RoCE port binds UDP 4791 on them (tried until the tool binds both).
 #[test]
 fn devinfo_shows_the_roce_addresses_as_roce_v2_gids() {
-    let (ok, out, err) = hca(&["--roce", "127.88.0.11", "--roce", "127.88.0.12", "devinfo", "-v"]);
-    assert!(ok, "{err}");
-    let table = "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:5054:00ff:fe12:3456, RoCE v1\n\
-                 \t\t\tGID[  1]:\t\t::ffff:127.88.0.11, RoCE v2\n\
-                 \t\t\tGID[  2]:\t\t::ffff:127.88.0.12, RoCE v2\n\n";
-    assert!(out.ends_with(table), "{out}");
+    let mut addrs = (std::net::Ipv4Addr::UNSPECIFIED, std::net::Ipv4Addr::UNSPECIFIED);
+    let (code, out, err) = tool::run_held(LIMIT, |f| {
+        addrs = (f.v4(), f.v4());
+        args(&["--roce", &addrs.0.to_string(), "--roce", &addrs.1.to_string(), "devinfo", "-v"])
+    });
+    assert_eq!(code, 0, "{err}");
+    let table = format!(
+        "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:5054:00ff:fe12:3456, RoCE v1\n\
+         \t\t\tGID[  1]:\t\t::ffff:{}, RoCE v2\n\
+         \t\t\tGID[  2]:\t\t::ffff:{}, RoCE v2\n\n",
+        addrs.0, addrs.1
+    );
+    assert!(out.ends_with(&table), "{out}");
 }
 
 #[test]
@@ -228,84 +238,57 @@ fn model_options_are_checked_when_read() {
         let (code, _, err) = hca_status(args);
         assert!(code == Some(255) && err.contains("--roce"), "{args:?}: {err}");
     }
-    let (code, _, err) = hca_status(&["--roce", "127.88.0.13", "--link-loss", "1.5", "pingpong"]);
+    // (Refused as it is read: nothing binds the address, a documentation one, TEST-NET-1.)
+    let (code, _, err) = hca_status(&["--roce", "192.0.2.13", "--link-loss", "1.5", "pingpong"]);
     assert!(code == Some(1) && err.contains("not a probability"), "{err}");
     let (code, _, err) = hca_status(&["--roce", "not-an-address", "devinfo"]);
     assert!(code == Some(255) && err.contains("not-an-address"), "{err}");
     let (code, _, err) = hca_status(&["pingpong", "127.0.0.1"]);
     assert!(code == Some(1) && err.contains("a HOST needs --roce"), "{err}");
     // Model options may come before or after the subcommand, --roce after the link options.
-    let args = ["--link-seed", "3", "--link-loss", "0", "devinfo", "--roce", "127.88.0.14", "-v"];
-    let (ok, out, err) = hca(&args);
-    assert!(ok && out.contains("::ffff:127.88.0.14, RoCE v2"), "{out}{err}");
+    let mut addr = None;
+    let (code, out, err) = tool::run_held(LIMIT, |f| {
+        let a = addr.insert(f.v4()).to_string();
+        args(&["--link-seed", "3", "--link-loss", "0", "devinfo", "--roce", &a, "-v"])
+    });
+    let want = format!("::ffff:{}, RoCE v2", addr.unwrap());
+    assert!(code == 0 && out.contains(&want), "{out}{err}");
 }
 
-/// A child process, killed if the test ends without waiting for it.
-struct Child(std::process::Child);
+/// The longest one run of the tool may take.
+const LIMIT: Duration = Duration::from_secs(60);
 
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits for `child` at most `limit`; its status, stdout and stderr, or `None` (killed).
-fn wait_bounded(mut child: Child, limit: std::time::Duration) -> Option<(i32, String, String)> {
-    use std::io::Read;
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            let mut out = String::new();
-            let mut err = String::new();
-            child.0.stdout.take().map(|mut s| s.read_to_string(&mut out));
-            child.0.stderr.take().map(|mut s| s.read_to_string(&mut err));
-            return Some((status.code().unwrap_or(-1), out, err));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    None
-}
-
-fn spawn(args: &[&str]) -> Child {
-    use std::process::Stdio;
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hca"));
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    Child(c.spawn().expect("spawn hca"))
-}
-
-/// A TCP port nothing listens on now (the kernel's pick).
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+/// Owned arguments.
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
 }
 
 /// Server and client as two processes of the tool, each with its own model and a RoCE v2 port
 /// on its own loopback address, as the README shows them: the connection data goes over TCP as
 /// `ibv_rc_pingpong` sends it, the messages over UDP 4791, and each end checks every payload.
-/// Busy and event mode; one-packet, one-page and 64-packet messages (MTU 1024).
+/// Busy and event mode; one-packet, one-page and 64-packet messages (MTU 1024). Addresses and the
+/// server's port are the test's own: tried until the tool binds them, and the client starts only
+/// once the server listens.
 #[test]
 fn pingpong_runs_as_two_processes_over_roce() {
-    let limit = std::time::Duration::from_secs(60);
     for (size, events) in [("1", false), ("4096", true), ("65536", false), ("65536", true)] {
-        let port = free_tcp_port().to_string();
-        let mut common = vec!["pingpong", "-p", port.as_str(), "-s", size, "-n", "20", "--timeout-s", "20"];
-        if events {
-            common.push("-e");
-        }
-        let server_args: Vec<&str> = [&["--roce", "127.88.0.1"][..], &common].concat();
-        let server = spawn(&server_args);
-        let client_args: Vec<&str> = [&["--roce", "127.88.0.2"][..], &common, &["127.0.0.1"]].concat();
-        // The server may not listen yet: the client, like ibv_rc_pingpong's, does not retry.
-        let mut attempt = 0;
-        let client = loop {
-            let (code, out, err) = wait_bounded(spawn(&client_args), limit).expect("the client ends within 60 s");
-            attempt += 1;
-            if !(code != 0 && err.contains("Couldn't connect") && attempt < 100) {
-                break (code, out, err);
+        let common = |port: u16| {
+            let mut c = args(&["pingpong", "-p", &port.to_string(), "-s", size, "-n", "20", "--timeout-s", "20"]);
+            if events {
+                c.push("-e".into());
             }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            c
         };
-        let server = wait_bounded(server, limit).expect("the server ends within 60 s");
+        let (server, port) = tool::serve_held(LIMIT, |f| {
+            let port = f.port();
+            ([args(&["--roce", &f.v4().to_string()]), common(port)].concat(), port)
+        });
+        let mut client_ip = None;
+        let client = tool::run_held(LIMIT, |f| {
+            let ip = client_ip.insert(f.v4()).to_string();
+            [args(&["--roce", &ip]), common(port), args(&["127.0.0.1"])].concat()
+        });
+        let server = server.finish(LIMIT).expect("the server ends within 60 s");
         for (who, (code, out, err)) in [("client", &client), ("server", &server)] {
             assert_eq!(*code, 0, "{who} {size} -e {events}:\n{out}\n{err}");
             assert!(out.contains(&format!("payload verified: 20 messages of {size} bytes")), "{who}: {out}");
@@ -317,6 +300,7 @@ fn pingpong_runs_as_two_processes_over_roce() {
         let line = |out: &str, tag: &str| out.lines().find(|l| l.contains(tag)).unwrap_or("").split(tag).nth(1).unwrap_or("").to_string();
         assert_eq!(line(c, "local address:  "), line(s, "remote address: "), "{c}\n{s}");
         assert_eq!(line(s, "local address:  "), line(c, "remote address: "), "{c}\n{s}");
-        assert!(line(c, "local address:  ").ends_with("GID ::ffff:127.88.0.2"), "{c}");
+        let gid = format!("GID ::ffff:{}", client_ip.unwrap());
+        assert!(line(c, "local address:  ").ends_with(&gid), "{c}");
     }
 }

@@ -111,19 +111,23 @@ fn a_gid_change_reaches_every_context_as_a_port_event() {
 
 /// `open_sim` binds a RoCE configuration's addresses as RoCE v2 GIDs at 1, 2, ... in order, at
 /// probe, before the arm self-test.
-/// (Addresses of their own: once the RoCE port binds UDP on them, no other test may use them.)
+/// (Addresses of their own: fresh ones tried until the RoCE port binds both, and holds them.)
 #[test]
 fn open_sim_binds_the_roce_addresses_as_roce_v2_gids() {
-    let addrs = vec!["127.88.7.1".parse().unwrap(), "127.88.7.2".parse().unwrap()];
-    let cfg = SimConfig { roce: Some(RoceConfig::new(addrs)), ..SimConfig::default() };
-    let (dev, _sim) = open_sim(cfg).unwrap();
+    let (dev, sim) = netlease::hold("the RoCE port's two addresses", |f| {
+        let cfg = SimConfig { roce: Some(RoceConfig::new(vec![f.v4().into(), f.v4().into()])), ..SimConfig::default() };
+        netlease::Attempt::of(open_sim(cfg))
+    });
+    let addrs = &sim.device().config().roce.as_ref().unwrap().addrs;
+    let [std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)] = addrs[..] else { panic!("{addrs:?}") };
+    let (a, b) = (a.octets(), b.octets());
     // The probe's arm self-test sent from the first RoCE v2 GID and decided (a failed test
     // falls back to QEMU 7.2's encoding).
     assert_eq!(hca::pvrdma(&dev).unwrap().arm_encoding(), doorbell::ArmEncoding::Ibta);
     assert_eq!(dev.query_gid_type(1, 0).unwrap(), GidType::RoceV1);
-    assert_eq!(dev.query_gid(1, 1).unwrap(), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 88, 7, 1]);
+    assert_eq!(dev.query_gid(1, 1).unwrap(), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]);
     assert_eq!(dev.query_gid_type(1, 1).unwrap(), GidType::RoceV2);
-    assert_eq!(dev.query_gid(1, 2).unwrap()[12..], [127, 88, 7, 2]);
+    assert_eq!(dev.query_gid(1, 2).unwrap()[12..], b);
     assert_eq!(dev.query_gid_type(1, 2).unwrap(), GidType::RoceV2);
     assert_eq!(dev.query_gid(1, 3).unwrap(), [0; 16]);
 }

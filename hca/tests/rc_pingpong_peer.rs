@@ -6,7 +6,10 @@
 //! byte of each page it last received is zero; connection data over TCP as `"%04x:%06x:%06x:%s"`
 //! plus its NUL (52 bytes), the server connecting its QP before replying, the client answering
 //! `"done"`. The peer runs in this test on its own model with a RoCE port on its own address; the
-//! tool runs as a separate process. The real program meets the tool in the VM stage.
+//! tool runs as a separate process, on an address (and, as server, a TCP port) of its own too.
+//! The real program meets the tool in the VM stage.
+
+mod tool;
 
 use ib_core::{access, gid_from_ip, AhAttr, Cq, Device, GlobalRoute, Mr, Mtu, Pd, Qp, QpAttr};
 use ib_core::{QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UserBuffer};
@@ -14,8 +17,7 @@ use ib_core::{Wc, WcStatus, WrOpcode};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::process::{Command, Stdio};
+use std::net::{IpAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 const SIZE: usize = 8192;
@@ -38,9 +40,12 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(ip: &str) -> Self {
-        let cfg = SimConfig { roce: Some(RoceConfig::new(vec![ip.parse().unwrap()])), ..SimConfig::default() };
-        let (dev, sim) = hca::open_sim(cfg).unwrap();
+    /// On a RoCE address of its own: fresh ones tried until the model's port binds one.
+    fn new() -> Self {
+        let (dev, sim) = netlease::v4("the peer's RoCE address", |a| {
+            let cfg = SimConfig { roce: Some(RoceConfig::new(vec![a.into()])), ..SimConfig::default() };
+            netlease::Attempt::of(hca::open_sim(cfg))
+        });
         let pd = dev.alloc_pd().unwrap();
         let buf = UserBuffer::new(SIZE).unwrap();
         buf.write(0, &[0x7b; SIZE]).unwrap();
@@ -50,12 +55,20 @@ impl Peer {
         let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         let qp = pd.create_qp(&attr).unwrap();
         qp.modify_to_init(1, 0).unwrap();
-        let gid = gid_from_ip(ip.parse().unwrap());
+        let gid = gid_from_ip(Self::ip_of(&sim));
         let peer = Self { qp, cq, mr, buf, psn: 0x12_3456, gid, _pd: pd, _dev: dev, sim };
         for _ in 0..RX_DEPTH {
             peer.post_recv();
         }
         peer
+    }
+
+    fn ip_of(sim: &hca::platform::sim::SimPlatform) -> IpAddr {
+        sim.device().config().roce.as_ref().expect("a RoCE port").addrs[0]
+    }
+
+    fn ip(&self) -> IpAddr {
+        Self::ip_of(&self.sim)
     }
 
     fn sge(&self) -> [Sge; 1] {
@@ -151,58 +164,37 @@ impl Peer {
     }
 }
 
-fn free_tcp_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+/// The test as the TCP server: a listener on a port the kernel picks, held by the test.
+fn listener() -> TcpListener {
+    TcpListener::bind(("127.0.0.1", 0)).unwrap()
 }
 
-/// The first client of `listener`, waiting at most [`LIMIT`].
-fn accept_bounded(listener: &TcpListener) -> TcpStream {
-    listener.set_nonblocking(true).unwrap();
-    let start = Instant::now();
-    let sock = loop {
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && start.elapsed() < LIMIT => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("the tool never connected: {e}"),
-        }
-    };
-    sock.set_nonblocking(false).unwrap();
-    sock.set_read_timeout(Some(LIMIT)).unwrap();
-    sock
+/// The tool as `pingpong -p PORT -s SIZE -n ITERS` (then `extra`) on a RoCE address of its own
+/// (`fresh`), recorded in `ip`.
+fn tool_args(f: &mut netlease::Fresh, ip: &mut Option<IpAddr>, port: u16, extra: &[&str]) -> Vec<String> {
+    let a = IpAddr::from(f.v4());
+    *ip = Some(a);
+    let (p, s, n) = (port.to_string(), SIZE.to_string(), ITERS.to_string());
+    let head = ["--roce", &a.to_string(), "pingpong", "-p", &p, "-s", &s, "-n", &n].map(String::from);
+    head.into_iter().chain(extra.iter().map(|x| x.to_string())).collect()
 }
 
-fn tool(args: &[&str]) -> std::process::Child {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hca"));
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c.spawn().expect("spawn hca")
-}
-
-/// Waits for the tool at most [`LIMIT`], killing it then; its status and output.
-fn finish(mut child: std::process::Child) -> (bool, String) {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+/// Waits for the tool at most [`LIMIT`], killing it then; whether it succeeded, and its output.
+fn finish(child: tool::Tool) -> (bool, String) {
+    match child.finish(LIMIT) {
+        Some((code, out, err)) => (code == 0, format!("{out}{err}")),
+        None => (false, format!("the tool did not end within {LIMIT:?} (killed)")),
     }
-    let out = child.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
 }
 
 #[test]
 fn the_tool_as_client_passes_ibv_rc_pingpong_c_servers_check() {
-    let peer = Peer::new("127.88.0.51");
-    let port = free_tcp_port();
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let (p, s, n) = (port.to_string(), SIZE.to_string(), ITERS.to_string());
-    let args = ["--roce", "127.88.0.52", "pingpong", "-p", &p, "-s", &s, "-n", &n, "127.0.0.1"];
-    let child = tool(&args);
-    let mut sock = accept_bounded(&listener);
+    let peer = Peer::new();
+    let listener = listener();
+    let port = listener.local_addr().unwrap().port();
+    let mut ip = None;
+    let (child, mut sock) = tool::connect_held(&listener, LIMIT, |f| tool_args(f, &mut ip, port, &["127.0.0.1"]));
+    sock.set_read_timeout(Some(LIMIT)).unwrap();
     let mut msg = [0u8; 52];
     sock.read_exact(&mut msg).unwrap();
     peer.connect(&msg);
@@ -219,22 +211,18 @@ fn the_tool_as_client_passes_ibv_rc_pingpong_c_servers_check() {
 
 #[test]
 fn the_tool_as_server_takes_ibv_rc_pingpong_c_clients_buffer() {
-    let peer = Peer::new("127.88.0.53");
+    let peer = Peer::new();
     // -c: the client zeroes the first byte of each page before its first send.
     for page in (0..SIZE).step_by(PAGE) {
         peer.buf.write(page, &[0]).unwrap();
     }
-    let port = free_tcp_port();
-    let (p, s, n) = (port.to_string(), SIZE.to_string(), ITERS.to_string());
-    let child = tool(&["--roce", "127.88.0.54", "pingpong", "-p", &p, "-s", &s, "-n", &n]);
-    let start = Instant::now();
-    let mut sock = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(_) if start.elapsed() < LIMIT => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("the tool never listened: {e}"),
-        }
-    };
+    // The tool listens on a port the test chose: connected to only once the tool itself listens.
+    let mut ip = None;
+    let (child, port) = tool::serve_held(LIMIT, |f| {
+        let port = f.port();
+        (tool_args(f, &mut ip, port, &[]), port)
+    });
+    let mut sock = TcpStream::connect(("127.0.0.1", port)).expect("the tool listens");
     sock.set_read_timeout(Some(LIMIT)).unwrap();
     sock.write_all(&peer.msg()).unwrap();
     let mut msg = [0u8; 52];
@@ -253,13 +241,13 @@ fn the_tool_as_server_takes_ibv_rc_pingpong_c_clients_buffer() {
 /// finished (the VM stage's loss_pingpong_ours_client case).
 #[test]
 fn the_tool_answers_the_peers_resent_last_packet_before_its_qp_goes() {
-    let (me, tool_ip) = ("127.88.0.55", "127.88.0.56");
-    let peer = Peer::new(me);
-    let port = free_tcp_port();
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let (p, s, n) = (port.to_string(), SIZE.to_string(), ITERS.to_string());
-    let child = tool(&["--roce", tool_ip, "pingpong", "-p", &p, "-s", &s, "-n", &n, "127.0.0.1"]);
-    let mut sock = accept_bounded(&listener);
+    let peer = Peer::new();
+    let listener = listener();
+    let port = listener.local_addr().unwrap().port();
+    let mut tool_ip = None;
+    let (child, mut sock) = tool::connect_held(&listener, LIMIT, |f| tool_args(f, &mut tool_ip, port, &["127.0.0.1"]));
+    sock.set_read_timeout(Some(LIMIT)).unwrap();
+    let tool_ip = tool_ip.expect("the tool's address");
     let mut msg = [0u8; 52];
     sock.read_exact(&mut msg).unwrap();
     let tool_qpn = u32::from_str_radix(std::str::from_utf8(&msg[5..11]).unwrap(), 16).unwrap();
@@ -270,8 +258,8 @@ fn the_tool_answers_the_peers_resent_last_packet_before_its_qp_goes() {
 
     // The last packet of the peer's last SEND (8 packets of 1024 bytes each).
     let last_psn = (peer.psn + ITERS * (SIZE / 1024) as u32 - 1) & 0xff_ffff;
-    let udp = UdpSocket::bind((me, 0)).unwrap();
-    let ip = roce_wire::IpContext::new(udp.local_addr().unwrap(), format!("{tool_ip}:4791").parse().unwrap());
+    let udp = UdpSocket::bind((peer.ip(), 0)).unwrap();
+    let ip = roce_wire::IpContext::new(udp.local_addr().unwrap(), std::net::SocketAddr::new(tool_ip, 4791));
     let bth = roce_wire::Bth {
         opcode: roce_wire::opcode::RC_SEND_LAST,
         pkey: 0xffff,

@@ -26,6 +26,29 @@ pub fn open_with(cfg: pvrdma_sim::SimConfig) -> Device {
     dev
 }
 
+/// Opens a model whose RoCE port is `roce` on a 127/8 address of its own (UDP 4791), the rest of
+/// its configuration from `cfg`: fresh addresses are tried until the port binds one, and the
+/// port holds it (`netlease`: never an address another test, or another run, holds).
+pub fn open_roce(
+    roce: pvrdma_sim::roce::RoceConfig,
+    cfg: pvrdma_sim::SimConfig,
+) -> (Device, hca::platform::sim::SimPlatform) {
+    netlease::v4("the model's RoCE address", |a| {
+        let roce = pvrdma_sim::roce::RoceConfig { addrs: vec![a.into()], ..roce.clone() };
+        netlease::Attempt::of(hca::open_sim(pvrdma_sim::SimConfig { roce: Some(roce), ..cfg.clone() }))
+    })
+}
+
+/// The first address of the RoCE port of the model behind `sim`.
+pub fn roce_addr(sim: &hca::platform::sim::SimPlatform) -> std::net::IpAddr {
+    sim.device().config().roce.as_ref().expect("a RoCE port").addrs[0]
+}
+
+/// A UDP socket at 4791 of a 127/8 address of its own: a fake RoCE peer the test drives.
+pub fn peer_socket() -> std::net::UdpSocket {
+    netlease::udp_v4(pvrdma_sim::roce::ROCE_V2_UDP_PORT)
+}
+
 /// The pvrdma provider's device behind `dev`.
 pub fn pv(dev: &Device) -> &Pvrdma {
     hca::pvrdma(dev).expect("a pvrdma device")

@@ -9,18 +9,22 @@ use ib_core::{
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use tests::fixture::{connect_roce, open_with, poll_n};
+use tests::fixture::{connect_roce, poll_n};
 
-/// A fake RoCE peer: its socket and the device's address.
+/// A fake RoCE peer: its socket (UDP 4791 of an address of its own) and the device's address.
 struct Peer {
     sock: UdpSocket,
     to: SocketAddr,
 }
 
 impl Peer {
-    fn new(dev_ip: IpAddr, peer_ip: IpAddr, port: u16) -> Self {
-        let sock = UdpSocket::bind(SocketAddr::new(peer_ip, port)).expect("the peer's socket");
-        Peer { sock, to: SocketAddr::new(dev_ip, port) }
+    fn new(dev_ip: IpAddr) -> Self {
+        let sock = tests::fixture::peer_socket();
+        Peer { sock, to: SocketAddr::new(dev_ip, pvrdma_sim::roce::ROCE_V2_UDP_PORT) }
+    }
+
+    fn ip(&self) -> IpAddr {
+        self.sock.local_addr().expect("the peer's address").ip()
     }
 
     /// Sends one RC packet (`opcode`, `psn`) to QP `dest_qp` carrying `payload`.
@@ -59,8 +63,11 @@ fn connect_slow(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8) {
     q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
 }
 
-fn roce_device(ip: IpAddr, udp_port: u16) -> ib_core::Device {
-    open_with(SimConfig { roce: Some(RoceConfig { udp_port, ..RoceConfig::new(vec![ip]) }), ..Default::default() })
+/// A model on a RoCE address of its own, and that address.
+fn roce_device() -> (ib_core::Device, hca::platform::sim::SimPlatform, IpAddr) {
+    let (dev, sim) = tests::fixture::open_roce(RoceConfig::new(vec![]), SimConfig::default());
+    let ip = tests::fixture::roce_addr(&sim);
+    (dev, sim, ip)
 }
 
 fn srq_qp(pd: &Pd, cq: &Cq, srq: &Srq) -> Qp {
@@ -115,13 +122,9 @@ fn a_wqe_the_device_never_completes_does_not_fill_the_srq_for_good() {
 #[test]
 fn a_read_response_to_an_atomic_is_dropped_and_counted() {
     use roce_wire::opcode as op;
-    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.95.13.3".parse().unwrap(), "127.95.13.4".parse().unwrap());
-    let (dev, sim) = hca::open_sim(SimConfig {
-        roce: Some(RoceConfig { udp_port: 47_953, ..RoceConfig::new(vec![ip]) }),
-        ..Default::default()
-    })
-    .expect("probe");
-    let peer = Peer::new(ip, peer_ip, 47_953);
+    let (dev, sim, ip) = roce_device();
+    let peer = Peer::new(ip);
+    let peer_ip = peer.ip();
     let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8, None).unwrap();
@@ -203,9 +206,9 @@ fn an_srq_cqe_removed_by_a_reset_retires_its_wqe() {
 #[test]
 fn a_held_srq_wqe_of_a_reset_qp_is_retired_not_lost() {
     use roce_wire::opcode as op;
-    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.95.13.5".parse().unwrap(), "127.95.13.6".parse().unwrap());
-    let dev = roce_device(ip, 47_955);
-    let peer = Peer::new(ip, peer_ip, 47_955);
+    let (dev, _sim, ip) = roce_device();
+    let peer = Peer::new(ip);
+    let peer_ip = peer.ip();
     let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();

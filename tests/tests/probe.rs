@@ -238,14 +238,13 @@ fn a_self_test_that_cannot_finish_falls_back_safely() {
 
 #[test]
 fn open_sim_fails_when_the_roce_port_cannot_bind_its_address() {
-    let ip: std::net::IpAddr = [127, 77, 50, 1].into();
-    let cfg = || pvrdma_sim::SimConfig {
-        roce: Some(pvrdma_sim::roce::RoceConfig::new(vec![ip])),
-        ..Default::default()
-    };
-    let (_dev, _sim) = hca::open_sim(cfg()).expect("the first model binds 127.77.50.1:4791");
-    let Err(Error::Device(e)) = hca::open_sim(cfg()) else { panic!("the second model cannot bind") };
+    // The first model holds an address of its own; the second is pointed at the same one.
+    let no = pvrdma_sim::roce::RoceConfig::new(vec![]);
+    let (_dev, sim) = tests::fixture::open_roce(no, Default::default());
+    let ip = tests::fixture::roce_addr(&sim);
+    let cfg = pvrdma_sim::SimConfig { roce: Some(pvrdma_sim::roce::RoceConfig::new(vec![ip])), ..Default::default() };
+    let Err(Error::Device(e)) = hca::open_sim(cfg) else { panic!("the second model cannot bind") };
     assert_eq!(e.errno(), libc::EADDRINUSE, "{e}");
     assert!(e.downcast_ref::<pvrdma_sim::roce::RoceError>().is_some());
-    assert!(e.to_string().contains("127.77.50.1:4791"), "{e}");
+    assert!(e.to_string().contains(&format!("{ip}:4791")), "{e}");
 }

@@ -296,10 +296,9 @@ fn query_returns_every_attribute_as_set() {
 #[test]
 fn sqd_drains_through_retransmissions_on_the_roce_port() {
     use pvrdma_sim::roce::{LinkFaults, RoceConfig};
-    use std::net::{IpAddr, Ipv4Addr};
     let faults = LinkFaults { loss: 0.2, seed: 5, ..Default::default() };
-    let roce = RoceConfig { faults, ..RoceConfig::new(vec![IpAddr::V4(Ipv4Addr::new(127, 93, 0, 13))]) };
-    let dev = tests::fixture::open_with(pvrdma_sim::SimConfig { roce: Some(roce), ..Default::default() });
+    let roce = RoceConfig { faults, ..RoceConfig::new(vec![]) };
+    let (dev, _sim) = tests::fixture::open_roce(roce, Default::default());
     let dgid = dev.query_gid(1, 1).expect("the RoCE v2 GID");
     let pd = dev.alloc_pd().unwrap();
     let (cq_a, cq_b) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());

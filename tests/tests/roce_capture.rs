@@ -10,13 +10,10 @@ use pvrdma_sim::roce::{LinkFaults, RoceConfig};
 use pvrdma_sim::SimConfig;
 use roce_wire::opcode::*;
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
-use tests::fixture::{connect_roce, open_with, poll_n, rc_qp};
+use tests::fixture::{connect_roce, open_roce, poll_n, rc_qp};
 use tests::tshark::{tshark_present, tshark_verbose, COMPLAINTS};
 
 const ACCESS: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
-/// The port's one address (unusual, so no other test binds it): GID index 1.
-const ADDR: Ipv4Addr = Ipv4Addr::new(127, 93, 0, 1);
 const MSG: usize = 5000;
 const ROUNDS: u64 = 12;
 
@@ -40,8 +37,9 @@ fn pattern(seed: u64) -> Vec<u8> {
 /// own address with 5% loss each way, checking every byte; the capture lands in `pcap`.
 fn traffic(pcap: &std::path::Path) {
     let faults = LinkFaults { loss: 0.05, seed: 11, ..Default::default() };
-    let roce = RoceConfig { faults, pcap: Some(pcap.to_path_buf()), ..RoceConfig::new(vec![IpAddr::V4(ADDR)]) };
-    let dev = open_with(SimConfig { roce: Some(roce), ..Default::default() });
+    // The port's one address, its own (GID index 1).
+    let roce = RoceConfig { faults, pcap: Some(pcap.to_path_buf()), ..RoceConfig::new(vec![]) };
+    let (dev, _sim) = open_roce(roce, SimConfig::default());
     let dgid = dev.query_gid(1, 1).expect("the RoCE v2 GID");
     let pd = dev.alloc_pd().unwrap();
     let (cq_a, cq_b) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());

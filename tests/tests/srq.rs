@@ -12,7 +12,6 @@ use pvrdma_abi::cmd::{CreateSrq, DestroyPd, DestroySrq, ModifySrq, QuerySrq};
 use pvrdma_abi::verbs::{srq_attr_mask, srq_type, SrqAttr as DevSrqAttr};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::{Profile, SimConfig};
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 use pvrdma_abi::uar::{UAR_SRQ_OFFSET, UAR_SRQ_RECV};
 use tests::fixture::{connect, connect_roce, gid, open, open_with, poll_n, pv, rc_qp, uar_page, SETTLE, WAIT};
@@ -124,9 +123,8 @@ fn receives_are_shared_by_several_qps_with_every_payload_in_place() {
 
 #[test]
 fn receives_are_shared_over_the_roce_v2_port_between_two_devices() {
-    let ip = |d| IpAddr::V4(Ipv4Addr::new(127, 94, 13, d));
-    let cfg = |d| SimConfig { roce: Some(RoceConfig::new(vec![ip(d)])), ..Default::default() };
-    let (send_dev, recv_dev) = (open_with(cfg(1)), open_with(cfg(2)));
+    let open = || tests::fixture::open_roce(RoceConfig::new(vec![]), SimConfig::default()).0;
+    let (send_dev, recv_dev) = (open(), open());
     let (send_gid, recv_gid) = (send_dev.query_gid(1, 1).unwrap(), recv_dev.query_gid(1, 1).unwrap());
     let (spd, rpd) = (send_dev.alloc_pd().unwrap(), recv_dev.alloc_pd().unwrap());
     let (cq_a, cq_b) = (send_dev.create_cq(256, None).unwrap(), recv_dev.create_cq(256, None).unwrap());

@@ -1,6 +1,7 @@
 //! UD between two devices of one process over their RoCE v2 ports (each binds its own address,
 //! one UDP port for both): over IPv4 the receiver's GRH area holds zeros then the IPv4 header
-//! in bytes 20-39 (checksum valid); over IPv6 the IPv6 header as the GRH. The answering address
+//! in bytes 20-39 (checksum valid); over IPv6 the IPv6 header as the GRH (two IPv6 addresses, in
+//! the test's own network namespace). The answering address
 //! from `ah_attr_from_wc` reaches the sender back. A wrong Q_Key and a missing receive drop the
 //! datagram at the receiver, counted, while the sender completes SUCCESS.
 
@@ -24,9 +25,20 @@ struct End {
     sgid_index: u8,
 }
 
-fn end(ip: IpAddr, udp_port: u16) -> End {
-    let roce = RoceConfig { udp_port, ..RoceConfig::new(vec![ip]) };
-    let (dev, sim) = hca::open_sim(SimConfig { roce: Some(roce), ..Default::default() }).expect("probe");
+/// An end on a RoCE address of its own (UDP 4791).
+fn end() -> End {
+    let (dev, sim) = tests::fixture::open_roce(RoceConfig::new(vec![]), SimConfig::default());
+    end_of(dev, sim)
+}
+
+/// An end at `ip`, an address of the test's own network namespace.
+fn end_at(ip: IpAddr) -> End {
+    let (dev, sim) = hca::open_sim(SimConfig { roce: Some(RoceConfig::new(vec![ip])), ..Default::default() }).expect("probe");
+    end_of(dev, sim)
+}
+
+fn end_of(dev: Device, sim: hca::platform::sim::SimPlatform) -> End {
+    let ip = tests::fixture::roce_addr(&sim);
     let want = ib_core::gid_from_ip(ip);
     let sgid_index = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == want)).expect("the address's GID") as u8;
     let pd = dev.alloc_pd().unwrap();
@@ -40,6 +52,18 @@ fn end(ip: IpAddr, udp_port: u16) -> End {
 }
 
 impl End {
+    fn ip(&self) -> IpAddr {
+        tests::fixture::roce_addr(&self.sim)
+    }
+
+    /// The end's address's four bytes (an IPv4 end).
+    fn v4(&self) -> [u8; 4] {
+        match self.ip() {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(a) => panic!("{a} is not IPv4"),
+        }
+    }
+
     fn ah_to(&self, other: &End) -> ib_core::Ah {
         let dgid = other.dev.query_gid(1, u32::from(other.sgid_index)).unwrap();
         let grh = GlobalRoute { dgid, sgid_index: self.sgid_index, hop_limit: 64, traffic_class: 0, flow_label: 0 };
@@ -106,17 +130,20 @@ fn ipv4_sum(h: &[u8]) -> u32 {
 
 #[test]
 fn ud_over_roce_ipv4_puts_the_ipv4_header_in_bytes_20_to_39() {
-    let (ia, ib): (IpAddr, IpAddr) = ("127.93.13.1".parse().unwrap(), "127.93.13.2".parse().unwrap());
-    let (a, b) = (end(ia, 47_931), end(ib, 47_931));
-    let g = round_trip(&a, &b);
+    ipv4_case(&end(), &end());
+}
+
+/// Two IPv4 ends: the GRH area of a round trip, then a wrong Q_Key and a missing receive.
+fn ipv4_case(a: &End, b: &End) {
+    let g = round_trip(a, b);
     assert_eq!(&g[..20], &[0u8; 20]);
     assert_eq!((g[20], g[29]), (0x45, 17), "IPv4, IHL 5, UDP");
-    assert_eq!(&g[32..36], &[127, 93, 13, 1], "source: a");
-    assert_eq!(&g[36..40], &[127, 93, 13, 2], "destination: b");
+    assert_eq!(&g[32..36], &a.v4(), "source: a");
+    assert_eq!(&g[36..40], &b.v4(), "destination: b");
     assert_eq!(u16::from_be_bytes([g[22], g[23]]), 20 + 8 + 12 + 8 + 1000 + 4);
     assert_eq!(ipv4_sum(&g[20..]), 0xffff, "checksum holds");
     // A wrong Q_Key and a missing receive: dropped at b, counted; a completes SUCCESS.
-    let ah = a.ah_to(&b);
+    let ah = a.ah_to(b);
     b.recv(9);
     assert_eq!(a.send(ah.dest(b.qp.qpn(), QKEY + 1), b"x").status, WcStatus::Success);
     let settled = ib_core::time::poll_until(Duration::from_secs(5), || b.sim.device().stats().ud_dropped_qkey == 1);
@@ -129,22 +156,27 @@ fn ud_over_roce_ipv4_puts_the_ipv4_header_in_bytes_20_to_39() {
     assert!(a.sim.device().stats().ud_dropped_qkey == 0);
 }
 
+/// At `::1` and `fd00::2` in the test's own network namespace; where none can be made, the
+/// IPv4 case instead (the reason printed).
 #[test]
 fn ud_over_roce_ipv6_puts_the_ipv6_header_as_the_grh() {
-    let (ia, ib): (IpAddr, IpAddr) = ("::1".parse().unwrap(), "fd00::2".parse().unwrap());
-    let (a, b) = (end(ia, 47_932), end(ib, 47_932));
-    let g = round_trip(&a, &b);
-    assert_eq!(g[0] >> 4, 6);
-    assert_eq!((g[6], g[7]), (17, 64), "next header UDP, hop limit");
-    assert_eq!(u16::from_be_bytes([g[4], g[5]]), 8 + 12 + 8 + 1000 + 4);
-    assert_eq!(&g[8..24], &a.dev.query_gid(1, u32::from(a.sgid_index)).unwrap());
-    assert_eq!(&g[24..40], &b.dev.query_gid(1, u32::from(b.sgid_index)).unwrap());
+    netlease::netns::own(|net| {
+        if net == netlease::netns::Netns::Host {
+            return ipv4_case(&end(), &end());
+        }
+        let (a, b) = (end_at(netlease::netns::FIRST.into()), end_at(netlease::netns::SECOND.into()));
+        let g = round_trip(&a, &b);
+        assert_eq!(g[0] >> 4, 6);
+        assert_eq!((g[6], g[7]), (17, 64), "next header UDP, hop limit");
+        assert_eq!(u16::from_be_bytes([g[4], g[5]]), 8 + 12 + 8 + 1000 + 4);
+        assert_eq!(&g[8..24], &a.dev.query_gid(1, u32::from(a.sgid_index)).unwrap());
+        assert_eq!(&g[24..40], &b.dev.query_gid(1, u32::from(b.sgid_index)).unwrap());
+    });
 }
 
-/// The fake peer's socket and the device's address.
-fn forger(dev_ip: IpAddr, peer_ip: IpAddr, port: u16) -> (std::net::UdpSocket, std::net::SocketAddr) {
-    let s = std::net::UdpSocket::bind(std::net::SocketAddr::new(peer_ip, port)).expect("the peer's socket");
-    (s, std::net::SocketAddr::new(dev_ip, port))
+/// The fake peer's socket (UDP 4791 of an address of its own) and the device's address.
+fn forger(dev_ip: IpAddr) -> (std::net::UdpSocket, std::net::SocketAddr) {
+    (tests::fixture::peer_socket(), std::net::SocketAddr::new(dev_ip, pvrdma_sim::roce::ROCE_V2_UDP_PORT))
 }
 
 /// A UD packet (SEND Only, or with Immediate) as the peer sends it to `to`.
@@ -161,9 +193,9 @@ fn forge(s: &std::net::UdpSocket, to: std::net::SocketAddr, opcode: u8, pkey: u1
 #[test]
 fn forged_short_and_hostile_ud_packets_are_dropped_and_counted_by_reason() {
     use roce_wire::ud::{UD_SEND_ONLY, UD_SEND_ONLY_WITH_IMMEDIATE};
-    let (ip, peer_ip): (IpAddr, IpAddr) = ("127.93.14.1".parse().unwrap(), "127.93.14.2".parse().unwrap());
-    let e = end(ip, 47_933);
-    let (s, to) = forger(ip, peer_ip, 47_933);
+    let e = end();
+    let (s, to) = forger(e.ip());
+    let peer_ip = s.local_addr().unwrap().ip();
     let qpn = e.qp.qpn();
     let stats = || e.sim.device().stats();
     let wait_for = |what: &str, f: &dyn Fn(&pvrdma_sim::SimStats) -> bool| {
@@ -204,7 +236,8 @@ fn forged_short_and_hostile_ud_packets_are_dropped_and_counted_by_reason() {
     let w = poll_n(&e.cq, 1)[0];
     assert_eq!((w.wr_id, w.status, w.src_qp, w.byte_len), (1, WcStatus::Success, 0x99, GRH_LEN as u32 + 15));
     assert_eq!(e.payload(15), b"forged but fine");
-    assert_eq!(&e.grh()[32..40], &[127, 93, 14, 2, 127, 93, 14, 1], "the addresses it came between");
+    let IpAddr::V4(from) = peer_ip else { unreachable!("an IPv4 peer") };
+    assert_eq!(&e.grh()[32..40], &[from.octets(), e.v4()].concat()[..], "the addresses it came between");
     // With immediate data, and with no receive posted.
     e.recv(2);
     s.send_to(&forge(&s, to, UD_SEND_ONLY_WITH_IMMEDIATE, 0xffff, qpn, QKEY, b"imm"), to).unwrap();
@@ -234,10 +267,10 @@ fn ud_packets_in_the_ports_capture_decode_with_good_icrcs_and_in_tshark() {
     let dir = std::env::temp_dir().join(format!("ud-capture-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("ud.pcap");
-    let ip: IpAddr = "127.93.15.1".parse().unwrap();
     // UDP 4791: the capture reader and tshark know RoCE v2 by it (the address is this test's own).
-    let roce = RoceConfig { pcap: Some(pcap.clone()), ..RoceConfig::new(vec![ip]) };
-    let (dev, sim) = hca::open_sim(SimConfig { roce: Some(roce), ..Default::default() }).expect("probe");
+    let roce = RoceConfig { pcap: Some(pcap.clone()), ..RoceConfig::new(vec![]) };
+    let (dev, sim) = tests::fixture::open_roce(roce, SimConfig::default());
+    let ip = tests::fixture::roce_addr(&sim);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(32, None).unwrap();
     let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();

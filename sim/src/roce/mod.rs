@@ -50,7 +50,7 @@ mod requester;
 mod responder;
 mod rx;
 mod socket;
-mod sys;
+pub(crate) mod sys;
 mod ud;
 
 use crate::device::{Core, Effects};

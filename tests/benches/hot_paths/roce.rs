@@ -1,8 +1,8 @@
-//! Round trips over the model's RoCE v2 port (two devices on two loopback addresses, UDP 4791,
-//! MTU 1024), busy polling (yielding between empty polls, as `hca pingpong` does: the port's
-//! receive thread runs in this process), beside their limit: a bare UDP ping-pong between two sockets on the
-//! same addresses carrying the same datagrams (one per MTU of payload, each way), with nothing
-//! else (no ACKs, no ICRC, no device).
+//! Round trips over the model's RoCE v2 port (two devices on two loopback addresses of their own,
+//! UDP 4791, MTU 1024), busy polling (yielding between empty polls, as `hca pingpong` does: the
+//! port's receive thread runs in this process), beside their limit: a bare UDP ping-pong between
+//! two sockets on two loopback addresses carrying the same datagrams (one per MTU of payload,
+//! each way), with nothing else (no ACKs, no ICRC, no device).
 
 use crate::pair;
 use crate::round_trip::{stack_round_trips, End};
@@ -10,23 +10,19 @@ use criterion::Criterion;
 use ib_core::{access, QpCap, QpInitAttr, QpType};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use tests::fixture::connect_roce;
 
-/// The two ends' addresses (unusual, so nothing else on the host binds them).
-const ADDR: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 97, 0, 1), Ipv4Addr::new(127, 97, 0, 2)];
 const MTU: usize = 1024;
 const RX_DEPTH: u32 = 16;
 
 /// One end per device (each on its own address), connected through GID index 1.
 fn ends(size: u32) -> ([ib_core::Device; 2], End, End) {
-    let open = |ip: Ipv4Addr| {
-        let roce = RoceConfig::new(vec![IpAddr::V4(ip)]);
-        hca::open_sim(SimConfig { roce: Some(roce), ..Default::default() }).expect("the model on RoCE").0
-    };
-    let devs = [open(ADDR[0]), open(ADDR[1])];
+    // Each on a 127/8 address its port holds (`netlease`).
+    let open = || tests::fixture::open_roce(RoceConfig::new(vec![]), SimConfig::default()).0;
+    let devs = [open(), open()];
     let cap = QpCap { max_send_wr: RX_DEPTH, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let end = |dev: &ib_core::Device| {
         let pd = dev.alloc_pd().expect("a PD");
@@ -48,11 +44,10 @@ fn ends(size: u32) -> ([ib_core::Device; 2], End, End) {
     (devs, a, b)
 }
 
-/// `n` round trips of `size` bytes between two UDP sockets on [`ADDR`] (ports chosen by the
-/// system), each message cut into datagrams of at most [`MTU`] bytes; the initiator's time.
+/// `n` round trips of `size` bytes between two UDP sockets on 127/8 addresses of their own (ports
+/// chosen by the system), each message cut into datagrams of at most [`MTU`] bytes; the initiator's time.
 fn udp_round_trips(n: u64, size: usize) -> Duration {
-    let bind = |ip: Ipv4Addr| UdpSocket::bind(SocketAddr::new(IpAddr::V4(ip), 0)).expect("a UDP socket");
-    let (a, b) = (bind(ADDR[0]), bind(ADDR[1]));
+    let (a, b) = (netlease::udp_v4(0), netlease::udp_v4(0));
     for s in [&a, &b] {
         s.set_read_timeout(Some(Duration::from_secs(5))).expect("a read timeout");
     }

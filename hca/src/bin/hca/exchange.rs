@@ -101,20 +101,33 @@ pub fn client(host: &str, port: u16, me: &Dest, timeout: Duration) -> Result<Des
     Dest::decode(&msg)
 }
 
-/// The server's side: listens on TCP `port` of every address, takes one client (waiting for
-/// it as long as it takes, as `ibv_rc_pingpong` does), reads its data, runs `connect` (the QP
-/// to RTR and RTS) and only then replies with `me` and waits for "done". Reads and writes wait
-/// at most `timeout`.
+/// The server's side: listens on TCP `port` of every address ([`listen`]), then [`serve`]s.
 pub fn server(
     port: u16,
     me: &Dest,
     timeout: Duration,
     connect: impl FnOnce(&Dest) -> Result<(), String>,
 ) -> Result<Dest, String> {
-    // [::] takes IPv4 clients too (IPv4-mapped) unless IPv6 is off; then 0.0.0.0.
-    let listener = TcpListener::bind(("::", port))
+    serve(listen(port)?, me, timeout, connect)
+}
+
+/// The server's listener on TCP `port` of every address: `[::]`, which takes IPv4 clients too
+/// (IPv4-mapped) unless IPv6 is off; then `0.0.0.0`.
+pub fn listen(port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(("::", port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-        .map_err(|e| format!("Couldn't listen to port {port}: {e}"))?;
+        .map_err(|e| format!("Couldn't listen to port {port}: {e}"))
+}
+
+/// Takes one client of `listener` (waiting for it as long as it takes, as `ibv_rc_pingpong`
+/// does), reads its data, runs `connect` (the QP to RTR and RTS) and only then replies with
+/// `me` and waits for "done". Reads and writes wait at most `timeout`.
+pub fn serve(
+    listener: TcpListener,
+    me: &Dest,
+    timeout: Duration,
+    connect: impl FnOnce(&Dest) -> Result<(), String>,
+) -> Result<Dest, String> {
     let (mut sock, _) = listener.accept().map_err(|e| format!("accept() failed: {e}"))?;
     drop(listener);
     bound(&sock, timeout)?;
@@ -170,9 +183,11 @@ mod tests {
         }
     }
 
-    /// A TCP port nothing listens on (yet).
-    fn free_port() -> u16 {
-        TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+    /// A listener of the server's on a port the kernel picks (the test holds it from then on).
+    fn listener() -> (TcpListener, u16) {
+        let l = listen(0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        (l, port)
     }
 
     #[test]
@@ -196,10 +211,16 @@ mod tests {
             assert!(got.is_err(), "{answer:?}: {got:?}");
             peer.join().unwrap();
         }
-        let refused = client("127.0.0.1", free_port(), &me, t).unwrap_err();
+        // A port held bound where nothing listens: refused, and no one can listen there meanwhile.
+        let closed = netlease::ClosedTcpPort::new([127, 0, 0, 1].into()).unwrap();
+        let refused = client("127.0.0.1", closed.addr().port(), &me, t).unwrap_err();
         assert!(refused.starts_with("Couldn't connect to 127.0.0.1:") && refused.contains("refused"), "{refused}");
-        let refused = client("::1", free_port(), &me, t).unwrap_err();
-        assert!(refused.starts_with("Couldn't connect to [::1]:"), "{refused}");
+        // An IPv6 literal is shown in brackets: on `::1` held the same way, or, where the host
+        // has no `::1`, any port (the connection fails either way).
+        let closed6 = netlease::ClosedTcpPort::new(std::net::Ipv6Addr::LOCALHOST.into()).ok();
+        let port6 = closed6.as_ref().map_or(9, |c| c.addr().port());
+        let refused = client("::1", port6, &me, t).unwrap_err();
+        assert!(refused.starts_with(&format!("Couldn't connect to [::1]:{port6}: ")), "{refused}");
     }
 
     #[test]
@@ -211,17 +232,10 @@ mod tests {
         let cases: [(&[u8], &[u8]); 5] =
             [(b"", b""), (b"0000:00", b""), (&[b'q'; MSG_LEN], b""), (&good, b"nope!"), (&good, b"")];
         for (first, last) in cases {
-            let port = free_port();
+            let (l, port) = listener();
             let (first, last) = (first.to_vec(), last.to_vec());
-            let srv = std::thread::spawn(move || server(port, &me, t, |_| Ok(())));
-            let mut s = (0..100)
-                .find_map(|_| {
-                    TcpStream::connect(("127.0.0.1", port)).ok().or_else(|| {
-                        std::thread::sleep(Duration::from_millis(20));
-                        None
-                    })
-                })
-                .expect("the server listens within 2 s");
+            let srv = std::thread::spawn(move || serve(l, &me, t, |_| Ok(())));
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("the server listens");
             s.write_all(&first).unwrap();
             if !first.is_empty() {
                 let mut reply = [0u8; MSG_LEN];
@@ -235,25 +249,26 @@ mod tests {
         }
     }
 
+    /// A port someone holds is reported in the words a test that chose the port looks for
+    /// (`netlease::says_taken`), so it can try another.
+    #[test]
+    fn a_port_taken_is_reported_as_taken() {
+        let (_held, port) = listener();
+        let e = listen(port).unwrap_err();
+        assert!(e.starts_with(&format!("Couldn't listen to port {port}: ")) && netlease::says_taken(&e), "{e}");
+    }
+
     #[test]
     fn client_and_server_exchange_over_tcp() {
-        let port = {
-            let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let (l, port) = listener();
         let srv = Dest { lid: 0, qpn: 1, psn: 2, gid: [1; 16] };
         let cli = Dest { lid: 0, qpn: 3, psn: 4, gid: [2; 16] };
         let t = Duration::from_secs(5);
-        let server = std::thread::spawn(move || server(port, &srv, t, |peer| {
+        let server = std::thread::spawn(move || serve(l, &srv, t, |peer| {
             assert_eq!(peer.qpn, 3);
             Ok(())
         }));
-        let got = (0..100)
-            .find_map(|_| client("127.0.0.1", port, &cli, t).ok().or_else(|| {
-                std::thread::sleep(Duration::from_millis(20));
-                None
-            }))
-            .expect("the server listens within 2 s");
+        let got = client("127.0.0.1", port, &cli, t).expect("the server listens");
         assert_eq!(got, srv);
         assert_eq!(server.join().unwrap(), Ok(cli));
     }

@@ -40,7 +40,7 @@ fn u64_at(d: &Drv, iova: u64) -> u64 {
 
 #[test]
 fn compare_swap_and_fetch_add_cross_the_wire() {
-    let (a, ea, mut b, eb) = pair(213, &Opts::default(), LinkFaults::default());
+    let (a, ea, mut b, eb) = pair(&Opts::default(), LinkFaults::default());
     let t = atomic_target(&mut b, &eb, 0x7200_0000_0ff8);
     b.dev.mem().write(t.iova, &0x0102_0304_0506_0708u64.to_le_bytes()).unwrap();
     atomic(&a, &ea, 1, wr_opcode::ATOMIC_CMP_AND_SWP, t.va, t.rkey, 0x0102_0304_0506_0708, 99, 0);
@@ -104,12 +104,12 @@ fn add_n(a: &Drv, e: &End, mr: &TestMr, n: u64) -> Vec<u64> {
 fn fetch_add_from_two_qps_at_once_sums_exactly() {
     const N: u64 = 300;
     let o = Opts::default();
-    let (mut a, ea1, mut b, eb1) = pair(214, &o, LinkFaults::default());
+    let (mut a, ea1, mut b, eb1) = pair(&o, LinkFaults::default());
     let ea2 = end_in_pd(&mut a, &ea1, 0x7400_0000_0000);
     let eb2 = end_in_pd(&mut b, &eb1, 0x7400_0000_0000);
-    connect(&mut a, ea2.qp.qpn, eb2.qp.qpn, addr(214, 2), &o);
+    connect(&mut a, ea2.qp.qpn, eb2.qp.qpn, ip(&b), &o);
     let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o };
-    connect(&mut b, eb2.qp.qpn, ea2.qp.qpn, addr(214, 1), &ob);
+    connect(&mut b, eb2.qp.qpn, ea2.qp.qpn, ip(&a), &ob);
     let t = atomic_target(&mut b, &eb1, 0x7200_0000_0000);
     grant_atomic(&mut b, &eb2);
     let (a, b) = (&a, &b);
@@ -133,7 +133,7 @@ fn atomics_through_a_lossy_link_execute_exactly_once() {
     const N: u64 = 300;
     let faults = LinkFaults { loss: 0.1, reorder: 0.05, duplicate: 0.05, seed: 215 };
     let o = Opts { timeout: 13, ..Opts::default() };
-    let (a, ea, mut b, eb) = pair(215, &o, faults);
+    let (a, ea, mut b, eb) = pair(&o, faults);
     let t = atomic_target(&mut b, &eb, 0x7200_0000_0000);
     let mut seen = add_n(&a, &ea, &t, N);
     assert_eq!(seen.len() as u64, N, "every FETCH ADD completed");
@@ -161,29 +161,28 @@ fn fetch_add(qpn: u32, p: u32, va: u64, rkey: u32, add: u64) -> Headers {
 /// atomic had, is dropped; the responder's memory holds one addition.
 #[test]
 fn a_duplicate_atomic_is_answered_from_the_saved_result() {
-    const T: u8 = 216;
-    let (mut d, e, peer, o) = device_and_peer(T);
+    let (mut d, e, peer, o) = device_and_peer();
     let t = atomic_target(&mut d, &e, 0x7200_0000_0000);
     d.dev.mem().write(t.iova, &40u64.to_le_bytes()).unwrap();
     let r = o.rq_psn;
-    forge(&peer, T, fetch_add(e.qp.qpn, r, t.va, t.rkey, 2), &[]);
+    forge(&peer, &d, fetch_add(e.qp.qpn, r, t.va, t.rkey, 2), &[]);
     let ack = next_packet(&peer);
     assert_eq!((ack.bth.opcode, ack.bth.psn, ack.atomic_ack), (op::RC_ATOMIC_ACKNOWLEDGE, r, Some(40)));
     assert!(matches!(ack.aeth.map(|a| a.syndrome()), Some(Syndrome::Ack { .. })));
     // The same request again (its response was lost): the same answer, nothing executed.
-    forge(&peer, T, fetch_add(e.qp.qpn, r, t.va, t.rkey, 2), &[]);
+    forge(&peer, &d, fetch_add(e.qp.qpn, r, t.va, t.rkey, 2), &[]);
     let again = next_packet(&peer);
     assert_eq!((again.bth.opcode, again.bth.psn, again.atomic_ack), (op::RC_ATOMIC_ACKNOWLEDGE, r, Some(40)));
     let before = d.dev.stats().roce_rx_dropped_psn;
     // Not what was executed at that PSN, and a PSN no atomic had: dropped.
-    forge(&peer, T, fetch_add(e.qp.qpn, r, t.va, t.rkey, 3), &[]);
-    forge(&peer, T, fetch_add(e.qp.qpn, psn::add(r, 0xff_fff0), t.va, t.rkey, 2), &[]);
+    forge(&peer, &d, fetch_add(e.qp.qpn, r, t.va, t.rkey, 3), &[]);
+    forge(&peer, &d, fetch_add(e.qp.qpn, psn::add(r, 0xff_fff0), t.va, t.rkey, 2), &[]);
     assert!(counted(&d, before + 1, |s| s.roce_rx_dropped_psn));
     assert_eq!(u64_at(&d, t.iova), 42, "one addition");
     let s = d.dev.stats();
     assert_eq!((s.atomics_executed, s.roce_atomic_replays), (1, 1));
     // The next new atomic is executed.
-    forge(&peer, T, fetch_add(e.qp.qpn, psn::add(r, 1), t.va, t.rkey, 8), &[]);
+    forge(&peer, &d, fetch_add(e.qp.qpn, psn::add(r, 1), t.va, t.rkey, 8), &[]);
     let next = next_packet(&peer);
     assert_eq!((next.bth.psn, next.atomic_ack), (psn::add(r, 1), Some(42)));
     assert_eq!(u64_at(&d, t.iova), 50);
@@ -194,19 +193,15 @@ fn a_duplicate_atomic_is_answered_from_the_saved_result() {
 /// the responder QP in ERR (Class C).
 #[test]
 fn hostile_atomics_are_naked_and_change_nothing() {
-    for (k, (what, off, bad_key, code)) in [
+    for (what, off, bad_key, code) in [
         ("misaligned", 4u64, false, NakCode::InvalidRequest),
         ("bad R_Key", 0, true, NakCode::RemoteAccessError),
         ("past the MR", 2 * PAGE, false, NakCode::RemoteAccessError),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let test = 217 + k as u8;
-        let (mut d, e, peer, o) = device_and_peer(test);
+    ] {
+        let (mut d, e, peer, o) = device_and_peer();
         let t = atomic_target(&mut d, &e, 0x7200_0000_0000);
         let rkey = if bad_key { t.rkey ^ 0x100 } else { t.rkey };
-        forge(&peer, test, fetch_add(e.qp.qpn, o.rq_psn, t.va + off, rkey, 1), &[]);
+        forge(&peer, &d, fetch_add(e.qp.qpn, o.rq_psn, t.va + off, rkey, 1), &[]);
         let nak = next_packet(&peer);
         assert_eq!(nak.bth.opcode, op::RC_ACKNOWLEDGE, "{what}");
         assert_eq!(nak.aeth.map(|a| a.syndrome()), Some(Syndrome::Nak(code)), "{what}");
@@ -222,8 +217,7 @@ fn hostile_atomics_are_naked_and_change_nothing() {
 /// it afterwards changes nothing.
 #[test]
 fn forged_atomic_acknowledges_are_dropped_and_counted() {
-    const T: u8 = 220;
-    let (d, e, peer, o) = device_and_peer(T);
+    let (d, e, peer, o) = device_and_peer();
     let ack = |p: u32, aeth: Aeth, orig: u64| Headers {
         bth: bth(op::RC_ATOMIC_ACKNOWLEDGE, e.qp.qpn, p),
         aeth: Some(aeth),
@@ -235,19 +229,19 @@ fn forged_atomic_acknowledges_are_dropped_and_counted() {
     let eth = req.atomic_eth.expect("an AtomicETH");
     assert_eq!((req.bth.opcode, req.bth.psn, eth.va, eth.rkey, eth.swap_add), (op::RC_FETCH_ADD, o.sq_psn, 0x9000_0000, 0x77, 3));
     let s1 = d.dev.stats();
-    forge(&peer, T, ack(psn::add(o.sq_psn, 5), Aeth::ack(0, 0x1f), 1), &[]);
+    forge(&peer, &d, ack(psn::add(o.sq_psn, 5), Aeth::ack(0, 0x1f), 1), &[]);
     assert!(counted(&d, s1.roce_rx_dropped_psn, |s| s.roce_rx_dropped_psn), "never sent");
-    forge(&peer, T, ack(o.sq_psn, Aeth::nak(0, NakCode::RemoteAccessError), 1), &[]);
+    forge(&peer, &d, ack(o.sq_psn, Aeth::nak(0, NakCode::RemoteAccessError), 1), &[]);
     assert!(counted(&d, s1.roce_rx_dropped_malformed, |s| s.roce_rx_dropped_malformed), "a NAK in an ATOMIC Acknowledge");
-    forge(&peer, T, ack(psn::add(o.sq_psn, 0xff_ffff), Aeth::ack(0, 0x1f), 1), &[]);
+    forge(&peer, &d, ack(psn::add(o.sq_psn, 0xff_ffff), Aeth::ack(0, 0x1f), 1), &[]);
     assert!(counted(&d, s1.roce_rx_duplicates, |s| s.roce_rx_duplicates), "answers no atomic");
     assert!(d.poll(&e.cq).is_none(), "nothing completed");
-    forge(&peer, T, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0xabcd), &[]);
+    forge(&peer, &d, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0xabcd), &[]);
     let c = wait(&d, &e, 1, LONG);
     assert_eq!((c[0].wr_id.get(), c[0].status.get(), c[0].opcode.get()), (5, wc_status::SUCCESS, wc_opcode::FETCH_ADD));
     assert_eq!(u64_at(&d, e.dst.iova), 0xabcd);
     let s2 = d.dev.stats();
-    forge(&peer, T, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0x9999), &[]);
+    forge(&peer, &d, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0x9999), &[]);
     assert!(counted(&d, s2.roce_rx_duplicates.max(s2.roce_rx_dropped_psn), |s| s.roce_rx_duplicates.max(s.roce_rx_dropped_psn)));
     assert_eq!(u64_at(&d, e.dst.iova), 0xabcd, "a late duplicate writes nothing");
     assert!(d.poll(&e.cq).is_none());
@@ -258,13 +252,10 @@ fn forged_atomic_acknowledges_are_dropped_and_counted() {
 /// request), nothing changes, and both QPs end in ERR.
 #[test]
 fn refused_atomics_complete_with_the_nak_status() {
-    for (k, (what, off, bad_key, status)) in
+    for (what, off, bad_key, status) in
         [("bad R_Key", 0u64, true, wc_status::REM_ACCESS_ERR), ("misaligned", 4, false, wc_status::REM_INV_REQ_ERR)]
-            .into_iter()
-            .enumerate()
     {
-        let test = 221 + k as u8;
-        let (a, ea, mut b, eb) = pair(test, &Opts::default(), LinkFaults::default());
+        let (a, ea, mut b, eb) = pair(&Opts::default(), LinkFaults::default());
         let t = atomic_target(&mut b, &eb, 0x7200_0000_0000);
         let rkey = if bad_key { t.rkey ^ 0x100 } else { t.rkey };
         atomic(&a, &ea, 1, wr_opcode::ATOMIC_CMP_AND_SWP, t.va + off, rkey, 0, 1, 0);

@@ -20,7 +20,7 @@ fn a_send_rnr_nakked_until_the_receiver_posts_late_then_arrives() {
         min_rnr_timer: 14,
         ..Opts::default()
     };
-    let (a, ea, b, eb) = pair(30, &o, LinkFaults::default());
+    let (a, ea, b, eb) = pair(&o, LinkFaults::default());
     send(&a, &ea, 1, &pattern(1, 3000), 0, None);
     std::thread::sleep(Duration::from_millis(30));
     assert!(a.poll(&ea.cq).is_none() && b.poll(&eb.cq).is_none());
@@ -39,7 +39,7 @@ fn rnr_retry_exhausted_completes_rnr_retry_exc_err_and_flushes_the_rest() {
         min_rnr_timer: 1,
         ..Opts::default()
     };
-    let (a, ea, b, _eb) = pair(31, &o, LinkFaults::default());
+    let (a, ea, b, _eb) = pair(&o, LinkFaults::default());
     send(&a, &ea, 1, &pattern(1, 10), 0, None);
     send(&a, &ea, 2, &pattern(2, 10), 64, None);
     assert_eq!(
@@ -58,14 +58,14 @@ fn rnr_retry_exhausted_completes_rnr_retry_exc_err_and_flushes_the_rest() {
 
 #[test]
 fn retries_exhausted_towards_an_address_nobody_listens_on_complete_retry_exc_err() {
-    let ip = addr(32, 1);
-    let mut a = device(ip, crate::roce::ROCE_V2_UDP_PORT, LinkFaults::default());
+    let mut a = device(LinkFaults::default());
     let ea = end(&mut a, 16);
+    let nobody = peer_socket();
     connect(
         &mut a,
         ea.qp.qpn,
         5,
-        addr(32, 9),
+        nobody.local_addr().unwrap().ip(),
         &Opts {
             retry_cnt: 2,
             ..Opts::default()
@@ -88,9 +88,7 @@ fn retries_exhausted_towards_an_address_nobody_listens_on_complete_retry_exc_err
 
 #[test]
 fn a_destroyed_peer_qp_drops_what_comes_and_the_sender_exhausts_its_retries() {
-    let (a, ea, mut b, eb) = pair(
-        33,
-        &Opts {
+    let (a, ea, mut b, eb) = pair(&Opts {
             retry_cnt: 1,
             ..Opts::default()
         },
@@ -107,11 +105,12 @@ fn a_destroyed_peer_qp_drops_what_comes_and_the_sender_exhausts_its_retries() {
 
 #[test]
 fn a_qp_whose_source_gid_is_not_a_bound_roce_v2_address_fails_its_send() {
-    let (mut a, _ea, _b, eb) = pair(34, &Opts::default(), LinkFaults::default());
+    let (mut a, _ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
     // Index 2: a RoCE v2 GID whose address the port did not bind (GIDs may change after RTR).
-    bind_v2(&mut a, 2, addr(34, 77));
+    // (A documentation address, TEST-NET-1: no host has it, and the port never binds it.)
+    bind_v2(&mut a, 2, IpAddr::from([192, 0, 2, 77]));
     let e = end(&mut a, 16);
-    assert_eq!(connect_from(&mut a, e.qp.qpn, eb.qp.qpn, addr(34, 2), 2), 0);
+    assert_eq!(connect_from(&mut a, e.qp.qpn, eb.qp.qpn, ip(&b), 2), 0);
     send(&a, &e, 1, b"x", 0, None);
     assert_eq!(statuses(&a, &e, 1), vec![(1, wc_status::LOC_QP_OP_ERR)]);
     assert_eq!(a.dev.qp_state(e.qp.qpn), Some(qp_state::ERR));
@@ -120,9 +119,9 @@ fn a_qp_whose_source_gid_is_not_a_bound_roce_v2_address_fails_its_send() {
 /// Index 0, the link-local RoCE v1 GID, cannot source a QP on the RoCE v2 port: RTR refuses it.
 #[test]
 fn rtr_from_the_roce_v1_gid_is_refused_on_a_roce_v2_port() {
-    let (mut a, _ea, _b, eb) = pair(37, &Opts::default(), LinkFaults::default());
+    let (mut a, _ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
     let e = end(&mut a, 16);
-    assert_eq!(connect_from(&mut a, e.qp.qpn, eb.qp.qpn, addr(37, 2), 0), Errno::EINVAL.0);
+    assert_eq!(connect_from(&mut a, e.qp.qpn, eb.qp.qpn, ip(&b), 0), Errno::EINVAL.0);
     assert_eq!(a.dev.qp_state(e.qp.qpn), Some(qp_state::INIT));
 }
 
@@ -153,20 +152,22 @@ fn connect_from(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, sgid_index: u8
 
 #[test]
 fn a_port_that_cannot_bind_its_address_fails_device_creation() {
-    let ip = addr(35, 1);
+    // The first device holds an address of its own; the second is pointed at the same one.
+    let first = device(LinkFaults::default());
+    let ip = ip(&first);
     let cfg = || SimConfig {
         roce: Some(RoceConfig::new(vec![ip])),
         ..SimConfig::default()
     };
-    let first = SimDevice::try_new(cfg()).expect("the first device binds");
     let err = SimDevice::try_new(cfg())
         .err()
         .expect("the address is taken");
     assert!(matches!(err, crate::roce::RoceError::Bind { .. }), "{err}");
-    assert!(err.to_string().contains("127.77.35.1:4791"), "{err}");
+    assert!(netlease::is_taken(&err), "{err}");
+    assert!(err.to_string().contains(&format!("{ip}:4791")), "{err}");
     let second = SimDevice::new(cfg());
     assert!(second.roce_error().is_some());
-    assert!(first.roce_error().is_none());
+    assert!(first.dev.roce_error().is_none());
     let none = SimConfig {
         roce: Some(RoceConfig::new(vec![])),
         ..SimConfig::default()
@@ -185,31 +186,17 @@ fn the_device_wire_budget_bounds_what_a_roce_requester_holds() {
         device_bytes_in_flight: 8192,
         ..SimConfig::default()
     };
-    let mut a = device_with(
-        addr(36, 1),
-        crate::roce::ROCE_V2_UDP_PORT,
-        LinkFaults::default(),
-        base,
-    );
-    let mut b = device(
-        addr(36, 2),
-        crate::roce::ROCE_V2_UDP_PORT,
-        LinkFaults::default(),
-    );
+    let mut a = device_with(LinkFaults::default(), base);
+    let mut b = device(LinkFaults::default());
     let (ea, eb) = (end(&mut a, 64), end(&mut b, 64));
     let o = Opts::default();
-    connect(&mut a, ea.qp.qpn, eb.qp.qpn, addr(36, 2), &o);
-    connect(
-        &mut b,
-        eb.qp.qpn,
-        ea.qp.qpn,
-        addr(36, 1),
-        &Opts {
-            sq_psn: o.rq_psn,
-            rq_psn: o.sq_psn,
-            ..o
-        },
-    );
+    connect(&mut a, ea.qp.qpn, eb.qp.qpn, ip(&b), &o);
+    let ob = Opts {
+        sq_psn: o.rq_psn,
+        rq_psn: o.sq_psn,
+        ..o
+    };
+    connect(&mut b, eb.qp.qpn, ea.qp.qpn, ip(&a), &ob);
     for i in 0..40u64 {
         recv(&b, &eb, i, i * 4096, 4096);
     }
@@ -233,10 +220,9 @@ fn ends_that_disagree_on_the_path_mtu_both_complete_and_go_to_err() {
     // As `hca pingpong --roce -m 1024` against a server at -m 512: the sender's first packet
     // is longer than the receiver's path MTU. The receiver NAKs it and must not wait on in
     // silence: its QP goes to ERR and its receives complete (flushed), as rxe's do.
-    let (ia, ib) = (addr(80, 1), addr(80, 2));
-    let port = crate::roce::ROCE_V2_UDP_PORT;
-    let mut a = device(ia, port, LinkFaults::default());
-    let mut b = device(ib, port, LinkFaults::default());
+    let mut a = device(LinkFaults::default());
+    let mut b = device(LinkFaults::default());
+    let (ia, ib) = (ip(&a), ip(&b));
     let (ea, eb) = (end(&mut a, 16), end(&mut b, 16));
     let o = Opts::default();
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &o);
@@ -262,7 +248,7 @@ fn ends_that_disagree_on_the_path_mtu_both_complete_and_go_to_err() {
 fn the_source_gid_of_a_connected_qp_deleted_fails_both_ends_within_their_retries() {
     // DESTROY_BIND of the GID a connected QP sends from: what it sends and what comes back for
     // it have no address of the port any more. Both ends end in RETRY_EXC_ERR, nothing hangs.
-    let (mut a, ea, b, eb) = pair(83, &Opts::default(), LinkFaults::default());
+    let (mut a, ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
     recv(&b, &eb, 1, 0, 4096);
     send(&a, &ea, 1, &pattern(1, 100), 0, None);
     assert_eq!(statuses(&a, &ea, 1), vec![(1, wc_status::SUCCESS)]);

@@ -19,23 +19,23 @@ fn len_of(i: u64) -> usize {
 
 /// Streams [`MESSAGES`] messages from one device to the other through `faults`; returns both
 /// devices' counters.
-fn exactly_once(test: u8, faults: LinkFaults) -> (SimStats, SimStats) {
+fn exactly_once(faults: LinkFaults) -> (SimStats, SimStats) {
     let fb = LinkFaults {
         seed: faults.seed.wrapping_add(1),
         ..faults.clone()
     };
-    exactly_once_with(test, faults, fb)
+    exactly_once_with(faults, fb)
 }
 
 /// [`exactly_once`] with faults `fa` on the sender's link and `fb` on the receiver's.
-fn exactly_once_with(test: u8, fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
+fn exactly_once_with(fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
     // A local ACK timeout of 33.5 ms: seven in a row without progress (a retry_cnt of 7
     // exhausted) take a quarter second, which a loaded test machine's scheduling does not.
     let o = Opts {
         timeout: 13,
         ..Opts::default()
     };
-    let (a, ea, b, eb) = pair_with(test, &o, fa, fb);
+    let (a, ea, b, eb) = pair_with(&o, fa, fb);
     for i in 0..RECVS {
         recv(&b, &eb, i, (i % RECVS) * SLOT, SLOT as u32);
     }
@@ -95,14 +95,11 @@ fn exactly_once_with(test: u8, fa: LinkFaults, fb: LinkFaults) -> (SimStats, Sim
 
 #[test]
 fn exactly_once_through_loss() {
-    let (a, b) = exactly_once(
-        20,
-        LinkFaults {
-            loss: 0.1,
-            seed: 1,
-            ..LinkFaults::default()
-        },
-    );
+    let (a, b) = exactly_once(LinkFaults {
+        loss: 0.1,
+        seed: 1,
+        ..LinkFaults::default()
+    });
     assert!(a.roce_injected_loss > 0 && b.roce_injected_loss > 0);
     assert!(a.roce_retransmits > 0, "lost packets were sent again");
 }
@@ -115,7 +112,7 @@ fn exactly_once_through_loss_on_the_receivers_link_alone() {
         seed: 6,
         ..LinkFaults::default()
     };
-    let (a, b) = exactly_once_with(25, LinkFaults::default(), f);
+    let (a, b) = exactly_once_with(LinkFaults::default(), f);
     assert_eq!(a.roce_injected_loss, 0);
     // Counted after the receiving side's faults: a tenth of what A sent never reached B's
     // transport.
@@ -128,28 +125,22 @@ fn exactly_once_through_loss_on_the_receivers_link_alone() {
 
 #[test]
 fn exactly_once_through_reordering() {
-    let (a, b) = exactly_once(
-        21,
-        LinkFaults {
-            reorder: 0.1,
-            seed: 2,
-            ..LinkFaults::default()
-        },
-    );
+    let (a, b) = exactly_once(LinkFaults {
+        reorder: 0.1,
+        seed: 2,
+        ..LinkFaults::default()
+    });
     assert!(a.roce_injected_reorder > 0 && b.roce_injected_reorder > 0);
     assert!(b.roce_naks_sent > 0, "a packet ahead of its turn is NAKed");
 }
 
 #[test]
 fn exactly_once_through_duplication() {
-    let (a, b) = exactly_once(
-        22,
-        LinkFaults {
-            duplicate: 0.1,
-            seed: 3,
-            ..LinkFaults::default()
-        },
-    );
+    let (a, b) = exactly_once(LinkFaults {
+        duplicate: 0.1,
+        seed: 3,
+        ..LinkFaults::default()
+    });
     assert!(a.roce_injected_duplicate > 0 && b.roce_injected_duplicate > 0);
     assert!(b.roce_rx_duplicates > 0, "duplicates were seen and dropped");
 }
@@ -162,7 +153,7 @@ fn exactly_once_through_loss_reordering_and_duplication_together() {
         duplicate: 0.1,
         seed: 4,
     };
-    let (a, b) = exactly_once(23, f);
+    let (a, b) = exactly_once(f);
     let injected =
         |s: &SimStats| s.roce_injected_loss + s.roce_injected_reorder + s.roce_injected_duplicate;
     assert!(injected(&a) > 0 && injected(&b) > 0);
@@ -183,7 +174,6 @@ fn writes_and_reads_through_a_faulty_link() {
         seed: 5,
     };
     let (a, ea, b, eb) = pair(
-        24,
         &Opts {
             timeout: 13,
             ..Opts::default()
@@ -253,15 +243,12 @@ fn writes_and_reads_through_a_faulty_link() {
 /// Every packet reordered and duplicated on both links: still exactly once, in order.
 #[test]
 fn exactly_once_when_every_packet_is_reordered_and_duplicated() {
-    let (a, b) = exactly_once(
-        27,
-        LinkFaults {
-            reorder: 1.0,
-            duplicate: 1.0,
-            seed: 27,
-            ..LinkFaults::default()
-        },
-    );
+    let (a, b) = exactly_once(LinkFaults {
+        reorder: 1.0,
+        duplicate: 1.0,
+        seed: 27,
+        ..LinkFaults::default()
+    });
     assert!(a.roce_injected_duplicate > 0 && b.roce_rx_duplicates > 0);
 }
 
@@ -279,7 +266,7 @@ fn a_link_that_loses_everything_ends_in_retry_exc_err() {
         retry_cnt: 2,
         ..Opts::default()
     };
-    let (a, ea, b, eb) = pair(28, &o, f);
+    let (a, ea, b, eb) = pair(&o, f);
     recv(&b, &eb, 0, 0, 4096);
     for i in 0..4 {
         send(&a, &ea, i, &pattern(i, 3000), i * 4096, None);

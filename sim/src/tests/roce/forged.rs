@@ -14,32 +14,30 @@ use zerocopy::little_endian::U32;
 /// The QPN the fake peer claims.
 const PEER_QPN: u32 = 0x42;
 
-/// A device at `127.77.<test>.1` with one QP connected to a fake peer at `.2` (a UDP socket on
-/// 4791 the test drives), no local ACK timeout (so nothing times out under the test).
-pub(super) fn device_and_peer(test: u8) -> (Drv, End, UdpSocket, Opts) {
-    let mut d = device(
-        addr(test, 1),
-        crate::roce::ROCE_V2_UDP_PORT,
-        LinkFaults::default(),
-    );
+/// A device with one QP connected to a fake peer (a UDP socket on 4791 of an address of its
+/// own, which the test drives), no local ACK timeout (so nothing times out under the test).
+pub(super) fn device_and_peer() -> (Drv, End, UdpSocket, Opts) {
+    let mut d = device(LinkFaults::default());
     let e = end(&mut d, 16);
     let o = Opts {
         timeout: 0,
         ..Opts::default()
     };
-    connect(&mut d, e.qp.qpn, PEER_QPN, addr(test, 2), &o);
-    let peer = UdpSocket::bind(SocketAddr::new(
-        addr(test, 2),
-        crate::roce::ROCE_V2_UDP_PORT,
-    ))
-    .unwrap();
+    let peer = peer_socket();
+    connect(
+        &mut d,
+        e.qp.qpn,
+        PEER_QPN,
+        peer.local_addr().unwrap().ip(),
+        &o,
+    );
     peer.set_read_timeout(Some(LONG)).unwrap();
     (d, e, peer, o)
 }
 
-/// Encodes `hdr` + `payload` as the peer sends it to the device.
-pub(super) fn forge(peer: &UdpSocket, test: u8, hdr: Headers, payload: &[u8]) {
-    let to = SocketAddr::new(addr(test, 1), crate::roce::ROCE_V2_UDP_PORT);
+/// Encodes `hdr` + `payload` as the peer sends it to device `d`.
+pub(super) fn forge(peer: &UdpSocket, d: &Drv, hdr: Headers, payload: &[u8]) {
+    let to = SocketAddr::new(ip(d), crate::roce::ROCE_V2_UDP_PORT);
     let mut out = Vec::new();
     let ip = IpContext::new(peer.local_addr().unwrap(), to);
     roce_wire::encode(&hdr, payload, &ip, &mut out).unwrap();
@@ -79,8 +77,7 @@ pub(super) fn counted(d: &Drv, before: u64, counter: fn(&SimStats) -> u64) -> bo
 
 #[test]
 fn acks_and_naks_for_psns_never_sent_complete_nothing() {
-    const T: u8 = 60;
-    let (d, e, peer, o) = device_and_peer(T);
+    let (d, e, peer, o) = device_and_peer();
     // 200 packets: the window sends the first 128, the rest wait for ACKs.
     send(&d, &e, 1, &pattern(1, 200 << 10), 0, None);
     assert_eq!(next_from_device(&peer).1, o.sq_psn);
@@ -126,7 +123,7 @@ fn acks_and_naks_for_psns_never_sent_complete_nothing() {
             aeth: Some(aeth),
             ..Default::default()
         };
-        forge(&peer, T, hdr, &[]);
+        forge(&peer, &d, hdr, &[]);
         assert!(
             counted(&d, before, |s| s.roce_rx_dropped_psn),
             "{what}: dropped"
@@ -137,8 +134,7 @@ fn acks_and_naks_for_psns_never_sent_complete_nothing() {
 
 #[test]
 fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
-    const T: u8 = 61;
-    let (d, e, peer, o) = device_and_peer(T);
+    let (d, e, peer, o) = device_and_peer();
     d.dev.mem().write(e.dst.iova, &pattern(2, 8192)).unwrap();
     let r = o.rq_psn;
     let read = |p: u32, va: u64, rkey: u32, len: u32| Headers {
@@ -151,7 +147,7 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
         ..Default::default()
     };
     let (va, rkey) = (e.dst.va, e.dst.rkey);
-    forge(&peer, T, read(r, va, rkey, 4096), &[]);
+    forge(&peer, &d, read(r, va, rkey, 4096), &[]);
     for k in 0..4 {
         assert_eq!(next_from_device(&peer).1, psn::add(r, k), "response {k}");
     }
@@ -169,16 +165,16 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
         ("before the READ's address", read(r, va - 1024, rkey, 4096)),
     ];
     for (_, hdr) in hostile {
-        forge(&peer, T, hdr, &[]);
+        forge(&peer, &d, hdr, &[]);
     }
     // A retried READ asking for its last two responses is answered.
-    forge(&peer, T, read(psn::add(r, 2), va + 2048, rkey, 2048), &[]);
+    forge(&peer, &d, read(psn::add(r, 2), va + 2048, rkey, 2048), &[]);
     // A duplicate SEND asking for an ACK marks the end of what the device answers.
     let probe = Headers {
         bth: bth(op::RC_SEND_ONLY, e.qp.qpn, psn::add(r, 0xff_ffff)),
         ..Default::default()
     };
-    forge(&peer, T, probe, b"x");
+    forge(&peer, &d, probe, b"x");
     let mut got = Vec::new();
     loop {
         let (opcode, p, len) = next_from_device(&peer);
@@ -195,8 +191,7 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
 /// nothing there, and the READ completes with a local protection error (the QP then in ERR).
 #[test]
 fn a_read_response_for_a_deregistered_mr_writes_nothing() {
-    const T: u8 = 67;
-    let (mut d, e, peer, o) = device_and_peer(T);
+    let (mut d, e, peer, o) = device_and_peer();
     let before = pattern(67, 4096);
     d.dev.mem().write(e.dst.iova, &before).unwrap();
     let sg = [sge(e.dst.va, 2048, e.dst.lkey)];
@@ -221,7 +216,7 @@ fn a_read_response_for_a_deregistered_mr_writes_nothing() {
             aeth: Some(Aeth::ack(1, 0x1f)),
             ..Default::default()
         };
-        forge(&peer, T, hdr, &[0xee; 1024]);
+        forge(&peer, &d, hdr, &[0xee; 1024]);
     }
     let c = wait(&d, &e, 1, LONG);
     assert_eq!(
@@ -240,8 +235,7 @@ fn a_read_response_for_a_deregistered_mr_writes_nothing() {
 /// written.
 #[test]
 fn write_packets_that_disagree_with_their_reth_write_nothing() {
-    const T: u8 = 70;
-    let (mut d, e, peer, o) = device_and_peer(T);
+    let (mut d, e, peer, o) = device_and_peer();
     let r = o.rq_psn;
     let mtu = 1024;
     // Each case on a QP of its own (an invalid request moves the QP to ERR): packets before
@@ -261,7 +255,13 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
     for (i, case) in cases.into_iter().enumerate() {
         let e = qp.take().unwrap_or_else(|| {
             let e = end(&mut d, 16);
-            connect(&mut d, e.qp.qpn, PEER_QPN, addr(T, 2), &o);
+            connect(
+                &mut d,
+                e.qp.qpn,
+                PEER_QPN,
+                peer.local_addr().unwrap().ip(),
+                &o,
+            );
             e
         });
         let before = pattern(70, 16384);
@@ -279,7 +279,7 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
                 }),
                 ..Default::default()
             };
-            forge(&peer, T, hdr, &vec![0xee; bytes]);
+            forge(&peer, &d, hdr, &vec![0xee; bytes]);
             let (opcode, p, _) = next_from_device(&peer);
             replies.push((opcode, psn::diff(p, r)));
         }
@@ -303,8 +303,7 @@ fn a_send_longer_than_the_max_message_size_is_refused_not_buffered() {
     // A receive WQE whose SGEs claim 8 GiB (the scatter would check them later) and a peer
     // that keeps sending SEND_MIDDLE packets: the responder buffers the message, so it must
     // stop at the device's max_msg_sz (16 MiB), not at the WQE's claim.
-    const T: u8 = 71;
-    let (d, e, peer, o) = device_and_peer(T);
+    let (d, e, peer, o) = device_and_peer();
     let huge = sge(e.dst.va, u32::MAX, e.dst.lkey);
     d.recv(&e.qp, 1, &[huge, huge]);
     let r = o.rq_psn;
@@ -322,7 +321,7 @@ fn a_send_longer_than_the_max_message_size_is_refused_not_buffered() {
             bth: bth(opcode, e.qp.qpn, psn::add(r, k)),
             ..Default::default()
         };
-        forge(&peer, T, hdr, &payload);
+        forge(&peer, &d, hdr, &payload);
         let mut buf = vec![0u8; 1 << 16];
         let (n, _) = peer.recv_from(&mut buf).expect("a reply within LONG");
         let pkt = roce_wire::decode(&buf[..n], None).unwrap();
@@ -346,14 +345,12 @@ fn partial_sends_on_many_qps_are_bounded_by_the_device_wire_budget() {
     // Receive WQEs that claim 8 GiB each, and a peer that starts a SEND on each QP and never
     // ends it: what the responders reassemble together stays within the device's wire budget
     // (here 32 MiB): past it, a first packet gets an RNR NAK instead of a buffer.
-    const T: u8 = 73;
     let cfg = crate::SimConfig {
         device_bytes_in_flight: 32 << 20,
         ..crate::SimConfig::default()
     };
-    let port = crate::roce::ROCE_V2_UDP_PORT;
-    let mut d = device_with(addr(T, 1), port, LinkFaults::default(), cfg);
-    let peer = UdpSocket::bind(SocketAddr::new(addr(T, 2), port)).unwrap();
+    let mut d = device_with(LinkFaults::default(), cfg);
+    let peer = peer_socket();
     peer.set_read_timeout(Some(LONG)).unwrap();
     let o = Opts {
         timeout: 0,
@@ -362,14 +359,20 @@ fn partial_sends_on_many_qps_are_bounded_by_the_device_wire_budget() {
     let mut replies = Vec::new();
     for i in 0..4 {
         let e = end(&mut d, 16);
-        connect(&mut d, e.qp.qpn, PEER_QPN, addr(T, 2), &o);
+        connect(
+            &mut d,
+            e.qp.qpn,
+            PEER_QPN,
+            peer.local_addr().unwrap().ip(),
+            &o,
+        );
         let huge = sge(e.dst.va, u32::MAX, e.dst.lkey);
         d.recv(&e.qp, i, &[huge, huge]);
         let hdr = Headers {
             bth: bth(op::RC_SEND_FIRST, e.qp.qpn, o.rq_psn),
             ..Default::default()
         };
-        forge(&peer, T, hdr, &[0x5a; 1024]);
+        forge(&peer, &d, hdr, &[0x5a; 1024]);
         let mut buf = vec![0u8; 1 << 16];
         let (n, _) = peer.recv_from(&mut buf).expect("a reply within LONG");
         let pkt = roce_wire::decode(&buf[..n], None).unwrap();

@@ -12,7 +12,7 @@ use zerocopy::little_endian::U32;
 /// loop, a READ outstanding) stop within a bound, and their addresses bind again at once.
 #[test]
 fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
-    const T: u8 = 62;
+    let mut addrs = None;
     for round in 0..3u64 {
         let f = LinkFaults {
             loss: [1.0, 0.5, 0.0][round as usize],
@@ -20,7 +20,13 @@ fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
             reorder: 1.0,
             seed: round,
         };
-        let (a, ea, b, eb) = pair(T, &Opts::default(), f);
+        // The first round's addresses are held again by each round's devices.
+        let (a, b) = match addrs {
+            None => (device(f.clone()), device(f)),
+            Some((ia, ib)) => (at(ia, f.clone()), at(ib, f)),
+        };
+        addrs = Some((ip(&a), ip(&b)));
+        let (a, ea, b, eb) = join(a, b, &Opts::default());
         for i in 0..8 {
             // No receive WQE on b: SENDs that arrive are RNR NAKed (rnr_retry 7: for ever).
             send(&a, &ea, i, &pattern(i, 5000), i * 8192, None);
@@ -35,10 +41,23 @@ fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
         rx.recv_timeout(LONG).expect("both devices stop");
     }
     // The same addresses again, and a message through them.
-    let (a, ea, b, eb) = pair(T, &Opts::default(), LinkFaults::default());
+    let (ia, ib) = addrs.unwrap();
+    let no = LinkFaults::default();
+    let (a, ea, b, eb) = join(at(ia, no.clone()), at(ib, no), &Opts::default());
     recv(&b, &eb, 1, 0, 64);
     send(&a, &ea, 1, b"again", 0, None);
     assert_eq!(wait(&b, &eb, 1, LONG)[0].status.get(), wc_status::SUCCESS);
+}
+
+/// A device at `ip`, which this test held before.
+fn at(ip: IpAddr, faults: LinkFaults) -> Drv {
+    device_at(
+        RoceConfig {
+            faults,
+            ..RoceConfig::new(vec![ip])
+        },
+        SimConfig::default(),
+    )
 }
 
 /// More READs posted at once than a responder remembers (the device's `max_qp_rd_atom`), through
@@ -55,7 +74,7 @@ fn many_reads_posted_at_once_through_loss_each_complete_once() {
         timeout: 13,
         ..Opts::default()
     };
-    let (a, ea, b, eb) = pair(63, &o, f);
+    let (a, ea, b, eb) = pair(&o, f);
     let remote = pattern(63, 64 * 100);
     b.dev.mem().write(eb.src.iova, &remote).unwrap();
     for i in 0..64u64 {
@@ -125,7 +144,6 @@ fn move_to(d: &mut Drv, qpn: u32, state: u32) {
 /// (those not done flushed), and the QPs connect again afterwards and carry a message.
 #[test]
 fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once() {
-    const T: u8 = 65;
     let f = LinkFaults {
         loss: 0.1,
         duplicate: 0.1,
@@ -136,7 +154,7 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
         timeout: 13,
         ..Opts::default()
     };
-    let (mut a, ea, mut b, eb) = pair(T, &o, f);
+    let (mut a, ea, mut b, eb) = pair(&o, f);
     b.dev
         .mem()
         .write(eb.src.iova, &pattern(65, 64 << 10))
@@ -210,8 +228,9 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
             rq_psn: p.sq_psn,
             ..p
         };
-        connect(&mut a, ea.qp.qpn, eb.qp.qpn, addr(T, 2), &p);
-        connect(&mut b, eb.qp.qpn, ea.qp.qpn, addr(T, 1), &pb);
+        let (ia, ib) = (ip(&a), ip(&b));
+        connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &p);
+        connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &pb);
         recv(&b, &eb, 100, 0, 4096);
         send(&a, &ea, 100, b"after", 0, None);
         let rx = wait(&b, &eb, 1, LONG);
@@ -235,7 +254,7 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
 /// elsewhere than the SGEs are: each completes successfully with its bytes in place.
 #[test]
 fn zero_length_rdma_and_a_read_over_sges_of_two_mrs() {
-    let (a, ea, b, eb) = pair(66, &Opts::default(), LinkFaults::default());
+    let (a, ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
     let remote = pattern(66, 5000);
     b.dev.mem().write(eb.src.iova, &remote).unwrap();
     recv(&b, &eb, 7, 0, 64);
@@ -274,8 +293,7 @@ fn zero_length_rdma_and_a_read_over_sges_of_two_mrs() {
 /// announce): its send completes LOC_QP_OP_ERR and nothing is sent there.
 #[test]
 fn a_dgid_of_no_one_host_fails_the_send_and_sends_nothing() {
-    let ip = addr(68, 1);
-    let mut d = device(ip, crate::roce::ROCE_V2_UDP_PORT, LinkFaults::default());
+    let mut d = device(LinkFaults::default());
     let o = Opts {
         timeout: 13,
         retry_cnt: 1,
@@ -316,7 +334,7 @@ fn a_write_with_immediate_rnr_nakked_dies_with_its_requester() {
         timeout: 13,
         ..Opts::default()
     };
-    let (mut a, ea, b, eb) = pair(69, &o, LinkFaults::default());
+    let (mut a, ea, b, eb) = pair(&o, LinkFaults::default());
     write_imm(&a, &ea, &eb);
     let rnr = b.dev.stats().roce_rnr_naks_sent;
     assert!(counted(&b, rnr, |s| s.roce_rnr_naks_sent), "RNR NAKed");

@@ -44,15 +44,14 @@ fn post(d: &Drv, e: &End, r: &End, k: usize, i: u64) {
 
 #[test]
 fn eight_qp_pairs_mix_send_write_and_read_through_faults_each_exactly_once_in_order() {
-    let (ia, ib) = (addr(81, 1), addr(81, 2));
     let f = |seed| LinkFaults {
         loss: 0.05,
         reorder: 0.05,
         duplicate: 0.05,
         seed,
     };
-    let port = crate::roce::ROCE_V2_UDP_PORT;
-    let (mut a, mut b) = (device(ia, port, f(81)), device(ib, port, f(82)));
+    let (mut a, mut b) = (device(f(81)), device(f(82)));
+    let (ia, ib) = (ip(&a), ip(&b));
     let o = Opts {
         timeout: 13,
         ..Opts::default()
@@ -161,10 +160,9 @@ fn a_small_send_on_one_qp_is_not_held_behind_a_big_read_on_another() {
     // A 16 MiB READ at a path MTU of 256 is 65536 responses. The SEND's QP gives up after two
     // local ACK timeouts of 10 ms without an acknowledgement: it fails unless the responder's
     // receive thread answers it between the READ's responses rather than after all of them.
-    let (ia, ib) = (addr(82, 1), addr(82, 2));
-    let port = crate::roce::ROCE_V2_UDP_PORT;
     let no = LinkFaults::default();
-    let (mut a, mut b) = (device(ia, port, no.clone()), device(ib, port, no));
+    let (mut a, mut b) = (device(no.clone()), device(no));
+    let (ia, ib) = (ip(&a), ip(&b));
     let o = Opts {
         mtu: 1,
         ..Opts::default()

@@ -1,6 +1,7 @@
-//! The RoCE v2 port through the mini-driver: devices on distinct loopback addresses (each test
-//! its own `127.77.<test>.x`, so parallel tests never share a UDP socket) or one device talking
-//! to itself over `::1` (each such test its own UDP port).
+//! The RoCE v2 port through the mini-driver: devices on loopback addresses of their own (each
+//! device's port tries fresh 127/8 addresses until it binds one, and holds it: `netlease`, so
+//! parallel tests and concurrent runs never share a UDP socket) or, for IPv6, in a network
+//! namespace of the test's own.
 
 mod atomic;
 mod errors;
@@ -15,13 +16,14 @@ mod wire;
 
 use super::minidrv::*;
 use crate::roce::{ip_gid, LinkFaults, RoceConfig};
-use crate::SimConfig;
+use crate::{SimConfig, SimDevice};
+use netlease::netns::Netns;
 use pvrdma_abi::cmd::CreateBind;
 use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
 use pvrdma_abi::uar::UAR_QP_SEND;
 use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, send_flags, QpAttr};
 use pvrdma_abi::wqe::{wr_opcode, Cqe};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use zerocopy::little_endian::U32;
 use zerocopy::FromZeros;
@@ -33,35 +35,66 @@ pub const MR_LEN: u64 = 256 << 10;
 /// The longest any test waits for one thing.
 pub const LONG: Duration = Duration::from_secs(30);
 
-/// `127.77.<test>.<host>`.
-pub fn addr(test: u8, host: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 77, test, host))
+/// The first address of `d`'s RoCE port (GID [`SGID`]).
+pub fn ip(d: &Drv) -> IpAddr {
+    d.dev.config().roce.as_ref().expect("a RoCE port").addrs[0]
 }
 
-/// A device whose RoCE port binds `ip` (UDP `udp_port`), with GID 0 (RoCE v1) and GID
-/// [`SGID`] = `ip` (RoCE v2) bound.
-pub fn device(ip: IpAddr, udp_port: u16, faults: LinkFaults) -> Drv {
-    device_with(ip, udp_port, faults, SimConfig::default())
+/// A device whose RoCE port (UDP 4791) holds a 127/8 address of its own, with GID 0 (RoCE v1)
+/// and GID [`SGID`] = that address (RoCE v2) bound.
+pub fn device(faults: LinkFaults) -> Drv {
+    device_with(faults, SimConfig::default())
 }
 
 /// [`device`] with the rest of the model's configuration from `base`.
-pub fn device_with(ip: IpAddr, udp_port: u16, faults: LinkFaults, base: SimConfig) -> Drv {
-    device_from(RoceConfig { udp_port, faults, ..RoceConfig::new(vec![ip]) }, base)
+pub fn device_with(faults: LinkFaults, base: SimConfig) -> Drv {
+    device_from(RoceConfig { faults, ..RoceConfig::new(vec![]) }, base)
 }
 
-/// A device whose RoCE port is `roce` (its first address bound as GID [`SGID`], RoCE v2, after
-/// GID 0, RoCE v1), the rest of the model's configuration from `base`.
+/// A device whose RoCE port is `roce` on a 127/8 address of its own: fresh addresses are tried
+/// until the port binds one (another test or run holding it is skipped), and the port holds it.
+/// The address is bound as GID [`SGID`], RoCE v2, after GID 0, RoCE v1; the rest of the model's
+/// configuration comes from `base`.
 pub fn device_from(roce: RoceConfig, base: SimConfig) -> Drv {
-    let (ip, udp_port) = (roce.addrs[0], roce.udp_port);
-    let mut d = Drv::new(SimConfig { roce: Some(roce), ..base });
-    // A port someone else holds (another test, or a user's `hca pingpong --roce ::1`) says so
-    // here, rather than as a message that never arrives.
-    if let Some(e) = d.dev.roce_error() {
-        panic!("the RoCE port cannot open {ip} UDP {udp_port}: {e} (is another process bound there?)");
+    let dev = netlease::v4("the RoCE port's address", |a| {
+        let roce = RoceConfig { addrs: vec![IpAddr::V4(a)], ..roce.clone() };
+        netlease::Attempt::of(SimDevice::try_new(SimConfig { roce: Some(roce), ..base.clone() }))
+    });
+    ready(Drv::with_device(dev))
+}
+
+/// A device whose RoCE port is `roce` at its own addresses (the first bound as GID [`SGID`]):
+/// for addresses the test already held once, or those of its own network namespace.
+pub fn device_at(roce: RoceConfig, base: SimConfig) -> Drv {
+    let ip = roce.addrs[0];
+    let dev = SimDevice::try_new(SimConfig { roce: Some(roce), ..base })
+        .unwrap_or_else(|e| panic!("the RoCE port cannot open {ip}: {e}"));
+    ready(Drv::with_device(dev))
+}
+
+/// A device for an IPv6 case ([`netlease::netns::own`]): in the test's own network namespace
+/// at `::1`; over IPv4 instead, on a 127/8 address of its own.
+pub fn device_for(net: Netns, roce: RoceConfig, base: SimConfig) -> Drv {
+    match net {
+        Netns::Own => {
+            let addrs = vec![IpAddr::V6(netlease::netns::FIRST)];
+            device_at(RoceConfig { addrs, ..roce }, base)
+        }
+        Netns::Host => device_from(roce, base),
     }
+}
+
+fn ready(mut d: Drv) -> Drv {
+    let ip = ip(&d);
     d.bind_gid(0, GID0);
     bind_v2(&mut d, SGID, ip);
     d
+}
+
+/// A UDP socket at 4791 of a 127/8 address of its own: a fake peer the test drives, or (never
+/// read) a destination no one answers from, which no other test or run can be meanwhile.
+pub fn peer_socket() -> UdpSocket {
+    netlease::udp_v4(crate::roce::ROCE_V2_UDP_PORT)
 }
 
 /// Binds `ip` as a RoCE v2 GID at `index`.
@@ -132,6 +165,18 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The defaults with a local ACK timeout of about a second (18: 4.096 us * 2^18), for tests
+    /// that count the packets, ACKs or retransmissions of a lossless link: a loaded machine's
+    /// scheduling (two test runs at once on two cores) must not make them time out and resend.
+    pub fn steady() -> Self {
+        Self {
+            timeout: 18,
+            ..Self::default()
+        }
+    }
+}
+
 /// Connects QPs `x` and `y` of one device to each other through `ip` (`y` with `o`'s PSNs
 /// swapped).
 pub fn connect_both(d: &mut Drv, x: u32, y: u32, ip: IpAddr, o: &Opts) {
@@ -182,21 +227,24 @@ pub fn rtr_rts(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
     assert_eq!(d.modify(qp, mask, a), 0);
 }
 
-/// Two devices at `127.77.<test>.1` and `.2`, one QP each, connected with `o` (the second
-/// end's PSNs mirrored), with `faults` on both links.
-pub fn pair(test: u8, o: &Opts, faults: LinkFaults) -> (Drv, End, Drv, End) {
+/// Two devices on addresses of their own, one QP each, connected with `o` (the second end's
+/// PSNs mirrored), with `faults` on both links.
+pub fn pair(o: &Opts, faults: LinkFaults) -> (Drv, End, Drv, End) {
     let fb = LinkFaults {
         seed: faults.seed.wrapping_add(1),
         ..faults.clone()
     };
-    pair_with(test, o, faults, fb)
+    pair_with(o, faults, fb)
 }
 
 /// [`pair`] with faults `fa` on the first device's link and `fb` on the second's.
-pub fn pair_with(test: u8, o: &Opts, fa: LinkFaults, fb: LinkFaults) -> (Drv, End, Drv, End) {
-    let (ia, ib) = (addr(test, 1), addr(test, 2));
-    let mut a = device(ia, crate::roce::ROCE_V2_UDP_PORT, fa);
-    let mut b = device(ib, crate::roce::ROCE_V2_UDP_PORT, fb);
+pub fn pair_with(o: &Opts, fa: LinkFaults, fb: LinkFaults) -> (Drv, End, Drv, End) {
+    join(device(fa), device(fb), o)
+}
+
+/// One QP on each of `a` and `b`, connected with `o` (`b`'s PSNs mirrored).
+pub fn join(mut a: Drv, mut b: Drv, o: &Opts) -> (Drv, End, Drv, End) {
+    let (ia, ib) = (ip(&a), ip(&b));
     let (ea, eb) = (end(&mut a, 256), end(&mut b, 256));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, o);
     let ob = Opts {

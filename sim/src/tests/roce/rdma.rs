@@ -38,7 +38,7 @@ fn rdma(
 
 #[test]
 fn write_write_with_immediate_and_read_move_multi_packet_data() {
-    let (a, ea, b, eb) = pair(10, &Opts::default(), LinkFaults::default());
+    let (a, ea, b, eb) = pair(&Opts::steady(), LinkFaults::default());
     let data = pattern(10, 10_000);
     a.dev.mem().write(ea.src.iova, &data).unwrap();
     // WRITE of 10 packets into B's receive MR at offset 100.
@@ -127,7 +127,6 @@ fn write_write_with_immediate_and_read_move_multi_packet_data() {
 #[test]
 fn a_send_after_a_read_completes_in_order_and_reads_ack_earlier_sends() {
     let (a, ea, b, eb) = pair(
-        11,
         &Opts {
             mtu: 1,
             ..Opts::default()
@@ -157,7 +156,7 @@ fn a_send_after_a_read_completes_in_order_and_reads_ack_earlier_sends() {
 
 #[test]
 fn a_write_outside_the_mr_is_nakked_writes_nothing_and_errs_both_qps() {
-    let (a, ea, b, eb) = pair(12, &Opts::default(), LinkFaults::default());
+    let (a, ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
     a.dev.mem().write(ea.src.iova, &pattern(1, 4000)).unwrap();
     // The last 1000 bytes fall past the end of B's receive MR.
     let at = eb.dst.va + MR_LEN - 3000;
@@ -187,7 +186,7 @@ fn a_write_outside_the_mr_is_nakked_writes_nothing_and_errs_both_qps() {
 
 #[test]
 fn a_read_with_a_bad_rkey_completes_with_a_remote_access_error() {
-    let (a, ea, _b, eb) = pair(13, &Opts::default(), LinkFaults::default());
+    let (a, ea, _b, eb) = pair(&Opts::default(), LinkFaults::default());
     rdma(
         &a,
         &ea,
@@ -210,7 +209,7 @@ fn a_write_with_immediate_waits_for_a_receive_wqe_whole_or_in_packets() {
         min_rnr_timer: 14,
         ..Opts::default()
     };
-    let (a, ea, b, eb) = pair(14, &o, LinkFaults::default());
+    let (a, ea, b, eb) = pair(&o, LinkFaults::default());
     a.dev.mem().write(ea.src.iova, &pattern(14, 5000)).unwrap();
     // An only packet (800 bytes) and a five-packet WRITE, each RNR NAKed until B posts.
     for (i, len) in [(1u64, 800u32), (2, 5000)] {
