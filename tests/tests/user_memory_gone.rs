@@ -10,7 +10,6 @@
 use ib_core::{access, Cq, Device, Error, Mr, Pd, Qp, QpState, RecvWr, SendWr, Sge, UserMemory, WcStatus, WrOpcode};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
-use std::net::{IpAddr, Ipv4Addr};
 use tests::fixture::{open, poll_n, rc_qp};
 
 const P: usize = 4096;
@@ -58,19 +57,9 @@ fn reg(pd: &Pd, p: *mut u8, len: usize, access: u32) -> ib_core::Result<Mr> {
     pd.reg_mr(unsafe { UserMemory::new(p, len) }, access)
 }
 
-/// The RoCE addresses tried, in order, until one binds (concurrent test runs may hold some):
-/// the one place that chooses them.
+/// A device whose RoCE port holds a 127/8 address of its own (`tests::fixture::open_roce`).
 fn roce_device() -> Device {
-    for host in 1..=64u8 {
-        let ip = IpAddr::V4(Ipv4Addr::new(127, 93, 21, host));
-        let cfg = SimConfig { roce: Some(RoceConfig::new(vec![ip])), ..Default::default() };
-        match hca::open_sim(cfg) {
-            Ok((dev, _sim)) => return dev,
-            Err(e) if e.errno() == libc::EADDRINUSE => continue,
-            Err(e) => panic!("a RoCE device on {ip}: {e}"),
-        }
-    }
-    panic!("no address of 127.93.21.1-64 binds UDP 4791");
+    tests::fixture::open_roce(RoceConfig::new(Vec::new()), SimConfig::default()).0
 }
 
 /// A device and the GID its QPs connect through: GID 0 on the loopback port, the RoCE v2 GID

@@ -1,8 +1,8 @@
 //! RC retries on both ports (issue 21 §3, "the two ports agree"): what a requester does when its
 //! responder has no receive WQE (`rnr_retry`, the responder's `min_rnr_timer`: IBTA 9.7.5.2.8,
 //! Table 45) and when nobody answers (`timeout`, `retry_cnt`: IBTA 9.7.6.1.3). Every case runs
-//! on the loopback port (one device, both QPs) and on the RoCE v2 port (two devices on loopback
-//! addresses), and must end with the same completions on both.
+//! on the loopback port (one device, both QPs) and on the RoCE v2 port (two devices, each on a
+//! 127/8 address it holds), and must end with the same completions on both.
 
 use super::minidrv::*;
 use super::roce::{self, connect, end, init, recv, received, rtr_rts, send, wait};
@@ -81,6 +81,8 @@ struct Net {
     /// Where A and B are (their GIDs' addresses).
     ia: IpAddr,
     ib: IpAddr,
+    /// The address `Peer::Elsewhere` names, held for the case.
+    _nobody: Option<std::net::UdpSocket>,
 }
 
 impl Net {
@@ -93,32 +95,31 @@ impl Net {
     }
 }
 
-/// The addresses a case's ports use: `127.77.<test>.1` and `.2` (the RoCE tests' scheme,
-/// `roce::addr`; the loopback port binds the first as a RoCE v2 GID and sends to itself).
-fn addresses(test: u8) -> (IpAddr, IpAddr) {
-    (roce::addr(test, 1), roce::addr(test, 2))
-}
+/// The address the loopback port's cases bind as A's RoCE v2 GID: it only names the port's own
+/// GID (that port opens no socket), so a documentation address serves (RFC 5737).
+const LOOPBACK_GID: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
 
-/// A connected to B with `o`; B as `peer` says.
-fn net(port: Port, test: u8, o: &Opts, peer: Peer) -> Net {
-    let (ia, ib) = addresses(test);
+/// A connected to B with `o`; B as `peer` says. On the RoCE port each device holds a 127/8
+/// address of its own ([`roce::device`]), and `Peer::Elsewhere` points B at one more that a
+/// socket of the test holds and never reads, so nothing answers from it.
+fn net(port: Port, o: &Opts, peer: Peer) -> Net {
     let mut net = match port {
         Port::Loopback => {
             let mut a = Drv::new(SimConfig::default());
             a.bind_gid(0, GID0);
-            roce::bind_v2(&mut a, SGID, ia);
+            roce::bind_v2(&mut a, SGID, LOOPBACK_GID);
             let (ea, eb) = (end(&mut a, 16), end(&mut a, 16));
-            Net { a, b: None, ea, eb, ia, ib: ia }
+            Net { a, b: None, ea, eb, ia: LOOPBACK_GID, ib: LOOPBACK_GID, _nobody: None }
         }
         Port::Roce => {
-            let udp = crate::roce::ROCE_V2_UDP_PORT;
-            let mut a = roce::device(ia, udp, Default::default());
-            let mut b = roce::device(ib, udp, Default::default());
+            let mut a = roce::device(Default::default());
+            let mut b = roce::device(Default::default());
+            let (ia, ib) = (roce::ip(&a), roce::ip(&b));
             let (ea, eb) = (end(&mut a, 16), end(&mut b, 16));
-            Net { a, b: Some(b), ea, eb, ia, ib }
+            Net { a, b: Some(b), ea, eb, ia, ib, _nobody: None }
         }
     };
-    let (qa, qb, ib) = (net.ea.qp.qpn, net.eb.qp.qpn, net.ib);
+    let (qa, qb, ia, ib) = (net.ea.qp.qpn, net.eb.qp.qpn, net.ia, net.ib);
     connect(&mut net.a, qa, qb, ib, o);
     init(net.b_mut(), qb);
     if peer != Peer::Ready {
@@ -127,7 +128,12 @@ fn net(port: Port, test: u8, o: &Opts, peer: Peer) -> Net {
     match peer {
         Peer::Init => {}
         Peer::Ready => bring_up(&mut net, o, ia),
-        Peer::Elsewhere => bring_up(&mut net, o, roce::addr(test, 3)),
+        Peer::Elsewhere => {
+            let nobody = roce::peer_socket();
+            let at = nobody.local_addr().expect("the socket's address").ip();
+            net._nobody = Some(nobody);
+            bring_up(&mut net, o, at);
+        }
     }
     net
 }
@@ -164,8 +170,8 @@ fn statuses(d: &Drv, e: &End, n: usize) -> Vec<(u64, u32)> {
 }
 
 /// Runs `case` on `port` and checks what it promises.
-fn run(port: Port, test: u8, case: &Case) {
-    let mut net = net(port, test, &case.opts, case.peer);
+fn run(port: Port, case: &Case) {
+    let mut net = net(port, &case.opts, case.peer);
     for i in 1..=case.sends {
         send(&net.a, &net.ea, i, &roce::pattern(i, 100), 128 * i, None);
     }
@@ -216,10 +222,10 @@ fn act(net: &mut Net, then: Then, o: &Opts) {
     }
 }
 
-/// Runs `case` on both ports (at `127.77.<test>.x` for RoCE).
-fn agree(test: u8, case: Case) {
-    run(Port::Loopback, test, &case);
-    run(Port::Roce, test, &case);
+/// Runs `case` on both ports.
+fn agree(case: Case) {
+    run(Port::Loopback, &case);
+    run(Port::Roce, &case);
 }
 
 fn opts(timeout: u8, retry_cnt: u8, rnr_retry: u8, min_rnr_timer: u8) -> Opts {
@@ -229,7 +235,7 @@ fn opts(timeout: u8, retry_cnt: u8, rnr_retry: u8, min_rnr_timer: u8) -> Opts {
 /// Issue 21 §3: `rnr_retry` 0 fails the first RNR; A goes to ERR and its later WQE flushes.
 #[test]
 fn rnr_retry_0_fails_on_the_first_rnr_and_flushes_the_rest() {
-    agree(90, Case {
+    agree(Case {
         opts: opts(1, 7, 0, 1),
         peer: Peer::Ready,
         sends: 2,
@@ -247,7 +253,7 @@ fn rnr_retry_0_fails_on_the_first_rnr_and_flushes_the_rest() {
 /// `RNR_RETRY_EXC_ERR`.
 #[test]
 fn rnr_retry_3_fails_after_three_retries() {
-    agree(91, Case {
+    agree(Case {
         opts: opts(1, 7, 3, 1),
         peer: Peer::Ready,
         sends: 2,
@@ -265,7 +271,7 @@ fn rnr_retry_3_fails_after_three_retries() {
 /// once one retry was RNR NAKed too, takes the message.
 #[test]
 fn a_receive_posted_during_the_rnr_retries_is_delivered() {
-    agree(92, Case {
+    agree(Case {
         opts: opts(1, 7, 6, 24),
         peer: Peer::Ready,
         sends: 1,
@@ -283,7 +289,7 @@ fn a_receive_posted_during_the_rnr_retries_is_delivered() {
 /// three tries and 100 ms more, and delivered once a receive is posted.
 #[test]
 fn rnr_retry_7_waits_until_a_receive_is_posted() {
-    agree(93, Case {
+    agree(Case {
         opts: opts(1, 7, 7, 14),
         peer: Peer::Ready,
         sends: 1,
@@ -301,7 +307,7 @@ fn rnr_retry_7_waits_until_a_receive_is_posted() {
 /// here) until A is moved to ERR, which flushes it.
 #[test]
 fn timeout_0_waits_for_an_answer_until_the_qp_is_flushed() {
-    agree(94, Case {
+    agree(Case {
         opts: opts(0, 7, 7, 1),
         peer: Peer::Init,
         sends: 1,
@@ -319,7 +325,7 @@ fn timeout_0_waits_for_an_answer_until_the_qp_is_flushed() {
 /// retransmissions go unanswered, then `RETRY_EXC_ERR` and the rest flush.
 #[test]
 fn retry_cnt_2_fails_after_two_retransmissions() {
-    agree(95, Case {
+    agree(Case {
         opts: opts(1, 2, 7, 1),
         peer: Peer::Init,
         sends: 2,
@@ -337,7 +343,7 @@ fn retry_cnt_2_fails_after_two_retransmissions() {
 /// requests from anyone who had its QPN) answers nothing: `RETRY_EXC_ERR` after the retries.
 #[test]
 fn a_responder_connected_to_another_address_answers_nothing() {
-    agree(97, Case {
+    agree(Case {
         opts: opts(1, 1, 7, 1),
         peer: Peer::Elsewhere,
         sends: 1,
@@ -355,7 +361,7 @@ fn a_responder_connected_to_another_address_answers_nothing() {
 /// retries), once one timeout ran out, gets the next retransmission and takes the message.
 #[test]
 fn a_responder_reaching_rtr_during_the_retries_is_delivered() {
-    agree(96, Case {
+    agree(Case {
         opts: opts(16, 7, 7, 1),
         peer: Peer::Init,
         sends: 1,
@@ -386,7 +392,7 @@ fn modify_in_sqd(net: &mut Net, mask: u32, mut a: QpAttr) {
 #[test]
 fn retry_attributes_changed_in_sqd_apply_to_later_messages() {
     for port in [Port::Loopback, Port::Roce] {
-        let mut net = net(port, 98, &opts(1, 7, 7, 1), Peer::Ready);
+        let mut net = net(port, &opts(1, 7, 7, 1), Peer::Ready);
         recv(net.b(), &net.eb, 9, 0, 4096);
         send(&net.a, &net.ea, 1, &roce::pattern(1, 100), 128, None);
         assert_eq!(statuses(&net.a, &net.ea, 1), [(1, SUCCESS)], "{port:?}");

@@ -23,7 +23,11 @@
 //! - A test that needs IPv6 (two addresses, or `::1` at UDP 4791) runs in a network namespace of
 //!   its own, made for it: [`netns::own`]. Where none can be made it runs the case over IPv4 on
 //!   127/8 and prints why; it never skips silently.
+//! - A test whose addresses a library binds for it, once per process (the model devices
+//!   `HCA_DEVICES` names), runs as a child told its candidates, again with fresh ones while a
+//!   child finds them taken: [`child::retried`].
 
+pub mod child;
 pub mod netns;
 mod tcp;
 

@@ -1,23 +1,16 @@
 //! The fixture of the C-entry-point tests that run on both ports of the model: the loopback port
 //! (two contexts on device 0) and the RoCE v2 port (devices 1 and 2, each on its own loopback
-//! address, talking UDP over the host's stack). Set up once per test binary through
-//! `HCA_DEVICES`, before the library reads it.
+//! address it holds, talking UDP over the host's stack). A test that uses them runs its body in
+//! [`run`].
 #![allow(dead_code)]
 
 use ibverbs_compat::abi::*;
 use ibverbs_compat::*;
 use std::ptr::null_mut;
-use std::sync::Once;
 use std::time::Duration;
 
 /// How long a test waits for completions or an event before it fails.
 pub const WAIT: Duration = Duration::from_secs(20);
-
-/// The two loopback addresses the RoCE devices bind (UDP 4791 on each). The one place they are
-/// chosen: a shared lease of loopback addresses replaces this function.
-pub fn roce_addrs(test_binary: u8) -> [String; 2] {
-    [1, 2].map(|host| format!("127.95.{test_binary}.{host}"))
-}
 
 /// Which port a pair talks over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,15 +22,50 @@ pub enum Port {
 /// Both ports, for tests that run on each.
 pub const PORTS: [Port; 2] = [Port::Loopback, Port::Roce];
 
-static INIT: Once = Once::new();
+/// The variable a test's child is told its RoCE devices' two addresses in (`A,B`).
+const ADDRS_ENV: &str = "HCA_TEST_ROCE_ADDRS";
 
-/// Names the devices of this process (a loopback model, then two models with RoCE ports on
-/// `roce_addrs(test_binary)`); the first call of the binary decides.
-pub fn init(test_binary: u8) {
-    INIT.call_once(|| {
-        let [a, b] = roce_addrs(test_binary);
+/// Runs `body` with the devices of this process named (a loopback model, then two models with
+/// RoCE ports, UDP 4791 each, on 127/8 addresses of their own): the library opens them once per
+/// process, from `HCA_DEVICES`, so the test runs as a child of its binary told two fresh
+/// addresses, and again with others while the library finds one taken (another run holds it):
+/// [`netlease::child::retried`]. The child's devices hold their addresses for its whole run.
+pub fn run(body: impl FnOnce()) {
+    let pick = |f: &mut netlease::Fresh| format!("{},{}", f.v4(), f.v4());
+    netlease::child::retried(ADDRS_ENV, pick, || {
+        let addrs = std::env::var(ADDRS_ENV).expect("the child's addresses");
+        let (a, b) = addrs.split_once(',').expect("two addresses");
         std::env::set_var("HCA_DEVICES", format!("model;model,roce={a};model,roce={b}"));
-    });
+        check_opened([a, b]);
+        body()
+    })
+}
+
+/// Checks that the library opened all three devices; one it left out because its address is
+/// taken ends the child as [`netlease::child::taken`].
+fn check_opened(addrs: [&str; 2]) {
+    // SAFETY: the list is NULL-terminated, its entries devices of this library; freed after use.
+    let held: Vec<std::net::IpAddr> = unsafe {
+        let mut n = 0;
+        let list = ibv_get_device_list(&mut n);
+        let held = (0..n as usize)
+            .filter_map(|i| test_model(*list.add(i)))
+            .filter_map(|m| m.device().config().roce.as_ref().map(|r| r.addrs[0]))
+            .collect();
+        ibv_free_device_list(list);
+        held
+    };
+    for a in addrs {
+        let ip: std::net::IpAddr = a.parse().expect("an address");
+        if held.contains(&ip) {
+            continue;
+        }
+        // Left out: taken if it cannot be bound now either (the library said why on stderr).
+        match std::net::UdpSocket::bind((ip, pvrdma_sim::roce::ROCE_V2_UDP_PORT)) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => netlease::child::taken(&format!("{ip}: {e}")),
+            other => panic!("the library left the RoCE device on {ip} out ({other:?}): see its line on stderr"),
+        }
+    }
 }
 
 pub fn errno() -> i32 {
