@@ -195,17 +195,14 @@ impl CqInner {
     /// unusable from now on, for every thread at once; the core hears of it once, as
     /// [`CqError::Failure`] (its CQ_ERR), off this thread (which may hold the ring's lock).
     pub(crate) fn mark_broken(&self) {
-        let h = self.dev.eq.cq_handler(self.handle);
-        self.health.mark("CQ", self.handle, h.map(|h| move || {
+        let report = self.dev.eq.cq_handler(self.handle).map(|h| move || {
             h.error(CqError::Failure);
-        }));
+        });
+        self.health.mark(&self.dev.health, "CQ", self.handle, report);
     }
 
     fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
-        if self.dev.health.is_fatal() {
-            return Err(Error::DeviceFatal);
-        }
-        self.health.check()?;
+        self.health.check(&self.dev.health)?;
         let out = self.poll_ring(wc);
         if matches!(out, Ok(0)) && self.dev.shares_cpus && self.empty_polls.load(Ordering::Relaxed) & (YIELD_EVERY - 1) == 0 {
             std::thread::yield_now();
@@ -441,8 +438,7 @@ impl CqOps for Cq {
     /// it), `CqOverrun` once the device reported the CQ overflowed.
     fn usable(&self) -> Result<()> {
         let inner = &self.0;
-        inner.dev.live()?;
-        inner.health.check()?;
+        inner.health.check(&inner.dev.health)?;
         if inner.flags.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun);
         }

@@ -158,9 +158,9 @@ pub(crate) fn off_thread(name: &str, f: impl FnOnce() + Send + 'static) {
 pub(crate) struct ObjectHealth(AtomicBool);
 
 impl ObjectHealth {
-    /// `Err(DeviceFatal)` once the object is broken.
-    pub(crate) fn check(&self) -> ib_core::Result<()> {
-        if self.0.load(Ordering::Acquire) {
+    /// `Err(DeviceFatal)` once the device (`device`) is fatal or the object broken.
+    pub(crate) fn check(&self, device: &Health) -> ib_core::Result<()> {
+        if device.is_fatal() || self.0.load(Ordering::Acquire) {
             return Err(ib_core::Error::DeviceFatal);
         }
         Ok(())
@@ -172,9 +172,10 @@ impl ObjectHealth {
     }
 
     /// Marks the object broken; the first time, logs `what` and runs `report` (the report to
-    /// the core) off this thread.
-    pub(crate) fn mark(&self, what: &'static str, handle: u32, report: Option<impl FnOnce() + Send + 'static>) {
-        if self.0.swap(true, Ordering::AcqRel) {
+    /// the core) off this thread — unless the device (`device`) is fatal, which every object's
+    /// consumer hears of already.
+    pub(crate) fn mark(&self, device: &Health, what: &'static str, handle: u32, report: Option<impl FnOnce() + Send + 'static>) {
+        if self.0.swap(true, Ordering::AcqRel) || device.is_fatal() {
             return;
         }
         tracing::error!(object = what, handle, "ring index out of range: object unusable");

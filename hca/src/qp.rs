@@ -325,7 +325,7 @@ impl Qp {
         write: impl Fn(&Self, &mut WorkQueue, &W) -> Result<()>,
         doorbell: impl FnOnce() -> std::result::Result<(), doorbell::DoorbellError>,
     ) -> std::result::Result<(), (usize, Error)> {
-        self.usable().map_err(|e| (0, e))?;
+        self.health.check(&self.dev.health).map_err(|e| (0, e))?;
         let mut q = queue.lock();
         let failed = wrs.iter().enumerate().find_map(|(k, wr)| write(self, &mut q, wr).err().map(|e| (k, e)));
         if matches!(failed, Some((_, Error::DeviceFatal))) {
@@ -355,23 +355,14 @@ impl Qp {
 }
 
 impl Qp {
-    /// `DeviceFatal` once the device is fatal or broke this QP's ring state.
-    fn usable(&self) -> Result<()> {
-        self.dev.live()?;
-        self.health.check()
-    }
-
     /// The device wrote a consumer index out of range (or the ring state is unreachable): the
     /// QP is unusable from now on, for every thread at once, and its consumer hears
     /// `QP_FATAL` (IBTA's local work queue catastrophic error) once, off this thread.
     fn mark_broken(&self) {
-        if self.dev.health.is_fatal() {
-            return;
-        }
-        let h = self.dev.eq.qp_handler(self.handle);
-        self.health.mark("QP", self.handle, h.map(|h| move || {
+        let report = self.dev.eq.qp_handler(self.handle).map(|h| move || {
             h.event(ib_core::AsyncEventType::QpFatal);
-        }));
+        });
+        self.health.mark(&self.dev.health, "QP", self.handle, report);
     }
 }
 
@@ -400,7 +391,7 @@ impl QpOps for Qp {
     /// MODIFY_QP with the core's attributes in the device's layout. pvrdma is RoCE: an address
     /// vector must carry a global route.
     fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.usable()?;
+        self.health.check(&self.dev.health)?;
         if mask.contains(QpAttrMask::AV) && !attr.ah_attr.is_global {
             return Err(Error::InvalidArgument("RoCE needs a global route (is_global)"));
         }
@@ -424,7 +415,7 @@ impl QpOps for Qp {
 
     /// QUERY_QP; the state the device reports is checked (an unknown one is refused).
     fn query(&self, mask: QpAttrMask) -> Result<QpAttr> {
-        self.usable()?;
+        self.health.check(&self.dev.health)?;
         let resp = self.dev.cmd.post(QueryQp {
             qp_handle: self.handle.into(),
             attr_mask: mask.bits().into(),

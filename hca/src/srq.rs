@@ -235,23 +235,14 @@ fn destroy_srq(dev: &DeviceInner, handle: u32) -> bool {
 }
 
 impl Srq {
-    /// `DeviceFatal` once the device is fatal or broke this SRQ's ring state.
-    fn usable(&self) -> Result<()> {
-        self.dev.live()?;
-        self.health.check()
-    }
-
     /// The device wrote a consumer index out of range (or the ring state is unreachable): the
     /// SRQ is unusable from now on, for every thread at once, and its consumer hears `SRQ_ERR`
     /// once, off this thread.
     fn mark_broken(&self) {
-        if self.dev.health.is_fatal() {
-            return;
-        }
-        let h = self.dev.eq.srq_handler(self.handle);
-        self.health.mark("SRQ", self.handle, h.map(|h| move || {
+        let report = self.dev.eq.srq_handler(self.handle).map(|h| move || {
             h.event(ib_core::AsyncEventType::SrqErr);
-        }));
+        });
+        self.health.mark(&self.dev.health, "SRQ", self.handle, report);
     }
 }
 
@@ -272,7 +263,7 @@ impl SrqOps for Srq {
     /// once (as rdma-core's `pvrdma_post_srq_recv`). Errors: (index of the first request not
     /// posted, why): more SGEs than the SRQ takes, [`Error::QueueFull`], [`Error::DeviceFatal`].
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, Error)> {
-        self.usable().map_err(|e| (0, e))?;
+        self.health.check(&self.dev.health).map_err(|e| (0, e))?;
         let mut q = self.queue.lock();
         let failed = wrs.iter().enumerate().find_map(|(k, wr)| self.write_recv(&mut q, wr).err().map(|e| (k, e)));
         if matches!(failed, Some((_, Error::DeviceFatal))) {
@@ -294,7 +285,7 @@ impl SrqOps for Srq {
     /// vmw_pvrdma refuses a resize with `EINVAL`); [`Error::Unsupported`] on QEMU 7.2 (see the
     /// module docs); the device's refusal.
     fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        self.usable()?;
+        self.health.check(&self.dev.health)?;
         if mask.contains(SrqAttrMask::MAX_WR) {
             return Err(Error::InvalidArgument("pvrdma does not resize SRQs"));
         }
@@ -312,7 +303,7 @@ impl SrqOps for Srq {
 
     /// QUERY_SRQ. Errors: [`Error::Unsupported`] on QEMU 7.2; command errors.
     fn query(&self) -> Result<SrqAttr> {
-        self.usable()?;
+        self.health.check(&self.dev.health)?;
         if self.swaps_srq_commands() {
             return Err(Error::Unsupported("QUERY_SRQ on QEMU 7.2 (it runs MODIFY_SRQ)"));
         }

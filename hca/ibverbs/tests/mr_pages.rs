@@ -33,41 +33,21 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// `n` fresh read/write anonymous pages, placed far below where the kernel puts new mappings
-/// (it fills the highest hole that fits, under the top of the address space): a page a test
-/// unmaps stays a hole, never refilled by a thread's stack or another test's mapping meanwhile.
+/// `n` fresh pages of the test's own (`testpages`), as a pointer.
 fn fresh(n: usize) -> *mut u8 {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x2000_0000_0000);
-    loop {
-        let hint = NEXT.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
-        // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
-        // fails where anything is mapped) affects no existing memory.
-        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * P, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-        if p != libc::MAP_FAILED {
-            return p.cast();
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-            // No room that far down (a smaller address space): anywhere will do.
-            // SAFETY: a new private anonymous mapping with no address hint.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, flags & !libc::MAP_FIXED_NOREPLACE, -1, 0) };
-            assert_ne!(p, libc::MAP_FAILED);
-            return p.cast();
-        }
-    }
+    testpages::fresh(n) as *mut u8
 }
 
-/// `mprotect` of `n` pages at `p`, pages of this test's own [`fresh`] mapping.
 fn protect(p: *mut u8, n: usize, prot: i32) {
-    // SAFETY: the test's own pages; no Rust reference to them exists.
-    assert_eq!(unsafe { libc::mprotect(p.cast(), n * P, prot) }, 0);
+    testpages::protect(p as usize, n, prot)
 }
 
-/// `munmap` of `n` pages at `p`, as [`protect`].
 fn unmap(p: *mut u8, n: usize) {
-    // SAFETY: as `protect`.
-    assert_eq!(unsafe { libc::munmap(p.cast(), n * P) }, 0);
+    testpages::unmap(p as usize, n)
 }
+
+
+
 
 /// An open context on the default model device, and a PD of it.
 fn open() -> (*mut ibv_context, *mut ibv_pd) {

@@ -6,44 +6,12 @@
 use super::user::{covered, Access, Piece};
 use super::*;
 use std::time::{Duration, Instant};
+use testpages::{fresh, protect, unmap};
 
 const P: usize = PAGE as usize;
 
-/// `n` fresh read/write anonymous pages, placed far below where the kernel puts new mappings
-/// (it fills the highest hole that fits, under the top of the address space): a page a test
-/// unmaps stays a hole, never refilled by a thread's stack or another test's mapping meanwhile.
-fn fresh(n: usize) -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x2000_0000_0000);
-    loop {
-        let hint = NEXT.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
-        // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
-        // fails where anything is mapped) affects no existing memory.
-        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * P, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-        if p != libc::MAP_FAILED {
-            return p as usize;
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-            // No room that far down (a smaller address space): anywhere will do.
-            // SAFETY: a new private anonymous mapping with no address hint.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), n * P, libc::PROT_READ | libc::PROT_WRITE, flags & !libc::MAP_FIXED_NOREPLACE, -1, 0) };
-            assert_ne!(p, libc::MAP_FAILED);
-            return p as usize;
-        }
-    }
-}
 
-/// Sets the protection of `n` pages at `addr`, pages this test mapped with [`fresh`].
-fn protect(addr: usize, n: usize, prot: i32) {
-    // SAFETY: pages of this test's own mapping, which nothing but the map under test reaches.
-    assert_eq!(unsafe { libc::mprotect(addr as *mut libc::c_void, n * P, prot) }, 0);
-}
 
-/// Unmaps `n` pages at `addr`, pages this test mapped with [`fresh`].
-fn unmap(addr: usize, n: usize) {
-    // SAFETY: as `protect`: no Rust reference to these pages exists.
-    assert_eq!(unsafe { libc::munmap(addr as *mut libc::c_void, n * P) }, 0);
-}
 
 /// Maps `[addr, addr + len)` into `m`, as registration does.
 fn map(m: &GuestMemory, addr: usize, len: usize, writable: bool) -> Result<u64, MemError> {

@@ -9,14 +9,9 @@
 
 use crate::Fresh;
 use std::io::Write;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 /// The exit status of a child that found one of its candidates taken.
 pub const TAKEN_EXIT: i32 = 75;
-/// The longest a child may run.
-const LIMIT: Duration = Duration::from_secs(300);
 /// Set in the child: the test's name (so a variable left set in a shell does not make every test
 /// a child).
 const CHILD_ENV: &str = "NETLEASE_CHILD";
@@ -40,14 +35,15 @@ pub fn retried(var: &str, mut pick: impl FnMut(&mut Fresh) -> String, body: impl
     let mut last = String::new();
     for _ in 0..crate::ATTEMPTS {
         let value = pick(&mut Fresh(()));
-        let (code, text) = run(&name, var, &value);
+        let env = [(CHILD_ENV, name.as_str()), (var, value.as_str())];
+        let (status, text) = crate::rerun::rerun(&[], &name, &env).unwrap_or_else(|e| panic!("netlease: {e}"));
         eprint!("{text}");
-        match code {
+        match status.map(|s| s.code().unwrap_or(-1)) {
             Some(0) if text.contains(&format!("{DONE} {name}")) => return,
             Some(TAKEN_EXIT) => last = format!("{var}={value}"),
             Some(0) => panic!("netlease: the test binary, run again, ran no test named {name:?}; its output:\n{text}"),
             Some(c) => panic!("netlease: {name} failed as a child (exit {c}); its output:\n{text}"),
-            None => panic!("netlease: {name} did not end within {LIMIT:?} as a child (killed); its output:\n{text}"),
+            None => panic!("netlease: {name} did not end within {:?} as a child (killed); its output:\n{text}", crate::rerun::LIMIT),
         }
     }
     panic!("netlease: {name}: all {} candidates were taken, the last {last}", crate::ATTEMPTS)
@@ -65,41 +61,6 @@ fn test_name() -> String {
         Some(n) if n != "main" => n.to_string(),
         other => panic!("netlease::child::retried runs on a test's own thread (libtest names it after the test), not {other:?}"),
     }
-}
-
-/// Runs test `name` in a child with `var=value`: its exit code (`None` if killed at the limit)
-/// and its output.
-fn run(name: &str, var: &str, value: &str) -> (Option<i32>, String) {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let exe = std::env::current_exe().expect("the test binary");
-    let log = std::env::temp_dir().join(format!("netlease-child-{}-{}.log", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-    let file = std::fs::File::create(&log).expect("the child's log");
-    let err = file.try_clone().expect("the child's log");
-    let mut child = Command::new(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, name)
-        .env(var, value)
-        .stdin(Stdio::null())
-        .stdout(file)
-        .stderr(err)
-        .spawn()
-        .expect("the test binary, run again");
-    let deadline = Instant::now() + LIMIT;
-    let code = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s.code().unwrap_or(-1)),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Err(e) => panic!("netlease: waiting for the child: {e}"),
-        }
-    };
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    (code, text)
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@
 
 pub mod child;
 pub mod netns;
+mod rerun;
 mod tcp;
 
 pub use tcp::{listens, wait_listening, ClosedTcpPort, Listening};

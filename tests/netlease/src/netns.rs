@@ -16,7 +16,6 @@
 use std::io::Write;
 use std::net::{Ipv6Addr, UdpSocket};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The first IPv6 address of the namespace: `::1`.
@@ -32,8 +31,6 @@ pub const NO_NETNS_ENV: &str = "NETLEASE_NO_NETNS";
 const CHILD_ENV: &str = "NETLEASE_NETNS_CHILD";
 /// The exit status of a child that was started but could not set its namespace up.
 const NO_NETNS_EXIT: i32 = 77;
-/// The longest a child may run.
-const LIMIT: Duration = Duration::from_secs(300);
 
 /// Where the body of [`own`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,53 +150,24 @@ fn ip(args: &[&str]) -> Result<(), String> {
 /// Runs the test `name` again in a child of its own namespace: `Ok` when it passed there, `Err`
 /// with the reason when no namespace could be made; panics when the test failed there.
 fn in_child(name: &str) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("the test binary: {e}"))?;
     // SAFETY: geteuid(2) cannot fail and touches no memory.
     let root = unsafe { libc::geteuid() } == 0;
     let ways: &[&str] = if root { &["-n", "-rn"] } else { &["-rn"] };
     let mut refused = Vec::new();
     for how in ways {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let log = std::env::temp_dir().join(format!("netlease-{}-{}.log", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
-        let spawned = Command::new("unshare")
-            .args([how, "--"])
-            .arg(&exe)
-            .args([name, "--exact", "--nocapture", "--test-threads", "1"])
-            .env(CHILD_ENV, marker(name))
-            .env_remove(NO_NETNS_ENV)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err)
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
+        let marker = marker(name);
+        let env = [(CHILD_ENV, marker.as_str())];
+        let (status, text) = match crate::rerun::rerun(&["unshare", how, "--"], name, &env) {
+            Ok(r) => r,
             Err(e) => {
-                let _ = std::fs::remove_file(&log);
                 refused.push(format!("unshare {how}: {e}"));
                 continue;
             }
         };
-        let deadline = Instant::now() + LIMIT;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                Err(e) => panic!("netlease: waiting for the child: {e}"),
-            }
-        };
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let _ = std::fs::remove_file(&log);
         // Captured by libtest: shown when the test fails, or with --nocapture.
         eprint!("{text}");
         let Some(status) = status else {
-            panic!("netlease: {name} did not end within {LIMIT:?} in its own network namespace (killed); its output:\n{text}");
+            panic!("netlease: {name} did not end within {:?} in its own network namespace (killed); its output:\n{text}", crate::rerun::LIMIT);
         };
         if !text.contains(&format!("{STARTED} {name}")) {
             if status.success() {
@@ -225,6 +193,7 @@ fn in_child(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn the_body_runs_once_with_two_ipv6_addresses_or_over_ipv4() {
