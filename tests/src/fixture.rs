@@ -167,8 +167,15 @@ pub fn connect_impatient(q: &Qp, remote: u32, gid: [u8; 16]) {
 /// counts and ACK timeout `ibv_rc_pingpong` uses but a 4 ms timeout (10: floored to 10 ms by the
 /// model), with local write and remote write/read access.
 pub fn connect_roce(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8) {
+    let rw = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
+    connect_roce_with(q, remote, dgid, sgid_index, rw, 10);
+}
+
+/// [`connect_roce`] with the QP's remote `access` flags and local ACK `timeout` (IBTA
+/// 9.7.6.1.3: 4.096 µs × 2^timeout) given.
+pub fn connect_roce_with(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8, access: u32, timeout: u8) {
     use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttr, QpAttrMask as M, QpState};
-    q.modify_to_init(1, access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ).expect("INIT");
+    q.modify_to_init(1, access).expect("INIT");
     let grh = GlobalRoute { dgid, sgid_index, hop_limit: 64, ..Default::default() };
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
@@ -181,8 +188,7 @@ pub fn connect_roce(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8) {
     };
     let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
     q.modify_qp(&rtr, m).expect("RTR");
-    let rts =
-        QpAttr { qp_state: QpState::Rts, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    let rts = QpAttr { qp_state: QpState::Rts, timeout, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
     q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
 }
 

@@ -45,22 +45,7 @@ impl Peer {
 /// As `fixture::connect_roce`, with a local ACK timeout of seconds (IBTA 4.096 us * 2^20): the
 /// forged answers come long before a retry gives up.
 fn connect_slow(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8) {
-    use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttrMask as M};
-    q.modify_to_init(1, access::LOCAL_WRITE).expect("INIT");
-    let grh = GlobalRoute { dgid, sgid_index, hop_limit: 64, ..Default::default() };
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::from_bytes(1024).expect("an IB MTU"),
-        dest_qp_num: remote,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
-        ..Default::default()
-    };
-    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    q.modify_qp(&rtr, m).expect("RTR");
-    let rts = QpAttr { qp_state: QpState::Rts, timeout: 20, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+    tests::fixture::connect_roce_with(q, remote, dgid, sgid_index, access::LOCAL_WRITE, 20);
 }
 
 /// A model on a RoCE address of its own, and that address.

@@ -60,23 +60,8 @@ impl Port {
 
     /// Brings `q` to RTS towards `remote` with every remote access granted.
     fn connect(&self, q: &Qp, remote: u32) {
-        use ib_core::{AhAttr, GlobalRoute, Mtu, QpAttr, QpAttrMask as M};
-        q.modify_to_init(1, ALL).expect("INIT");
         let dgid = self.dev.query_gid(1, u32::from(self.sgid_index)).expect("the GID");
-        let grh = GlobalRoute { dgid, sgid_index: self.sgid_index, hop_limit: 64, ..Default::default() };
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::from_bytes(1024).expect("an IB MTU"),
-            dest_qp_num: remote,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
-            ..Default::default()
-        };
-        let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-        q.modify_qp(&rtr, m).expect("RTR");
-        let rts = QpAttr { qp_state: QpState::Rts, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-        q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+        tests::fixture::connect_roce_with(q, remote, dgid, self.sgid_index, ALL, 10);
     }
 }
 
