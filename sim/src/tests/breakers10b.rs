@@ -6,10 +6,9 @@ use crate::{SimConfig, UAR_BASE_PFN};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::regs::*;
 use pvrdma_abi::uar::UAR_QP_SEND;
-use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, send_flags, QpAttr, AH_GRH};
+use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, send_flags, QpAttr};
 use pvrdma_abi::wqe::*;
 use zerocopy::little_endian::{U16, U32, U64};
-use zerocopy::FromZeros;
 
 const EINVAL: u8 = 22;
 
@@ -78,20 +77,6 @@ fn create_qp_fields_outside_their_meaning_are_refused() {
 // (Values Linux passes through unchecked are taken since issue 21: `modify_values.rs`.)
 
 
-/// Good RTR attributes towards `dest` (a global route, port 1, hop limit 64).
-fn rtr(dest: u32) -> QpAttr {
-    let mut a = QpAttr::new_zeroed();
-    a.qp_state = U32::new(qp_state::RTR);
-    a.dest_qp_num = U32::new(dest);
-    a.path_mtu = U32::new(3);
-    a.ah_attr.grh.dgid = GID0;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.ah_flags = AH_GRH;
-    a.ah_attr.port_num = 1;
-    a
-}
-
-const RTR_MASK: u32 = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU;
 
 type AttrEdit = fn(&mut QpAttr);
 

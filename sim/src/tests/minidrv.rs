@@ -508,6 +508,23 @@ impl Drv {
     }
 }
 
+/// Good RTR attributes towards `dest`: a global route from GID [`GID0`] (hop limit 64), port 1,
+/// MTU 1024; with [`RTR_MASK`].
+pub fn rtr(dest: u32) -> QpAttr {
+    let mut a = QpAttr::new_zeroed();
+    a.qp_state = U32::new(qp_state::RTR);
+    a.dest_qp_num = U32::new(dest);
+    a.path_mtu = U32::new(3);
+    a.ah_attr.grh.dgid = GID0;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+    a.ah_attr.port_num = 1;
+    a
+}
+
+/// The attributes [`rtr`] sets.
+pub const RTR_MASK: u32 = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU;
+
 /// A QP in INIT (GID 0 bound, its own PD and CQ of 16), ready for attribute attacks.
 pub fn init_qp(d: &mut Drv) -> u32 {
     d.bind_gid(0, GID0);

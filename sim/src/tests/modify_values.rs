@@ -7,24 +7,10 @@
 use super::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::cmd::QueryQp;
-use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr, AH_GRH};
+use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
 use zerocopy::little_endian::U32;
 use zerocopy::FromZeros;
 
-/// Good RTR attributes towards `dest` (a global route from GID 0, port 1, MTU 1024).
-fn rtr(dest: u32) -> QpAttr {
-    let mut a = QpAttr::new_zeroed();
-    a.qp_state = U32::new(qp_state::RTR);
-    a.dest_qp_num = U32::new(dest);
-    a.path_mtu = U32::new(3);
-    a.ah_attr.grh.dgid = GID0;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.ah_flags = AH_GRH;
-    a.ah_attr.port_num = 1;
-    a
-}
-
-const RTR_MASK: u32 = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU;
 
 /// A fresh QP moved to RTR with `edit` applied to good attributes (the modify must succeed), and
 /// what QUERY_QP then reads.
