@@ -302,5 +302,13 @@ fn pingpong_runs_as_two_processes_over_roce() {
         assert_eq!(line(s, "local address:  "), line(c, "remote address: "), "{c}\n{s}");
         let gid = format!("GID ::ffff:{}", client_ip.unwrap());
         assert!(line(c, "local address:  ").ends_with(&gid), "{c}");
+        // The figures time the ping-pong, not the linger after it (at least 300 ms of a quiet
+        // wire): found by the fresh-user trial, every result line was 300 ms longer.
+        if size == "1" {
+            for (who, out) in [("client", c), ("server", s)] {
+                let secs: f64 = field(out, "20 iters in ").parse().unwrap_or(f64::MAX);
+                assert!(secs < 0.3, "{who}: 20 one-byte round trips took {secs} s: the linger was timed?\n{out}");
+            }
+        }
     }
 }
