@@ -87,13 +87,28 @@ fn the_consumers_pages_going_away_fail_every_access_instead_of_faulting() {
     assert!(m.free(iova));
 }
 
+/// A pin for write checks the write permission alone (Linux's `check_vma_flags`), so pages
+/// mapped `PROT_WRITE` only register for an MR that may be written, and not for one that is
+/// only read. (From a break test of issue 21: both were `NotMapped`, where Linux registers the
+/// first.)
+#[test]
+fn write_only_pages_register_for_writing_only() {
+    let m = GuestMemory::new(1 << 20);
+    let base = fresh(1);
+    protect(base, 1, libc::PROT_WRITE);
+    let iova = map(&m, base, P, true).expect("a pin for write of write-only pages");
+    assert_eq!(map(&m, base, P, false), Err(MemError::NotMapped { addr: base as u64, len: P as u64, writable: false }));
+    assert!(m.free(iova));
+    unmap(base, 1);
+}
+
 /// The coverage walk over `/proc/self/maps`'s lines: contiguous mappings may cover a range
-/// together; a gap, a page without `r` (or without `w` for writing) refuses it.
+/// together; a gap, a page without `w` for writing or without `r` for reading refuses it.
 #[test]
 fn coverage_walks_the_maps_in_address_order() {
     let maps = b"10000-12000 rw-p 00000000 00:00 0\n12000-13000 r--p 00000000 00:00 0 \n\
         13000-14000 rw-p 00000000 00:00 0    [heap]\n20000-21000 ---p 00000000 00:00 0\n\
-        00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n";
+        00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n00500000-00501000 -w-p 00000000 00:00 0\n";
     for (start, end, writable, want) in [
         (0x10000, 0x12000, true, true),
         (0x10000, 0x14000, false, true),
@@ -103,6 +118,8 @@ fn coverage_walks_the_maps_in_address_order() {
         (0x20000, 0x21000, false, false),
         (0xf000, 0x11000, false, false),
         (0x400000, 0x401000, false, true),
+        (0x500000, 0x501000, true, true),
+        (0x500000, 0x501000, false, false),
     ] {
         assert_eq!(covered(maps, start, end, writable), want, "{start:#x}-{end:#x} writable {writable}");
     }

@@ -20,7 +20,7 @@
 //!   ([`super::MemError::Unsupported`]) rather than risking a fault.
 //!
 //! Registration checks the range as Linux's `ib_umem_get` pins it ([`check_mapped`]): every page
-//! mapped readable, and writable when the MR may be written. The check reads `/proc/self/maps`;
+//! mapped writable when the MR may be written, readable otherwise. The check reads `/proc/self/maps`;
 //! without it (no `/proc`), each page is probed with a one-byte read instead, which proves
 //! readability only (a page that cannot be written then fails at the first write, in a
 //! completion). An 8-byte atomic ([`Access::atomic_u64`]) is a read, the operation and a write
@@ -331,9 +331,10 @@ unsafe fn vm_rw(local: *mut u8, pieces: &[Piece], write: bool) -> Result<(), Fau
     Ok(())
 }
 
-/// Checks that every page holding `[addr, addr + len)` is mapped readable, and writable if
-/// `writable`: what Linux's `ib_umem_get` demands when it pins them (`FOLL_WRITE` for a
-/// writable MR; a page without read permission fails a pin for read too).
+/// Checks that every page holding `[addr, addr + len)` is mapped writable if `writable`, else
+/// readable: what Linux's `ib_umem_get` demands when it pins them (`check_vma_flags`: a pin for
+/// write, `FOLL_WRITE`, needs `VM_WRITE` alone, so a write-only mapping pins for a writable MR;
+/// a pin for read needs `VM_READ`).
 ///
 /// Errors: [`Fault`] for a page that is not mapped or lacks the protection.
 pub(crate) fn check_mapped(access: &Access, addr: usize, len: usize, writable: bool) -> Result<(), Fault> {
@@ -362,8 +363,8 @@ fn probe_pages(access: &Access, start: usize, end: usize) -> Result<(), Fault> {
 }
 
 /// Whether the mappings `maps` lists (`/proc/self/maps`'s text: `start-end perms ...` per line,
-/// in address order) cover `[start, end)` without a gap, each readable (and writable if
-/// `writable`).
+/// in address order) cover `[start, end)` without a gap, each writable if `writable`, else
+/// readable (see [`check_mapped`]).
 pub(crate) fn covered(maps: &[u8], start: usize, end: usize, writable: bool) -> bool {
     let mut need = start;
     for line in maps.split(|&b| b == b'\n') {
@@ -371,7 +372,7 @@ pub(crate) fn covered(maps: &[u8], start: usize, end: usize, writable: bool) -> 
         if hi <= need {
             continue;
         }
-        let allowed = perms.first() == Some(&b'r') && (!writable || perms.get(1) == Some(&b'w'));
+        let allowed = if writable { perms.get(1) == Some(&b'w') } else { perms.first() == Some(&b'r') };
         if lo > need || !allowed {
             return false;
         }
