@@ -28,7 +28,7 @@ pub(crate) fn from_platform(e: PlatformError) -> Error {
         PlatformError::Unsupported(what) => return Error::Unsupported(what),
         PlatformError::NotMapped { addr, len, writable } => {
             tracing::debug!(addr, len, writable, "user memory not mapped with the access the MR needs");
-            let what = if *writable { "memory not mapped readable and writable" } else { "memory not mapped readable" };
+            let what = if *writable { "memory not mapped writable" } else { "memory not mapped readable" };
             return Error::BadAddress(what);
         }
     };

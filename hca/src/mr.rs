@@ -67,8 +67,8 @@ impl Mr {
     /// first, as Linux's `pvrdma_reg_user_mr` pins them (`ib_umem_get`) before it counts pages
     /// or sends the command.
     ///
-    /// Errors: [`Error::BadAddress`] for a page that is not mapped, not readable, or not
-    /// writable when it must be (EFAULT); [`Error::Unsupported`] where the platform cannot map
+    /// Errors: [`Error::BadAddress`] for a page that is not mapped, not writable when it must
+    /// be, or not readable when it is only read (EFAULT); [`Error::Unsupported`] where the platform cannot map
     /// host memory (qtest); [`Error::InvalidArgument`] for a range that wraps or needs more pages
     /// than a directory holds; those of [`register`]; DMA and command errors.
     pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {

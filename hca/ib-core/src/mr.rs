@@ -26,8 +26,9 @@ impl Pd {
     /// Errors: [`Error::InvalidArgument`] for an empty range, one beyond the device's
     /// `max_mr_size`, one past the end of the address space, or bad access flags (IBTA
     /// 10.6.3.1); [`Error::BadAddress`] (EFAULT) for a page of the range that is not mapped
-    /// readable (page 0 included, which a process does not map: Linux's pin fails there too), or not writable when `access_flags` let the MR be written (local or
-    /// remote write, remote atomic, memory-window bind), as Linux's pinning refuses it;
+    /// (page 0 included, which a process does not map: Linux's pin fails there too), not
+    /// writable when `access_flags` let the MR be written (local or remote write, remote atomic,
+    /// memory-window bind), or not readable when they do not, as Linux's pinning refuses it;
     /// [`Error::Unsupported`] where the platform cannot map host memory for the device;
     /// provider errors.
     pub fn reg_mr(&self, mem: UserMemory, access_flags: u32) -> Result<Mr> {

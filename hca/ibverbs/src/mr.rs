@@ -24,9 +24,9 @@ pub(crate) struct Mr {
 /// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`. NULL with errno: `EINVAL` for NULL, a zero length,
 /// a range past `max_mr_size` or wrapping, remote write or atomic without local write, or bits
 /// Linux does not know; `EOPNOTSUPP` for `IBV_ACCESS_ON_DEMAND` (pvrdma has no on-demand
-/// paging); `EFAULT` for a page of the range that is not mapped readable (NULL included), or
-/// not writable when the access flags let the MR be written (`IBV_ACCESS_LOCAL_WRITE`,
-/// `REMOTE_WRITE`, `REMOTE_ATOMIC`, `MW_BIND`), as Linux's `ib_umem_get` refuses it
+/// paging); `EFAULT` for a page of the range that is not mapped (NULL included), not writable
+/// when the access flags let the MR be written (`IBV_ACCESS_LOCAL_WRITE`, `REMOTE_WRITE`,
+/// `REMOTE_ATOMIC`, `MW_BIND`), or not readable when they do not, as Linux's `ib_umem_get` refuses it
 /// (`docs/memory.md`); `ENOMEM` past the device's MRs.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_reg_mr(p: *mut ibv_pd, addr: *mut libc::c_void, length: usize, access: i32) -> *mut ibv_mr {

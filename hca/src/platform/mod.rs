@@ -47,9 +47,9 @@ pub enum PlatformError {
     #[error("not supported by this platform: {0}")]
     Unsupported(&'static str),
     /// [`Platform::map_user`]: a page of `[addr, addr + len)` is not mapped in this process, or
-    /// not readable, or not writable when the mapping is `writable` (the pin Linux's
+    /// not writable when the mapping is `writable`, or not readable otherwise (the pin Linux's
     /// `ib_umem_get` makes fails the same way, with `EFAULT`).
-    #[error("{addr:#x}+{len} is not mapped {} in this process", if *.writable { "readable and writable" } else { "readable" })]
+    #[error("{addr:#x}+{len} is not mapped {} in this process", if *.writable { "writable" } else { "readable" })]
     NotMapped {
         /// Start of the range.
         addr: usize,
@@ -138,8 +138,8 @@ pub trait Platform: Send + Sync + 'static {
     /// Maps `len` bytes of this process's memory at `addr` (both page-aligned) for the device
     /// (an IOMMU mapping under VFIO, the model's address space in process) and returns their
     /// device address; [`Platform::unmap_user`] takes the mapping away. Every page must be
-    /// mapped readable, and writable if `writable` (the provider's pin-for-write decision,
-    /// made from the MR's access flags); the device may write the pages only then. As Linux's
+    /// mapped writable if `writable` (the provider's pin-for-write decision,
+    /// made from the MR's access flags), else readable; the device may write the pages only then. As Linux's
     /// `ib_umem_get`, nothing is trusted: the backend checks the pages (`docs/memory.md`).
     ///
     /// # Safety

@@ -76,9 +76,9 @@ pub enum MemError {
     #[error("device address {iova:#x}+{len}: the consumer's memory there is gone or protected")]
     Fault { iova: u64, len: u64 },
     /// Registration ([`GuestMemory::map_external`]): a page of `[addr, addr + len)` is not
-    /// mapped in this process, or not readable, or not writable when `writable` (Linux's
-    /// `ib_umem_get` fails the same pin with `EFAULT`).
-    #[error("{addr:#x}+{len} is not mapped {} in this process", if *.writable { "readable and writable" } else { "readable" })]
+    /// mapped in this process, or not writable when `writable`, or not readable otherwise
+    /// (Linux's `ib_umem_get` fails the same pin with `EFAULT`).
+    #[error("{addr:#x}+{len} is not mapped {} in this process", if *.writable { "writable" } else { "readable" })]
     NotMapped { addr: u64, len: u64, writable: bool },
     /// The process has no fault-safe way to reach its own memory ([`user`]'s detection found
     /// none), so the consumer's memory cannot be mapped.
@@ -195,8 +195,8 @@ impl GuestMemory {
 
     /// Maps `len` bytes of the consumer's memory at `addr` (both page-aligned) into the device's
     /// address space and returns their device address; [`GuestMemory::free`] unmaps them. They
-    /// count against no limit: the consumer owns them. Every page must be mapped readable now,
-    /// and writable if `writable` (the pin-for-write decision of Linux's `ib_umem_get`); the
+    /// count against no limit: the consumer owns them. Every page must be mapped writable now
+    /// if `writable` (the pin-for-write decision of Linux's `ib_umem_get`), else readable; the
     /// device writes them only then. Afterwards the pages may go away or change protection at
     /// any time: an access then fails ([`MemError::Fault`]), never faults.
     ///

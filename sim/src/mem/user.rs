@@ -13,12 +13,14 @@
 //! - [`Access::ProcMem`], when the kernel or a sandbox (seccomp) refuses those calls:
 //!   `pread(2)`/`pwrite(2)` on `/proc/self/mem`. Still never a fault, but the kernel's access
 //!   there ignores the protections (`FOLL_FORCE`): after `mprotect(PROT_READ)` the device's
-//!   writes still land, as a kernel stack's would into its pinned pages.
+//!   writes still land, as a kernel stack's would into its pinned pages. The open file names the
+//!   address space of the process that opened it, so a forked child reopens it for its own
+//!   ([`follow_forks`]).
 //! - neither: the process cannot reach its memory safely, and registration is refused
 //!   ([`super::MemError::Unsupported`]) rather than risking a fault.
 //!
 //! Registration checks the range as Linux's `ib_umem_get` pins it ([`check_mapped`]): every page
-//! mapped readable, and writable when the MR may be written. The check reads `/proc/self/maps`;
+//! mapped writable when the MR may be written, readable otherwise. The check reads `/proc/self/maps`;
 //! without it (no `/proc`), each page is probed with a one-byte read instead, which proves
 //! readability only (a page that cannot be written then fails at the first write, in a
 //! completion). An 8-byte atomic ([`Access::atomic_u64`]) is a read, the operation and a write
@@ -32,7 +34,8 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 /// Most iovecs one `process_vm_readv`/`process_vm_writev` call takes (`UIO_MAXIOV`).
@@ -128,7 +131,54 @@ pub(crate) enum Access {
 /// The way chosen for this process, detected at the first call; `None` if there is none.
 pub(crate) fn access() -> Option<&'static Access> {
     static CHOSEN: OnceLock<Option<Access>> = OnceLock::new();
-    CHOSEN.get_or_init(Access::detect).as_ref()
+    CHOSEN.get_or_init(|| Access::detect().filter(follow_forks)).as_ref()
+}
+
+/// The descriptor of the process's `/proc/self/mem` ([`access`]'s fallback), -1 without one.
+static PROC_MEM_FD: AtomicI32 = AtomicI32::new(-1);
+/// Set in a forked child that could not reopen `/proc/self/mem`: the descriptor still names the
+/// parent's memory, so every access through it fails.
+static PROC_MEM_STALE: AtomicBool = AtomicBool::new(false);
+
+/// Makes the chosen way (`chosen`) keep reaching this process's own memory in a forked child;
+/// whether it can. [`Access::VmRw`] names the process by id ([`pid`]). A descriptor of
+/// `/proc/self/mem` names the address space of the process that opened it, and a child inherits
+/// its parent's: a `pthread_atfork` handler reopens the file in the child onto the same
+/// descriptor number ([`reopen_proc_mem`]). Without the handler the fallback is refused: a
+/// child's device would read and write its parent's memory.
+fn follow_forks(chosen: &Access) -> bool {
+    let Access::ProcMem(file) = chosen else { return true };
+    PROC_MEM_FD.store(file.as_raw_fd(), Ordering::Relaxed);
+    // SAFETY: registers a child handler that makes only async-signal-safe calls (open, dup3,
+    // close) and stores to atomics, as a handler run in the child of a multithreaded fork must.
+    let r = unsafe { libc::pthread_atfork(None, None, Some(reopen_proc_mem)) };
+    if r != 0 {
+        tracing::warn!(errno = r, "pthread_atfork failed: /proc/self/mem is not used");
+    }
+    r == 0
+}
+
+/// In a forked child: opens the child's own `/proc/self/mem` in place of the parent's (the same
+/// descriptor number, close-on-exec as before), or marks the old one stale if it cannot.
+extern "C" fn reopen_proc_mem() {
+    let fd = PROC_MEM_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: open with a NUL-terminated path, dup3 onto the descriptor the process-wide `File`
+    // owns (replacing the file it names, atomically: no other thread runs in a fresh child),
+    // close of the descriptor just opened. All three are async-signal-safe.
+    let replaced = unsafe {
+        let new = libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let ok = new >= 0 && libc::dup3(new, fd, libc::O_CLOEXEC) == fd;
+        if new >= 0 {
+            libc::close(new);
+        }
+        ok
+    };
+    if !replaced {
+        PROC_MEM_STALE.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Access {
@@ -170,6 +220,7 @@ impl Access {
             // SAFETY: `buf` is a live buffer of its length, writable, and the pieces lie in it.
             Access::VmRw => unsafe { vm_rw(buf.as_mut_ptr(), pieces, false) },
             Access::ProcMem(f) => pieces.iter().try_for_each(|p| {
+                proc_mem_live(f)?;
                 f.read_exact_at(&mut buf[p.at..p.at + p.len], p.addr as u64).map_err(|_| Fault)
             }),
         }
@@ -185,6 +236,7 @@ impl Access {
             // only reads the local side of a write.
             Access::VmRw => unsafe { vm_rw(data.as_ptr().cast_mut(), pieces, true) },
             Access::ProcMem(f) => pieces.iter().try_for_each(|p| {
+                proc_mem_live(f)?;
                 f.write_all_at(&data[p.at..p.at + p.len], p.addr as u64).map_err(|_| Fault)
             }),
         }
@@ -221,6 +273,17 @@ impl Access {
             self.write(&new.to_le_bytes(), &[Piece { addr, at: 0, len: 8 }])?;
         }
         Ok(old)
+    }
+}
+
+/// [`Fault`] if `f` is the process's `/proc/self/mem` and still names a parent's memory (this
+/// forked child could not reopen it, [`reopen_proc_mem`]).
+fn proc_mem_live(f: &File) -> Result<(), Fault> {
+    let stale = PROC_MEM_STALE.load(Ordering::Relaxed) && PROC_MEM_FD.load(Ordering::Relaxed) == f.as_raw_fd();
+    if stale {
+        Err(Fault)
+    } else {
+        Ok(())
     }
 }
 
@@ -268,9 +331,10 @@ unsafe fn vm_rw(local: *mut u8, pieces: &[Piece], write: bool) -> Result<(), Fau
     Ok(())
 }
 
-/// Checks that every page holding `[addr, addr + len)` is mapped readable, and writable if
-/// `writable`: what Linux's `ib_umem_get` demands when it pins them (`FOLL_WRITE` for a
-/// writable MR; a page without read permission fails a pin for read too).
+/// Checks that every page holding `[addr, addr + len)` is mapped writable if `writable`, else
+/// readable: what Linux's `ib_umem_get` demands when it pins them (`check_vma_flags`: a pin for
+/// write, `FOLL_WRITE`, needs `VM_WRITE` alone, so a write-only mapping pins for a writable MR;
+/// a pin for read needs `VM_READ`).
 ///
 /// Errors: [`Fault`] for a page that is not mapped or lacks the protection.
 pub(crate) fn check_mapped(access: &Access, addr: usize, len: usize, writable: bool) -> Result<(), Fault> {
@@ -299,8 +363,8 @@ fn probe_pages(access: &Access, start: usize, end: usize) -> Result<(), Fault> {
 }
 
 /// Whether the mappings `maps` lists (`/proc/self/maps`'s text: `start-end perms ...` per line,
-/// in address order) cover `[start, end)` without a gap, each readable (and writable if
-/// `writable`).
+/// in address order) cover `[start, end)` without a gap, each writable if `writable`, else
+/// readable (see [`check_mapped`]).
 pub(crate) fn covered(maps: &[u8], start: usize, end: usize, writable: bool) -> bool {
     let mut need = start;
     for line in maps.split(|&b| b == b'\n') {
@@ -308,7 +372,7 @@ pub(crate) fn covered(maps: &[u8], start: usize, end: usize, writable: bool) -> 
         if hi <= need {
             continue;
         }
-        let allowed = perms.first() == Some(&b'r') && (!writable || perms.get(1) == Some(&b'w'));
+        let allowed = if writable { perms.get(1) == Some(&b'w') } else { perms.first() == Some(&b'r') };
         if lo > need || !allowed {
             return false;
         }
