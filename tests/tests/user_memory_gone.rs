@@ -12,24 +12,10 @@ use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
 use tests::fixture::{open, poll_n, rc_qp};
 
+use testpages::ptr::{fresh, protect, unmap};
+
 const P: usize = 4096;
 const ALL: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-
-/// `n` fresh pages of the test's own (`testpages`), as a pointer.
-fn fresh(n: usize) -> *mut u8 {
-    testpages::fresh(n) as *mut u8
-}
-
-fn protect(p: *mut u8, n: usize, prot: i32) {
-    testpages::protect(p as usize, n, prot)
-}
-
-fn unmap(p: *mut u8, n: usize) {
-    testpages::unmap(p as usize, n)
-}
-
-
-
 
 /// `len` bytes at `p` registered with `access`.
 fn reg(pd: &Pd, p: *mut u8, len: usize, access: u32) -> ib_core::Result<Mr> {

@@ -215,6 +215,12 @@ fn rtr_case(edit: impl Fn(&mut ibv_qp_attr), extra: i32, check: impl Fn(&ibv_qp_
     let mut a = fx.rtr(qp);
     edit(&mut a);
     let r = modify(qp, &mut a, RTR_MASK | extra);
+    read_back(qp, r, check)
+}
+
+/// `ibv_modify_qp`'s answer `r` as a string, and, when it took the attributes, whether
+/// `ibv_query_qp` reads them back as `check` wants.
+fn read_back(qp: *mut ibv_qp, r: i32, check: impl Fn(&ibv_qp_attr) -> bool) -> String {
     let out = int(r);
     if r == 0 && !check(&query(qp)) {
         let q = query(qp);

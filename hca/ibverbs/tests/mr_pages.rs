@@ -12,6 +12,8 @@ use ibverbs_compat::*;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+use testpages::ptr::{fresh, protect, unmap};
+
 const P: usize = 4096;
 /// `enum ibv_access_flags`.
 const LOCAL_WRITE: i32 = 1;
@@ -32,22 +34,6 @@ const QP_STATE: i32 = 1;
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
-
-/// `n` fresh pages of the test's own (`testpages`), as a pointer.
-fn fresh(n: usize) -> *mut u8 {
-    testpages::fresh(n) as *mut u8
-}
-
-fn protect(p: *mut u8, n: usize, prot: i32) {
-    testpages::protect(p as usize, n, prot)
-}
-
-fn unmap(p: *mut u8, n: usize) {
-    testpages::unmap(p as usize, n)
-}
-
-
-
 
 /// An open context on the default model device, and a PD of it.
 fn open() -> (*mut ibv_context, *mut ibv_pd) {

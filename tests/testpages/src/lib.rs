@@ -48,6 +48,24 @@ pub fn unmap(addr: usize, n: usize) {
     assert_eq!(unsafe { libc::munmap(addr as *mut libc::c_void, n * PAGE) }, 0);
 }
 
+/// The same pages as raw pointers, for tests that hand them to verbs as a program does.
+pub mod ptr {
+    /// [`super::fresh`], as a pointer.
+    pub fn fresh(n: usize) -> *mut u8 {
+        super::fresh(n) as *mut u8
+    }
+
+    /// [`super::protect`] at a pointer.
+    pub fn protect(p: *mut u8, n: usize, prot: i32) {
+        super::protect(p as usize, n, prot)
+    }
+
+    /// [`super::unmap`] at a pointer.
+    pub fn unmap(p: *mut u8, n: usize) {
+        super::unmap(p as usize, n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

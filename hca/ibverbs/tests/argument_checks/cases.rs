@@ -419,13 +419,7 @@ fn rts_case(edit: impl Fn(&mut ibv_qp_attr), check: impl Fn(&ibv_qp_attr) -> boo
     let mut a = ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
     edit(&mut a);
     let r = modify(qp, &mut a, RTS_MASK);
-    let out = int(r);
-    if r == 0 && !check(&query(qp)) {
-        let q = query(qp);
-        let seen = (q.rq_psn, q.dest_qp_num, q.path_mtu, q.ah_attr.grh.flow_label, q.timeout, q.retry_cnt, q.rnr_retry, q.max_rd_atomic);
-        return format!("{out} (read back wrong: {seen:?})");
-    }
-    out
+    read_back(qp, r, check)
 }
 
 /// The outcome of `ibv_init_ah_from_wc` for a completion with `wc_flags` whose receive buffer

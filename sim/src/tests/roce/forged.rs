@@ -24,15 +24,14 @@ pub(super) fn device_and_peer() -> (Drv, End, UdpSocket, Opts) {
         ..Opts::default()
     };
     let peer = peer_socket();
-    connect(
-        &mut d,
-        e.qp.qpn,
-        PEER_QPN,
-        peer.local_addr().unwrap().ip(),
-        &o,
-    );
+    connect_to_peer(&mut d, &e, &peer, &o);
     peer.set_read_timeout(Some(LONG)).unwrap();
     (d, e, peer, o)
+}
+
+/// Connects end `e`'s QP of device `d` to the peer's QP at the peer socket's address.
+fn connect_to_peer(d: &mut Drv, e: &End, peer: &UdpSocket, o: &Opts) {
+    connect(d, e.qp.qpn, PEER_QPN, peer.local_addr().unwrap().ip(), o);
 }
 
 /// Encodes `hdr` + `payload` as the peer sends it to device `d`.
@@ -255,13 +254,7 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
     for (i, case) in cases.into_iter().enumerate() {
         let e = qp.take().unwrap_or_else(|| {
             let e = end(&mut d, 16);
-            connect(
-                &mut d,
-                e.qp.qpn,
-                PEER_QPN,
-                peer.local_addr().unwrap().ip(),
-                &o,
-            );
+            connect_to_peer(&mut d, &e, &peer, &o);
             e
         });
         let before = pattern(70, 16384);
@@ -359,13 +352,7 @@ fn partial_sends_on_many_qps_are_bounded_by_the_device_wire_budget() {
     let mut replies = Vec::new();
     for i in 0..4 {
         let e = end(&mut d, 16);
-        connect(
-            &mut d,
-            e.qp.qpn,
-            PEER_QPN,
-            peer.local_addr().unwrap().ip(),
-            &o,
-        );
+        connect_to_peer(&mut d, &e, &peer, &o);
         let huge = sge(e.dst.va, u32::MAX, e.dst.lkey);
         d.recv(&e.qp, i, &[huge, huge]);
         let hdr = Headers {
