@@ -183,6 +183,52 @@ fn protected_after_registration(port: &Port) {
     drop(gmr);
 }
 
+/// (f) on each port: an MR whose second page goes away after registration, and accesses that
+/// straddle the first page, still mapped, and the second: each fails, as an access to a
+/// page wholly gone, and one inside the first page still succeeds.
+fn half_unmapped_after_registration(port: &Port) {
+    let pd = port.dev.alloc_pd().unwrap();
+    let mut good = vec![0u8; 2 * P];
+    let g = good.as_mut_ptr();
+    let gmr = reg(&pd, g, good.len(), ALL).unwrap();
+    let half = fresh(2);
+    let mr = reg(&pd, half, 2 * P, ALL).expect("mapped at registration");
+    unmap(half.wrapping_add(P), 1);
+    let (straddle, rkey) = (half.wrapping_add(P - 32), mr.rkey());
+    run(port, &pd, &[
+        ("SEND across the boundary", &|p| {
+            p.recv_b(&gmr, g, 64);
+            p.send_a(WrOpcode::Send, &mr, straddle, 64);
+        }, WcStatus::LocProtErr, None),
+        ("a receive across the boundary", &|p| {
+            p.recv_b(&mr, straddle, 64);
+            p.send_a(WrOpcode::Send, &gmr, g, 64);
+        }, WcStatus::RemOpErr, Some(WcStatus::LocProtErr)),
+        ("a READ across the boundary", &|p| {
+            p.send_a(WrOpcode::RdmaRead { remote_addr: straddle as u64, rkey }, &gmr, g, 64);
+        }, WcStatus::RemAccessErr, None),
+        ("a WRITE across the boundary", &|p| {
+            p.send_a(WrOpcode::RdmaWrite { remote_addr: straddle as u64, rkey }, &gmr, g, 64);
+        }, WcStatus::RemAccessErr, None),
+        ("a SEND from the page still mapped", &|p| {
+            p.recv_b(&gmr, g, 32);
+            p.send_a(WrOpcode::Send, &mr, straddle, 32);
+        }, WcStatus::Success, Some(WcStatus::Success)),
+    ]);
+    drop((mr, gmr));
+    unmap(half, 1);
+}
+
+#[test]
+fn accesses_straddling_a_page_that_went_away_fail_on_the_loopback_port() {
+    half_unmapped_after_registration(&Port::loopback());
+}
+
+#[test]
+fn accesses_straddling_a_page_that_went_away_fail_on_the_roce_port() {
+    half_unmapped_after_registration(&Port::roce());
+}
+
 #[test]
 fn unmapped_pages_fail_their_work_requests_on_the_loopback_port() {
     unmapped_after_registration(&Port::loopback());
