@@ -37,7 +37,9 @@ fn ring(c: &mut Criterion) {
     let kernel = t.kernel_doorbells();
     let (kqp, uqp) = (QpHandle::new(1, Owner::Kernel).unwrap(), QpHandle::new(2, ctx.owner()).unwrap());
     let bare: Arc<dyn UarMmio> = bar.clone();
-    g.bench_function("bare_uar_write", |b| b.iter(|| black_box(&bare).uar_write32(black_box(0), black_box(0x4000_0001))));
+    g.bench_function("bare_uar_write", |b| {
+        b.iter(|| black_box(&bare).uar_write32(black_box(0), black_box(0x4000_0001)))
+    });
     g.bench_function("kernel_qp_send", |b| b.iter(|| kernel.qp_send(black_box(&kqp))));
     g.bench_function("user_qp_send", |b| b.iter(|| user.qp_send(black_box(&uqp))));
     g.finish();

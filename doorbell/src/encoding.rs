@@ -162,9 +162,7 @@ mod tests {
             DoorbellOp::QpSend => Decoded::Qp { handle: h, send: true, recv: false },
             DoorbellOp::QpRecv => Decoded::Qp { handle: h, send: false, recv: true },
             DoorbellOp::CqArmNext => Decoded::Cq { handle: h, arm: Some(CqArmRequest::Next), poll: false },
-            DoorbellOp::CqArmSolicited => {
-                Decoded::Cq { handle: h, arm: Some(CqArmRequest::Solicited), poll: false }
-            }
+            DoorbellOp::CqArmSolicited => Decoded::Cq { handle: h, arm: Some(CqArmRequest::Solicited), poll: false },
             DoorbellOp::CqPoll => Decoded::Cq { handle: h, arm: None, poll: true },
             DoorbellOp::SrqRecv => Decoded::Srq { handle: h, recv: true },
         }

@@ -94,10 +94,10 @@ mod uar;
 
 pub use arm::CqArmDoorbell;
 pub use doorbells::Doorbells;
-pub use mmio::UarMmio;
 pub use encoding::{ArmEncoding, DoorbellOp};
 pub use handle::{ContextId, CqHandle, Owner, QpHandle, SrqHandle};
 pub use mapped::MappedUar;
+pub use mmio::UarMmio;
 pub use page::UarPage;
 pub use uar::{ContextUar, UarError, UarTable, MAX_UAR_PAGES};
 

@@ -1,6 +1,8 @@
 //! The UAR page table, its mappings and revocation, and typed doorbells' ownership.
 
-use doorbell::{ArmEncoding, ContextUar, CqArmDoorbell, CqHandle, DoorbellError, Owner, QpHandle, UarError, UarMmio, UarTable};
+use doorbell::{
+    ArmEncoding, ContextUar, CqArmDoorbell, CqHandle, DoorbellError, Owner, QpHandle, UarError, UarMmio, UarTable,
+};
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,7 +125,8 @@ impl UarMmio for Gate {
 #[test]
 fn a_page_is_reused_only_after_writes_in_flight_through_it_finish() {
     let (tx, rx) = mpsc::channel();
-    let gate = Arc::new(Gate { entered: tx, open: Mutex::new(false), cv: Default::default(), writes: Default::default() });
+    let gate =
+        Arc::new(Gate { entered: tx, open: Mutex::new(false), cv: Default::default(), writes: Default::default() });
     let t = UarTable::new(gate.clone(), 0, 2);
     let ctx = t.alloc().unwrap();
     let db = ctx.map(0, 4096).unwrap();

@@ -5,13 +5,13 @@
 //! the CQ armed, and hears of fired arms through the handler registered with the event rings.
 
 use crate::device::{doorbell_handle, DeviceInner};
+use crate::dma::Abandon;
 use crate::eq::CqFlags;
 use crate::health::ObjectHealth;
-use crate::dma::Abandon;
 use crate::ring::DevRing;
+use crate::ring::RecordWords;
 use crate::uctx::UctxInner;
 use crate::wc::{translate, Owed, Queue, SharedWq, Verdict};
-use crate::ring::RecordWords;
 use doorbell::record::{DeviceProduced, RecordError};
 use doorbell::{CqArmDoorbell, CqHandle, Owner};
 use ib_core::provider::{CqError, CqEventHandler, CqOps};
@@ -19,8 +19,8 @@ use ib_core::{ArmKind, Error, Result, Wc, WcOpcode};
 use parking_lot::{Mutex, RwLock};
 use pvrdma_abi::cmd::{CreateCq, DestroyCq};
 use pvrdma_abi::wqe::Cqe;
-use std::any::Any;
 use rustc_hash::FxHashMap;
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -195,8 +195,10 @@ impl CqInner {
     /// unusable from now on, for every thread at once; the core hears of it once, as
     /// [`CqError::Failure`] (its CQ_ERR), off this thread (which may hold the ring's lock).
     pub(crate) fn mark_broken(&self) {
-        let report = self.dev.eq.cq_handler(self.handle).map(|h| move || {
-            h.error(CqError::Failure);
+        let report = self.dev.eq.cq_handler(self.handle).map(|h| {
+            move || {
+                h.error(CqError::Failure);
+            }
         });
         self.health.mark(&self.dev.health, "CQ", self.handle, report);
     }
@@ -204,7 +206,10 @@ impl CqInner {
     fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         self.health.check(&self.dev.health)?;
         let out = self.poll_ring(wc);
-        if matches!(out, Ok(0)) && self.dev.shares_cpus && self.empty_polls.load(Ordering::Relaxed) & (YIELD_EVERY - 1) == 0 {
+        if matches!(out, Ok(0))
+            && self.dev.shares_cpus
+            && self.empty_polls.load(Ordering::Relaxed) & (YIELD_EVERY - 1) == 0
+        {
             std::thread::yield_now();
         }
         out

@@ -3,8 +3,8 @@
 //! Every access is bounds-checked against the buffer before it reaches the platform.
 
 use crate::error::from_platform;
-use ib_core::{Error, Result};
 use crate::platform::{DmaWindow, Iova, Platform};
+use ib_core::{Error, Result};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

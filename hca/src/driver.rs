@@ -13,8 +13,7 @@ use pvrdma_abi::{PCI_DEVICE_ID_VMWARE_PVRDMA, PCI_VENDOR_ID_VMWARE};
 use std::sync::Arc;
 
 /// The functions this provider drives.
-static MATCH: [PciId; 1] =
-    [PciId { vendor: PCI_VENDOR_ID_VMWARE, device: PCI_DEVICE_ID_VMWARE_PVRDMA }];
+static MATCH: [PciId; 1] = [PciId { vendor: PCI_VENDOR_ID_VMWARE, device: PCI_DEVICE_ID_VMWARE_PVRDMA }];
 
 /// The provider.
 pub struct PvrdmaDriver;
@@ -39,10 +38,7 @@ impl Driver for PvrdmaDriver {
     /// Probes the function's device (`probe.rs`). Errors: [`Error::InvalidArgument`] for a
     /// function this provider did not describe; the probe's errors.
     fn probe(&self, func: &PciFunction) -> Result<Arc<dyn DeviceOps>> {
-        let t = func
-            .handle
-            .downcast_ref::<Target>()
-            .ok_or(Error::InvalidArgument("not a pvrdma function handle"))?;
+        let t = func.handle.downcast_ref::<Target>().ok_or(Error::InvalidArgument("not a pvrdma function handle"))?;
         let inner = probe_device(t.platform.clone(), &t.opts)?;
         Ok(Arc::new(Pvrdma { inner }))
     }
@@ -57,11 +53,7 @@ pub fn register() {
 /// this provider needs to probe it.
 pub fn function(platform: Arc<dyn Platform>, opts: ProbeOptions) -> PciFunction {
     let (vendor, device) = platform.pci_id();
-    PciFunction {
-        id: PciId { vendor, device },
-        location: platform.name(),
-        handle: Arc::new(Target { platform, opts }),
-    }
+    PciFunction { id: PciId { vendor, device }, location: platform.name(), handle: Arc::new(Target { platform, opts }) }
 }
 
 /// Registers the provider and adds the device behind `platform` to the core's list.

@@ -157,12 +157,7 @@ impl EventRings {
     /// destroyed: DESTROY_CQ would hit the live CQ).
     ///
     /// Errors: [`Error::DeviceFatal`] for a duplicate handle.
-    pub(crate) fn register_cq(
-        &self,
-        handle: u32,
-        flags: Arc<CqFlags>,
-        handler: Arc<dyn CqEventHandler>,
-    ) -> Result<()> {
+    pub(crate) fn register_cq(&self, handle: u32, flags: Arc<CqFlags>, handler: Arc<dyn CqEventHandler>) -> Result<()> {
         self.take_reports();
         let mut t = self.cqs.write();
         if t.contains_key(&handle) {
@@ -414,13 +409,9 @@ impl EventRings {
         self.health.count(Count::AsyncEvent);
         let Some(event) = event_type(type_) else { return AsyncEntry::Dropped(type_, info) };
         let found = match event.scope() {
-            EventScope::Cq => {
-                self.cqs.read().get(&info).map(|e| AsyncEntry::Cq(e.flags.clone(), e.handler.clone()))
-            }
+            EventScope::Cq => self.cqs.read().get(&info).map(|e| AsyncEntry::Cq(e.flags.clone(), e.handler.clone())),
             EventScope::Qp => self.qps.read().get(&info).map(|h| AsyncEntry::Qp(h.clone(), event)),
-            EventScope::Port => {
-                u8::try_from(info).ok().filter(|&p| p >= 1).map(|p| AsyncEntry::Port(p, event))
-            }
+            EventScope::Port => u8::try_from(info).ok().filter(|&p| p >= 1).map(|p| AsyncEntry::Port(p, event)),
             EventScope::Device => Some(AsyncEntry::Fatal(DEVICE_FATAL_EVENT)),
             EventScope::Srq => self.srqs.read().get(&info).map(|h| AsyncEntry::Srq(h.clone(), event)),
         };

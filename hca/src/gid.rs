@@ -38,7 +38,8 @@ impl GidTable {
     /// The first entry of type `ty`: its index and GID.
     pub(crate) fn first(&self, ty: GidType) -> Option<(u32, Gid)> {
         let entries = self.entries.lock();
-        let (i, (gid, _)) = entries.iter().enumerate().find_map(|(i, e)| e.filter(|(_, t)| *t == ty).map(|e| (i, e)))?;
+        let (i, (gid, _)) =
+            entries.iter().enumerate().find_map(|(i, e)| e.filter(|(_, t)| *t == ty).map(|e| (i, e)))?;
         Some((i as u32, gid))
     }
 
@@ -108,7 +109,6 @@ pub(crate) fn del(gids: &GidTable, cmd: &Commands, index: u32) -> Result<()> {
     table[slot] = None;
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {

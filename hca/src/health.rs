@@ -174,7 +174,13 @@ impl ObjectHealth {
     /// Marks the object broken; the first time, logs `what` and runs `report` (the report to
     /// the core) off this thread — unless the device (`device`) is fatal, which every object's
     /// consumer hears of already.
-    pub(crate) fn mark(&self, device: &Health, what: &'static str, handle: u32, report: Option<impl FnOnce() + Send + 'static>) {
+    pub(crate) fn mark(
+        &self,
+        device: &Health,
+        what: &'static str,
+        handle: u32,
+        report: Option<impl FnOnce() + Send + 'static>,
+    ) {
         if self.0.swap(true, Ordering::AcqRel) || device.is_fatal() {
             return;
         }

@@ -8,9 +8,9 @@
 //!   holds it, as Linux's `ib_umem`), so a peer's RDMA names the buffer's address.
 
 use crate::device::{duplicate_handle, DeviceInner, IdKind};
+use crate::dma::Abandon;
 use crate::error::from_platform;
 use crate::pd::Pd;
-use crate::dma::Abandon;
 use crate::pdir::{PageDir, PagedBuf};
 use crate::platform::{Iova, Platform};
 use ib_core::provider::{MrOps, UserMemory};
@@ -26,7 +26,11 @@ const PAGE: usize = PAGE_SIZE;
 enum Backing {
     Owned(PagedBuf),
     /// The consumer's pages, mapped at `iova`; the MR's byte 0 is at `iova + offset`.
-    User { iova: Iova, offset: u64, _dir: PageDir },
+    User {
+        iova: Iova,
+        offset: u64,
+        _dir: PageDir,
+    },
 }
 
 /// A registered memory region. Dropping it sends DESTROY_MR, then unmaps or frees its memory.

@@ -4,8 +4,8 @@
 //! `i & 0x1ff` of table `i >> 9` ([`pvrdma_abi::pdir`]).
 
 use crate::dma::{Abandon, DmaBuf};
-use ib_core::{Error, Result};
 use crate::platform::{Iova, Platform};
+use ib_core::{Error, Result};
 use pvrdma_abi::pdir::{dir_index, table_index, PAGE_DIR_MAX_PAGES, PDIR_ENTRIES};
 use std::sync::Arc;
 
@@ -26,10 +26,8 @@ impl PageDir {
             return Err(Error::InvalidArgument("page directory size"));
         }
         let dir = DmaBuf::pages(platform, 1)?;
-        let tables = table_contents(pages)
-            .iter()
-            .map(|entries| write_page(platform, entries))
-            .collect::<Result<Vec<_>>>()?;
+        let tables =
+            table_contents(pages).iter().map(|entries| write_page(platform, entries)).collect::<Result<Vec<_>>>()?;
         let dir_entries: Vec<u64> = tables.iter().map(DmaBuf::iova).collect();
         dir.write(0, &encode(&dir_entries))?;
         Ok(Self { dir, tables, npages: pages.len() })
@@ -45,10 +43,8 @@ impl PageDir {
         if pages.is_empty() || pages.len() > PAGE_DIR_MAX_PAGES {
             return Err(Error::InvalidArgument("page directory size"));
         }
-        let tables = table_contents(pages)
-            .iter()
-            .map(|entries| write_page(platform, entries))
-            .collect::<Result<Vec<_>>>()?;
+        let tables =
+            table_contents(pages).iter().map(|entries| write_page(platform, entries)).collect::<Result<Vec<_>>>()?;
         let mut dir_entries: Vec<u64> = tables.iter().map(DmaBuf::iova).collect();
         dir_entries.resize(dir_entries.len().max(self.tables.len()), 0);
         self.dir.write(0, &encode(&dir_entries))?;

@@ -13,12 +13,12 @@ use crate::health::Health;
 use crate::platform::Platform;
 use doorbell::ArmEncoding;
 use firmware_cmd::{WaitMode, DEFAULT_TIMEOUT};
+use ib_core::GidType;
 use ib_core::{DeviceError, Error, Gid, Result};
 use pvrdma_abi::cmd::QueryPort;
 use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, DEVICE_MODE_ROCE};
-use ib_core::GidType;
-use pvrdma_abi::regs::{DeviceCtl, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_MACH, REG_MACL};
 use pvrdma_abi::regs::REG_VERSION;
+use pvrdma_abi::regs::{DeviceCtl, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_MACH, REG_MACL};
 use pvrdma_abi::{PVRDMA_ROCEV1_VERSION, PVRDMA_ROCEV2_VERSION};
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,7 +119,8 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     }
     let encoding = opts.arm_encoding.unwrap_or_else(|| crate::selftest::arm_encoding(&dev));
     dev.set_encoding(encoding);
-    let resize = opts.resize_cq.unwrap_or_else(|| opts.cmd_wait == WaitMode::Interrupt && crate::cq::probe_resize(&dev));
+    let resize =
+        opts.resize_cq.unwrap_or_else(|| opts.cmd_wait == WaitMode::Interrupt && crate::cq::probe_resize(&dev));
     dev.set_resize_cq(resize);
     // The self-test's commands may have found the device dead (a timeout makes it fatal).
     dev.live()?;
@@ -271,10 +272,7 @@ mod tests {
     #[test]
     fn eui64_gid_from_mac() {
         let g = default_gid([0x00, 0x0c, 0x29, 0x12, 0x34, 0x56]);
-        assert_eq!(
-            g,
-            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x0c, 0x29, 0xff, 0xfe, 0x12, 0x34, 0x56]
-        );
+        assert_eq!(g, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x0c, 0x29, 0xff, 0xfe, 0x12, 0x34, 0x56]);
     }
 
     #[test]

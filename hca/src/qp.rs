@@ -14,22 +14,21 @@ mod owed;
 pub(crate) mod ud;
 mod wqe;
 
-use crate::wc::OwedQueue;
 use crate::cq::Cq;
-use attr::{from_device, to_device};
-use owed::{Owed, Posted};
-use wqe::{set_opcode, sg_totals};
 use crate::device::{doorbell_handle, DeviceInner};
-use crate::pd::Pd;
 use crate::dma::Abandon;
 use crate::health::ObjectHealth;
+use crate::pd::Pd;
 use crate::pdir::PagedBuf;
 use crate::ring::{record_error, write_wqe, RecordWords};
+use crate::wc::OwedQueue;
+use attr::{from_device, to_device};
 use doorbell::record::DriverProduced;
 use doorbell::{Doorbells, Owner, QpHandle};
 use ib_core::provider::{CqOps, QpCreate, QpEventHandler, QpOps};
 use ib_core::{Error, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use ib_core::{RecvWr, Result, SendWr, WcOpcode};
+use owed::{Owed, Posted};
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, ModifyQp, QueryQp};
 use pvrdma_abi::pdir::PAGE_DIR_MAX_PAGES;
@@ -38,6 +37,7 @@ use pvrdma_abi::verbs::{qp_type, send_flags};
 use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride, RqWqeHdr, SqWqeHdr};
 use pvrdma_abi::PAGE_SIZE;
 use std::sync::Arc;
+use wqe::{set_opcode, sg_totals};
 use zerocopy::IntoBytes;
 
 /// One work queue's geometry, the driver's producer index and the WQEs owed a completion.
@@ -91,7 +91,6 @@ impl WorkQueue {
     fn publish(&self, words: &RecordWords) -> Result<()> {
         self.record.publish_prod(words, self.prod)
     }
-
 }
 
 /// The SQ and RQ geometry for `cap`: counts rounded up to powers of two, at least one SGE.
@@ -205,8 +204,8 @@ impl Qp {
             qp_type: if ud { qp_type::UD } else { qp_type::RC },
             ..Default::default()
         })?;
-        let db_handle = doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new)
-            .inspect_err(|_| {
+        let db_handle =
+            doorbell_handle("QP handle beyond 24 bits", resp.qpn.get(), owner, QpHandle::new).inspect_err(|_| {
                 // A DESTROY the device refuses leaves it the rings (as at drop): abandoned.
                 if !destroy_qp(dev, resp.qpn.get()) {
                     buf.abandon();
@@ -246,9 +245,31 @@ impl Qp {
         let sig_all = init.sq_sig_all;
         let kernel = pd.uctx.is_none();
         let health = ObjectHealth::default();
-        let cap = QpCap { max_send_wr: sq_cnt, max_recv_wr: rq_cnt, max_send_sge: sq_sge, max_recv_sge: rq_sge, max_inline_data: 0 };
+        let cap = QpCap {
+            max_send_wr: sq_cnt,
+            max_recv_wr: rq_cnt,
+            max_send_sge: sq_sge,
+            max_recv_sge: rq_sge,
+            max_inline_data: 0,
+        };
         let set = Mutex::new(QpAttr { cap, ..Default::default() });
-        Ok(Qp { dev: dev.clone(), send_cq, recv_cq, handle, db_handle, buf, words, sq, rq, sig_all, db, ud, kernel, health, set })
+        Ok(Qp {
+            dev: dev.clone(),
+            send_cq,
+            recv_cq,
+            handle,
+            db_handle,
+            buf,
+            words,
+            sq,
+            rq,
+            sig_all,
+            db,
+            ud,
+            kernel,
+            health,
+            set,
+        })
     }
 }
 
@@ -306,8 +327,8 @@ impl Qp {
         hdr.num_sge.set(num_sge);
         hdr.total_len.set(total);
         let opcode = set_opcode(&mut hdr, wr.opcode);
-        let flags = if wr.signaled { send_flags::SIGNALED } else { 0 }
-            | if wr.solicited { send_flags::SOLICITED } else { 0 };
+        let flags =
+            if wr.signaled { send_flags::SIGNALED } else { 0 } | if wr.solicited { send_flags::SOLICITED } else { 0 };
         hdr.send_flags.set(flags);
         write_wqe(self.buf.data(), slot, hdr.as_bytes(), wr.sg_list)?;
         let signaled = wr.signaled || self.sig_all;
@@ -359,8 +380,10 @@ impl Qp {
     /// QP is unusable from now on, for every thread at once, and its consumer hears
     /// `QP_FATAL` (IBTA's local work queue catastrophic error) once, off this thread.
     fn mark_broken(&self) {
-        let report = self.dev.eq.qp_handler(self.handle).map(|h| move || {
-            h.event(ib_core::AsyncEventType::QpFatal);
+        let report = self.dev.eq.qp_handler(self.handle).map(|h| {
+            move || {
+                h.event(ib_core::AsyncEventType::QpFatal);
+            }
         });
         self.health.mark(&self.dev.health, "QP", self.handle, report);
     }

@@ -7,8 +7,8 @@
 //! entry is read; a bad index is [`Error::DeviceFatal`] (design decision 7). The consumer index
 //! is the driver's own copy; the device sees it through a release store.
 
-use crate::error::from_platform;
 use crate::dma::{Abandon, DmaBuf};
+use crate::error::from_platform;
 use crate::pdir::PagedBuf;
 use crate::platform::{DmaWindow, Platform};
 use doorbell::record::{DeviceProduced, RecordError, RecordMemory, RecordPage};
@@ -333,7 +333,8 @@ mod tests {
     fn a_wqe_is_its_header_then_its_sges() {
         let p: Arc<dyn Platform> = Arc::new(SimPlatform::new(SimConfig::default()));
         let buf = DmaBuf::pages(&p, 1).unwrap();
-        let sg = [ib_core::Sge { addr: 0x1122, length: 7, lkey: 9 }, ib_core::Sge { addr: 0x3344, length: 8, lkey: 10 }];
+        let sg =
+            [ib_core::Sge { addr: 0x1122, length: 7, lkey: 9 }, ib_core::Sge { addr: 0x3344, length: 8, lkey: 10 }];
         write_wqe(&buf, 128, &[0xab; 80], &sg).unwrap();
         let mut got = [0u8; 112];
         buf.read(128, &mut got).unwrap();

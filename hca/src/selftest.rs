@@ -46,7 +46,6 @@ const OWED_WAIT: Duration = Duration::from_millis(500);
 /// Bound on a message's completion.
 const COMPLETION_WAIT: Duration = Duration::from_secs(5);
 
-
 /// The device's arm encoding, by test; QEMU 7.2's (with a warning) if the test cannot tell.
 pub(crate) fn arm_encoding(dev: &Arc<DeviceInner>) -> ArmEncoding {
     match detect(dev) {
@@ -75,7 +74,9 @@ fn detect(dev: &Arc<DeviceInner>) -> Result<ArmEncoding, String> {
     let irqs = || dev.health.stats().interrupts[IntrVector::Cq as usize];
     let irqs_before = irqs();
     // The IBTA encoding's arm: on QEMU 7.2 it clears the arm instead, which is what tells them apart.
-    dev.kernel_db.cq_arm_next(&armed.cq.doorbell_handle(), ArmEncoding::Ibta).map_err(|e| format!("arm doorbell: {e}"))?;
+    dev.kernel_db
+        .cq_arm_next(&armed.cq.doorbell_handle(), ArmEncoding::Ibta)
+        .map_err(|e| format!("arm doorbell: {e}"))?;
     message(&armed)?;
     let counts = || {
         dev.eq.drain_notifications();
@@ -98,7 +99,9 @@ fn detect(dev: &Arc<DeviceInner>) -> Result<ArmEncoding, String> {
         return Err("the CQ-notification ring filled during the test".into());
     }
     match (encoding, counts()) {
-        (ArmEncoding::Ibta, (u, _)) if u != 0 => Err(format!("entries fit neither device: {u} for the unarmed CQ late")),
+        (ArmEncoding::Ibta, (u, _)) if u != 0 => {
+            Err(format!("entries fit neither device: {u} for the unarmed CQ late"))
+        }
         _ => Ok(encoding),
     }
 }
@@ -192,7 +195,8 @@ impl Loopback {
 
 /// RESET -> INIT -> RTR -> RTS towards `dest` at `gid`, from GID `index` of port 1.
 fn connect(qp: &Qp, dest: u32, index: u32, gid: ib_core::Gid) -> ib_core::Result<()> {
-    let init = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access::LOCAL_WRITE, ..Default::default() };
+    let init =
+        QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access::LOCAL_WRITE, ..Default::default() };
     let sgid_index = u8::try_from(index).map_err(|_| ib_core::Error::InvalidArgument("GID index"))?;
     let grh = GlobalRoute { dgid: gid, sgid_index, hop_limit: 64, ..Default::default() };
     let rtr = QpAttr {
@@ -204,7 +208,14 @@ fn connect(qp: &Qp, dest: u32, index: u32, gid: ib_core::Gid) -> ib_core::Result
         ah_attr: AhAttr { grh, is_global: true, port_num: 1, ..Default::default() },
         ..Default::default()
     };
-    let rts = QpAttr { qp_state: QpState::Rts, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
     let mut cur = QpState::Reset;
     for attr in [init, rtr, rts] {
         let mask = ib_core::qp_state::required(cur, attr.qp_state, QpType::Rc).unwrap_or(M::STATE);

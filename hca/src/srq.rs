@@ -154,22 +154,17 @@ impl Srq {
             pdir_dma: buf.dir().dma().into(),
             pd_handle: pd.handle.into(),
             nchunks: (total as u32).into(),
-            attrs: DevSrqAttr {
-                max_wr: cnt.into(),
-                max_sge: queue.max_sge.into(),
-                ..Default::default()
-            },
+            attrs: DevSrqAttr { max_wr: cnt.into(), max_sge: queue.max_sge.into(), ..Default::default() },
             srq_type: srq_type::BASIC,
             ..Default::default()
         })?;
         let raw = resp.srqn.get();
-        let db_handle = doorbell_handle("SRQ handle beyond 24 bits", raw, owner, SrqHandle::new)
-            .inspect_err(|_| {
-                // A DESTROY the device refuses leaves it the ring (as at drop): abandoned.
-                if !destroy_srq(dev, raw) {
-                    buf.abandon();
-                }
-            })?;
+        let db_handle = doorbell_handle("SRQ handle beyond 24 bits", raw, owner, SrqHandle::new).inspect_err(|_| {
+            // A DESTROY the device refuses leaves it the ring (as at drop): abandoned.
+            if !destroy_srq(dev, raw) {
+                buf.abandon();
+            }
+        })?;
         if let Err(e) = dev.eq.register_srq(raw, events) {
             // A live SRQ's handle: DESTROY_SRQ would reach the other SRQ; the ring is leaked.
             buf.abandon();
@@ -178,7 +173,16 @@ impl Srq {
         let db = pd.uctx.as_ref().map_or_else(|| dev.kernel_db.clone(), |u| u.db.clone());
         tracing::debug!(srq = raw, "SRQ created");
         let queue = Arc::new(Mutex::new(queue));
-        Ok(Srq { dev: dev.clone(), handle: raw, db_handle, buf: Some(buf), words, queue, db, health: ObjectHealth::default() })
+        Ok(Srq {
+            dev: dev.clone(),
+            handle: raw,
+            db_handle,
+            buf: Some(buf),
+            words,
+            queue,
+            db,
+            health: ObjectHealth::default(),
+        })
     }
 
     /// Where the SRQ's ring-state record lives (page 0 of its page list; the SRQ's indices are
@@ -239,8 +243,10 @@ impl Srq {
     /// SRQ is unusable from now on, for every thread at once, and its consumer hears `SRQ_ERR`
     /// once, off this thread.
     fn mark_broken(&self) {
-        let report = self.dev.eq.srq_handler(self.handle).map(|h| move || {
-            h.event(ib_core::AsyncEventType::SrqErr);
+        let report = self.dev.eq.srq_handler(self.handle).map(|h| {
+            move || {
+                h.event(ib_core::AsyncEventType::SrqErr);
+            }
         });
         self.health.mark(&self.dev.health, "SRQ", self.handle, report);
     }
@@ -310,7 +316,8 @@ impl SrqOps for Srq {
         let resp = self.dev.cmd.post(QuerySrq { srq_handle: self.handle.into(), ..Default::default() })?;
         let a = resp.attrs;
         let attr = SrqAttr { max_wr: a.max_wr.get(), max_sge: a.max_sge.get(), srq_limit: a.srq_limit.get() };
-        check_query(&attr, &self.dev.attr).inspect_err(|_| tracing::error!(srq = self.handle, ?attr, "QUERY_SRQ answer refused"))?;
+        check_query(&attr, &self.dev.attr)
+            .inspect_err(|_| tracing::error!(srq = self.handle, ?attr, "QUERY_SRQ answer refused"))?;
         Ok(attr)
     }
 }

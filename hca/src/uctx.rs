@@ -8,12 +8,12 @@
 
 use crate::device::{duplicate_handle, DeviceInner, IdKind};
 use crate::error::{device_status, from_uar};
-use firmware_cmd::DeviceStatus;
 use doorbell::{ContextUar, Doorbells, Owner, UarPage};
-use pvrdma_abi::uar::UAR_PAGE_SIZE;
+use firmware_cmd::DeviceStatus;
 use ib_core::provider::UcontextOps;
 use ib_core::{Error, Result};
 use pvrdma_abi::cmd::{CreateUc, DestroyUc};
+use pvrdma_abi::uar::UAR_PAGE_SIZE;
 use std::any::Any;
 use std::sync::Arc;
 

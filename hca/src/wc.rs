@@ -110,10 +110,8 @@ pub fn translate(cqe: &Cqe, owed: &impl Owed) -> Wc {
         }
         Some(h) => match owed.retire(h, queue, cqe.wr_id.get(), success.then_some(opcode)) {
             Verdict::Posted(len) => {
-                let bounded = matches!(
-                    opcode,
-                    WcOpcode::Recv | WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
-                );
+                let bounded =
+                    matches!(opcode, WcOpcode::Recv | WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd);
                 if success && bounded && byte_len > len {
                     tracing::warn!(qp = h, byte_len, len, "receive CQE longer than its buffer");
                     (status, byte_len) = (WcStatus::LocLenErr, 0);

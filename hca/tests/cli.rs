@@ -45,11 +45,8 @@ fn cpu_ratio(args: &[&str]) -> (f64, u64, String) {
     let (ok, out, err) = hca(args);
     assert!(ok, "{args:?} failed:\n{out}\n{err}");
     let secs: f64 = field(&out, "iters in ").parse().unwrap();
-    let events = if out.contains("events waited for: ") {
-        field(&out, "events waited for: ").parse().unwrap()
-    } else {
-        0
-    };
+    let events =
+        if out.contains("events waited for: ") { field(&out, "events waited for: ").parse().unwrap() } else { 0 };
     let cpu: f64 = if args.contains(&"-e") { field(&out, "CPU time ").parse().unwrap() } else { f64::NAN };
     (cpu / secs.max(1e-9), events, out)
 }
@@ -123,7 +120,25 @@ fn devinfo_takes_ibv_devinfos_options_and_formats_fw_ver_as_pvrdma_does() {
 
 #[test]
 fn pingpong_takes_ibv_rc_pingpongs_device_port_gid_and_rx_depth_options() {
-    let args = ["--link-latency-us", "0", "pingpong", "-d", "vmw_pvrdma0", "-i", "1", "-g", "0", "-l", "3", "-r", "1", "-n", "20", "-s", "0x40"];
+    let args = [
+        "--link-latency-us",
+        "0",
+        "pingpong",
+        "-d",
+        "vmw_pvrdma0",
+        "-i",
+        "1",
+        "-g",
+        "0",
+        "-l",
+        "3",
+        "-r",
+        "1",
+        "-n",
+        "20",
+        "-s",
+        "0x40",
+    ];
     let (ok, out, err) = hca(&args);
     assert!(ok, "{args:?}:\n{out}\n{err}");
     assert!(out.contains("payload verified: 40 messages of 64 bytes"), "{out}");
@@ -297,7 +312,9 @@ fn pingpong_runs_as_two_processes_over_roce() {
         }
         // Each end prints the other's QPN, PSN and GID as its remote address.
         let (c, s) = (&client.1, &server.1);
-        let line = |out: &str, tag: &str| out.lines().find(|l| l.contains(tag)).unwrap_or("").split(tag).nth(1).unwrap_or("").to_string();
+        let line = |out: &str, tag: &str| {
+            out.lines().find(|l| l.contains(tag)).unwrap_or("").split(tag).nth(1).unwrap_or("").to_string()
+        };
         assert_eq!(line(c, "local address:  "), line(s, "remote address: "), "{c}\n{s}");
         assert_eq!(line(s, "local address:  "), line(c, "remote address: "), "{c}\n{s}");
         let gid = format!("GID ::ffff:{}", client_ip.unwrap());

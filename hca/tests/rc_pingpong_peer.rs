@@ -52,7 +52,15 @@ impl Peer {
         let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE).unwrap();
         let cq = dev.create_cq(RX_DEPTH + 1, None).unwrap();
         let cap = QpCap { max_send_wr: 1, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr = QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         let qp = pd.create_qp(&attr).unwrap();
         qp.modify_to_init(1, 0).unwrap();
         let gid = gid_from_ip(Self::ip_of(&sim));
@@ -116,8 +124,18 @@ impl Peer {
         };
         let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
         self.qp.modify_qp(&rtr, m).unwrap();
-        let rts = QpAttr { qp_state: QpState::Rts, sq_psn: self.psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-        self.qp.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).unwrap();
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: self.psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        self.qp
+            .modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)
+            .unwrap();
     }
 
     /// The main loop of `rc_pingpong.c`, busy polling, bounded.

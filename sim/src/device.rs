@@ -369,14 +369,9 @@ impl SimDevice {
     /// ([`SimDevice::roce_error`]): the device works, but every send on it completes with
     /// `LOC_QP_OP_ERR`.
     pub fn new(cfg: SimConfig) -> Arc<Self> {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x5eed, |d| d.as_nanos() as u64);
-        let port = PortQueue::new(
-            cfg.device_packets_in_flight,
-            cfg.device_bytes_in_flight,
-            cfg.link_latency.is_zero(),
-        );
+        let seed =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0x5eed, |d| d.as_nanos() as u64);
+        let port = PortQueue::new(cfg.device_packets_in_flight, cfg.device_bytes_in_flight, cfg.link_latency.is_zero());
         let budget = HostBudget::new(cfg.host_budget);
         let (roce, roce_error) = match &cfg.roce {
             None => (None, None),
@@ -409,17 +404,12 @@ impl SimDevice {
             uids: AtomicU64::new(1),
         });
         let thread_core = core.clone();
-        let port_thread = std::thread::Builder::new()
-            .name("pvrdma-port".into())
-            .spawn(move || port::run(thread_core))
-            .ok();
+        let port_thread =
+            std::thread::Builder::new().name("pvrdma-port".into()).spawn(move || port::run(thread_core)).ok();
         let roce_thread = match &core.roce {
             Some(r) if r.is_bound() => {
                 let thread_core = core.clone();
-                std::thread::Builder::new()
-                    .name("pvrdma-roce".into())
-                    .spawn(move || crate::roce::run(thread_core))
-                    .ok()
+                std::thread::Builder::new().name("pvrdma-roce".into()).spawn(move || crate::roce::run(thread_core)).ok()
             }
             _ => None,
         };
@@ -510,11 +500,7 @@ impl SimDevice {
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
         let budget = &self.core.budget;
-        SimStats {
-            host_bytes: budget.used(),
-            host_budget: budget.limit(),
-            ..self.core.stats.snapshot()
-        }
+        SimStats { host_bytes: budget.used(), host_budget: budget.limit(), ..self.core.stats.snapshot() }
     }
 
     /// The configuration the device was created with.

@@ -59,15 +59,12 @@ pub mod limits {
     /// The GID types the port supports (`caps.gid_types`), `PVRDMA_GID_TYPE_FLAG_*` bits: RoCE
     /// v1 (the link-local GID the driver binds at index 0) and RoCE v2 (the port's IP
     /// addresses, which the RoCE v2 port sends from; issue 11).
-    pub const GID_TYPES: u8 =
-        pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1 | pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
+    pub const GID_TYPES: u8 = pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1 | pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
     /// The atomic operations the device executes (`caps.atomic_ops`): compare-and-swap and
     /// fetch-and-add, atomic against every atomic of this device (`ATOMIC_HCA`).
-    pub const ATOMIC_OPS: u8 =
-        pvrdma_abi::dsr::ATOMIC_OP_COMP_SWAP | pvrdma_abi::dsr::ATOMIC_OP_FETCH_ADD;
+    pub const ATOMIC_OPS: u8 = pvrdma_abi::dsr::ATOMIC_OP_COMP_SWAP | pvrdma_abi::dsr::ATOMIC_OP_FETCH_ADD;
     /// UAR pages of BAR2.
-    pub const MAX_UAR: u32 =
-        (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32;
+    pub const MAX_UAR: u32 = (pvrdma_abi::uar::UAR_BAR_SIZE / pvrdma_abi::uar::UAR_PAGE_SIZE) as u32;
     /// Largest message (bytes) QUERY_PORT reports and a send may carry (16 MiB: the model copies
     /// each message). QEMU 7.2 reports 1024 but does not enforce it; the model reports what it
     /// enforces.
@@ -121,10 +118,10 @@ pub fn load(mem: &GuestMemory, addr: u64) -> Result<(DsrInfo, EventRings), DsrEr
             return Err(DsrError::Slot);
         }
     }
-    let cq_ring = load_ring(mem, &dsr.cq_ring_pages, size_of::<Cqne>() as u32)
-        .ok_or(DsrError::Ring("CQ-notification"))?;
-    let async_ring = load_ring(mem, &dsr.async_ring_pages, size_of::<Eqe>() as u32)
-        .ok_or(DsrError::Ring("async-event"))?;
+    let cq_ring =
+        load_ring(mem, &dsr.cq_ring_pages, size_of::<Cqne>() as u32).ok_or(DsrError::Ring("CQ-notification"))?;
+    let async_ring =
+        load_ring(mem, &dsr.async_ring_pages, size_of::<Eqe>() as u32).ok_or(DsrError::Ring("async-event"))?;
     // The kernel's UAR page is BAR2's page 0; a user context owns page `pfn - uar_pfn`, so any
     // other value would hand the kernel's page to a context.
     if dsr.uar_pfn.get() != crate::UAR_BASE_PFN {

@@ -87,8 +87,7 @@ impl Mr {
     /// Whether `[addr, addr + len)` lies inside the MR's address range.
     fn covers(&self, addr: u64, len: u64) -> bool {
         let base = self.base();
-        let (Some(end), Some(mr_end)) = (addr.checked_add(len), base.checked_add(self.length))
-        else {
+        let (Some(end), Some(mr_end)) = (addr.checked_add(len), base.checked_add(self.length)) else {
             return false;
         };
         addr >= base && end <= mr_end
@@ -194,12 +193,7 @@ pub fn create(core: &Core, req: &CreateMr) -> CmdResult<CreateMrResp> {
     objs.rkeys.insert(rkey, handle);
     let mr = Mr { pd, start, length, access: acc, lkey, rkey, region, _charge: charge };
     objs.mrs.insert(handle, Arc::new(mr));
-    Ok(CreateMrResp {
-        mr_handle: U32::new(handle),
-        lkey: U32::new(lkey),
-        rkey: U32::new(rkey),
-        ..Default::default()
-    })
+    Ok(CreateMrResp { mr_handle: U32::new(handle), lkey: U32::new(lkey), rkey: U32::new(rkey), ..Default::default() })
 }
 
 /// DESTROY_MR. Errors: `EINVAL` for an unknown handle. A send that already gathered its payload
@@ -226,15 +220,8 @@ fn check(core: &Core, pd: u32, sges: &[Sge], need: u32) -> Result<SmallVec<[Chec
     let mut out = SmallVec::new();
     for sge in sges.iter().filter(|s| s.length.get() != 0) {
         let (addr, len) = (sge.addr.get(), sge.length.get());
-        let mr = objs
-            .lkeys
-            .get(&sge.lkey.get())
-            .and_then(|h| objs.mrs.get(*h))
-            .ok_or(wc_status::LOC_PROT_ERR)?;
-        let ok = mr.pd == pd
-            && mr.region.is_some()
-            && mr.access & need == need
-            && mr.covers(addr, u64::from(len));
+        let mr = objs.lkeys.get(&sge.lkey.get()).and_then(|h| objs.mrs.get(*h)).ok_or(wc_status::LOC_PROT_ERR)?;
+        let ok = mr.pd == pd && mr.region.is_some() && mr.access & need == need && mr.covers(addr, u64::from(len));
         if !ok {
             return Err(wc_status::LOC_PROT_ERR);
         }
@@ -282,8 +269,7 @@ pub(crate) fn remote(core: &Core, pd: u32, rkey: u32, addr: u64, len: u64, need:
     let objs = core.objects.lock();
     let mr = objs.rkeys.get(&rkey).and_then(|h| objs.mrs.get(*h));
     let mr = mr.ok_or(wc_status::REM_ACCESS_ERR)?;
-    let ok =
-        mr.pd == pd && mr.region.is_some() && mr.access & need == need && mr.covers(addr, len);
+    let ok = mr.pd == pd && mr.region.is_some() && mr.access & need == need && mr.covers(addr, len);
     if !ok {
         return Err(wc_status::REM_ACCESS_ERR);
     }

@@ -51,9 +51,7 @@ mod wire;
 use crate::device::Core;
 use crate::dsr::limits;
 use crate::errno::{CmdResult, Errno};
-use pvrdma_abi::cmd::{
-    CreateBind, DestroyBind, NoopResp, QueryPkey, QueryPkeyResp, QueryPort, QueryPortResp,
-};
+use pvrdma_abi::cmd::{CreateBind, DestroyBind, NoopResp, QueryPkey, QueryPkeyResp, QueryPort, QueryPortResp};
 use pvrdma_abi::verbs::{mtu, port_state, Gid, PortAttr};
 use pvrdma_abi::PVRDMA_PKEY;
 use zerocopy::little_endian::{U16, U32};

@@ -22,28 +22,26 @@
 //! signaled or not).
 
 use crate::budget::Charge;
-use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
 use crate::cq::Cq;
 use crate::device::{Core, Effects};
 use crate::dsr::limits;
 use crate::errno::{CmdResult, Errno};
+use crate::mem::{Atomic64, GuestMemory};
 use crate::mr;
 use crate::pdir;
 use crate::port::{Op, Packet};
 use crate::ring::{Consumer, Half, RingPages, Slot};
 use parking_lot::{Mutex, MutexGuard};
-use pvrdma_abi::cmd::{
-    CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp,
-};
+use pvrdma_abi::cmd::{CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, NoopResp, QueryQp, QueryQpResp};
+use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::verbs::{access, mtu, qp_attr_mask as m, qp_state, qp_type, send_flags, AhAttr, Gid, QpAttr, AH_GRH};
 use pvrdma_abi::wqe::{
-    rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge,
-    SqWqeHdr, WrAtomic, WrRdma,
+    rq_wqe_stride, sq_wqe_stride, wc_flags, wc_opcode, wc_status, wr_opcode, Cqe, RqWqeHdr, Sge, SqWqeHdr, WrAtomic,
+    WrRdma,
 };
-use std::collections::VecDeque;
-use crate::mem::{Atomic64, GuestMemory};
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use zerocopy::big_endian::U32 as Be32;
@@ -149,9 +147,7 @@ pub enum Rx {
 
 /// The access bits a QP takes (`enum ib_access_flags`' QP part; MW_BIND and ZERO_BASED are MR
 /// flags).
-const QP_ACCESS_BITS: u32 =
-    access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
-
+const QP_ACCESS_BITS: u32 = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
 
 fn pow2_within(n: u32, max: u32) -> bool {
     n.is_power_of_two() && n <= max
@@ -210,8 +206,7 @@ pub fn create(core: &Core, req: &CreateQp) -> CmdResult<CreateQpResp> {
     let rq_pages = pdir::pages_for(u64::from(rwr) * u64::from(rstride)).unwrap_or(u64::MAX);
     // With an SRQ the RQ is a placeholder of one entry over the ring-state page, never read.
     let (rq_pages, rwr_ring) = if with_srq { (0, 1) } else { (rq_pages, rwr) };
-    let (total, send_chunks) =
-        (u64::from(req.total_chunks.get()), u64::from(req.send_chunks.get()));
+    let (total, send_chunks) = (u64::from(req.total_chunks.get()), u64::from(req.send_chunks.get()));
     let recv_chunks = total.checked_sub(1 + send_chunks).ok_or(Errno::EINVAL)?;
     if send_chunks != sq_pages || recv_chunks != rq_pages {
         return Err(Errno::EINVAL);
@@ -400,27 +395,31 @@ fn total_len_agrees(stated: u32, sges: &[Sge]) -> bool {
 fn transition(cur: u32, new: u32) -> Option<(u32, u32)> {
     use qp_state::*;
     const INIT_ATTRS: u32 = m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS;
-    const RTS_OPT: u32 =
-        m::CUR_STATE | m::ACCESS_FLAGS | m::ALT_PATH | m::MIN_RNR_TIMER | m::PATH_MIG_STATE;
+    const RTS_OPT: u32 = m::CUR_STATE | m::ACCESS_FLAGS | m::ALT_PATH | m::MIN_RNR_TIMER | m::PATH_MIG_STATE;
     Some(match (cur, new) {
         (_, RESET) | (_, ERR) => (0, 0),
         (RESET, INIT) | (INIT, INIT) => (0, INIT_ATTRS),
         (INIT, RTR) => (
             m::AV | m::DEST_QPN | m::PATH_MTU,
-            m::RQ_PSN | m::MAX_DEST_RD_ATOMIC | m::MIN_RNR_TIMER | m::ALT_PATH | m::ACCESS_FLAGS
-                | m::PKEY_INDEX,
+            m::RQ_PSN | m::MAX_DEST_RD_ATOMIC | m::MIN_RNR_TIMER | m::ALT_PATH | m::ACCESS_FLAGS | m::PKEY_INDEX,
         ),
-        (RTR, RTS) => (
-            0,
-            m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN | m::MAX_QP_RD_ATOMIC | RTS_OPT,
-        ),
+        (RTR, RTS) => (0, m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN | m::MAX_QP_RD_ATOMIC | RTS_OPT),
         (RTS, RTS) | (SQD, RTS) => (0, RTS_OPT),
         (RTS, SQD) => (0, m::EN_SQD_ASYNC_NOTIFY),
         (SQD, SQD) => (
             0,
-            m::PORT | m::AV | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::MAX_QP_RD_ATOMIC
-                | m::MAX_DEST_RD_ATOMIC | m::ALT_PATH | m::ACCESS_FLAGS | m::PKEY_INDEX
-                | m::MIN_RNR_TIMER | m::PATH_MIG_STATE,
+            m::PORT
+                | m::AV
+                | m::TIMEOUT
+                | m::RETRY_CNT
+                | m::RNR_RETRY
+                | m::MAX_QP_RD_ATOMIC
+                | m::MAX_DEST_RD_ATOMIC
+                | m::ALT_PATH
+                | m::ACCESS_FLAGS
+                | m::PKEY_INDEX
+                | m::MIN_RNR_TIMER
+                | m::PATH_MIG_STATE,
         ),
         _ => return None,
     })
@@ -433,9 +432,7 @@ fn check_counts(core: &Core, mask: u32, a: &QpAttr) -> CmdResult<()> {
         return Err(Errno::EINVAL);
     }
     if mask & m::ALT_PATH != 0 {
-        let fits = a.alt_port_num == 1
-            && a.alt_pkey_index.get() < limits::PKEY_TBL_LEN
-            && a.alt_timeout <= 31;
+        let fits = a.alt_port_num == 1 && a.alt_pkey_index.get() < limits::PKEY_TBL_LEN && a.alt_timeout <= 31;
         if !fits {
             return Err(Errno::EINVAL);
         }
@@ -821,9 +818,7 @@ impl Qp {
         }
         let wqe = match self.rq.next(&core.mem) {
             Ok(None) => return Ok(None),
-            Ok(Some(slot)) => self
-                .read_rq_wqe(core, slot)
-                .filter(|_| self.rq.consume(&core.mem, slot).is_ok()),
+            Ok(Some(slot)) => self.read_rq_wqe(core, slot).filter(|_| self.rq.consume(&core.mem, slot).is_ok()),
             Err(_) => None,
         };
         match wqe {
@@ -897,11 +892,7 @@ impl Qp {
         cqe.wc_flags = U32::new(0);
         self.recv_cq.publish(core, &cqe, solicited, fx);
         self.enter_error(core, st, fx);
-        Rx::Fail(if status == wc_status::LOC_LEN_ERR {
-            wc_status::REM_INV_REQ_ERR
-        } else {
-            wc_status::REM_OP_ERR
-        })
+        Rx::Fail(if status == wc_status::LOC_LEN_ERR { wc_status::REM_INV_REQ_ERR } else { wc_status::REM_OP_ERR })
     }
 
     /// Whether send `seq` is still waiting for the port (the QP did not flush it meanwhile).
@@ -1039,11 +1030,8 @@ impl Qp {
         if !send && self.srq.is_some() {
             return;
         }
-        let (ring, cq, opcode) = if send {
-            (&self.sq, &self.send_cq, wc_opcode::SEND)
-        } else {
-            (&self.rq, &self.recv_cq, wc_opcode::RECV)
-        };
+        let (ring, cq, opcode) =
+            if send { (&self.sq, &self.send_cq, wc_opcode::SEND) } else { (&self.rq, &self.recv_cq, wc_opcode::RECV) };
         for _ in 0..2 * ring.elems() {
             let slot = match ring.next(&core.mem) {
                 Ok(Some(slot)) => slot,
@@ -1054,9 +1042,7 @@ impl Qp {
                 }
             };
             let mut wr_id = [0u8; 8];
-            if ring.read(&core.mem, slot, 0, &mut wr_id).is_err()
-                || ring.consume(&core.mem, slot).is_err()
-            {
+            if ring.read(&core.mem, slot, 0, &mut wr_id).is_err() || ring.consume(&core.mem, slot).is_err() {
                 core.count(|c| &c.qp_ring_faults);
                 return;
             }
@@ -1077,14 +1063,7 @@ impl Qp {
 /// of a UD datagram, 0 on RC, where IBTA 11.4.2.1 defines none and Linux rxe reports 0). `GRH`
 /// is set on every receive, as rxe reports a RoCE receive of any QP type (a UD receive's buffer
 /// also starts with the GRH area); `WITH_IMM` with the immediate data.
-fn recv_cqe(
-    qp: u32,
-    wqe: &RqWqeHdr,
-    opcode: u32,
-    src_qp: u32,
-    len: usize,
-    imm: Option<[u8; 4]>,
-) -> Cqe {
+fn recv_cqe(qp: u32, wqe: &RqWqeHdr, opcode: u32, src_qp: u32, len: usize, imm: Option<[u8; 4]>) -> Cqe {
     let mut cqe = Cqe {
         wr_id: wqe.wr_id,
         qp: U64::new(u64::from(qp)),
@@ -1135,9 +1114,7 @@ fn wqe_op(hdr: &SqWqeHdr, len: u64) -> Option<Op> {
         wr_opcode::SEND_WITH_IMM => Op::Send { imm: Some(imm) },
         wr_opcode::RDMA_WRITE => Op::Write { remote_addr, rkey, imm: None },
         wr_opcode::RDMA_WRITE_WITH_IMM => Op::Write { remote_addr, rkey, imm: Some(imm) },
-        wr_opcode::RDMA_READ => {
-            Op::Read { remote_addr, rkey, len: u32::try_from(len).unwrap_or(u32::MAX) }
-        }
+        wr_opcode::RDMA_READ => Op::Read { remote_addr, rkey, len: u32::try_from(len).unwrap_or(u32::MAX) },
         wr_opcode::ATOMIC_CMP_AND_SWP => atomic_op(Atomic64::CmpSwap { compare: compare_add, swap }),
         wr_opcode::ATOMIC_FETCH_AND_ADD => atomic_op(Atomic64::FetchAdd(compare_add)),
         _ => return None,

@@ -47,9 +47,7 @@ use crate::qp::Sges;
 use crate::ring::{Consumer, Half, RingPages};
 use crate::Profile;
 use parking_lot::Mutex;
-use pvrdma_abi::cmd::{
-    opcode, CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, NoopResp, QuerySrq, QuerySrqResp,
-};
+use pvrdma_abi::cmd::{opcode, CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, NoopResp, QuerySrq, QuerySrqResp};
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::verbs::{srq_attr_mask as mask, srq_type, SrqAttr};
 use pvrdma_abi::wqe::{rq_wqe_stride, RqWqeHdr};
@@ -201,9 +199,7 @@ impl Srq {
         }
         let wqe = match self.ring.next(&core.mem) {
             Ok(None) => return Ok(None),
-            Ok(Some(slot)) => self
-                .read(core, slot)
-                .filter(|_| self.ring.consume(&core.mem, slot).is_ok()),
+            Ok(Some(slot)) => self.read(core, slot).filter(|_| self.ring.consume(&core.mem, slot).is_ok()),
             Err(_) => None,
         };
         let Some(wqe) = wqe else {

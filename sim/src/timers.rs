@@ -22,11 +22,7 @@ pub struct Retry {
 impl Retry {
     /// The retry attributes of a QP with attributes `a`.
     pub fn of(a: &QpAttr) -> Self {
-        Self {
-            timeout: retransmit_timeout(a.timeout),
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-        }
+        Self { timeout: retransmit_timeout(a.timeout), retry_cnt: a.retry_cnt, rnr_retry: a.rnr_retry }
     }
 }
 
@@ -49,9 +45,8 @@ pub fn retransmit_timeout(timeout: u8) -> Option<Duration> {
 /// The RNR NAK timer field (5 bits) in microseconds (IBTA Table 45): code 0 is 655.36 ms, codes
 /// 1..=31 run from 0.01 ms to 491.52 ms.
 const RNR_TIMER_US: [u32; 32] = [
-    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
-    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
-    245_760, 327_680, 491_520,
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840, 5_120, 7_680,
+    10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760, 327_680, 491_520,
 ];
 
 /// How long a requester waits after an RNR NAK whose AETH carries timer code `code`.
@@ -67,14 +62,8 @@ mod tests {
     fn encodings_follow_the_tables() {
         assert_eq!(retransmit_timeout(0), None);
         assert_eq!(retransmit_timeout(1), Some(MIN_RETRANSMIT));
-        assert_eq!(
-            retransmit_timeout(14),
-            Some(Duration::from_nanos(4096 << 14))
-        );
-        assert_eq!(
-            retransmit_timeout(31),
-            Some(Duration::from_nanos(4096 << 31))
-        );
+        assert_eq!(retransmit_timeout(14), Some(Duration::from_nanos(4096 << 14)));
+        assert_eq!(retransmit_timeout(31), Some(Duration::from_nanos(4096 << 31)));
         assert_eq!(rnr_delay(0), Duration::from_micros(655_360));
         assert_eq!(rnr_delay(1), Duration::from_micros(10));
         assert_eq!(rnr_delay(12), Duration::from_micros(640));

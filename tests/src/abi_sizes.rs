@@ -22,12 +22,7 @@ pub struct HeaderlessStruct {
 
 macro_rules! row {
     ($c:literal, $m:ident :: $t:ident, $size:literal) => {
-        HeaderlessStruct {
-            c_name: $c,
-            rust_name: stringify!($t),
-            rust_size: size_of::<$m::$t>(),
-            c_size: $size,
-        }
+        HeaderlessStruct { c_name: $c, rust_name: stringify!($t), rust_size: size_of::<$m::$t>(), c_size: $size }
     };
 }
 

@@ -105,8 +105,7 @@ impl CProbe {
     pub fn run(&self) -> Result<Vec<i64>, ProbeError> {
         let n = PROBE_SEQ.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("pvrdma-cprobe-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| ProbeError::Io(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| ProbeError::Io(format!("{}: {e}", dir.display())))?;
         let result = self.run_in(&dir);
         // Keep the directory when something failed, for a look at the source and the compiler.
         if result.is_ok() {
@@ -118,17 +117,13 @@ impl CProbe {
     fn run_in(&self, dir: &Path) -> Result<Vec<i64>, ProbeError> {
         let src = dir.join("probe.c");
         let exe = dir.join("probe");
-        std::fs::write(&src, self.source())
-            .map_err(|e| ProbeError::Io(format!("{}: {e}", src.display())))?;
+        std::fs::write(&src, self.source()).map_err(|e| ProbeError::Io(format!("{}: {e}", src.display())))?;
         let cc = compile(&src, &exe)?;
         let out = Command::new(&exe)
             .output()
             .map_err(|e| ProbeError::RunFailed { program: exe.clone(), detail: e.to_string() })?;
         if !out.status.success() {
-            return Err(ProbeError::RunFailed {
-                program: exe,
-                detail: format!("{} (compiled by {cc})", out.status),
-            });
+            return Err(ProbeError::RunFailed { program: exe, detail: format!("{} (compiled by {cc})", out.status) });
         }
         let text = String::from_utf8_lossy(&out.stdout);
         let mut values = BTreeMap::new();
@@ -143,10 +138,7 @@ impl CProbe {
         }
         (0..self.exprs.len())
             .map(|i| {
-                values
-                    .get(&i)
-                    .copied()
-                    .ok_or_else(|| ProbeError::BadOutput(format!("<no line for expression {i}>")))
+                values.get(&i).copied().ok_or_else(|| ProbeError::BadOutput(format!("<no line for expression {i}>")))
             })
             .collect()
     }
@@ -164,8 +156,7 @@ fn compile(src: &Path, exe: &Path) -> Result<String, ProbeError> {
     let tried = compilers();
     let mut last_error = String::new();
     for cc in &tried {
-        let out =
-            Command::new(cc).args(["-std=gnu11", "-Wall", "-O0", "-o"]).arg(exe).arg(src).output();
+        let out = Command::new(cc).args(["-std=gnu11", "-Wall", "-O0", "-o"]).arg(exe).arg(src).output();
         match out {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 last_error = format!("{cc}: {e}");

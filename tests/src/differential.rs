@@ -134,14 +134,8 @@ impl Target {
     /// The model with `profile`, probed like the real device (IPv4-mapped GID).
     pub fn model(profile: Profile) -> Target {
         let started = Instant::now();
-        let cfg = pvrdma_sim::SimConfig {
-            profile,
-            ..Default::default()
-        };
-        let opts = ProbeOptions {
-            gid: Some(backend_gid()),
-            ..Default::default()
-        };
+        let cfg = pvrdma_sim::SimConfig { profile, ..Default::default() };
+        let opts = ProbeOptions { gid: Some(backend_gid()), ..Default::default() };
         let (dev, sim) = hca::open_sim_with(cfg, opts).expect("probe of the model");
         Target {
             dev,
@@ -185,9 +179,7 @@ impl Target {
 
     /// The model's doorbells refused so far (0 for QEMU, which refuses none and counts none).
     fn refused_doorbells(&self) -> u64 {
-        self.sim
-            .as_ref()
-            .map_or(0, |s| s.device().stats().refused_doorbells)
+        self.sim.as_ref().map_or(0, |s| s.device().stats().refused_doorbells)
     }
 
     /// CQ interrupts the driver has taken.
@@ -207,25 +199,14 @@ impl Target {
                 std::thread::sleep(Duration::from_micros(500));
             }
         }
-        assert_eq!(
-            out.len(),
-            n,
-            "{:?}: completions on CQ {}",
-            self.side,
-            cq.handle()
-        );
+        assert_eq!(out.len(), n, "{:?}: completions on CQ {}", self.side, cq.handle());
         out
     }
 
     /// Waits [`Target::settle`] and asserts `ch` has no event (call after polling the CQEs).
     pub fn assert_no_event(&self, ch: &CompChannel, what: &str) {
         std::thread::sleep(self.settle);
-        assert_eq!(
-            ch.try_get_cq_event(),
-            None,
-            "{:?}: unexpected completion event: {what}",
-            self.side
-        );
+        assert_eq!(ch.try_get_cq_event(), None, "{:?}: unexpected completion event: {what}", self.side);
     }
 
     /// Sends one message a -> b and polls both CQEs from `cq` (both QPs complete into it).
@@ -241,11 +222,7 @@ pub fn report_line(line: &str) {
     if let Some(dir) = std::env::var_os("PVRDMA_QEMU_OUT") {
         use std::io::Write as _;
         let path = std::path::Path::new(&dir).join("timings.txt");
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let _ = f.write_all(line.as_bytes());
         }
     }
@@ -285,10 +262,7 @@ pub fn bring_up(t: &Target) {
     let irq0 = stats(dev).interrupts[0];
     let expected = if t.side.differs(Difference::IbtaArming) { ArmEncoding::Qemu72 } else { ArmEncoding::Ibta };
     assert_eq!(pv(dev).arm_encoding(), expected, "{:?}: the probe's self-test", t.side);
-    assert_eq!(
-        t.platform.reg_read(REG_VERSION),
-        pvrdma_abi::PVRDMA_ROCEV1_VERSION
-    );
+    assert_eq!(t.platform.reg_read(REG_VERSION), pvrdma_abi::PVRDMA_ROCEV1_VERSION);
     let a = dev.query_device();
     // By rule: every count at least 1 and within what the ABI can address (24-bit handles).
     let handles = UAR_HANDLE_MASK + 1;
@@ -302,34 +276,17 @@ pub fn bring_up(t: &Target) {
         ("max_pd", a.max_pd),
         ("gid_tbl_len", a.gid_tbl_len),
     ] {
-        assert!(
-            (1..=handles).contains(&v),
-            "{:?}: caps.{name} = {v}",
-            t.side
-        );
+        assert!((1..=handles).contains(&v), "{:?}: caps.{name} = {v}", t.side);
     }
     assert_eq!(a.phys_port_cnt, 1);
-    assert!(
-        a.max_mr_size >= 4096,
-        "{:?}: max_mr_size {}",
-        t.side,
-        a.max_mr_size
-    );
+    assert!(a.max_mr_size >= 4096, "{:?}: max_mr_size {}", t.side, a.max_mr_size);
     assert!(a.max_pkeys >= 1);
     // The driver sizes by these caps: past them it refuses before the device sees anything.
     let too_many = a.max_cqe.saturating_mul(2);
-    assert!(matches!(
-        dev.create_cq(too_many, None),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(dev.create_cq(too_many, None), Err(Error::InvalidArgument(_))));
     let port = dev.query_port(1).unwrap();
     if t.side.differs(Difference::PortStateFollowsFunction0) {
-        assert_eq!(
-            port.state,
-            PortState::Down,
-            "{:?}: no driver activated the vmxnet3",
-            t.side
-        );
+        assert_eq!(port.state, PortState::Down, "{:?}: no driver activated the vmxnet3", t.side);
     } else {
         assert_eq!(port.state, PortState::Active, "{:?}", t.side);
     }
@@ -338,23 +295,13 @@ pub fn bring_up(t: &Target) {
         "{:?}: {port:?}",
         t.side
     );
-    assert!(
-        port.gid_tbl_len >= 1 && port.pkey_tbl_len >= 1,
-        "{:?}: {port:?}",
-        t.side
-    );
+    assert!(port.gid_tbl_len >= 1 && port.pkey_tbl_len >= 1, "{:?}: {port:?}", t.side);
     assert!(matches!(dev.query_port(2), Err(Error::InvalidArgument(_))));
     assert_eq!(dev.query_pkey(1, 0).unwrap(), 0xffff);
     assert_eq!(dev.query_gid(1, 0).unwrap(), backend_gid());
     // This body posted QUERY_PORT and QUERY_PKEY (the refusals above never reach the device):
     // one interrupt each (the real device raises vector 0 per command, failed ones too).
-    assert_eq!(
-        stats(dev).interrupts[0] - irq0,
-        2,
-        "{:?}: {:?}",
-        t.side,
-        stats(dev)
-    );
+    assert_eq!(stats(dev).interrupts[0] - irq0, 2, "{:?}: {:?}", t.side, stats(dev));
     assert!(!dev.is_fatal());
 }
 
@@ -403,10 +350,7 @@ pub fn objects(t: &Target) {
         qp_context: 0,
         srq: None,
     };
-    assert!(matches!(
-        upd.create_qp(&attr),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(upd.create_qp(&attr), Err(Error::InvalidArgument(_))));
     drop(ctx);
     drop(ucq);
     drop(upd);
@@ -425,32 +369,16 @@ pub fn objects(t: &Target) {
 pub fn rc_send_recv(t: &Target) {
     let dev = &t.dev;
     let pd = dev.alloc_pd().unwrap();
-    let (scq, rcq) = (
-        dev.create_cq(32, None).unwrap(),
-        dev.create_cq(32, None).unwrap(),
-    );
+    let (scq, rcq) = (dev.create_cq(32, None).unwrap(), dev.create_cq(32, None).unwrap());
     let p = pair(dev, &pd, (&scq, &rcq), (&scq, &rcq));
     let msg: Vec<u8> = (0..1500u32).map(|i| (i * 7) as u8).collect();
     p.recv_b(11, 100, 4096);
     p.send_a(21, 0, &msg, WrOpcode::Send, false);
     let s = t.poll_n(&scq, 1)[0];
-    assert_eq!(
-        (s.wr_id, s.status, s.opcode, s.qp_num),
-        (21, WcStatus::Success, WcOpcode::Send, p.a.qpn())
-    );
+    assert_eq!((s.wr_id, s.status, s.opcode, s.qp_num), (21, WcStatus::Success, WcOpcode::Send, p.a.qpn()));
     let r = t.poll_n(&rcq, 1)[0];
-    assert_eq!(
-        (r.wr_id, r.status, r.opcode),
-        (11, WcStatus::Success, WcOpcode::Recv),
-        "{:?}",
-        t.side
-    );
-    assert_eq!(
-        (r.byte_len, r.qp_num, r.imm_data),
-        (1500, p.b.qpn(), None),
-        "{:?}",
-        t.side
-    );
+    assert_eq!((r.wr_id, r.status, r.opcode), (11, WcStatus::Success, WcOpcode::Recv), "{:?}", t.side);
+    assert_eq!((r.byte_len, r.qp_num, r.imm_data), (1500, p.b.qpn(), None), "{:?}", t.side);
     // IBTA defines a completion's source QP only for UD: the model reports 0 for an RC receive,
     // as QEMU passes on its backend's (rxe's) value (issue 21 §5).
     assert_eq!(r.src_qp, 0, "{:?}: RC source QP", t.side);
@@ -463,35 +391,17 @@ pub fn rc_send_recv(t: &Target) {
     t.poll_n(&scq, 1);
     let r = t.poll_n(&rcq, 1)[0];
     if t.side.differs(Difference::SendWqeFlattened) {
-        assert_eq!(
-            (r.opcode, r.imm_data, r.byte_len),
-            (WcOpcode::Recv, None, 3),
-            "{:?}: {r:?}",
-            t.side
-        );
+        assert_eq!((r.opcode, r.imm_data, r.byte_len), (WcOpcode::Recv, None, 3), "{:?}: {r:?}", t.side);
     } else {
-        assert_eq!(
-            (r.opcode, r.imm_data, r.byte_len),
-            (WcOpcode::Recv, Some(0x1234_5678), 3)
-        );
+        assert_eq!((r.opcode, r.imm_data, r.byte_len), (WcOpcode::Recv, Some(0x1234_5678), 3));
     }
 
     // An unsignaled send, then a signaled one: IBTA completes only the signaled one.
     p.recv_b(3, 0, 64);
     p.recv_b(4, 0, 64);
     p.mr_a.write(0, b"quiet").unwrap();
-    let sge = [ib_core::Sge {
-        addr: p.mr_a.addr(),
-        length: 5,
-        lkey: p.mr_a.lkey(),
-    }];
-    let quiet = ib_core::SendWr {
-        wr_id: 5,
-        sg_list: &sge,
-        opcode: WrOpcode::Send,
-        signaled: false,
-        solicited: false,
-    };
+    let sge = [ib_core::Sge { addr: p.mr_a.addr(), length: 5, lkey: p.mr_a.lkey() }];
+    let quiet = ib_core::SendWr { wr_id: 5, sg_list: &sge, opcode: WrOpcode::Send, signaled: false, solicited: false };
     p.a.post_send(&quiet).unwrap();
     p.send_a(6, 0, b"loud", WrOpcode::Send, false);
     t.poll_n(&rcq, 2);
@@ -527,11 +437,7 @@ pub fn user_context_data_path(t: &Target) {
     p.recv_b(5, 0, 16);
     p.send_a(6, 0, b"from user", WrOpcode::Send, false);
     let wcs = t.poll_n(&cq, 2);
-    assert!(
-        wcs.iter().all(|w| w.status == WcStatus::Success),
-        "{:?}: {wcs:?}",
-        t.side
-    );
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{:?}: {wcs:?}", t.side);
     let mut b = [0u8; 9];
     p.mr_b.read(0, &mut b).unwrap();
     assert_eq!(&b, b"from user");
@@ -611,10 +517,14 @@ pub fn cq_arming(t: &Target) -> ArmingReport {
     assert_eq!(step("after the arm fired", &|| {}, false), (0, 0), "{side:?}");
 
     // C. IBTA arming, raw: ARM|ARM_SOL then ARM alone, through the owner's page.
-    let got = step("raw ARM|ARM_SOL, then raw ARM", &|| {
-        raw(DoorbellOp::CqArmNext, ArmEncoding::Qemu72);
-        raw(DoorbellOp::CqArmNext, ArmEncoding::Ibta);
-    }, false);
+    let got = step(
+        "raw ARM|ARM_SOL, then raw ARM",
+        &|| {
+            raw(DoorbellOp::CqArmNext, ArmEncoding::Qemu72);
+            raw(DoorbellOp::CqArmNext, ArmEncoding::Ibta);
+        },
+        false,
+    );
     if side.differs(Difference::IbtaArming) {
         assert_eq!(got, (0, 0), "{side:?}: ARM alone clears QEMU's arm");
     } else {
@@ -689,18 +599,8 @@ pub fn cq_overflow(t: &Target) {
     if t.side.differs(Difference::CqOverflowReporting) {
         std::thread::sleep(t.settle);
         assert_eq!(scq.poll(&mut wc), Ok(1), "{:?}", t.side);
-        assert_eq!(
-            scq.poll(&mut wc),
-            Ok(0),
-            "{:?}: QEMU drops the CQEs that did not fit",
-            t.side
-        );
-        assert!(
-            events.lock().unwrap().is_empty(),
-            "{:?}: {:?}",
-            t.side,
-            events.lock().unwrap()
-        );
+        assert_eq!(scq.poll(&mut wc), Ok(0), "{:?}: QEMU drops the CQEs that did not fit", t.side);
+        assert!(events.lock().unwrap().is_empty(), "{:?}: {:?}", t.side, events.lock().unwrap());
         // The QP is still usable: the next send completes into the drained CQ.
         p.recv_b(9, 0, 64);
         p.send_a(9, 0, b"after", WrOpcode::Send, false);
@@ -715,10 +615,7 @@ pub fn cq_overflow(t: &Target) {
         }
         assert_eq!(scq.poll(&mut wc), Ok(1));
         assert_eq!(scq.poll(&mut wc), Err(Error::CqOverrun));
-        assert_eq!(
-            events.lock().unwrap().as_slice(),
-            &[(AsyncEventType::CqErr, Some(scq.handle()))]
-        );
+        assert_eq!(events.lock().unwrap().as_slice(), &[(AsyncEventType::CqErr, Some(scq.handle()))]);
     }
     assert_eq!(rcq.poll(&mut wc), Ok(0));
 }
@@ -730,25 +627,14 @@ pub fn bad_dma_address(t: &Target) -> (firmware_cmd::DeviceStatus, firmware_cmd:
     use pvrdma_abi::cmd::{CreateCq, CreateMr};
     let dev = &t.dev;
     let status = |e: Error| {
-        hca::device_status(&e)
-            .unwrap_or_else(|| panic!("{:?}: expected a device refusal, got {e:?}", t.side))
+        hca::device_status(&e).unwrap_or_else(|| panic!("{:?}: expected a device refusal, got {e:?}", t.side))
     };
     // Far above any guest RAM these targets have (the model's 1 GiB, QEMU's 128 MiB).
     let bad = 0xdead_b000u64 << 4;
     let irq0 = stats(dev).interrupts[0];
-    let cq = CreateCq {
-        pdir_dma: bad.into(),
-        cqe: 16.into(),
-        nchunks: 2.into(),
-        ..Default::default()
-    };
+    let cq = CreateCq { pdir_dma: bad.into(), cqe: 16.into(), nchunks: 2.into(), ..Default::default() };
     let cq_status = status(pv(dev).post_command(cq).unwrap_err());
-    assert_ne!(
-        t.platform.reg_read(pvrdma_abi::regs::REG_ERR),
-        0,
-        "{:?}: REG_ERR",
-        t.side
-    );
+    assert_ne!(t.platform.reg_read(pvrdma_abi::regs::REG_ERR), 0, "{:?}: REG_ERR", t.side);
     let pd = dev.alloc_pd().unwrap();
     let mr = CreateMr {
         start: bad.into(),
@@ -796,8 +682,17 @@ pub fn qp_attributes(t: &Target) {
         };
         let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
         me.modify_qp(&rtr, m).unwrap();
-        let rts = QpAttr { qp_state: QpState::Rts, sq_psn, timeout: 17, retry_cnt: 5, rnr_retry: 6, max_rd_atomic: 1, ..Default::default() };
-        me.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).unwrap();
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn,
+            timeout: 17,
+            retry_cnt: 5,
+            rnr_retry: 6,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        me.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)
+            .unwrap();
     }
     let q = a.query_qp(M::ALL).unwrap();
     let side = t.side;
@@ -816,7 +711,8 @@ pub fn qp_attributes(t: &Target) {
     let sge = |off: u64| [ib_core::Sge { addr: mr.addr() + off, length: 8, lkey: mr.lkey() }];
     b.post_recv(&ib_core::RecvWr { wr_id: 70, sg_list: &sge(0) }).unwrap();
     let out = sge(64);
-    let send = |id| ib_core::SendWr { wr_id: id, sg_list: &out, opcode: WrOpcode::Send, signaled: true, solicited: false };
+    let send =
+        |id| ib_core::SendWr { wr_id: id, sg_list: &out, opcode: WrOpcode::Send, signaled: true, solicited: false };
     a.post_send(&send(71)).unwrap();
     t.poll_n(&cq, 2);
     // ERR: the device flushes what is posted, work requests included that come after.

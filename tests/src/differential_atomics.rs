@@ -54,7 +54,12 @@ pub fn atomics(t: &Target) {
         assert_eq!(&word(&res), b"8 bytes!", "{:?}: no original value", t.side);
     } else {
         let w = t.poll_n(&cq, 1)[0];
-        assert_eq!((w.wr_id, w.status, w.opcode, w.byte_len), (9, WcStatus::Success, WcOpcode::FetchAdd, 8), "{:?}", t.side);
+        assert_eq!(
+            (w.wr_id, w.status, w.opcode, w.byte_len),
+            (9, WcStatus::Success, WcOpcode::FetchAdd, 8),
+            "{:?}",
+            t.side
+        );
         assert_eq!(u64::from_le_bytes(word(&res)), 40, "{:?}: the original value", t.side);
         assert_eq!(u64::from_le_bytes(word(&target)), 42, "{:?}", t.side);
         std::thread::sleep(t.settle);

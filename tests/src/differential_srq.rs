@@ -38,11 +38,19 @@ pub fn srq(t: &Target) {
     assert!(caps.max_srq > 0 && caps.max_srq_wr >= 64 && caps.max_srq_sge >= 1, "{:?}: SRQ caps {caps:?}", t.side);
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(64, None).unwrap(), dev.create_cq(64, None).unwrap());
-    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 64, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let srq =
+        pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 64, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let cap = QpCap { max_send_wr: 8, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 };
     let on_srq = || {
-        let attr =
-            QpInitAttr { send_cq: &scq, recv_cq: &rcq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: Some(&srq) };
+        let attr = QpInitAttr {
+            send_cq: &scq,
+            recv_cq: &rcq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: Some(&srq),
+        };
         pd.create_qp(&attr).unwrap()
     };
     let (b1, b2) = (on_srq(), on_srq());
@@ -64,7 +72,12 @@ pub fn srq(t: &Target) {
         send(a, &mr_a, &payload(i, k), 100 + k);
         assert_eq!(t.poll_n(&scq, 1)[0].status, WcStatus::Success, "{:?}", t.side);
         let r = t.poll_n(&rcq, 1)[0];
-        assert_eq!((r.status, r.opcode, r.byte_len, r.qp_num), (WcStatus::Success, WcOpcode::Recv, MSG, b.qpn()), "{:?}", t.side);
+        assert_eq!(
+            (r.status, r.opcode, r.byte_len, r.qp_num),
+            (WcStatus::Success, WcOpcode::Recv, MSG, b.qpn()),
+            "{:?}",
+            t.side
+        );
         assert!(r.wr_id < 8 && taken.insert(r.wr_id), "{:?}: wr_id {} of no posted receive", t.side, r.wr_id);
         let mut got = vec![0u8; MSG as usize];
         mr_b.read(r.wr_id as usize * MSG as usize, &mut got).unwrap();

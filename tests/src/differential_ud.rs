@@ -7,13 +7,17 @@
 
 use crate::differential::{Difference, Target};
 use crate::fixture::gid;
-use ib_core::{access, AhAttr, GlobalRoute, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode, GRH_LEN};
+use ib_core::{
+    access, AhAttr, GlobalRoute, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    GRH_LEN,
+};
 
 const QKEY: u32 = 0x1111_0001;
 
 fn ud_qp(t: &Target, pd: &ib_core::Pd, cq: &ib_core::Cq) -> Qp {
     let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr =
+        QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0, srq: None };
     let q = pd.create_qp(&attr).unwrap_or_else(|e| panic!("{:?}: create a UD QP: {e}", t.side));
     q.modify_ud_to_rts(1, QKEY, 0).unwrap_or_else(|e| panic!("{:?}: UD to RTS: {e}", t.side));
     q
@@ -22,7 +26,8 @@ fn ud_qp(t: &Target, pd: &ib_core::Pd, cq: &ib_core::Cq) -> Qp {
 fn send(q: &Qp, mr: &Mr, dest: ib_core::UdDest, data: &[u8], imm: Option<u32>) {
     mr.write(0, data).unwrap();
     let sge = [Sge { addr: mr.addr(), length: data.len() as u32, lkey: mr.lkey() }];
-    let wr = SendWr { wr_id: 50, sg_list: &sge, opcode: WrOpcode::UdSend { dest, imm }, signaled: true, solicited: false };
+    let wr =
+        SendWr { wr_id: 50, sg_list: &sge, opcode: WrOpcode::UdSend { dest, imm }, signaled: true, solicited: false };
     q.post_send(&wr).unwrap();
 }
 
@@ -37,7 +42,8 @@ pub fn ud_send_recv(t: &Target) {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(32, None).unwrap();
     let (a, b) = (ud_qp(t, &pd, &cq), ud_qp(t, &pd, &cq));
-    let (mr_a, mr_b) = (pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap(), pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap());
+    let (mr_a, mr_b) =
+        (pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap(), pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap());
     let me = gid(dev);
     let grh = GlobalRoute { dgid: me, sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 };
     let ah = pd.create_ah(&AhAttr { grh, is_global: true, port_num: 1, ..Default::default() }).unwrap();
@@ -47,8 +53,18 @@ pub fn ud_send_recv(t: &Target) {
     let mut wcs = t.poll_n(&cq, 2);
     wcs.sort_by_key(|w| w.opcode.is_recv());
     let (s, r) = (wcs[0], wcs[1]);
-    assert_eq!((s.wr_id, s.status, s.opcode, s.qp_num), (50, WcStatus::Success, WcOpcode::Send, a.qpn()), "{:?}", t.side);
-    assert_eq!((r.wr_id, r.status, r.opcode, r.qp_num), (7, WcStatus::Success, WcOpcode::Recv, b.qpn()), "{:?}", t.side);
+    assert_eq!(
+        (s.wr_id, s.status, s.opcode, s.qp_num),
+        (50, WcStatus::Success, WcOpcode::Send, a.qpn()),
+        "{:?}",
+        t.side
+    );
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode, r.qp_num),
+        (7, WcStatus::Success, WcOpcode::Recv, b.qpn()),
+        "{:?}",
+        t.side
+    );
     assert_eq!((r.src_qp, r.grh, r.byte_len), (a.qpn(), true, GRH_LEN as u32 + 8), "{:?}: {r:?}", t.side);
     let mut area = [0u8; GRH_LEN + 8];
     mr_b.read(1024, &mut area).unwrap();

@@ -1,8 +1,8 @@
 //! Helpers for the completion-notification tests: CQEs to inject through the model's
 //! `SimDevice::post_cqe`, and bounded waits.
 
-use pvrdma_abi::wqe::{wc_opcode, wc_status, Cqe};
 use ib_core::{Cq, Wc};
+use pvrdma_abi::wqe::{wc_opcode, wc_status, Cqe};
 use std::time::{Duration, Instant};
 
 /// A successful receive CQE carrying `wr_id` (the QP is not on the CQ: it polls as `GeneralErr`

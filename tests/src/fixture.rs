@@ -4,8 +4,8 @@
 use doorbell::{ArmEncoding, CqHandle, DoorbellOp, Doorbells, Owner, UarPage};
 use hca::{DriverStats, Pvrdma, Ucontext};
 use ib_core::{
-    access, AsyncEvent, AsyncEventType, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
-    SendWr, Sge, Wc, WrOpcode,
+    access, AsyncEvent, AsyncEventType, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType,
+    RecvWr, SendWr, Sge, Wc, WrOpcode,
 };
 use std::time::{Duration, Instant};
 
@@ -158,8 +158,16 @@ pub fn connect_impatient(q: &Qp, remote: u32, gid: [u8; 16]) {
     use ib_core::{QpAttr, QpAttrMask as M, QpState};
     q.modify_to_init(1, access::LOCAL_WRITE | access::REMOTE_WRITE).expect("INIT");
     q.modify_to_rtr(remote, gid, 0, 1024).expect("RTR");
-    let rts = QpAttr { qp_state: QpState::Rts, timeout: 1, retry_cnt: 0, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        timeout: 1,
+        retry_cnt: 0,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)
+        .expect("RTS");
 }
 
 /// Brings `q` to RTS towards `remote` at `dgid` through the GID at `sgid_index` (on the model's
@@ -188,8 +196,10 @@ pub fn connect_roce_with(q: &Qp, remote: u32, dgid: [u8; 16], sgid_index: u8, ac
     };
     let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
     q.modify_qp(&rtr, m).expect("RTR");
-    let rts = QpAttr { qp_state: QpState::Rts, timeout, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
-    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).expect("RTS");
+    let rts =
+        QpAttr { qp_state: QpState::Rts, timeout, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    q.modify_qp(&rts, M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC)
+        .expect("RTS");
 }
 
 /// Two QPs connected to each other: `a` completes into `scq_a`/`rcq_a`, `b` into `scq_b`/`rcq_b`.
@@ -214,11 +224,7 @@ impl Pair {
     /// Sends `data` (written at `off` of `mr_a`) from `a`.
     pub fn send_a(&self, wr_id: u64, off: usize, data: &[u8], opcode: WrOpcode, solicited: bool) {
         self.mr_a.write(off, data).expect("mr write");
-        let sge = [Sge {
-            addr: self.mr_a.addr() + off as u64,
-            length: data.len() as u32,
-            lkey: self.mr_a.lkey(),
-        }];
+        let sge = [Sge { addr: self.mr_a.addr() + off as u64, length: data.len() as u32, lkey: self.mr_a.lkey() }];
         let wr = SendWr { wr_id, sg_list: &sge, opcode, signaled: true, solicited };
         self.a.post_send(&wr).expect("post_send");
     }

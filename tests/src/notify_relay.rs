@@ -5,6 +5,7 @@
 //! model writes there into the driver's ring, and can delay, drop, duplicate or add entries on the
 //! way, and records CQ handles and arm doorbells.
 
+use crate::intercept::{Hooks, Intercept};
 use hca::platform::sim::SimPlatform;
 use hca::platform::Platform;
 use pvrdma_abi::cmd::{ack_for, opcode};
@@ -16,7 +17,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use crate::intercept::{Hooks, Intercept};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Entries of the driver's ring (and the private one).

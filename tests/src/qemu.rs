@@ -35,17 +35,13 @@ const MAD_MSG_SIZE: usize = 360;
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.to_owned())
+    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
 }
 
 /// The IPv4-mapped GID of the backend's address (`::ffff:a.b.c.d`).
 pub fn backend_gid() -> [u8; 16] {
-    let ip: std::net::Ipv4Addr = env_or("PVRDMA_GID_IPV4", "10.0.2.15")
-        .parse()
-        .expect("PVRDMA_GID_IPV4 is an IPv4 address");
+    let ip: std::net::Ipv4Addr =
+        env_or("PVRDMA_GID_IPV4", "10.0.2.15").parse().expect("PVRDMA_GID_IPV4 is an IPv4 address");
     ip.to_ipv6_mapped().octets()
 }
 
@@ -88,15 +84,10 @@ impl Proc {
                 Err(e) => return Err(format!("qtest accept: {e}")),
             }
             if let Some(st) = self.exited() {
-                return Err(format!(
-                    "QEMU exited ({st}) before qtest connected:\n{}",
-                    self.output()
-                ));
+                return Err(format!("QEMU exited ({st}) before qtest connected:\n{}", self.output()));
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "QEMU did not connect to qtest within {START_TIMEOUT:?}"
-                ));
+                return Err(format!("QEMU did not connect to qtest within {START_TIMEOUT:?}"));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -108,9 +99,7 @@ impl Proc {
     /// answers only once its machine is built, which under load takes longer than the bound the
     /// platform then puts on every round trip.
     fn wait_machine(&self, s: &mut UnixStream, deadline: Instant) -> Result<(), String> {
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         let io = |e: std::io::Error| format!("qtest first answer: {e}\n{}", self.output());
         s.set_read_timeout(Some(left)).map_err(io)?;
         s.write_all(b"endianness\n").map_err(io)?;
@@ -124,10 +113,7 @@ impl Proc {
         if line.starts_with(b"OK") {
             Ok(())
         } else {
-            Err(format!(
-                "qtest first answer: {:?}",
-                String::from_utf8_lossy(&line)
-            ))
+            Err(format!("qtest first answer: {:?}", String::from_utf8_lossy(&line)))
         }
     }
 }
@@ -198,13 +184,9 @@ impl QemuPeer {
         let mad = dir.join("mad.sock");
         let qtest = dir.join("qtest.sock");
         spawn_mad_stub(&mad)?;
-        let qtest_listener =
-            UnixListener::bind(&qtest).map_err(|e| format!("{}: {e}", qtest.display()))?;
-        qtest_listener
-            .set_nonblocking(true)
-            .map_err(|e| e.to_string())?;
-        let stderr = std::fs::File::create(log_dir.join(format!("{tag}.stderr")))
-            .map_err(|e| e.to_string())?;
+        let qtest_listener = UnixListener::bind(&qtest).map_err(|e| format!("{}: {e}", qtest.display()))?;
+        qtest_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let stderr = std::fs::File::create(log_dir.join(format!("{tag}.stderr"))).map_err(|e| e.to_string())?;
         let args = qemu_args(&ram_file, &mad, &qtest, &log_dir.join(format!("{tag}.log")));
         let child = Command::new(env_or("PVRDMA_QEMU", "qemu-system-x86_64"))
             .args(&args)
@@ -213,14 +195,7 @@ impl QemuPeer {
             .stderr(stderr)
             .spawn()
             .map_err(|e| format!("cannot start QEMU: {e}"))?;
-        let mut proc = Proc {
-            child: Mutex::new(child),
-            dir,
-            ram_file,
-            log_dir,
-            keep_logs,
-            tag: tag.to_owned(),
-        };
+        let mut proc = Proc { child: Mutex::new(child), dir, ram_file, log_dir, keep_logs, tag: tag.to_owned() };
         let stream = proc.accept(&qtest_listener)?;
         let mut opts = QtestOptions::new(RAM_MB << 20);
         opts.io_timeout = io_timeout;
@@ -229,11 +204,7 @@ impl QemuPeer {
         }
         let platform = QtestPlatform::open(stream, opts)
             .map_err(|e| format!("opening pvrdma over qtest: {e}\n{}", proc.output()))?;
-        Ok(QemuPeer {
-            platform: Arc::new(platform),
-            proc,
-            start_time: t0.elapsed(),
-        })
+        Ok(QemuPeer { platform: Arc::new(platform), proc, start_time: t0.elapsed() })
     }
 
     /// QEMU's stderr and log, for failure messages.
@@ -256,10 +227,7 @@ impl QemuPeer {
     ///
     /// Errors: the driver's, with QEMU's output.
     pub fn probe(&self) -> Result<Device, String> {
-        let opts = ProbeOptions {
-            gid: Some(backend_gid()),
-            ..Default::default()
-        };
+        let opts = ProbeOptions { gid: Some(backend_gid()), ..Default::default() };
         let p: Arc<dyn hca::Platform> = self.platform.clone();
         hca::probe(p, opts).map_err(|e| format!("probe: {e}\n{}", self.qemu_output()))
     }
@@ -275,10 +243,7 @@ fn qemu_args(ram: &Path, mad: &Path, qtest: &Path, log: &Path) -> Vec<String> {
         "-m".into(),
         format!("{RAM_MB}M"),
         "-object".into(),
-        format!(
-            "memory-backend-file,id=mem,size={RAM_MB}M,mem-path={},share=on",
-            s(ram)
-        ),
+        format!("memory-backend-file,id=mem,size={RAM_MB}M,mem-path={},share=on", s(ram)),
         // pvrdma insists on shared RAM and looks for a shared memory-backend-ram object.
         "-object".into(),
         "memory-backend-ram,id=shmflag,size=2M,share=on".into(),
@@ -316,9 +281,7 @@ fn spawn_mad_stub(path: &Path) -> Result<(), String> {
             let mut c = loop {
                 match l.accept() {
                     Ok((c, _)) => break c,
-                    Err(_) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(10))
-                    }
+                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
                     Err(_) => return,
                 }
             };

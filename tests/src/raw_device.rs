@@ -10,9 +10,7 @@ use hca::platform::{Iova, Platform, PlatformError};
 use pvrdma_abi::cmd::{CmdHdr, CmdRequest, RespHdr};
 use pvrdma_abi::dsr::{DeviceCaps, Dsr, GosInfo, RingPageInfo};
 use pvrdma_abi::pdir::PDIR_ENTRIES;
-use pvrdma_abi::regs::{
-    DeviceCtl, IntrVector, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_REQUEST,
-};
+use pvrdma_abi::regs::{DeviceCtl, IntrVector, REG_CTL, REG_DSRHIGH, REG_DSRLOW, REG_ERR, REG_REQUEST};
 use pvrdma_abi::{PAGE_SIZE, PVRDMA_ROCEV1_VERSION};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,13 +68,7 @@ impl RawDevice {
         let cmd_slot = platform.dma_alloc(PAGE)?;
         let resp_slot = platform.dma_alloc(PAGE)?;
         let dsr = platform.dma_alloc(PAGE)?;
-        Ok(Self {
-            platform,
-            cmd_slot,
-            resp_slot,
-            dsr,
-            cookie: AtomicU64::new(0x5eed_0000),
-        })
+        Ok(Self { platform, cmd_slot, resp_slot, dsr, cookie: AtomicU64::new(0x5eed_0000) })
     }
 
     /// The platform underneath.
@@ -86,10 +78,7 @@ impl RawDevice {
 
     /// `count` zeroed pages. Panics when the platform has no memory left (a harness fault).
     pub fn pages(&self, count: u64) -> Pages {
-        let base = self
-            .platform
-            .dma_alloc(count * PAGE)
-            .expect("DMA memory for a raw device");
+        let base = self.platform.dma_alloc(count * PAGE).expect("DMA memory for a raw device");
         Pages { base, count }
     }
 
@@ -114,11 +103,7 @@ impl RawDevice {
     pub fn ring_info(&self, num_pages: u32, listed: u64) -> RingPageInfo {
         let pages = self.pages(listed.max(1));
         let list: Vec<Iova> = (0..listed).map(|i| pages.page(i)).collect();
-        RingPageInfo {
-            num_pages: num_pages.into(),
-            pdir_dma: self.pdir(&list).into(),
-            ..Default::default()
-        }
+        RingPageInfo { num_pages: num_pages.into(), pdir_dma: self.pdir(&list).into(), ..Default::default() }
     }
 
     /// A correct DSR: both slots, a two-page async ring and a two-page CQ-notification ring, the
@@ -137,8 +122,7 @@ impl RawDevice {
         spoil(self, &mut dsr);
         self.write(self.dsr, dsr.as_bytes());
         self.platform.reg_write(REG_DSRLOW, self.dsr as u32);
-        self.platform
-            .reg_write(REG_DSRHIGH, (self.dsr >> 32) as u32);
+        self.platform.reg_write(REG_DSRHIGH, (self.dsr >> 32) as u32);
     }
 
     /// The capabilities the device wrote into the DSR.
@@ -174,10 +158,7 @@ impl RawDevice {
     /// Posts a request of opcode `opcode` with no payload but its header and eight zero bytes.
     pub fn post_opcode(&self, opcode: u32) -> Reply {
         let mut b = [0u8; size_of::<CmdHdr>() + 8];
-        let hdr = CmdHdr {
-            cmd: opcode.into(),
-            ..Default::default()
-        };
+        let hdr = CmdHdr { cmd: opcode.into(), ..Default::default() };
         b[..size_of::<CmdHdr>()].copy_from_slice(hdr.as_bytes());
         self.post_bytes(&mut b)
     }
@@ -196,12 +177,7 @@ impl RawDevice {
         let mut h = [0u8; size_of::<RespHdr>()];
         let _ = self.platform.dma_read(self.resp_slot, &mut h);
         let hdr = RespHdr::read_from_bytes(&h).unwrap_or_default();
-        Reply {
-            ack: hdr.ack.get(),
-            err: hdr.err,
-            reg_err: self.reg_err(),
-            irq,
-        }
+        Reply { ack: hdr.ack.get(), err: hdr.err, reg_err: self.reg_err(), irq }
     }
 
     /// Writes `data` at `iova`; a dead platform is found by the owner's fault check.

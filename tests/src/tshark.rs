@@ -14,9 +14,7 @@ pub fn tshark_present() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok && std::env::var("ROCE_REQUIRE_TSHARK").as_deref() == Ok("1") {
-        panic!(
-            "tshark is not installed and ROCE_REQUIRE_TSHARK=1 (Debian: apt-get install tshark)"
-        );
+        panic!("tshark is not installed and ROCE_REQUIRE_TSHARK=1 (Debian: apt-get install tshark)");
     }
     ok
 }

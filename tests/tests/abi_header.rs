@@ -20,8 +20,7 @@
 use core::mem::{offset_of, size_of};
 use pvrdma_abi::uar;
 use pvrdma_abi::wqe::{
-    network_type, wc_flags, wc_opcode, wc_status, wr_opcode, Av, Cqe, RqWqeHdr, Sge, SqWqeHdr,
-    WrAtomic, WrRdma, WrUd,
+    network_type, wc_flags, wc_opcode, wc_status, wr_opcode, Av, Cqe, RqWqeHdr, Sge, SqWqeHdr, WrAtomic, WrRdma, WrUd,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use tests::abi_sizes::HEADERLESS;
@@ -32,8 +31,7 @@ const HEADER_INCLUDE: &str = "rdma/vmw_pvrdma-abi.h";
 const HEADER_PACKAGE: &str = "linux-libc-dev";
 
 /// The Rust types this file compares with the header (the rest are in [`HEADERLESS`]).
-const HEADER_CHECKED: &[&str] =
-    &["Cqe", "SqWqeHdr", "RqWqeHdr", "Sge", "Av", "WrRdma", "WrAtomic", "WrUd"];
+const HEADER_CHECKED: &[&str] = &["Cqe", "SqWqeHdr", "RqWqeHdr", "Sge", "Av", "WrRdma", "WrAtomic", "WrUd"];
 
 /// One comparison: a C integer constant expression and the Rust side's value for it.
 #[derive(Clone, Debug)]
@@ -77,11 +75,7 @@ impl Checks {
         } else {
             format!("(long long)sizeof(MEMBER({c_type}, {path}))")
         };
-        let base = if path.is_empty() {
-            "0LL".to_owned()
-        } else {
-            format!("(long long)offsetof({c_type}, {path})")
-        };
+        let base = if path.is_empty() { "0LL".to_owned() } else { format!("(long long)offsetof({c_type}, {path})") };
         let off = |f: &str| format!("((long long)offsetof({c_type}, {}) - {base})", member(f));
         let size = |f: &str| format!("(long long)sizeof(MEMBER({c_type}, {}))", member(f));
 
@@ -102,20 +96,12 @@ impl Checks {
                     format!("({} + (long long)({p}) - {c_size})", size(f)),
                     rust_fsize,
                 ),
-                _ => self.add(
-                    format!("size of {rust_name}.{f} vs {c_name}.{f}"),
-                    size(f),
-                    rust_fsize,
-                ),
+                _ => self.add(format!("size of {rust_name}.{f} vs {c_name}.{f}"), size(f), rust_fsize),
             }
         }
         // Tiling, C side: a gap means a field missing from the list or implicit padding.
         if let Some(&(first, ..)) = fields.first() {
-            self.add(
-                format!("C {c_name}: bytes before {first} not covered by a listed field"),
-                off(first),
-                0,
-            );
+            self.add(format!("C {c_name}: bytes before {first} not covered by a listed field"), off(first), 0);
         }
         for w in fields.windows(2) {
             let (a, b) = (w[0].0, w[1].0);
@@ -335,13 +321,7 @@ fn enum_constants(header: &str, name: &str) -> Vec<String> {
 /// Header constants (enum members of the compared enums, `PVRDMA_UAR_*` macros) with no check.
 fn uncovered_constants(header: &str, checks: &[Check]) -> Vec<String> {
     let mut defined = Vec::new();
-    for e in [
-        "pvrdma_wr_opcode",
-        "pvrdma_wc_status",
-        "pvrdma_wc_opcode",
-        "pvrdma_wc_flags",
-        "pvrdma_network_type",
-    ] {
+    for e in ["pvrdma_wr_opcode", "pvrdma_wc_status", "pvrdma_wc_opcode", "pvrdma_wc_flags", "pvrdma_network_type"] {
         defined.extend(enum_constants(header, e).into_iter().map(|c| (e.to_owned(), c)));
     }
     for line in header.lines() {
@@ -352,18 +332,14 @@ fn uncovered_constants(header: &str, checks: &[Check]) -> Vec<String> {
             }
         }
     }
-    let checked: BTreeSet<&str> =
-        checks.iter().filter_map(|c| c.name.split(" vs ").next()).collect();
+    let checked: BTreeSet<&str> = checks.iter().filter_map(|c| c.name.split(" vs ").next()).collect();
     let mut out: Vec<String> = defined
         .iter()
         .filter(|(_, c)| !checked.contains(c.as_str()))
         .map(|(e, c)| format!("{c} ({e}) is defined by the header but not compared with Rust"))
         .collect();
     if defined.len() < 60 {
-        out.push(format!(
-            "only {} constants found in the header text: parsing failed?",
-            defined.len()
-        ));
+        out.push(format!("only {} constants found in the header text: parsing failed?", defined.len()));
     }
     out
 }
@@ -394,10 +370,7 @@ fn uapi_header_matches_rust_abi() {
         "offset of Cqe.smac (deliberately wrong)",
     ];
     for e in expect {
-        assert!(
-            caught.iter().any(|m| m.starts_with(e)),
-            "canary {e:?} was not caught; caught: {caught:#?}"
-        );
+        assert!(caught.iter().any(|m| m.starts_with(e)), "canary {e:?} was not caught; caught: {caught:#?}");
     }
     assert_eq!(caught.len(), expect.len(), "unexpected canary results: {caught:#?}");
     // And a header constant left without a check is caught (the last check is PVRDMA_UAR_SRQ_RECV).
@@ -439,9 +412,8 @@ fn documented_sizes() -> BTreeMap<String, usize> {
             if name.starts_with('$') || name.is_empty() {
                 continue; // the macro's own definition
             }
-            let size: usize = size
-                .parse()
-                .unwrap_or_else(|_| panic!("{}: assert_layout!({name}, {size:?})", path.display()));
+            let size: usize =
+                size.parse().unwrap_or_else(|_| panic!("{}: assert_layout!({name}, {size:?})", path.display()));
             assert!(out.insert(name.to_owned(), size).is_none(), "{name} asserted twice");
         }
     }
@@ -469,24 +441,18 @@ fn headerless_structs_have_documented_sizes() {
                 "{} ({}): pvrdma-abi documents {d} bytes, the table says {}",
                 row.rust_name, row.c_name, row.c_size
             )),
-            None => failed.push(format!(
-                "{} ({}): no assert_layout! for it in pvrdma-abi",
-                row.rust_name, row.c_name
-            )),
+            None => failed.push(format!("{} ({}): no assert_layout! for it in pvrdma-abi", row.rust_name, row.c_name)),
         }
     }
     // Every structure the ABI crate defines is compared somewhere: here or against the header.
     for name in documented.keys() {
         if !seen.contains(name.as_str()) && !HEADER_CHECKED.contains(&name.as_str()) {
-            failed.push(format!(
-                "pvrdma-abi's {name} is in neither the headerless table nor the header comparison"
-            ));
+            failed.push(format!("pvrdma-abi's {name} is in neither the headerless table nor the header comparison"));
         }
     }
     for name in HEADER_CHECKED {
         if seen.contains(name) {
-            failed
-                .push(format!("{name} is compared with the header and also listed as headerless"));
+            failed.push(format!("{name} is compared with the header and also listed as headerless"));
         }
     }
     // The structures this table exists for.
@@ -495,11 +461,6 @@ fn headerless_structs_have_documented_sizes() {
             failed.push(format!("{name} is missing from the headerless table"));
         }
     }
-    assert!(
-        failed.is_empty(),
-        "{} headerless-structure checks failed:\n  {}",
-        failed.len(),
-        failed.join("\n  ")
-    );
+    assert!(failed.is_empty(), "{} headerless-structure checks failed:\n  {}", failed.len(), failed.join("\n  "));
     eprintln!("{} headerless structures have their documented sizes", HEADERLESS.len());
 }

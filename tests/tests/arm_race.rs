@@ -111,7 +111,8 @@ fn two_cqs_armed_together_one_cqe_slips_in() {
     // Both armed, each gets one CQE afterwards: exactly one event each.
     assert!(d.post_cqe(a.handle(), &cqe(11), false));
     assert!(d.post_cqe(b.handle(), &cqe(21), false));
-    let mut got = vec![ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap(), ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap()];
+    let mut got =
+        vec![ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap(), ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap()];
     got.sort_unstable();
     let mut want = vec![a.handle(), b.handle()];
     want.sort_unstable();

@@ -4,7 +4,9 @@
 //! and FETCH ADD from several QPs at once onto one address of a program's own buffer — also from
 //! two devices that both registered it.
 
-use ib_core::{access, AtomicCap, Cq, Device, Error, Mr, Pd, Qp, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus, WrOpcode};
+use ib_core::{
+    access, AtomicCap, Cq, Device, Error, Mr, Pd, Qp, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus, WrOpcode,
+};
 use tests::fixture::*;
 
 const ATOMIC: u32 = access::LOCAL_WRITE | access::REMOTE_ATOMIC;
@@ -72,9 +74,17 @@ fn compare_swap_and_fetch_add_return_the_original_value() {
     let ok = WcStatus::Success;
     assert_eq!(
         got,
-        [(1, ok, WcOpcode::CompSwap, 8), (2, ok, WcOpcode::CompSwap, 8), (3, ok, WcOpcode::FetchAdd, 8), (4, ok, WcOpcode::FetchAdd, 8)]
+        [
+            (1, ok, WcOpcode::CompSwap, 8),
+            (2, ok, WcOpcode::CompSwap, 8),
+            (3, ok, WcOpcode::FetchAdd, 8),
+            (4, ok, WcOpcode::FetchAdd, 8)
+        ]
     );
-    assert_eq!([u64_at(&res, 0), u64_at(&res, 8), u64_at(&res, 16), u64_at(&res, 24)], [0xfeed_0000_0000_0001, 0x55, 0, 1 << 40]);
+    assert_eq!(
+        [u64_at(&res, 0), u64_at(&res, 8), u64_at(&res, 16), u64_at(&res, 24)],
+        [0xfeed_0000_0000_0001, 0x55, 0, 1 << 40]
+    );
     assert_eq!((u64_at(&target, 4088), u64_at(&target, 4096)), (0x55, (1 << 40) + 3));
     std::thread::sleep(SETTLE);
     assert_eq!(l.cq.poll(&mut [Wc::default(); 4]).unwrap(), 0, "no receive completion");
@@ -111,7 +121,13 @@ fn refusals() {
     assert_eq!((w.wr_id, w.status), (1, WcStatus::RemInvReqErr), "misaligned");
     let l = link(&dev, &pd, access::REMOTE_ATOMIC);
     let sge = [Sge { addr: res.addr(), length: 4, lkey: res.lkey() }];
-    let short = SendWr { wr_id: 2, sg_list: &sge, opcode: fadd(target.addr(), target.rkey(), 1), signaled: true, solicited: false };
+    let short = SendWr {
+        wr_id: 2,
+        sg_list: &sge,
+        opcode: fadd(target.addr(), target.rkey(), 1),
+        signaled: true,
+        solicited: false,
+    };
     l.a.post_send(&short).unwrap();
     let w = poll_n(&l.cq, 1)[0];
     assert_eq!((w.wr_id, w.status), (2, WcStatus::LocLenErr), "a 4-byte SGE");

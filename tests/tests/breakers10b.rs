@@ -16,12 +16,25 @@ fn opts() -> ProbeOptions {
 }
 
 fn qp_attr<'a>(cq: &'a ib_core::Cq) -> QpInitAttr<'a> {
-    QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None }
+    QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    }
 }
 
 #[test]
 fn a_create_cq_response_with_another_cqe_is_refused() {
-    for (what, f) in [("twice", (|c| c * 2) as fn(u32) -> u32), ("half", |c: u32| c / 2), ("zero", |_| 0), ("u32::MAX", |_| u32::MAX)] {
+    for (what, f) in [
+        ("twice", (|c| c * 2) as fn(u32) -> u32),
+        ("half", |c: u32| c / 2),
+        ("zero", |_| 0),
+        ("u32::MAX", |_| u32::MAX),
+    ] {
         let plat = Arc::new(Rewrite::new(opcode::CREATE_CQ, 20, f));
         let dev = hca::probe(plat, opts()).unwrap();
         let got = dev.create_cq(16, None).map(|c| c.handle());
@@ -228,7 +241,13 @@ fn a_sender_with_only_unsignaled_sends_is_never_refused_by_the_driver() {
     connect(&q, q.qpn(), gid(&dev));
     let wait = std::time::Instant::now() + std::time::Duration::from_secs(10);
     for i in 0..200u64 {
-        let wr = ib_core::SendWr { wr_id: i, sg_list: &[], opcode: ib_core::WrOpcode::Send, signaled: false, solicited: false };
+        let wr = ib_core::SendWr {
+            wr_id: i,
+            sg_list: &[],
+            opcode: ib_core::WrOpcode::Send,
+            signaled: false,
+            solicited: false,
+        };
         q.post_recv(&RecvWr { wr_id: i, sg_list: &[] }).unwrap();
         q.post_send(&wr).unwrap();
         let wc = poll_n(&rcq, 1)[0];

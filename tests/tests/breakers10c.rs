@@ -4,18 +4,29 @@
 //! with "QEMU 7.2 limit" show what cannot be told apart where QEMU 7.2 drops CQEs or completes
 //! unsignaled sends while a consumer reuses `wr_id`s (`hca/src/qp/owed.rs`).
 
-use ib_core::{Cq, Device, Error, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode};
+use hca::platform::sim::SimPlatform;
+use ib_core::{
+    Cq, Device, Error, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
+};
 use pvrdma_abi::wqe::{wc_opcode, Cqe};
 use pvrdma_sim::{Profile, SimConfig};
 use std::time::{Duration, Instant};
-use hca::platform::sim::SimPlatform;
 use tests::fixture::*;
 use zerocopy::little_endian::{U32, U64};
 
 /// An RC QP of `send_wr`/`recv_wr` slots (two SGEs each) on the given CQs.
 fn qp_sized(pd: &Pd, scq: &Cq, rcq: &Cq, send_wr: u32, recv_wr: u32, sig_all: bool) -> Qp {
-    let cap = QpCap { max_send_wr: send_wr, max_recv_wr: recv_wr, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: scq, recv_cq: rcq, cap, qp_type: QpType::Rc, sq_sig_all: sig_all, qp_context: 0, srq: None };
+    let cap =
+        QpCap { max_send_wr: send_wr, max_recv_wr: recv_wr, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
+    let attr = QpInitAttr {
+        send_cq: scq,
+        recv_cq: rcq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: sig_all,
+        qp_context: 0,
+        srq: None,
+    };
     pd.create_qp(&attr).expect("create_qp")
 }
 
@@ -175,7 +186,12 @@ fn a_list_stopped_by_a_bad_wr_owes_only_what_it_posted() {
     let (s1, r1) = (poll_n(&l.scq, 1)[0], poll_n(l.rcq(), 1)[0]);
     assert_eq!((s1.wr_id, s1.status), (1, WcStatus::Success));
     assert_eq!((r1.wr_id, r1.status, r1.byte_len), (11, WcStatus::Success, 0));
-    for (cq, op, id) in [(&l.scq, wc_opcode::SEND, 2), (&l.scq, wc_opcode::SEND, 3), (l.rcq(), wc_opcode::RECV, 12), (l.rcq(), wc_opcode::RECV, 13)] {
+    for (cq, op, id) in [
+        (&l.scq, wc_opcode::SEND, 2),
+        (&l.scq, wc_opcode::SEND, 3),
+        (l.rcq(), wc_opcode::RECV, 12),
+        (l.rcq(), wc_opcode::RECV, 13),
+    ] {
         let lie = forge_and_poll(&l.sim, cq, &forged(&l.q, op, id));
         assert_eq!(lie.status, WcStatus::GeneralErr, "wr_id {id} was never posted: {lie:?}");
     }
@@ -228,16 +244,15 @@ fn reset_forgets_the_old_work_and_the_qp_works_again() {
         let l = looped(SimConfig::default(), 4, 64, shared);
         l.q.post_recv_list(&[recv(1), recv(2), recv(3), recv(4)]).unwrap();
         l.q.post_send_list(&[send(1, true), send(2, true)]).unwrap();
-        let modify = |s| l.q.modify_qp(&ib_core::QpAttr { qp_state: s, ..Default::default() }, ib_core::QpAttrMask::STATE);
+        let modify =
+            |s| l.q.modify_qp(&ib_core::QpAttr { qp_state: s, ..Default::default() }, ib_core::QpAttrMask::STATE);
         modify(ib_core::QpState::Reset).unwrap();
         assert_eq!(drain(&l.scq), vec![], "shared {shared}: the queued CQEs went with the reset");
         connect(&l.q, l.q.qpn(), gid(&l.dev));
         l.q.post_recv_list(&[recv(3), recv(4)]).unwrap();
         l.q.post_send_list(&[send(3, true), send(4, true)]).unwrap();
-        let mut got: Vec<_> = poll_n(&l.scq, if shared { 4 } else { 2 })
-            .iter()
-            .map(|w| (w.opcode, w.wr_id, w.status))
-            .collect();
+        let mut got: Vec<_> =
+            poll_n(&l.scq, if shared { 4 } else { 2 }).iter().map(|w| (w.opcode, w.wr_id, w.status)).collect();
         if !shared {
             got.extend(poll_n(l.rcq(), 2).iter().map(|w| (w.opcode, w.wr_id, w.status)));
         }
@@ -245,7 +260,8 @@ fn reset_forgets_the_old_work_and_the_qp_works_again() {
         let ok = WcStatus::Success;
         let want = [(WcOpcode::Send, 3, ok), (WcOpcode::Send, 4, ok), (WcOpcode::Recv, 3, ok), (WcOpcode::Recv, 4, ok)];
         assert_eq!(got, want, "shared {shared}");
-        for (cq, op, id) in [(&l.scq, wc_opcode::SEND, 1), (l.rcq(), wc_opcode::RECV, 1), (l.rcq(), wc_opcode::RECV, 2)] {
+        for (cq, op, id) in [(&l.scq, wc_opcode::SEND, 1), (l.rcq(), wc_opcode::RECV, 1), (l.rcq(), wc_opcode::RECV, 2)]
+        {
             let lie = forge_and_poll(&l.sim, cq, &forged(&l.q, op, id));
             assert_eq!(lie.status, WcStatus::GeneralErr, "shared {shared}: {lie:?}");
         }
@@ -277,7 +293,11 @@ fn a_cq_shared_by_many_qps_keeps_each_ones_completions() {
         assert_eq!(mine, want, "QP {}", q.qpn());
     }
     let stray: Vec<_> = wcs.iter().filter(|w| !qps.iter().any(|q| q.qpn() == w.qp_num)).collect();
-    assert!(stray.is_empty(), "dead {dead:?}, fresh {:?}: {stray:?}", fresh.iter().map(|q| q.qpn()).collect::<Vec<_>>());
+    assert!(
+        stray.is_empty(),
+        "dead {dead:?}, fresh {:?}: {stray:?}",
+        fresh.iter().map(|q| q.qpn()).collect::<Vec<_>>()
+    );
 }
 
 /// Input 9: QEMU 7.2 drops the CQEs that do not fit a full CQ: the next CQE retires the lost
@@ -317,11 +337,21 @@ fn qemu72_lost_cqes_do_not_wedge_the_sq() {
 fn a_receive_of_exactly_its_buffer_is_success_and_one_byte_more_is_not() {
     let l = looped(SimConfig::default(), 4, 64, true);
     let mr = l._pd.alloc_mr(4096, ib_core::access::LOCAL_WRITE).unwrap();
-    let two = [Sge { addr: mr.addr(), length: 6, lkey: mr.lkey() }, Sge { addr: mr.addr() + 100, length: 4, lkey: mr.lkey() }];
+    let two = [
+        Sge { addr: mr.addr(), length: 6, lkey: mr.lkey() },
+        Sge { addr: mr.addr() + 100, length: 4, lkey: mr.lkey() },
+    ];
     for (len, want) in [(10u32, WcStatus::Success), (0, WcStatus::Success), (11, WcStatus::LocLenErr)] {
         l.q.post_recv(&RecvWr { wr_id: 9, sg_list: &two }).unwrap();
         let sg = [Sge { addr: mr.addr() + 1000, length: len, lkey: mr.lkey() }];
-        l.q.post_send(&SendWr { wr_id: 9, sg_list: &sg, opcode: WrOpcode::SendWithImm(1), signaled: true, solicited: false }).unwrap();
+        l.q.post_send(&SendWr {
+            wr_id: 9,
+            sg_list: &sg,
+            opcode: WrOpcode::SendWithImm(1),
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
         let wcs = poll_n(&l.scq, 2);
         let r = wcs.iter().find(|w| w.opcode == WcOpcode::Recv).expect("a receive completion");
         assert_eq!(r.status, want, "{len} bytes: {wcs:?}");
@@ -442,11 +472,17 @@ fn qemu72_a_lost_receive_cqe_does_not_measure_a_later_receive_with_its_wr_id() {
     let mr = pd.alloc_mr(4096, ib_core::access::LOCAL_WRITE).unwrap();
     let buf = |off: u64, len| [Sge { addr: mr.addr() + off, length: len, lkey: mr.lkey() }];
     let (x, y, z, w) = (buf(0, 8), buf(100, 8), buf(200, 8), buf(300, 64));
-    let rs = [RecvWr { wr_id: 9, sg_list: &x }, RecvWr { wr_id: 9, sg_list: &y }, RecvWr { wr_id: 1, sg_list: &z }, RecvWr { wr_id: 1, sg_list: &w }];
+    let rs = [
+        RecvWr { wr_id: 9, sg_list: &x },
+        RecvWr { wr_id: 9, sg_list: &y },
+        RecvWr { wr_id: 1, sg_list: &z },
+        RecvWr { wr_id: 1, sg_list: &w },
+    ];
     q.post_recv_list(&rs).unwrap();
     for len in [8u32, 8, 8] {
         let sg = buf(1000, len);
-        q.post_send(&SendWr { wr_id: 0, sg_list: &sg, opcode: WrOpcode::Send, signaled: false, solicited: false }).unwrap();
+        q.post_send(&SendWr { wr_id: 0, sg_list: &sg, opcode: WrOpcode::Send, signaled: false, solicited: false })
+            .unwrap();
     }
     let first: Vec<_> = poll_n(&rcq, 2).iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(first, [(9, WcStatus::Success); 2], "the third receive's CQE was dropped");

@@ -2,10 +2,10 @@
 //!
 //! Each test fails while the bug it names is present and passes once it is fixed.
 
+use ib_core::access;
 use ib_core::{Device, SendWr, Sge, WrOpcode};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::regs::{DeviceCtl, REG_CTL};
-use ib_core::access;
 use pvrdma_sim::mem::GuestMemory;
 use pvrdma_sim::SimConfig;
 use std::time::{Duration, Instant};
@@ -58,13 +58,8 @@ fn zero_length_sends_to_a_receiver_without_wqes_are_bounded() {
     // b never posts a receive. a's SQ has 16 slots.
     const POSTS: u32 = 5000;
     for i in 0..POSTS {
-        let wr = SendWr {
-            wr_id: u64::from(i),
-            sg_list: &[],
-            opcode: WrOpcode::Send,
-            signaled: false,
-            solicited: false,
-        };
+        let wr =
+            SendWr { wr_id: u64::from(i), sg_list: &[], opcode: WrOpcode::Send, signaled: false, solicited: false };
         if let Err(e) = p.a.post_send(&wr) {
             // A device that stops consuming the SQ makes the driver's ring full: that is the
             // bound we want.
@@ -76,10 +71,7 @@ fn zero_length_sends_to_a_receiver_without_wqes_are_bounded() {
     let parked = sim.device().parked_packets(p.b.qpn());
     // The largest SQ the device allows has 1024 slots; a device that tracks more outstanding
     // sends than that for one QP is buffering on the driver's say-so.
-    assert!(
-        parked <= 1024,
-        "the model buffers {parked} packets for one QP with a 16-deep SQ and no data"
-    );
+    assert!(parked <= 1024, "the model buffers {parked} packets for one QP with a 16-deep SQ and no data");
 }
 
 /// Hostile commands through the driver's command channel: every one must be refused with an
@@ -141,8 +133,7 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
         if start == u64::MAX && acc == access::ZERO_BASED {
             // Zero-based: the start is only a label; accepted or not, no panic.
             if let Ok(m) = r {
-                pv(&dev).post_command(DestroyMr { mr_handle: m.mr_handle, ..Default::default() })
-                    .unwrap();
+                pv(&dev).post_command(DestroyMr { mr_handle: m.mr_handle, ..Default::default() }).unwrap();
             }
             continue;
         }
@@ -209,8 +200,9 @@ fn hostile_commands_are_refused_and_the_device_keeps_working() {
 
 /// A raw command with an opcode the device does not know (the trait is open on purpose: the
 /// channel is how diagnostics post raw commands).
-#[derive(Clone, Copy, Default, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::Immutable,
-    zerocopy::KnownLayout)]
+#[derive(
+    Clone, Copy, Default, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::Immutable, zerocopy::KnownLayout,
+)]
 #[repr(C)]
 struct Unknown<const OP: u32> {
     hdr: CmdHdr,
@@ -256,7 +248,8 @@ fn reset_while_traffic_flows_keeps_the_port_alive() {
                     let sge = [Sge { addr: p.mr_b.addr(), length: 64, lkey: p.mr_b.lkey() }];
                     let _ = p.b.post_recv(&ib_core::RecvWr { wr_id: i, sg_list: &sge });
                     let sge = [Sge { addr: p.mr_a.addr(), length: 64, lkey: p.mr_a.lkey() }];
-                    let wr = SendWr { wr_id: i, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
+                    let wr =
+                        SendWr { wr_id: i, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
                     let _ = p.a.post_send(&wr);
                     let mut wc = [ib_core::Wc::default(); 16];
                     let _ = cq.poll(&mut wc);

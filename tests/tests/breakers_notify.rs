@@ -4,17 +4,17 @@
 //! Each test fails while the bug it names is present and passes once it is fixed. Every wait is
 //! bounded; anything that could hang runs on a thread joined with a timeout.
 
+use doorbell::{ArmEncoding, DoorbellOp};
 use hca::platform::sim::SimPlatform;
 use hca::platform::Platform;
-use tests::intercept::{Hooks, Intercept};
 use ib_core::{ArmKind, Cq, Error, NotifyKind, NotifyStatus, UpcallPolicy};
-use doorbell::{ArmEncoding, DoorbellOp};
 use pvrdma_sim::{ArmState, Profile, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tests::events::{cqe, drain, wait_for};
 use tests::fixture::*;
+use tests::intercept::{Hooks, Intercept};
 
 /// Runs `f` on a thread and waits at most `limit` for it (a watchdog for anything that could
 /// hang); panics with `what` on a hang.
@@ -50,8 +50,7 @@ fn qemu72_enabling_an_upcall_with_a_cqe_queued_gives_no_upcall() {
     for round in 0..3u64 {
         let cq = dev.create_cq(16, None).unwrap();
         let (tx, rx) = mpsc::channel();
-        cq.set_upcall(UpcallPolicy::Disable, move |cq: &Cq, st| drop(tx.send((st, drain(cq)))))
-            .unwrap();
+        cq.set_upcall(UpcallPolicy::Disable, move |cq: &Cq, st| drop(tx.send((st, drain(cq))))).unwrap();
         // A CQE while disabled (unarmed): QEMU still writes its notification entry.
         assert!(d.post_cqe(cq.handle(), &cqe(round), false));
         // Enable, then poll once more (the README's pattern).
@@ -109,9 +108,7 @@ fn single_instance_reenabled_while_an_old_upcall_is_pending_upcalls_for_the_next
     // behind the slow one, and SINGLE_INSTANCE is spent again.
     cq.modify_upcall(UpcallPolicy::SingleInstance).unwrap();
     assert!(d.post_cqe(cq.handle(), &cqe(2), false));
-    wait_for(WAIT, "event 2 to spend SINGLE_INSTANCE", || {
-        cq.upcall_policy() == Some(UpcallPolicy::Disable)
-    });
+    wait_for(WAIT, "event 2 to spend SINGLE_INSTANCE", || cq.upcall_policy() == Some(UpcallPolicy::Disable));
     // The consumer re-enables again, then polls once more: it has everything so far.
     cq.modify_upcall(UpcallPolicy::SingleInstance).unwrap();
     assert_eq!(drain(&cq), vec![1, 2]);
@@ -158,7 +155,9 @@ fn a_channel_created_after_the_device_went_fatal_reports_device_fatal() {
     wait_for(WAIT, "the driver to see DEVICE_FATAL", || dev.is_fatal());
     let ch = dev.create_comp_channel().unwrap();
     let t = Instant::now();
-    let got = bounded(Duration::from_secs(10), "get_cq_event", move || ch.get_cq_event(Duration::from_secs(3)).map(|c| c.handle()));
+    let got = bounded(Duration::from_secs(10), "get_cq_event", move || {
+        ch.get_cq_event(Duration::from_secs(3)).map(|c| c.handle())
+    });
     assert_eq!(
         (got, t.elapsed() < Duration::from_secs(1)),
         (Err(Error::DeviceFatal), true),
@@ -291,9 +290,7 @@ fn after_a_full_notification_ring_a_cq_whose_entry_was_dropped_is_armed_again() 
     assert_eq!(drain(&x), vec![100]);
     // The driver drains the full ring (1024 spurious entries) and runs its recovery pass.
     g.unpark_cq_vector();
-    wait_for(WAIT, "the driver to drain the full ring", || {
-        stats(&dev).spurious_cq_notifications >= u64::from(ring)
-    });
+    wait_for(WAIT, "the driver to drain the full ring", || stats(&dev).spurious_cq_notifications >= u64::from(ring));
     // A barrier: every arm takes the notification ring's lock, so this returns only once that
     // drain (and its recovery pass) is over.
     drop(filler.notify(NotifyKind::ErrorOnly, false).unwrap());
@@ -367,9 +364,7 @@ fn upcalls_destroying_each_others_cq_do_not_deadlock() {
     want.sort_by_key(|r| r.0);
     assert_eq!(done, want);
     // Both CQs go from the device once their upcalls have returned.
-    wait_for(WAIT, "both CQs to be destroyed on the device", || {
-        d.cq_status(ha).is_none() && d.cq_status(hb).is_none()
-    });
+    wait_for(WAIT, "both CQs to be destroyed on the device", || d.cq_status(ha).is_none() && d.cq_status(hb).is_none());
 }
 
 /// Item 7 (the tap's disarm race), now closed by construction: on QEMU 7.2 `ARM` alone clears the

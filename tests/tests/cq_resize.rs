@@ -199,7 +199,13 @@ fn resizes_under_rc_traffic_keep_every_completion_in_order() {
                     }
                     std::thread::yield_now();
                 }
-                let wr = SendWr { wr_id: i, sg_list: &sge, opcode: WrOpcode::RdmaWrite { remote_addr, rkey }, signaled: true, solicited: false };
+                let wr = SendWr {
+                    wr_id: i,
+                    sg_list: &sge,
+                    opcode: WrOpcode::RdmaWrite { remote_addr, rkey },
+                    signaled: true,
+                    solicited: false,
+                };
                 a.post_send(&wr).expect("post_send");
             }
         })

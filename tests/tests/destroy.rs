@@ -21,7 +21,8 @@ fn destroy_waits_for_its_own_acks_only() {
         cq.req_notify(NotifyFlags::NEXT_COMPLETION).unwrap();
         assert!(d.post_cqe(cq.handle(), &cqe(id), false));
     }
-    let mut got = [ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap(), ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap()];
+    let mut got =
+        [ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap(), ch.get_cq_event(WAIT).map(|c| c.handle()).unwrap()];
     got.sort_unstable();
     assert_eq!(got, [a.handle().min(b.handle()), a.handle().max(b.handle())]);
     assert_eq!((a.unacked_events(), b.unacked_events()), (1, 1));

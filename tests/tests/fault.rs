@@ -1,11 +1,11 @@
 //! The driver against a failing device: fatal events, surprise removal, hostile CQEs.
 
-use tests::fixture::*;
+use hca::ProbeOptions;
 use ib_core::{AsyncEventType, Error, NotifyFlags, Wc, WcStatus};
-use hca::{ProbeOptions};
 use pvrdma_abi::wqe::{wc_opcode, Cqe};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tests::fixture::*;
 
 fn short_timeouts() -> ProbeOptions {
     ProbeOptions { cmd_timeout: Duration::from_millis(300), ..Default::default() }
@@ -211,7 +211,15 @@ fn fatal_async_event_during_destroy_churn() {
     });
     let start = Instant::now();
     for _ in 0..50 {
-        match pd.create_qp(&ib_core::QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: ib_core::QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None }) {
+        match pd.create_qp(&ib_core::QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap: cap(),
+            qp_type: ib_core::QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        }) {
             Ok(q) => drop(q),
             Err(Error::DeviceFatal) => break,
             Err(e) => panic!("{e:?}"),

@@ -92,7 +92,15 @@ fn four_ping_pongs_at_once_at_latency_0_lose_and_double_nothing() {
     let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let side = || {
         let cq = dev.create_cq(16, None).unwrap();
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr = QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         let qp = pd.create_qp(&attr).unwrap();
         let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
         Side { qp, cq, mr }

@@ -57,7 +57,15 @@ fn roce_device() -> (ib_core::Device, hca::platform::sim::SimPlatform, IpAddr) {
 
 fn srq_qp(pd: &Pd, cq: &Cq, srq: &Srq) -> Qp {
     let cap = QpCap { max_send_wr: 4, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: Some(srq) };
+    let attr = QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: Some(srq),
+    };
     pd.create_qp(&attr).expect("create_qp on an SRQ")
 }
 
@@ -77,7 +85,8 @@ fn a_wqe_the_device_never_completes_does_not_fill_the_srq_for_good() {
     let gid = tests::fixture::gid(&dev);
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(16, None).unwrap(), dev.create_cq(16, None).unwrap());
-    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let srq =
+        pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
     let b = srq_qp(&pd, &rcq, &srq);
     let sb = tests::fixture::rc_qp(&pd, &scq, &scq);
@@ -129,11 +138,11 @@ fn a_read_response_to_an_atomic_is_dropped_and_counted() {
     let bth = |opcode| roce_wire::Bth { opcode, pkey: 0xffff, dest_qp: qp.qpn(), psn, ..Default::default() };
     let aeth = Some(roce_wire::Aeth::ack(1, 0));
     peer.send(&roce_wire::Headers { bth: bth(op::RC_RDMA_READ_RESPONSE_ONLY), aeth, ..Default::default() }, &[0xee; 8]);
-    let counted = ib_core::time::poll_until(std::time::Duration::from_secs(5), || {
-        stats().roce_rx_dropped_malformed > before
-    });
+    let counted =
+        ib_core::time::poll_until(std::time::Duration::from_secs(5), || stats().roce_rx_dropped_malformed > before);
     assert!(counted, "the READ response to an atomic is counted: {:?}", stats());
-    let ack = roce_wire::Headers { bth: bth(op::RC_ATOMIC_ACKNOWLEDGE), aeth, atomic_ack: Some(41), ..Default::default() };
+    let ack =
+        roce_wire::Headers { bth: bth(op::RC_ATOMIC_ACKNOWLEDGE), aeth, atomic_ack: Some(41), ..Default::default() };
     peer.send(&ack, &[]);
     let w = poll_n(&cq, 1)[0];
     assert_eq!((w.wr_id, w.status), (5, WcStatus::Success));
@@ -145,7 +154,8 @@ fn a_read_response_to_an_atomic_is_dropped_and_counted() {
 /// Sends `len` bytes from `mr` on `q` and waits for its completion on `cq`.
 fn send_len(q: &Qp, cq: &Cq, mr: &Mr, len: u32) {
     let sge = [Sge { addr: mr.addr(), length: len, lkey: mr.lkey() }];
-    let wr = ib_core::SendWr { wr_id: 9, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
+    let wr =
+        ib_core::SendWr { wr_id: 9, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
     q.post_send(&wr).expect("post_send");
     assert_eq!(poll_n(cq, 1)[0].status, WcStatus::Success);
 }
@@ -161,7 +171,8 @@ fn an_srq_cqe_removed_by_a_reset_retires_its_wqe() {
     let gid = tests::fixture::gid(&dev);
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(16, None).unwrap(), dev.create_cq(16, None).unwrap());
-    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let srq =
+        pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let (a, b) = (srq_qp(&pd, &rcq, &srq), srq_qp(&pd, &rcq, &srq));
     let (sa, sb) = (tests::fixture::rc_qp(&pd, &scq, &scq), tests::fixture::rc_qp(&pd, &scq, &scq));
     for (x, y) in [(&a, &sa), (&b, &sb)] {
@@ -197,7 +208,8 @@ fn a_held_srq_wqe_of_a_reset_qp_is_retired_not_lost() {
     let sgid = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == ib_core::gid_from_ip(ip))).unwrap() as u8;
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();
-    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let srq =
+        pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
     let (a, b) = (srq_qp(&pd, &cq, &srq), srq_qp(&pd, &cq, &srq));
     for q in [&a, &b] {
@@ -223,7 +235,15 @@ fn a_held_srq_wqe_of_a_reset_qp_is_retired_not_lost() {
 
 fn ud_qp(pd: &Pd, scq: &Cq, rcq: &Cq, qkey: u32) -> Qp {
     let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: scq, recv_cq: rcq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: scq,
+        recv_cq: rcq,
+        cap,
+        qp_type: QpType::Ud,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let q = pd.create_qp(&attr).expect("create a UD QP");
     q.modify_ud_to_rts(1, qkey, 0).expect("UD to RTS");
     q
@@ -241,12 +261,21 @@ fn a_ud_qp_drains_its_send_queue_and_keeps_receiving_in_sqd() {
     let (scq, rcq) = (dev.create_cq(16, None).unwrap(), dev.create_cq(16, None).unwrap());
     let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();
     let (a, b) = (ud_qp(&pd, &scq, &rcq, QKEY), ud_qp(&pd, &scq, &rcq, QKEY));
-    let grh = ib_core::GlobalRoute { dgid: tests::fixture::gid(&dev), sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 };
+    let grh = ib_core::GlobalRoute {
+        dgid: tests::fixture::gid(&dev),
+        sgid_index: 0,
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+    };
     let ah = pd.create_ah(&ib_core::AhAttr { grh, is_global: true, port_num: 1, ..Default::default() }).unwrap();
     let sqd = QpAttr { qp_state: QpState::Sqd, ..Default::default() };
     b.modify_qp(&sqd, QpAttrMask::STATE).expect("UD RTS -> SQD");
-    b.modify_qp(&QpAttr { qp_state: QpState::Sqd, qkey: QKEY, ..Default::default() }, QpAttrMask::STATE | QpAttrMask::QKEY)
-        .expect("UD SQD -> SQD");
+    b.modify_qp(
+        &QpAttr { qp_state: QpState::Sqd, qkey: QKEY, ..Default::default() },
+        QpAttrMask::STATE | QpAttrMask::QKEY,
+    )
+    .expect("UD SQD -> SQD");
     for (q, at) in [(&a, 4096u64), (&b, 6144)] {
         let sge = [Sge { addr: mr.addr() + at, length: 1024, lkey: mr.lkey() }];
         q.post_recv(&RecvWr { wr_id: at, sg_list: &sge }).unwrap();
@@ -303,7 +332,8 @@ fn a_refused_destroy_srq_abandons_the_ring_instead_of_freeing_it() {
     let dev = hca::probe(plat.clone(), opts).expect("probe");
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
-    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let srq =
+        pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let qp = srq_qp(&pd, &cq, &srq);
     let page = srq.provider_srq::<hca::srq::Srq>().expect("a pvrdma SRQ").record_page();
     let mem = plat.sim.device().mem();
@@ -345,7 +375,15 @@ fn refused_destroy_qp_and_cq_abandon_their_rings_instead_of_freeing_them() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
     let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let qp = pd.create_qp(&attr).expect("create_qp");
     let qp_page = qp.provider_qp::<hca::qp::Qp>().expect("a pvrdma QP").record_page();
     let cq_page = cq.provider_cq::<hca::cq::Cq>().expect("a pvrdma CQ").record_page();
@@ -377,8 +415,17 @@ fn a_create_answered_beyond_24_bits_whose_destroy_is_refused_abandons_the_ring()
         let regions = mem.regions();
         let refused = match (op, &cq) {
             (opcode::CREATE_QP, Some(cq)) => {
-                let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-                let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+                let cap =
+                    QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+                let attr = QpInitAttr {
+                    send_cq: cq,
+                    recv_cq: cq,
+                    cap,
+                    qp_type: QpType::Rc,
+                    sq_sig_all: false,
+                    qp_context: 0,
+                    srq: None,
+                };
                 pd.create_qp(&attr).err()
             }
             (opcode::CREATE_SRQ, _) => {

@@ -72,23 +72,109 @@ macro_rules! layout {
 
 fn structs(ck: &mut Checks) {
     layout!(ck, ibv_device, "struct ibv_device", _ops, node_type, transport_type, name, dev_name, dev_path, ibdev_path);
-    layout!(ck, ibv_device_attr, "struct ibv_device_attr", fw_ver, node_guid, sys_image_guid, max_mr_size,
-        page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd,
-        max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom,
-        max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp,
-        max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
-        max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt);
-    layout!(ck, ibv_port_attr, "struct ibv_port_attr", state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags,
-        max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl,
-        subnet_timeout, init_type_reply, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2);
+    layout!(
+        ck,
+        ibv_device_attr,
+        "struct ibv_device_attr",
+        fw_ver,
+        node_guid,
+        sys_image_guid,
+        max_mr_size,
+        page_size_cap,
+        vendor_id,
+        vendor_part_id,
+        hw_ver,
+        max_qp,
+        max_qp_wr,
+        device_cap_flags,
+        max_sge,
+        max_sge_rd,
+        max_cq,
+        max_cqe,
+        max_mr,
+        max_pd,
+        max_qp_rd_atom,
+        max_ee_rd_atom,
+        max_res_rd_atom,
+        max_qp_init_rd_atom,
+        max_ee_init_rd_atom,
+        atomic_cap,
+        max_ee,
+        max_rdd,
+        max_mw,
+        max_raw_ipv6_qp,
+        max_raw_ethy_qp,
+        max_mcast_grp,
+        max_mcast_qp_attach,
+        max_total_mcast_qp_attach,
+        max_ah,
+        max_fmr,
+        max_map_per_fmr,
+        max_srq,
+        max_srq_wr,
+        max_srq_sge,
+        max_pkeys,
+        local_ca_ack_delay,
+        phys_port_cnt
+    );
+    layout!(
+        ck,
+        ibv_port_attr,
+        "struct ibv_port_attr",
+        state,
+        max_mtu,
+        active_mtu,
+        gid_tbl_len,
+        port_cap_flags,
+        max_msg_sz,
+        bad_pkey_cntr,
+        qkey_viol_cntr,
+        pkey_tbl_len,
+        lid,
+        sm_lid,
+        lmc,
+        max_vl_num,
+        sm_sl,
+        subnet_timeout,
+        init_type_reply,
+        active_width,
+        active_speed,
+        phys_state,
+        link_layer,
+        flags,
+        port_cap_flags2
+    );
     layout!(ck, ibv_gid_entry, "struct ibv_gid_entry", gid, gid_index, port_num, gid_type, ndev_ifindex);
     layout!(ck, ibv_pd, "struct ibv_pd", context, handle);
     layout!(ck, ibv_mr, "struct ibv_mr", context, pd, addr, length, handle, lkey, rkey);
-    layout!(ck, ibv_cq, "struct ibv_cq", context, channel, cq_context, handle, cqe, mutex, cond,
-        comp_events_completed, async_events_completed);
+    layout!(
+        ck,
+        ibv_cq,
+        "struct ibv_cq",
+        context,
+        channel,
+        cq_context,
+        handle,
+        cqe,
+        mutex,
+        cond,
+        comp_events_completed,
+        async_events_completed
+    );
     layout!(ck, ibv_comp_channel, "struct ibv_comp_channel", context, fd, refcnt);
-    layout!(ck, ibv_cq_init_attr_ex, "struct ibv_cq_init_attr_ex", cqe, cq_context, channel, comp_vector,
-        wc_flags, comp_mask, flags, parent_domain);
+    layout!(
+        ck,
+        ibv_cq_init_attr_ex,
+        "struct ibv_cq_init_attr_ex",
+        cqe,
+        cq_context,
+        channel,
+        comp_vector,
+        wc_flags,
+        comp_mask,
+        flags,
+        parent_domain
+    );
     layout!(ck, ibv_sge, "struct ibv_sge", addr, length, lkey);
     layout!(ck, ibv_send_wr, "struct ibv_send_wr", wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data,
         wr, qp_type, bind_mw ~ "bind_mw");
@@ -96,43 +182,195 @@ fn structs(ck: &mut Checks) {
     layout!(ck, ibv_send_wr_atomic, "struct ibv_send_wr" in "wr.atomic", remote_addr, compare_add, swap, rkey);
     layout!(ck, ibv_send_wr_ud, "struct ibv_send_wr" in "wr.ud", ah, remote_qpn, remote_qkey);
     layout!(ck, ibv_recv_wr, "struct ibv_recv_wr", wr_id, next, sg_list, num_sge);
-    layout!(ck, ibv_wc, "struct ibv_wc", wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp,
-        wc_flags, pkey_index, slid, sl, dlid_path_bits);
-    layout!(ck, ibv_qp, "struct ibv_qp", context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state,
-        qp_type, mutex, cond, events_completed);
-    layout!(ck, ibv_qp_ex, "struct ibv_qp_ex", qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp,
-        wr_atomic_fetch_add, wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
-        wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn, wr_set_inline_data,
-        wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start, wr_complete, wr_abort, wr_atomic_write);
+    layout!(
+        ck,
+        ibv_wc,
+        "struct ibv_wc",
+        wr_id,
+        status,
+        opcode,
+        vendor_err,
+        byte_len,
+        imm_data,
+        qp_num,
+        src_qp,
+        wc_flags,
+        pkey_index,
+        slid,
+        sl,
+        dlid_path_bits
+    );
+    layout!(
+        ck,
+        ibv_qp,
+        "struct ibv_qp",
+        context,
+        qp_context,
+        pd,
+        send_cq,
+        recv_cq,
+        srq,
+        handle,
+        qp_num,
+        state,
+        qp_type,
+        mutex,
+        cond,
+        events_completed
+    );
+    layout!(
+        ck,
+        ibv_qp_ex,
+        "struct ibv_qp_ex",
+        qp_base,
+        comp_mask,
+        wr_id,
+        wr_flags,
+        wr_atomic_cmp_swp,
+        wr_atomic_fetch_add,
+        wr_bind_mw,
+        wr_local_inv,
+        wr_rdma_read,
+        wr_rdma_write,
+        wr_rdma_write_imm,
+        wr_send,
+        wr_send_imm,
+        wr_send_inv,
+        wr_send_tso,
+        wr_set_ud_addr,
+        wr_set_xrc_srqn,
+        wr_set_inline_data,
+        wr_set_inline_data_list,
+        wr_set_sge,
+        wr_set_sge_list,
+        wr_start,
+        wr_complete,
+        wr_abort,
+        wr_atomic_write
+    );
     layout!(ck, ibv_data_buf, "struct ibv_data_buf", addr, length);
-    layout!(ck, ibv_qp_cap, "struct ibv_qp_cap", max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
-        max_inline_data);
-    layout!(ck, ibv_qp_init_attr, "struct ibv_qp_init_attr", qp_context, send_cq, recv_cq, srq, cap, qp_type,
-        sq_sig_all);
-    layout!(ck, ibv_qp_init_attr_ex, "struct ibv_qp_init_attr_ex", qp_context, send_cq, recv_cq, srq, cap,
-        qp_type, sq_sig_all, comp_mask, pd, xrcd, create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf,
-        source_qpn, send_ops_flags);
+    layout!(ck, ibv_qp_cap, "struct ibv_qp_cap", max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data);
+    layout!(
+        ck,
+        ibv_qp_init_attr,
+        "struct ibv_qp_init_attr",
+        qp_context,
+        send_cq,
+        recv_cq,
+        srq,
+        cap,
+        qp_type,
+        sq_sig_all
+    );
+    layout!(
+        ck,
+        ibv_qp_init_attr_ex,
+        "struct ibv_qp_init_attr_ex",
+        qp_context,
+        send_cq,
+        recv_cq,
+        srq,
+        cap,
+        qp_type,
+        sq_sig_all,
+        comp_mask,
+        pd,
+        xrcd,
+        create_flags,
+        max_tso_header,
+        rwq_ind_tbl,
+        rx_hash_conf,
+        source_qpn,
+        send_ops_flags
+    );
     layout!(ck, ibv_global_route, "struct ibv_global_route", dgid, flow_label, sgid_index, hop_limit, traffic_class);
     layout!(ck, ibv_ah_attr, "struct ibv_ah_attr", grh, dlid, sl, src_path_bits, static_rate, is_global, port_num);
-    layout!(ck, ibv_qp_attr, "struct ibv_qp_attr", qp_state, cur_qp_state, path_mtu, path_mig_state, qkey,
-        rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index,
-        en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout,
-        retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
+    layout!(
+        ck,
+        ibv_qp_attr,
+        "struct ibv_qp_attr",
+        qp_state,
+        cur_qp_state,
+        path_mtu,
+        path_mig_state,
+        qkey,
+        rq_psn,
+        sq_psn,
+        dest_qp_num,
+        qp_access_flags,
+        cap,
+        ah_attr,
+        alt_ah_attr,
+        pkey_index,
+        alt_pkey_index,
+        en_sqd_async_notify,
+        sq_draining,
+        max_rd_atomic,
+        max_dest_rd_atomic,
+        min_rnr_timer,
+        port_num,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+        alt_port_num,
+        alt_timeout,
+        rate_limit
+    );
     layout!(ck, ibv_srq, "struct ibv_srq", context, srq_context, pd, handle, mutex, cond, events_completed);
     layout!(ck, ibv_srq_attr, "struct ibv_srq_attr", max_wr, max_sge, srq_limit);
     layout!(ck, ibv_srq_init_attr, "struct ibv_srq_init_attr", srq_context, attr);
-    layout!(ck, ibv_srq_init_attr_ex, "struct ibv_srq_init_attr_ex", srq_context, attr, comp_mask, srq_type, pd,
-        xrcd, cq, tm_cap);
+    layout!(
+        ck,
+        ibv_srq_init_attr_ex,
+        "struct ibv_srq_init_attr_ex",
+        srq_context,
+        attr,
+        comp_mask,
+        srq_type,
+        pd,
+        xrcd,
+        cq,
+        tm_cap
+    );
     layout!(ck, ibv_ah, "struct ibv_ah", context, pd, handle);
-    layout!(ck, ibv_context, "struct ibv_context", device, ops, cmd_fd, async_fd, num_comp_vectors, mutex,
-        abi_compat);
-    layout!(ck, ibv_context_ops, "struct ibv_context_ops", _compat_query_device, _compat_query_port,
-        _compat_alloc_pd, _compat_dealloc_pd, _compat_reg_mr, _compat_rereg_mr, _compat_dereg_mr, alloc_mw,
-        bind_mw, dealloc_mw, _compat_create_cq, poll_cq, req_notify_cq, _compat_cq_event, _compat_resize_cq,
-        _compat_destroy_cq, _compat_create_srq, _compat_modify_srq, _compat_query_srq, _compat_destroy_srq,
-        post_srq_recv, _compat_create_qp, _compat_query_qp, _compat_modify_qp, _compat_destroy_qp, post_send,
-        post_recv, _compat_create_ah, _compat_destroy_ah, _compat_attach_mcast, _compat_detach_mcast,
-        _compat_async_event);
+    layout!(ck, ibv_context, "struct ibv_context", device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat);
+    layout!(
+        ck,
+        ibv_context_ops,
+        "struct ibv_context_ops",
+        _compat_query_device,
+        _compat_query_port,
+        _compat_alloc_pd,
+        _compat_dealloc_pd,
+        _compat_reg_mr,
+        _compat_rereg_mr,
+        _compat_dereg_mr,
+        alloc_mw,
+        bind_mw,
+        dealloc_mw,
+        _compat_create_cq,
+        poll_cq,
+        req_notify_cq,
+        _compat_cq_event,
+        _compat_resize_cq,
+        _compat_destroy_cq,
+        _compat_create_srq,
+        _compat_modify_srq,
+        _compat_query_srq,
+        _compat_destroy_srq,
+        post_srq_recv,
+        _compat_create_qp,
+        _compat_query_qp,
+        _compat_modify_qp,
+        _compat_destroy_qp,
+        post_send,
+        post_recv,
+        _compat_create_ah,
+        _compat_destroy_ah,
+        _compat_attach_mcast,
+        _compat_detach_mcast,
+        _compat_async_event
+    );
     layout!(ck, verbs_context, "struct verbs_context", query_port, unused_ops ~ "advise_mr", priv_ = "priv",
         query_device_ex, ibv_destroy_flow, abi_placeholder2 = "ABI_placeholder2", ibv_create_flow,
         abi_placeholder1 = "ABI_placeholder1", open_qp, create_qp_ex, get_srq_num, create_srq_ex, open_xrcd,
@@ -146,11 +384,17 @@ fn structs(ck: &mut Checks) {
 /// Opaque runs: each spans exactly from its first C member to the next named field.
 fn spans(ck: &mut Checks) {
     let mut span = |name: &str, c: &str, rust: usize| ck.add(format!("span {name}"), c.to_owned(), rust);
-    span("verbs_context.unused_ops", "offsetof(struct verbs_context, priv) - offsetof(struct verbs_context, advise_mr)",
-        size_of::<[Option<unsafe extern "C" fn()>; 25]>());
+    span(
+        "verbs_context.unused_ops",
+        "offsetof(struct verbs_context, priv) - offsetof(struct verbs_context, advise_mr)",
+        size_of::<[Option<unsafe extern "C" fn()>; 25]>(),
+    );
     span("ibv_device_attr_ex.odp_caps", "sizeof(struct ibv_odp_caps)", size_of::<[u64; 3]>());
-    span("ibv_device_attr_ex.caps", "offsetof(struct ibv_device_attr_ex, xrc_odp_caps) - offsetof(struct ibv_device_attr_ex, tso_caps)",
-        size_of::<[u64; 13]>());
+    span(
+        "ibv_device_attr_ex.caps",
+        "offsetof(struct ibv_device_attr_ex, xrc_odp_caps) - offsetof(struct ibv_device_attr_ex, tso_caps)",
+        size_of::<[u64; 13]>(),
+    );
     span("ibv_send_wr.bind_mw", "sizeof(struct ibv_send_wr) - offsetof(struct ibv_send_wr, bind_mw)", 48);
 }
 
@@ -220,13 +464,12 @@ fn libibverbs_structures_match_the_installed_header() {
         probe.expr(&c.c);
     }
     let got = probe.run().unwrap_or_else(|e| panic!("{e}"));
-    let bad: Vec<String> = ck
-        .0
-        .iter()
-        .zip(&got)
-        .filter(|(c, &v)| c.rust != v)
-        .map(|(c, v)| format!("{}: Rust {} vs header {v}", c.name, c.rust))
-        .collect();
+    let bad: Vec<String> =
+        ck.0.iter()
+            .zip(&got)
+            .filter(|(c, &v)| c.rust != v)
+            .map(|(c, v)| format!("{}: Rust {} vs header {v}", c.name, c.rust))
+            .collect();
     assert!(bad.is_empty(), "{} of {} checks differ:\n{}", bad.len(), ck.0.len(), bad.join("\n"));
     assert!(ck.0.len() > 400, "only {} checks: the list lost its fields", ck.0.len());
 }

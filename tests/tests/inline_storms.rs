@@ -20,7 +20,15 @@ struct Side {
 fn side(dev: &ib_core::Device, pd: &ib_core::Pd, ch: Option<&ib_core::CompChannel>, depth: u32) -> Side {
     let cq = dev.create_cq(64, ch).unwrap();
     let cap = QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let qp = pd.create_qp(&attr).unwrap();
     let mr = pd.alloc_mr(1 << 16, access::LOCAL_WRITE).unwrap();
     Side { qp, cq, mr }
@@ -149,11 +157,7 @@ fn rnr_storm_at_latency_0_default_budget() {
 
 #[test]
 fn rnr_and_wire_budget_storm_qemu72() {
-    let cfg = SimConfig {
-        device_packets_in_flight: 3,
-        profile: pvrdma_sim::Profile::Qemu72,
-        ..Default::default()
-    };
+    let cfg = SimConfig { device_packets_in_flight: 3, profile: pvrdma_sim::Profile::Qemu72, ..Default::default() };
     rnr_budget_storm(cfg, 3, 2000);
 }
 
@@ -189,7 +193,11 @@ fn parked_receiver_released_by(release: impl Fn(Side)) {
         let ev = ch.get_cq_event(Duration::from_secs(5)).expect("C's completion event");
         ev.ack_events(1);
         let wa = poll_n(&a.cq, 4);
-        assert!(wa[0].status == WcStatus::RetryExcErr && wa.iter().all(|w| matches!(w.status, WcStatus::RetryExcErr | WcStatus::WrFlushErr)), "{wa:?}");
+        assert!(
+            wa[0].status == WcStatus::RetryExcErr
+                && wa.iter().all(|w| matches!(w.status, WcStatus::RetryExcErr | WcStatus::WrFlushErr)),
+            "{wa:?}"
+        );
         let wcs = poll_n(&c.cq, 8);
         assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
         let wd = poll_n(&d.cq, 8);
@@ -246,14 +254,15 @@ fn churn_commands_and_events_without_deadlock() {
                 let mut seq = 0u64;
                 let mut wc = [Wc::default(); 16];
                 while !stop.load(Ordering::Relaxed) {
-                    if a.qp.post_send(&SendWr {
-                        wr_id: seq,
-                        sg_list: &[Sge { addr: a.mr.addr(), length: 8, lkey: a.mr.lkey() }],
-                        opcode: WrOpcode::Send,
-                        signaled: true,
-                        solicited: matches!(seq % 3, 0),
-                    })
-                    .is_err()
+                    if a.qp
+                        .post_send(&SendWr {
+                            wr_id: seq,
+                            sg_list: &[Sge { addr: a.mr.addr(), length: 8, lkey: a.mr.lkey() }],
+                            opcode: WrOpcode::Send,
+                            signaled: true,
+                            solicited: matches!(seq % 3, 0),
+                        })
+                        .is_err()
                     {
                         std::thread::yield_now();
                     }
@@ -300,7 +309,6 @@ fn churn_commands_and_events_without_deadlock() {
         assert!(t0.elapsed() < Duration::from_secs(120), "too slow: round {round}");
     }
 }
-
 
 /// The whole stack: CQ X is dropped from inside its own upcall (which does not wait for
 /// deliveries in flight) right after a drain spent X's channel arm, while the drain still holds
@@ -368,7 +376,9 @@ fn a_cq_dropped_in_its_upcall_hands_no_event_to_a_sleeping_waiter() {
         // A consumer sleeps on X's channel.
         let waiter = {
             let (ch_x, dropped) = (ch_x.clone(), dropped.clone());
-            std::thread::spawn(move || ch_x.get_cq_event(Duration::from_millis(500)).map(|e| (e, dropped.load(Ordering::SeqCst))))
+            std::thread::spawn(move || {
+                ch_x.get_cq_event(Duration::from_millis(500)).map(|e| (e, dropped.load(Ordering::SeqCst)))
+            })
         };
         std::thread::sleep(Duration::from_millis(5));
         // Vector 2 masked: the arms fire into the notification ring, nothing drains them yet.
@@ -383,7 +393,10 @@ fn a_cq_dropped_in_its_upcall_hands_no_event_to_a_sleeping_waiter() {
         rounds += 1;
         let got = waiter.join();
         let seen = ys_seen.load(Ordering::SeqCst);
-        eprintln!("round {rounds}: {:?} ys pushed when X's drop was over: {seen}", got.as_ref().map(|r| r.as_ref().map(|(e, d)| (e.handle(), *d))));
+        eprintln!(
+            "round {rounds}: {:?} ys pushed when X's drop was over: {seen}",
+            got.as_ref().map(|r| r.as_ref().map(|(e, d)| (e.handle(), *d)))
+        );
         if let Ok(Ok((ev, _))) = got {
             assert_eq!(ev.handle(), hx);
             // X's event is pushed after the 100 Ys': fewer than 100 pushed when the drop (and
@@ -402,5 +415,8 @@ fn a_cq_dropped_in_its_upcall_hands_no_event_to_a_sleeping_waiter() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(stale, 0, "{stale}/{rounds} rounds: a sleeping consumer got an event for a CQ dropped before it was delivered");
+    assert_eq!(
+        stale, 0,
+        "{stale}/{rounds} rounds: a sleeping consumer got an event for a CQ dropped before it was delivered"
+    );
 }

@@ -1,12 +1,10 @@
 //! Completion events: one event per arm whatever the device writes, the kernel arm of a user CQ,
 //! missed-event reporting, solicited arming, and QEMU 7.2's profile.
 
-
-
-use tests::fixture::*;
-use ib_core::{AsyncEventType, Error, NotifyFlags, WrOpcode};
 use doorbell::{ArmEncoding, DoorbellError, DoorbellOp};
+use ib_core::{AsyncEventType, Error, NotifyFlags, WrOpcode};
 use pvrdma_sim::{Profile, SimConfig};
+use tests::fixture::*;
 
 #[test]
 fn one_arm_one_event_no_arm_no_event() {

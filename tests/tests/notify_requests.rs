@@ -2,8 +2,8 @@
 //! completed by one event, the four statuses, user CQs armed by the kernel, the arm union with the
 //! completion channel, and QEMU 7.2's profile.
 
+use hca::ProbeOptions;
 use ib_core::{AsyncEventType, Device, Error, NotifyFlags, NotifyKind, NotifyStatus};
-use hca::{ProbeOptions};
 use ib_core::{UpcallPolicy, Wc, WrOpcode};
 use pvrdma_abi::regs::REG_IMR;
 use pvrdma_sim::{ArmState, Profile, SimConfig};
@@ -27,10 +27,7 @@ fn every_outstanding_request_completes_on_the_one_event() {
     assert_eq!(d.cq_status(cq.handle()).unwrap().arm, ArmState::Next, "the union of the kinds");
     assert_eq!(cq.outstanding_notifies(), 5);
     // Waiters on other threads.
-    let waiters: Vec<_> = next
-        .into_iter()
-        .map(|r| std::thread::spawn(move || r.wait(WAIT)))
-        .collect();
+    let waiters: Vec<_> = next.into_iter().map(|r| std::thread::spawn(move || r.wait(WAIT))).collect();
     std::thread::sleep(Duration::from_millis(20));
     assert!(d.post_cqe(cq.handle(), &cqe(1), false));
     for w in waiters {

@@ -11,9 +11,9 @@ use ib_core::{
     access, AsyncEventType, Error, NotifyFlags, NotifyKind, NotifyStatus, RecvWr, Sge, SrqAttr, SrqInitAttr, Wc,
 };
 use pvrdma_abi::cmd::opcode;
+use pvrdma_abi::event::EqeType;
 use pvrdma_abi::regs::REG_REQUEST;
 use pvrdma_abi::ring::{RX_CONS_HEAD, RX_PROD_TAIL, TX_CONS_HEAD};
-use pvrdma_abi::event::EqeType;
 use std::sync::{Arc, Mutex};
 use tests::fixture::*;
 use tests::intercept::{Hooks, Intercept};
@@ -91,7 +91,8 @@ fn a_qp_whose_ring_the_device_broke_stays_broken() {
     let mem = sim.device().mem();
     mem.store_u32(page.addr() + TX_CONS_HEAD, BAD_INDEX).unwrap();
     let sge = [Sge { addr: p.mr_a.addr(), length: 8, lkey: p.mr_a.lkey() }];
-    let send = ib_core::SendWr { wr_id: 1, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
+    let send =
+        ib_core::SendWr { wr_id: 1, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
     assert_eq!(p.a.post_send(&send), Err(Error::DeviceFatal));
     mem.store_u32(page.addr() + TX_CONS_HEAD, 0).unwrap();
     assert_eq!(p.a.post_send(&send), Err(Error::DeviceFatal), "stays broken");
@@ -104,7 +105,8 @@ fn a_qp_whose_ring_the_device_broke_stays_broken() {
     let fatal = seen.lock().unwrap().iter().filter(|e| e.0 == AsyncEventType::QpFatal).count();
     assert_eq!(fatal, 1, "told once");
     // The other QP still carries traffic; the device is not fatal.
-    p.b.post_recv(&RecvWr { wr_id: 3, sg_list: &[Sge { addr: p.mr_b.addr(), length: 8, lkey: p.mr_b.lkey() }] }).unwrap();
+    p.b.post_recv(&RecvWr { wr_id: 3, sg_list: &[Sge { addr: p.mr_b.addr(), length: 8, lkey: p.mr_b.lkey() }] })
+        .unwrap();
     assert!(!dev.is_fatal());
 }
 
@@ -115,7 +117,8 @@ fn an_srq_whose_ring_the_device_broke_stays_broken() {
     let (dev, sim) = hca::open_sim(Default::default()).expect("probe");
     let seen = watch(&dev);
     let pd = dev.alloc_pd().unwrap();
-    let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+    let srq =
+        pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
     let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
     let page = srq.provider_srq::<hca::srq::Srq>().expect("a pvrdma SRQ").record_page();
     let mem = sim.device().mem();
@@ -144,7 +147,9 @@ fn query_srq_answers_beyond_the_caps_are_refused() {
         let opts = hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() };
         let dev = hca::probe(plat.clone(), opts).expect("probe");
         let pd = dev.alloc_pd().unwrap();
-        let srq = pd.create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 }).unwrap();
+        let srq = pd
+            .create_srq(&SrqInitAttr { attr: SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }, srq_context: 0 })
+            .unwrap();
         let got = srq.query();
         if ok {
             assert!(got.is_ok(), "word {offset} = {value}: {got:?}");

@@ -1,8 +1,8 @@
 //! Probe, queries, object lifetimes and the arm-encoding self-test against the model.
 
-use tests::fixture::*;
-use ib_core::{Error, PortState, Wc};
 use ib_core::access;
+use ib_core::{Error, PortState, Wc};
+use tests::fixture::*;
 
 #[test]
 fn probe_and_query() {
@@ -90,17 +90,15 @@ fn state_rules() {
     let qp = rc_qp(&pd, &cq, &cq);
     let mr = pd.alloc_mr(64, access::LOCAL_WRITE).unwrap();
     let sge = [ib_core::Sge { addr: mr.addr(), length: 8, lkey: mr.lkey() }];
-    let wr = ib_core::SendWr { wr_id: 1, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
+    let wr =
+        ib_core::SendWr { wr_id: 1, sg_list: &sge, opcode: ib_core::WrOpcode::Send, signaled: true, solicited: false };
     assert_eq!(qp.post_send(&wr), Err(Error::InvalidState));
     assert_eq!(qp.post_recv(&ib_core::RecvWr { wr_id: 1, sg_list: &sge }), Err(Error::InvalidState));
     assert_eq!(qp.modify_to_rts(0), Err(Error::InvalidState));
     qp.modify_to_init(1, access::LOCAL_WRITE).unwrap();
     qp.post_recv(&ib_core::RecvWr { wr_id: 1, sg_list: &sge }).unwrap();
     let three = [sge[0]; 3];
-    assert!(matches!(
-        qp.post_recv(&ib_core::RecvWr { wr_id: 2, sg_list: &three }),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(qp.post_recv(&ib_core::RecvWr { wr_id: 2, sg_list: &three }), Err(Error::InvalidArgument(_))));
     assert!(matches!(qp.modify_to_rtr(qp.qpn(), gid(&dev), 0, 1000), Err(Error::InvalidArgument(_))));
     qp.modify_to_err().unwrap();
     assert_eq!(qp.state(), Ok(ib_core::QpState::Err));
@@ -119,7 +117,11 @@ fn the_arm_encoding_is_found_by_self_test_or_declared() {
         let cq = dev.create_cq(8, Some(&ch)).unwrap();
         assert_eq!(cq.req_notify(ib_core::NotifyFlags::SOLICITED).is_ok(), found == ArmEncoding::Ibta);
         let s = stats(&dev);
-        assert_eq!((s.spurious_cq_notifications, s.cq_events), (0, 0), "{profile:?}: the self-test left nothing behind");
+        assert_eq!(
+            (s.spurious_cq_notifications, s.cq_events),
+            (0, 0),
+            "{profile:?}: the self-test left nothing behind"
+        );
     }
     let opts = hca::ProbeOptions { arm_encoding: Some(ArmEncoding::Qemu72), ..Default::default() };
     let (dev, sim) = hca::open_sim_with(SimConfig::default(), opts).unwrap();

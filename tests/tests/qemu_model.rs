@@ -35,10 +35,7 @@ fn model_user_context_data_path() {
 fn model_cq_arming() {
     let ibta = differential::cq_arming(&Target::model(Profile::Ibta));
     let qemu = differential::cq_arming(&Target::model(Profile::Qemu72));
-    assert_ne!(
-        ibta, qemu,
-        "the IBTA profile must differ from QEMU's on arming"
-    );
+    assert_ne!(ibta, qemu, "the IBTA profile must differ from QEMU's on arming");
 }
 
 #[test]

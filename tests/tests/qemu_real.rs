@@ -82,10 +82,7 @@ fn qemu_cq_overflow() {
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_bad_dma_address() {
     let statuses = differential::bad_dma_address(&Target::qemu("bad_dma"));
-    report_line(&format!(
-        "QEMU-STATUS bad DMA address: CREATE_CQ {:?}, CREATE_MR {:?}\n",
-        statuses.0, statuses.1
-    ));
+    report_line(&format!("QEMU-STATUS bad DMA address: CREATE_CQ {:?}, CREATE_MR {:?}\n", statuses.0, statuses.1));
 }
 
 #[test]

@@ -75,7 +75,9 @@ fn posting_in_every_state() {
     let b = rc_qp(&pd, &cq, &cq);
     let mr = pd.alloc_mr(4096, access::LOCAL_WRITE).unwrap();
     let sge = [Sge { addr: mr.addr(), length: 8, lkey: mr.lkey() }];
-    let send = |q: &Qp, id| q.post_send(&SendWr { wr_id: id, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false });
+    let send = |q: &Qp, id| {
+        q.post_send(&SendWr { wr_id: id, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false })
+    };
     let recv = |q: &Qp, id| q.post_recv(&RecvWr { wr_id: id, sg_list: &sge });
     assert_eq!((send(&a, 1), recv(&a, 2)), (Err(Error::InvalidState), Err(Error::InvalidState)));
     a.modify_to_init(1, access::LOCAL_WRITE).unwrap();
@@ -144,14 +146,19 @@ fn a_query_racing_a_modify_does_not_leave_a_stale_state() {
 #[test]
 fn reset_with_a_send_on_the_wire() {
     let cfg = pvrdma_sim::SimConfig { link_latency: Duration::from_millis(300), ..Default::default() };
-    let (dev, _sim) = hca::open_sim_with(cfg, hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() }).unwrap();
+    let (dev, _sim) = hca::open_sim_with(
+        cfg,
+        hca::ProbeOptions { arm_encoding: Some(doorbell::ArmEncoding::Ibta), ..Default::default() },
+    )
+    .unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cqa = dev.create_cq(16, None).unwrap();
     let cqb = dev.create_cq(16, None).unwrap();
     let p = pair(&dev, &pd, (&cqa, &cqa), (&cqb, &cqb));
     p.recv_b(1, 0, 64);
     p.send_a(100, 0, b"old", WrOpcode::Send, false);
-    p.a.modify_qp(&ib_core::QpAttr { qp_state: QpState::Reset, ..Default::default() }, ib_core::QpAttrMask::STATE).unwrap();
+    p.a.modify_qp(&ib_core::QpAttr { qp_state: QpState::Reset, ..Default::default() }, ib_core::QpAttrMask::STATE)
+        .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     let mut wc = [ib_core::Wc::default(); 4];
     assert_eq!(cqa.poll(&mut wc), Ok(0), "a completion for a send discarded by RESET: {:?}", &wc[..1]);

@@ -40,7 +40,10 @@ fn full_attr(next: QpState, dest: u32, dgid: [u8; 16]) -> QpAttr {
 /// The RC table: whether `cur -> next` is legal (IBTA 10.3.1; ERR and RESET from anywhere).
 fn legal(cur: QpState, next: QpState) -> bool {
     matches!(next, Reset | QpState::Err)
-        || matches!((cur, next), (Reset, Init) | (Init, Init) | (Init, Rtr) | (Rtr, Rts) | (Rts, Rts) | (Rts, Sqd) | (Sqd, Sqd) | (Sqd, Rts))
+        || matches!(
+            (cur, next),
+            (Reset, Init) | (Init, Init) | (Init, Rtr) | (Rtr, Rts) | (Rts, Rts) | (Rts, Sqd) | (Sqd, Sqd) | (Sqd, Rts)
+        )
 }
 
 /// Brings a new QP to `state` through the legal path (SQE: unreachable for RC; `None`).
@@ -150,7 +153,8 @@ fn err_flushes_everything_outstanding_exactly_once() {
     a.modify_to_err().unwrap();
     let mut got: Vec<(u64, WcStatus)> = poll_n(&cq, 8).iter().map(|w| (w.wr_id, w.status)).collect();
     got.sort_by_key(|x| x.0);
-    let want: Vec<(u64, WcStatus)> = [0, 1, 2, 3, 100, 101, 102, 103].iter().map(|&i| (i, WcStatus::WrFlushErr)).collect();
+    let want: Vec<(u64, WcStatus)> =
+        [0, 1, 2, 3, 100, 101, 102, 103].iter().map(|&i| (i, WcStatus::WrFlushErr)).collect();
     assert_eq!(got, want, "each send (in flight) and receive once, flushed");
     assert_quiet(&cq);
     a.modify_to_err().unwrap();
@@ -233,7 +237,13 @@ fn query_returns_every_attribute_as_set() {
         timeout: 18,
         retry_cnt: 5,
         rnr_retry: 6,
-        alt_ah_attr: AhAttr { grh: GlobalRoute { hop_limit: 9, ..grh }, is_global: true, port_num: 1, sl: 1, ..Default::default() },
+        alt_ah_attr: AhAttr {
+            grh: GlobalRoute { hop_limit: 9, ..grh },
+            is_global: true,
+            port_num: 1,
+            sl: 1,
+            ..Default::default()
+        },
         alt_pkey_index: 0,
         alt_port_num: 1,
         alt_timeout: 21,
@@ -315,10 +325,13 @@ fn sqd_drains_through_retransmissions_on_the_roce_port() {
     let sqd = QpAttr { qp_state: Sqd, en_sqd_async_notify: 1, ..Default::default() };
     a.modify_qp(&sqd, M::STATE | M::EN_SQD_ASYNC_NOTIFY).unwrap();
     send(&a, &mr, 6).unwrap();
-    let mut done: Vec<u64> = poll_n(&cq_a, 6).iter().map(|w| {
-        assert_eq!(w.status, WcStatus::Success, "{w:?}");
-        w.wr_id
-    }).collect();
+    let mut done: Vec<u64> = poll_n(&cq_a, 6)
+        .iter()
+        .map(|w| {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            w.wr_id
+        })
+        .collect();
     done.sort();
     assert_eq!(done, [0, 1, 2, 3, 4, 5], "what was in flight finished in SQD");
     let ev = dev.get_async_event(WAIT).expect("SQ_DRAINED");

@@ -1,9 +1,7 @@
 //! RC SEND/RECV between two QPs over the model's loopback port.
 
-
-
-use tests::fixture::*;
 use ib_core::{WcOpcode, WcStatus, WrOpcode};
+use tests::fixture::*;
 
 #[test]
 fn send_recv_delivers_the_payload() {
@@ -80,7 +78,8 @@ fn a_list_posts_with_one_doorbell_and_stops_at_its_first_bad_request() {
     assert_eq!(doorbells() - before, 1, "an empty list rings nothing");
     let sge = [ib_core::Sge { addr: p.mr_a.addr(), length: 8, lkey: p.mr_a.lkey() }];
     let three = [sge[0]; 3];
-    let send = |wr_id, sg_list| ib_core::SendWr { wr_id, sg_list, opcode: WrOpcode::Send, signaled: true, solicited: false };
+    let send =
+        |wr_id, sg_list| ib_core::SendWr { wr_id, sg_list, opcode: WrOpcode::Send, signaled: true, solicited: false };
     let sends = [send(10, &sge[..]), send(11, &sge[..]), send(12, &three[..]), send(13, &sge[..])];
     let Err((bad, e)) = p.a.post_send_list(&sends) else { panic!("three SGEs on a QP of two") };
     assert_eq!(bad, 2, "bad_wr is the third request");

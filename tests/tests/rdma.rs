@@ -174,7 +174,10 @@ fn zero_length_operations_check_no_rkey() {
     r.post(2, read(u64::MAX, 0xbad), &[], true);
     let wcs = poll_n(&r.cq_a, 2);
     let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode, w.byte_len)).collect();
-    assert_eq!(got, vec![(1, WcStatus::Success, WcOpcode::RdmaWrite, 0), (2, WcStatus::Success, WcOpcode::RdmaRead, 0)]);
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::Success, WcOpcode::RdmaWrite, 0), (2, WcStatus::Success, WcOpcode::RdmaRead, 0)]
+    );
 }
 
 #[test]

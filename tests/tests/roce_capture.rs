@@ -97,9 +97,18 @@ fn the_ports_own_capture_decodes_with_good_icrcs_and_in_tshark() {
     }
     println!("{} packets captured, opcodes {seen:x?}", records.len());
     let want = [
-        RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_LAST, RC_RDMA_WRITE_FIRST, RC_RDMA_WRITE_MIDDLE,
-        RC_RDMA_WRITE_LAST, RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, RC_RDMA_READ_REQUEST,
-        RC_RDMA_READ_RESPONSE_FIRST, RC_RDMA_READ_RESPONSE_MIDDLE, RC_RDMA_READ_RESPONSE_LAST, RC_ACKNOWLEDGE,
+        RC_SEND_FIRST,
+        RC_SEND_MIDDLE,
+        RC_SEND_LAST,
+        RC_RDMA_WRITE_FIRST,
+        RC_RDMA_WRITE_MIDDLE,
+        RC_RDMA_WRITE_LAST,
+        RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        RC_RDMA_READ_REQUEST,
+        RC_RDMA_READ_RESPONSE_FIRST,
+        RC_RDMA_READ_RESPONSE_MIDDLE,
+        RC_RDMA_READ_RESPONSE_LAST,
+        RC_ACKNOWLEDGE,
     ];
     for op in want {
         assert!(seen.contains(&op), "opcode {op:#04x} never captured (saw {seen:x?})");

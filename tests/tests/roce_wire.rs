@@ -72,11 +72,7 @@ fn ip_and_udp_layouts_match_the_c_headers() {
     let mut checks = layout_checks("struct iphdr", size_of::<Ipv4Hdr>(), &v4);
     checks.extend(layout_checks("struct ip6_hdr", size_of::<Ipv6Hdr>(), &v6));
     checks.extend(layout_checks("struct udphdr", size_of::<UdpHdr>(), &udp));
-    checks.push((
-        "uh_sport aliases source".into(),
-        "(long long)offsetof(struct udphdr, uh_sport)".into(),
-        0,
-    ));
+    checks.push(("uh_sport aliases source".into(), "(long long)offsetof(struct udphdr, uh_sport)".into(), 0));
     let mut p = CProbe::new();
     for h in ["netinet/ip.h", "netinet/ip6.h", "netinet/udp.h"] {
         p.include(h);
@@ -114,11 +110,7 @@ fn headers(op: u8, i: u32) -> Headers {
             ack_req: matches!(i % 3, 0),
             psn: roce_wire::psn::add(0xff_fff8, i),
         },
-        reth: l.reth.then_some(Reth {
-            va: 0x7f00_0000_1000 + u64::from(i),
-            rkey: 0x1234,
-            dma_len: 4096,
-        }),
+        reth: l.reth.then_some(Reth { va: 0x7f00_0000_1000 + u64::from(i), rkey: 0x1234, dma_len: 4096 }),
         aeth: l.aeth.then_some(if op == RC_ACKNOWLEDGE { aeth } else { Aeth::ack(i, 0x1f) }),
         imm: l.imm.then_some(0xc0de_0000 | i),
         atomic_eth: l.atomic_eth.then_some(roce_wire::AtomicEth {

@@ -164,7 +164,8 @@ fn a_bad_ring_index_during_the_self_test_fails_the_probe_in_bounded_time() {
 /// late entries of the test's (destroyed) CQs reach no consumer CQ.
 #[test]
 fn late_entries_fall_back_and_reach_no_consumer() {
-    let plat = NotifyRelay::new(SimConfig::default(), RelayRules { delay: Duration::from_millis(2500), ..Default::default() });
+    let plat =
+        NotifyRelay::new(SimConfig::default(), RelayRules { delay: Duration::from_millis(2500), ..Default::default() });
     let t = Instant::now();
     let dev = hca::probe(plat.clone(), Default::default()).unwrap();
     assert!(t.elapsed() < Duration::from_secs(10));

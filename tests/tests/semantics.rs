@@ -87,7 +87,8 @@ fn a_spent_single_instance_dispatcher_gets_no_overrun_upcall() {
     let (tx, rx) = mpsc::channel();
     cq.set_upcall(UpcallPolicy::SingleInstance, move |_, st| {
         let _ = tx.send(st);
-    }).unwrap();
+    })
+    .unwrap();
     assert!(d.post_cqe(cq.handle(), &cqe(1), false));
     assert_eq!(rx.recv_timeout(WAIT), Ok(NotifyStatus::Success));
     assert_eq!(cq.upcall_policy(), Some(UpcallPolicy::Disable));

@@ -40,7 +40,12 @@ fn shared_cq(profile: Profile) {
     let d = sim.device().clone();
     let ch = dev.create_comp_channel().unwrap();
     let cq = Arc::new(dev.create_cq(4096, Some(&ch)).unwrap());
-    let ledger = Arc::new(Ledger { t0: Instant::now(), posted: (0..N).map(|_| AtomicU64::new(0)).collect(), seen: AtomicU64::new(0), worst_us: AtomicU64::new(0) });
+    let ledger = Arc::new(Ledger {
+        t0: Instant::now(),
+        posted: (0..N).map(|_| AtomicU64::new(0)).collect(),
+        seen: AtomicU64::new(0),
+        worst_us: AtomicU64::new(0),
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let l = ledger.clone();
     cq.set_upcall(UpcallPolicy::ManyInstance, move |c, _| l.record(drain(c))).unwrap();

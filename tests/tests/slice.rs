@@ -3,8 +3,8 @@
 //! foreign context's doorbell. (A command with a DMA address outside guest memory, then a good one:
 //! `tests::differential::bad_dma_address`, run against the model and against QEMU 7.2.)
 
-use ib_core::{Device, NotifyFlags, WrOpcode};
 use doorbell::{ArmEncoding, DoorbellOp};
+use ib_core::{Device, NotifyFlags, WrOpcode};
 use pvrdma_sim::SimConfig;
 use tests::fixture::*;
 

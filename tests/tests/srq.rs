@@ -5,15 +5,15 @@
 //! MODIFY/QUERY_SRQ.
 
 use ib_core::{
-    access, AsyncEventType, Context, Cq, Device, Error, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Srq, SrqAttr,
-    SrqAttrMask, SrqInitAttr, WcOpcode, WcStatus, WrOpcode,
+    access, AsyncEventType, Context, Cq, Device, Error, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge,
+    Srq, SrqAttr, SrqAttrMask, SrqInitAttr, WcOpcode, WcStatus, WrOpcode,
 };
 use pvrdma_abi::cmd::{CreateSrq, DestroyPd, DestroySrq, ModifySrq, QuerySrq};
+use pvrdma_abi::uar::{UAR_SRQ_OFFSET, UAR_SRQ_RECV};
 use pvrdma_abi::verbs::{srq_attr_mask, srq_type, SrqAttr as DevSrqAttr};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::{Profile, SimConfig};
 use std::time::Duration;
-use pvrdma_abi::uar::{UAR_SRQ_OFFSET, UAR_SRQ_RECV};
 use tests::fixture::{connect, connect_roce, gid, open, open_with, poll_n, pv, rc_qp, uar_page, SETTLE, WAIT};
 
 const EINVAL: i32 = 22;
@@ -28,8 +28,15 @@ fn srq(pd: &Pd, max_wr: u32, max_sge: u32) -> Srq {
 /// An RC QP whose receives come from `srq` (its RQ sizes are ignored).
 fn srq_qp(pd: &Pd, cq: &Cq, srq: &Srq) -> Qp {
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 99, max_send_sge: 1, max_recv_sge: 99, max_inline_data: 0 };
-    let attr =
-        QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: Some(srq) };
+    let attr = QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: Some(srq),
+    };
     pd.create_qp(&attr).expect("create_qp on an SRQ")
 }
 
@@ -213,8 +220,14 @@ fn the_model_refuses_bad_srq_commands_with_einval() {
     }
     let unknown = 4242u32.into();
     let p = pv(&dev);
-    assert_eq!(p.post_command(DestroySrq { srq_handle: unknown, ..Default::default() }).map(|_| ()).map_err(|e| e.errno()), Err(EINVAL));
-    assert_eq!(p.post_command(QuerySrq { srq_handle: unknown, ..Default::default() }).map(|_| ()).map_err(|e| e.errno()), Err(EINVAL));
+    assert_eq!(
+        p.post_command(DestroySrq { srq_handle: unknown, ..Default::default() }).map(|_| ()).map_err(|e| e.errno()),
+        Err(EINVAL)
+    );
+    assert_eq!(
+        p.post_command(QuerySrq { srq_handle: unknown, ..Default::default() }).map(|_| ()).map_err(|e| e.errno()),
+        Err(EINVAL)
+    );
     let modify = ModifySrq { srq_handle: unknown, attr_mask: srq_attr_mask::LIMIT.into(), ..Default::default() };
     assert_eq!(p.post_command(modify).map(|_| ()).map_err(|e| e.errno()), Err(EINVAL));
     // The device's own refusals behind the core's: an SRQ with a QP, a PD with an SRQ.
@@ -353,7 +366,8 @@ fn srq_events_reach_only_a_live_srq_and_a_ring_fault_raises_srq_err() {
     // here, so none arrives after the QP is gone and counts among the dropped below.
     let got = [next_event(&dev, WAIT), next_event(&dev, WAIT), next_event(&dev, WAIT)];
     let (qpn, srq) = (s.b[0].qpn(), s.srq.handle());
-    let wants = [(AsyncEventType::QpFatal, qpn), (AsyncEventType::SrqErr, srq), (AsyncEventType::QpLastWqeReached, qpn)];
+    let wants =
+        [(AsyncEventType::QpFatal, qpn), (AsyncEventType::SrqErr, srq), (AsyncEventType::QpLastWqeReached, qpn)];
     for want in wants {
         assert!(got.contains(&Some(want)), "{want:?} not in {got:?}");
     }

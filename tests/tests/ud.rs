@@ -4,7 +4,10 @@
 //! "own Q_Key" bit, a message over the MTU sends nothing and completes SUCCESS (IBTA
 //! C10-93.1.1), immediate data, and `ah_attr_from_wc` answering a completion.
 
-use ib_core::{access, ah_attr_from_wc, AhAttr, Cq, GlobalRoute, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode, GRH_LEN};
+use ib_core::{
+    access, ah_attr_from_wc, AhAttr, Cq, GlobalRoute, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc,
+    WcStatus, WrOpcode, GRH_LEN,
+};
 use pvrdma_sim::SimStats;
 use std::time::Duration;
 use tests::fixture::*;
@@ -24,7 +27,15 @@ struct Rig {
 
 fn ud_qp(pd: &Pd, scq: &Cq, rcq: &Cq, qkey: u32) -> Qp {
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: scq, recv_cq: rcq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: scq,
+        recv_cq: rcq,
+        cap,
+        qp_type: QpType::Ud,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let q = pd.create_qp(&attr).expect("create a UD QP");
     q.modify_ud_to_rts(1, qkey, 0).expect("UD to RTS");
     q
@@ -132,7 +143,13 @@ fn a_wrong_qkey_or_no_receive_drops_the_datagram_and_the_sender_succeeds() {
     // To a QPN nobody has: dropped, the sender still succeeds.
     let stranger = ah.dest(0xabcd, QKEY);
     let sge = [Sge { addr: r.mr.addr(), length: 4, lkey: r.mr.lkey() }];
-    let wr = SendWr { wr_id: 9, sg_list: &sge, opcode: WrOpcode::UdSend { dest: stranger, imm: None }, signaled: true, solicited: false };
+    let wr = SendWr {
+        wr_id: 9,
+        sg_list: &sge,
+        opcode: WrOpcode::UdSend { dest: stranger, imm: None },
+        signaled: true,
+        solicited: false,
+    };
     r.a.post_send(&wr).unwrap();
     assert_eq!(poll_n(&r.scq, 1)[0].status, WcStatus::Success);
     assert_eq!(r.stats().ud_dropped_qp, 1);
@@ -196,7 +213,11 @@ fn max_ah_address_handles_and_no_more() {
 
 #[test]
 fn datagrams_beyond_the_wire_budget_wait_their_turn_and_all_arrive() {
-    let cfg = pvrdma_sim::SimConfig { device_packets_in_flight: 1, link_latency: Duration::from_millis(2), ..Default::default() };
+    let cfg = pvrdma_sim::SimConfig {
+        device_packets_in_flight: 1,
+        link_latency: Duration::from_millis(2),
+        ..Default::default()
+    };
     let (dev, sim) = hca::open_sim(cfg).expect("probe");
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();

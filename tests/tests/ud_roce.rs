@@ -5,7 +5,10 @@
 //! from `ah_attr_from_wc` reaches the sender back. A wrong Q_Key and a missing receive drop the
 //! datagram at the receiver, counted, while the sender completes SUCCESS.
 
-use ib_core::{access, ah_attr_from_wc, AhAttr, Cq, Device, GlobalRoute, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Wc, WcStatus, WrOpcode, GRH_LEN};
+use ib_core::{
+    access, ah_attr_from_wc, AhAttr, Cq, Device, GlobalRoute, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
+    Sge, Wc, WcStatus, WrOpcode, GRH_LEN,
+};
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::SimConfig;
 use std::net::IpAddr;
@@ -33,19 +36,29 @@ fn end() -> End {
 
 /// An end at `ip`, an address of the test's own network namespace.
 fn end_at(ip: IpAddr) -> End {
-    let (dev, sim) = hca::open_sim(SimConfig { roce: Some(RoceConfig::new(vec![ip])), ..Default::default() }).expect("probe");
+    let (dev, sim) =
+        hca::open_sim(SimConfig { roce: Some(RoceConfig::new(vec![ip])), ..Default::default() }).expect("probe");
     end_of(dev, sim)
 }
 
 fn end_of(dev: Device, sim: hca::platform::sim::SimPlatform) -> End {
     let ip = tests::fixture::roce_addr(&sim);
     let want = ib_core::gid_from_ip(ip);
-    let sgid_index = (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == want)).expect("the address's GID") as u8;
+    let sgid_index =
+        (0..16u32).find(|&i| dev.query_gid(1, i).is_ok_and(|g| g == want)).expect("the address's GID") as u8;
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(32, None).unwrap();
     let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();
     let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type: QpType::Ud,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let qp = pd.create_qp(&attr).expect("UD QP");
     qp.modify_ud_to_rts(1, QKEY, 0).expect("RTS");
     End { dev, sim, pd, cq, mr, qp, sgid_index }
@@ -78,7 +91,13 @@ impl End {
     fn send(&self, dest: ib_core::UdDest, data: &[u8]) -> Wc {
         self.mr.write(0, data).unwrap();
         let sge = [Sge { addr: self.mr.addr(), length: data.len() as u32, lkey: self.mr.lkey() }];
-        let wr = SendWr { wr_id: 1, sg_list: &sge, opcode: WrOpcode::UdSend { dest, imm: None }, signaled: true, solicited: false };
+        let wr = SendWr {
+            wr_id: 1,
+            sg_list: &sge,
+            opcode: WrOpcode::UdSend { dest, imm: None },
+            signaled: true,
+            solicited: false,
+        };
         self.qp.post_send(&wr).unwrap();
         poll_n(&self.cq, 1)[0]
     }
@@ -180,7 +199,15 @@ fn forger(dev_ip: IpAddr) -> (std::net::UdpSocket, std::net::SocketAddr) {
 }
 
 /// A UD packet (SEND Only, or with Immediate) as the peer sends it to `to`.
-fn forge(s: &std::net::UdpSocket, to: std::net::SocketAddr, opcode: u8, pkey: u16, dest_qp: u32, qkey: u32, payload: &[u8]) -> Vec<u8> {
+fn forge(
+    s: &std::net::UdpSocket,
+    to: std::net::SocketAddr,
+    opcode: u8,
+    pkey: u16,
+    dest_qp: u32,
+    qkey: u32,
+    payload: &[u8],
+) -> Vec<u8> {
     use roce_wire::ud::{encode_ud, UdPacket, UD_SEND_ONLY_WITH_IMMEDIATE};
     let bth = roce_wire::Bth { opcode, pkey, dest_qp, psn: 1, ..Default::default() };
     let imm = (opcode == UD_SEND_ONLY_WITH_IMMEDIATE).then_some(0x0102_0304);
@@ -253,7 +280,10 @@ fn forged_short_and_hostile_ud_packets_are_dropped_and_counted_by_reason() {
     s.send_to(&forge(&s, to, UD_SEND_ONLY, 0xffff, rc.qpn(), QKEY, b"to RC"), to).unwrap();
     wait_for("UD to an RC QP", &|st| st.ud_dropped_qp == before + 1);
     let before = stats().roce_rx_dropped_qp;
-    let hdr = roce_wire::Headers { bth: roce_wire::Bth { opcode: 0x04, pkey: 0xffff, dest_qp: qpn, ..Default::default() }, ..Default::default() };
+    let hdr = roce_wire::Headers {
+        bth: roce_wire::Bth { opcode: 0x04, pkey: 0xffff, dest_qp: qpn, ..Default::default() },
+        ..Default::default()
+    };
     let mut rc_send = Vec::new();
     roce_wire::encode(&hdr, b"rc", &roce_wire::IpContext::new(s.local_addr().unwrap(), to), &mut rc_send).unwrap();
     s.send_to(&rc_send, to).unwrap();
@@ -275,7 +305,15 @@ fn ud_packets_in_the_ports_capture_decode_with_good_icrcs_and_in_tshark() {
     let cq = dev.create_cq(32, None).unwrap();
     let mr = pd.alloc_mr(8192, access::LOCAL_WRITE).unwrap();
     let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Ud, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type: QpType::Ud,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let (a, b) = (pd.create_qp(&attr).unwrap(), pd.create_qp(&attr).unwrap());
     a.modify_ud_to_rts(1, QKEY, 0).unwrap();
     b.modify_ud_to_rts(1, QKEY, 0).unwrap();
@@ -296,7 +334,9 @@ fn ud_packets_in_the_ports_capture_decode_with_good_icrcs_and_in_tshark() {
     let ops: Vec<u8> = records
         .iter()
         .filter(|c| roce_wire::ud::is_ud(&c.udp_payload))
-        .map(|c| roce_wire::ud::decode_ud(&c.udp_payload, Some(&c.ip)).expect("a UD packet with a good ICRC").bth.opcode)
+        .map(|c| {
+            roce_wire::ud::decode_ud(&c.udp_payload, Some(&c.ip)).expect("a UD packet with a good ICRC").bth.opcode
+        })
         .collect();
     // Each datagram is captured sent and received.
     assert_eq!(ops, [0x64, 0x64, 0x65, 0x65], "UD SEND Only, then with Immediate");

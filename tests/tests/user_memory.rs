@@ -2,7 +2,9 @@
 //! consumer's pages into its device address space, SGEs and the MR's address space are the
 //! consumer's own addresses, and the consumer reads what arrived straight from its buffer.
 
-use ib_core::{access, Error, QpAttr, QpAttrMask, QpState, RecvWr, SendWr, Sge, UserBuffer, UserMemory, WcStatus, WrOpcode};
+use ib_core::{
+    access, Error, QpAttr, QpAttrMask, QpState, RecvWr, SendWr, Sge, UserBuffer, UserMemory, WcStatus, WrOpcode,
+};
 use tests::fixture::*;
 
 #[test]
@@ -14,14 +16,16 @@ fn a_message_goes_from_one_buffer_to_another_at_their_own_addresses() {
     connect(&a, b.qpn(), gid(&dev));
     connect(&b, a.qpn(), gid(&dev));
     let (src, dst) = (UserBuffer::new(3 * 4096).unwrap(), UserBuffer::new(3 * 4096).unwrap());
-    let (smr, dmr) = (pd.reg_buffer(&src, access::LOCAL_WRITE).unwrap(), pd.reg_buffer(&dst, access::LOCAL_WRITE).unwrap());
+    let (smr, dmr) =
+        (pd.reg_buffer(&src, access::LOCAL_WRITE).unwrap(), pd.reg_buffer(&dst, access::LOCAL_WRITE).unwrap());
     assert_eq!((smr.addr(), dmr.addr()), (src.addr(), dst.addr()), "the MR's addresses are the buffer's");
     let msg: Vec<u8> = (0..6000u32).map(|i| (i * 13) as u8).collect();
     src.write(4000, &msg).unwrap(); // across a page boundary
     let rsge = [Sge { addr: dst.addr() + 5000, length: 6000, lkey: dmr.lkey() }];
     b.post_recv(&RecvWr { wr_id: 1, sg_list: &rsge }).unwrap();
     let ssge = [Sge { addr: src.addr() + 4000, length: 6000, lkey: smr.lkey() }];
-    a.post_send(&SendWr { wr_id: 2, sg_list: &ssge, opcode: WrOpcode::Send, signaled: true, solicited: false }).unwrap();
+    a.post_send(&SendWr { wr_id: 2, sg_list: &ssge, opcode: WrOpcode::Send, signaled: true, solicited: false })
+        .unwrap();
     let wcs = poll_n(&cq, 2);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     let mut got = vec![0u8; 6000];
@@ -30,7 +34,8 @@ fn a_message_goes_from_one_buffer_to_another_at_their_own_addresses() {
     // An SGE outside the MR is the device's to refuse: a completion with an error, no write.
     let outside = [Sge { addr: dst.addr() + 3 * 4096 - 4, length: 8, lkey: dmr.lkey() }];
     b.post_recv(&RecvWr { wr_id: 3, sg_list: &outside }).unwrap();
-    a.post_send(&SendWr { wr_id: 4, sg_list: &ssge, opcode: WrOpcode::Send, signaled: true, solicited: false }).unwrap();
+    a.post_send(&SendWr { wr_id: 4, sg_list: &ssge, opcode: WrOpcode::Send, signaled: true, solicited: false })
+        .unwrap();
     let wcs = poll_n(&cq, 2);
     assert!(wcs.iter().any(|w| w.wr_id == 3 && w.status != WcStatus::Success), "{wcs:?}");
 }
@@ -71,10 +76,12 @@ fn dereg_with_a_message_in_flight_writes_nothing() {
     src.write(0, &[0xab; 100]).unwrap();
     let smr = pd.reg_buffer(&src, access::LOCAL_WRITE).unwrap();
     // SAFETY: `dst` outlives the MR, which is dropped below, before `dst`.
-    let dmr = pd.reg_mr(unsafe { UserMemory::new(dst.as_mut_ptr().wrapping_add(10), 100) }, access::LOCAL_WRITE).unwrap();
+    let dmr =
+        pd.reg_mr(unsafe { UserMemory::new(dst.as_mut_ptr().wrapping_add(10), 100) }, access::LOCAL_WRITE).unwrap();
     b.post_recv(&RecvWr { wr_id: 1, sg_list: &[Sge { addr: dmr.addr(), length: 100, lkey: dmr.lkey() }] }).unwrap();
     let ssge = [Sge { addr: smr.addr(), length: 100, lkey: smr.lkey() }];
-    a.post_send(&SendWr { wr_id: 2, sg_list: &ssge, opcode: WrOpcode::Send, signaled: true, solicited: false }).unwrap();
+    a.post_send(&SendWr { wr_id: 2, sg_list: &ssge, opcode: WrOpcode::Send, signaled: true, solicited: false })
+        .unwrap();
     drop(dmr);
     let wcs = poll_n(&cq, 2);
     let recv = wcs.iter().find(|w| w.wr_id == 1).map(|w| w.status);
@@ -142,7 +149,14 @@ fn foreign_lkeys_are_refused() {
     for (id, (what, addr, lkey)) in (10..).zip(cases) {
         p.recv_b(id, 0, 64);
         let sge = [Sge { addr, length: 6, lkey }];
-        p.a.post_send(&SendWr { wr_id: 100 + id, sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false }).unwrap();
+        p.a.post_send(&SendWr {
+            wr_id: 100 + id,
+            sg_list: &sge,
+            opcode: WrOpcode::Send,
+            signaled: true,
+            solicited: false,
+        })
+        .unwrap();
         let wc = poll_n(&cq, 1);
         assert_eq!((wc[0].wr_id, wc[0].status), (100 + id, WcStatus::LocProtErr), "{what}");
         let mut got = [0u8; 6];

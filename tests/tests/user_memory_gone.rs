@@ -108,35 +108,74 @@ fn unmapped_after_registration(port: &Port) {
     unmap(gone, 2);
     let (inside, rkey) = (gone.wrapping_add(P - 8), mr.rkey());
     let remote = |remote_addr: *mut u8| (remote_addr as u64, rkey);
-    run(port, &pd, &[
-        ("SEND from unmapped pages", &|p| {
-            p.recv_b(&gmr, g, 64);
-            p.send_a(WrOpcode::Send, &mr, inside, 64);
-        }, WcStatus::LocProtErr, None),
-        ("a receive into unmapped pages", &|p| {
-            p.recv_b(&mr, inside, 64);
-            p.send_a(WrOpcode::Send, &gmr, g, 64);
-        }, WcStatus::RemOpErr, Some(WcStatus::LocProtErr)),
-        ("a READ from unmapped pages", &|p| {
-            let (remote_addr, rkey) = remote(inside);
-            p.send_a(WrOpcode::RdmaRead { remote_addr, rkey }, &gmr, g, 64);
-        }, WcStatus::RemAccessErr, None),
-        ("a WRITE into unmapped pages", &|p| {
-            let (remote_addr, rkey) = remote(inside);
-            p.send_a(WrOpcode::RdmaWrite { remote_addr, rkey }, &gmr, g, 64);
-        }, WcStatus::RemAccessErr, None),
-        ("a FETCH ADD on unmapped pages", &|p| {
-            let (remote_addr, rkey) = remote(gone);
-            p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
-        }, WcStatus::RemAccessErr, None),
-        ("a READ's response into unmapped pages", &|p| {
-            p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, inside, 64);
-        }, WcStatus::LocProtErr, None),
-        ("a SEND between good buffers afterwards", &|p| {
-            p.recv_b(&gmr, g.wrapping_add(P), 64);
-            p.send_a(WrOpcode::Send, &gmr, g, 64);
-        }, WcStatus::Success, Some(WcStatus::Success)),
-    ]);
+    run(
+        port,
+        &pd,
+        &[
+            (
+                "SEND from unmapped pages",
+                &|p| {
+                    p.recv_b(&gmr, g, 64);
+                    p.send_a(WrOpcode::Send, &mr, inside, 64);
+                },
+                WcStatus::LocProtErr,
+                None,
+            ),
+            (
+                "a receive into unmapped pages",
+                &|p| {
+                    p.recv_b(&mr, inside, 64);
+                    p.send_a(WrOpcode::Send, &gmr, g, 64);
+                },
+                WcStatus::RemOpErr,
+                Some(WcStatus::LocProtErr),
+            ),
+            (
+                "a READ from unmapped pages",
+                &|p| {
+                    let (remote_addr, rkey) = remote(inside);
+                    p.send_a(WrOpcode::RdmaRead { remote_addr, rkey }, &gmr, g, 64);
+                },
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a WRITE into unmapped pages",
+                &|p| {
+                    let (remote_addr, rkey) = remote(inside);
+                    p.send_a(WrOpcode::RdmaWrite { remote_addr, rkey }, &gmr, g, 64);
+                },
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a FETCH ADD on unmapped pages",
+                &|p| {
+                    let (remote_addr, rkey) = remote(gone);
+                    p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
+                },
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a READ's response into unmapped pages",
+                &|p| {
+                    p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, inside, 64);
+                },
+                WcStatus::LocProtErr,
+                None,
+            ),
+            (
+                "a SEND between good buffers afterwards",
+                &|p| {
+                    p.recv_b(&gmr, g.wrapping_add(P), 64);
+                    p.send_a(WrOpcode::Send, &gmr, g, 64);
+                },
+                WcStatus::Success,
+                Some(WcStatus::Success),
+            ),
+        ],
+    );
     // Registering over the pages now is the pin's EFAULT.
     assert!(matches!(reg(&pd, gone, P, 0), Err(Error::BadAddress(_))));
     drop((mr, gmr));
@@ -157,27 +196,55 @@ fn protected_after_registration(port: &Port) {
         p.send_a(WrOpcode::Send, &mr, pages, 64);
     };
     let read_from = |p: &Pair| p.send_a(WrOpcode::RdmaRead { remote_addr, rkey }, &gmr, g, 64);
-    run(port, &pd, &[
-        ("a SEND from read-only pages", &send_from, WcStatus::Success, Some(WcStatus::Success)),
-        ("a READ of read-only pages", &read_from, WcStatus::Success, None),
-        ("a receive into read-only pages", &|p| {
-            p.recv_b(&mr, pages, 64);
-            p.send_a(WrOpcode::Send, &gmr, g, 64);
-        }, WcStatus::RemOpErr, Some(WcStatus::LocProtErr)),
-        ("a WRITE into read-only pages", &|p| p.send_a(WrOpcode::RdmaWrite { remote_addr, rkey }, &gmr, g, 64), WcStatus::RemAccessErr, None),
-        ("a FETCH ADD on read-only pages", &|p| {
-            p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
-        }, WcStatus::RemAccessErr, None),
-        ("a READ's response into read-only pages", &|p| {
-            p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, pages, 64);
-        }, WcStatus::LocProtErr, None),
-    ]);
+    run(
+        port,
+        &pd,
+        &[
+            ("a SEND from read-only pages", &send_from, WcStatus::Success, Some(WcStatus::Success)),
+            ("a READ of read-only pages", &read_from, WcStatus::Success, None),
+            (
+                "a receive into read-only pages",
+                &|p| {
+                    p.recv_b(&mr, pages, 64);
+                    p.send_a(WrOpcode::Send, &gmr, g, 64);
+                },
+                WcStatus::RemOpErr,
+                Some(WcStatus::LocProtErr),
+            ),
+            (
+                "a WRITE into read-only pages",
+                &|p| p.send_a(WrOpcode::RdmaWrite { remote_addr, rkey }, &gmr, g, 64),
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a FETCH ADD on read-only pages",
+                &|p| {
+                    p.send_a(WrOpcode::AtomicFetchAdd { remote_addr, rkey, add: 1 }, &gmr, g, 8);
+                },
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a READ's response into read-only pages",
+                &|p| {
+                    p.send_a(WrOpcode::RdmaRead { remote_addr: g as u64, rkey: gmr.rkey() }, &mr, pages, 64);
+                },
+                WcStatus::LocProtErr,
+                None,
+            ),
+        ],
+    );
     assert!(matches!(reg(&pd, pages, P, access::LOCAL_WRITE), Err(Error::BadAddress(_))), "read-only for writing");
     protect(pages, 2, libc::PROT_NONE);
-    run(port, &pd, &[
-        ("a SEND from PROT_NONE pages", &send_from, WcStatus::LocProtErr, None),
-        ("a READ of PROT_NONE pages", &read_from, WcStatus::RemAccessErr, None),
-    ]);
+    run(
+        port,
+        &pd,
+        &[
+            ("a SEND from PROT_NONE pages", &send_from, WcStatus::LocProtErr, None),
+            ("a READ of PROT_NONE pages", &read_from, WcStatus::RemAccessErr, None),
+        ],
+    );
     drop(mr);
     unmap(pages, 2);
     drop(gmr);
@@ -195,26 +262,55 @@ fn half_unmapped_after_registration(port: &Port) {
     let mr = reg(&pd, half, 2 * P, ALL).expect("mapped at registration");
     unmap(half.wrapping_add(P), 1);
     let (straddle, rkey) = (half.wrapping_add(P - 32), mr.rkey());
-    run(port, &pd, &[
-        ("SEND across the boundary", &|p| {
-            p.recv_b(&gmr, g, 64);
-            p.send_a(WrOpcode::Send, &mr, straddle, 64);
-        }, WcStatus::LocProtErr, None),
-        ("a receive across the boundary", &|p| {
-            p.recv_b(&mr, straddle, 64);
-            p.send_a(WrOpcode::Send, &gmr, g, 64);
-        }, WcStatus::RemOpErr, Some(WcStatus::LocProtErr)),
-        ("a READ across the boundary", &|p| {
-            p.send_a(WrOpcode::RdmaRead { remote_addr: straddle as u64, rkey }, &gmr, g, 64);
-        }, WcStatus::RemAccessErr, None),
-        ("a WRITE across the boundary", &|p| {
-            p.send_a(WrOpcode::RdmaWrite { remote_addr: straddle as u64, rkey }, &gmr, g, 64);
-        }, WcStatus::RemAccessErr, None),
-        ("a SEND from the page still mapped", &|p| {
-            p.recv_b(&gmr, g, 32);
-            p.send_a(WrOpcode::Send, &mr, straddle, 32);
-        }, WcStatus::Success, Some(WcStatus::Success)),
-    ]);
+    run(
+        port,
+        &pd,
+        &[
+            (
+                "SEND across the boundary",
+                &|p| {
+                    p.recv_b(&gmr, g, 64);
+                    p.send_a(WrOpcode::Send, &mr, straddle, 64);
+                },
+                WcStatus::LocProtErr,
+                None,
+            ),
+            (
+                "a receive across the boundary",
+                &|p| {
+                    p.recv_b(&mr, straddle, 64);
+                    p.send_a(WrOpcode::Send, &gmr, g, 64);
+                },
+                WcStatus::RemOpErr,
+                Some(WcStatus::LocProtErr),
+            ),
+            (
+                "a READ across the boundary",
+                &|p| {
+                    p.send_a(WrOpcode::RdmaRead { remote_addr: straddle as u64, rkey }, &gmr, g, 64);
+                },
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a WRITE across the boundary",
+                &|p| {
+                    p.send_a(WrOpcode::RdmaWrite { remote_addr: straddle as u64, rkey }, &gmr, g, 64);
+                },
+                WcStatus::RemAccessErr,
+                None,
+            ),
+            (
+                "a SEND from the page still mapped",
+                &|p| {
+                    p.recv_b(&gmr, g, 32);
+                    p.send_a(WrOpcode::Send, &mr, straddle, 32);
+                },
+                WcStatus::Success,
+                Some(WcStatus::Success),
+            ),
+        ],
+    );
     drop((mr, gmr));
     unmap(half, 1);
 }

@@ -39,10 +39,27 @@ pub mod opcode {
     /// The name of an opcode as `pvrdma_dev_api.h` spells it (without `PVRDMA_CMD_`).
     pub const fn name(op: u32) -> &'static str {
         const NAMES: [&str; MAX as usize] = [
-            "QUERY_PORT", "QUERY_PKEY", "CREATE_PD", "DESTROY_PD", "CREATE_MR", "DESTROY_MR",
-            "CREATE_CQ", "RESIZE_CQ", "DESTROY_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP",
-            "DESTROY_QP", "CREATE_UC", "DESTROY_UC", "CREATE_BIND", "DESTROY_BIND", "CREATE_SRQ",
-            "MODIFY_SRQ", "QUERY_SRQ", "DESTROY_SRQ",
+            "QUERY_PORT",
+            "QUERY_PKEY",
+            "CREATE_PD",
+            "DESTROY_PD",
+            "CREATE_MR",
+            "DESTROY_MR",
+            "CREATE_CQ",
+            "RESIZE_CQ",
+            "DESTROY_CQ",
+            "CREATE_QP",
+            "MODIFY_QP",
+            "QUERY_QP",
+            "DESTROY_QP",
+            "CREATE_UC",
+            "DESTROY_UC",
+            "CREATE_BIND",
+            "DESTROY_BIND",
+            "CREATE_SRQ",
+            "MODIFY_SRQ",
+            "QUERY_SRQ",
+            "DESTROY_SRQ",
         ];
         if op < MAX {
             NAMES[op as usize]
@@ -173,8 +190,18 @@ request!(DestroyPd, opcode::DESTROY_PD, NoopResp);
 abi_struct!(/// CREATE_MR: `length` bytes at address `start`, over `nchunks` pages listed by `pdir_dma`.
     CreateMr { hdr: CmdHdr, start: U64, length: U64, pdir_dma: U64, pd_handle: U32,
         access_flags: U32, flags: U32, nchunks: U32 });
-assert_layout!(CreateMr, 56, hdr = 0, start = 16, length = 24, pdir_dma = 32, pd_handle = 40,
-    access_flags = 44, flags = 48, nchunks = 52);
+assert_layout!(
+    CreateMr,
+    56,
+    hdr = 0,
+    start = 16,
+    length = 24,
+    pdir_dma = 32,
+    pd_handle = 40,
+    access_flags = 44,
+    flags = 48,
+    nchunks = 52
+);
 abi_struct!(/// CREATE_MR response.
     CreateMrResp { hdr: RespHdr, mr_handle: U32, lkey: U32, rkey: U32, reserved: [u8; 4] });
 assert_layout!(CreateMrResp, 32, hdr = 0, mr_handle = 16, lkey = 20, rkey = 24, reserved = 28);
@@ -188,8 +215,7 @@ request!(DestroyMr, opcode::DESTROY_MR, NoopResp);
 abi_struct!(/// CREATE_CQ: `cqe` entries (a power of two) in `nchunks` pages; page 0 is the ring state.
     CreateCq { hdr: CmdHdr, pdir_dma: U64, ctx_handle: U32, cqe: U32, nchunks: U32,
         reserved: [u8; 4] });
-assert_layout!(CreateCq, 40, hdr = 0, pdir_dma = 16, ctx_handle = 24, cqe = 28, nchunks = 32,
-    reserved = 36);
+assert_layout!(CreateCq, 40, hdr = 0, pdir_dma = 16, ctx_handle = 24, cqe = 28, nchunks = 32, reserved = 36);
 abi_struct!(/// CREATE_CQ response.
     CreateCqResp { hdr: RespHdr, cq_handle: U32, cqe: U32 });
 assert_layout!(CreateCqResp, 24, hdr = 0, cq_handle = 16, cqe = 20);
@@ -221,16 +247,44 @@ abi_struct!(/// CREATE_QP: rings in `total_chunks` pages: page 0 ring state, the
         max_send_sge: U32, max_recv_sge: U32, max_inline_data: U32, lkey: U32,
         access_flags: U32, total_chunks: U16, send_chunks: U16, max_atomic_arg: U16,
         sq_sig_all: u8, qp_type: u8, is_srq: u8, reserved: [u8; 3] });
-assert_layout!(CreateQp, 80, hdr = 0, pdir_dma = 16, pd_handle = 24, send_cq_handle = 28,
-    recv_cq_handle = 32, srq_handle = 36, max_send_wr = 40, max_recv_wr = 44, max_send_sge = 48,
-    max_recv_sge = 52, max_inline_data = 56, lkey = 60, access_flags = 64, total_chunks = 68,
-    send_chunks = 70, max_atomic_arg = 72, sq_sig_all = 74, qp_type = 75, is_srq = 76,
-    reserved = 77);
+assert_layout!(
+    CreateQp,
+    80,
+    hdr = 0,
+    pdir_dma = 16,
+    pd_handle = 24,
+    send_cq_handle = 28,
+    recv_cq_handle = 32,
+    srq_handle = 36,
+    max_send_wr = 40,
+    max_recv_wr = 44,
+    max_send_sge = 48,
+    max_recv_sge = 52,
+    max_inline_data = 56,
+    lkey = 60,
+    access_flags = 64,
+    total_chunks = 68,
+    send_chunks = 70,
+    max_atomic_arg = 72,
+    sq_sig_all = 74,
+    qp_type = 75,
+    is_srq = 76,
+    reserved = 77
+);
 abi_struct!(/// CREATE_QP response. On QEMU 7.2 the QP handle is the QPN.
     CreateQpResp { hdr: RespHdr, qpn: U32, max_send_wr: U32, max_recv_wr: U32,
         max_send_sge: U32, max_recv_sge: U32, max_inline_data: U32 });
-assert_layout!(CreateQpResp, 40, hdr = 0, qpn = 16, max_send_wr = 20, max_recv_wr = 24,
-    max_send_sge = 28, max_recv_sge = 32, max_inline_data = 36);
+assert_layout!(
+    CreateQpResp,
+    40,
+    hdr = 0,
+    qpn = 16,
+    max_send_wr = 20,
+    max_recv_wr = 24,
+    max_send_sge = 28,
+    max_recv_sge = 32,
+    max_inline_data = 36
+);
 request!(CreateQp, opcode::CREATE_QP, CreateQpResp);
 
 abi_struct!(/// MODIFY_QP: apply the `attrs` fields selected by `attr_mask`.
@@ -257,8 +311,7 @@ request!(DestroyQp, opcode::DESTROY_QP, DestroyQpResp);
 abi_struct!(/// CREATE_BIND: put `new_gid` at `index` of the port's GID table.
     CreateBind { hdr: CmdHdr, mtu: U32, vlan: U32, index: U32, new_gid: Gid, gid_type: u8,
         reserved: [u8; 3] });
-assert_layout!(CreateBind, 48, hdr = 0, mtu = 16, vlan = 20, index = 24, new_gid = 28,
-    gid_type = 44, reserved = 45);
+assert_layout!(CreateBind, 48, hdr = 0, mtu = 16, vlan = 20, index = 24, new_gid = 28, gid_type = 44, reserved = 45);
 request!(CreateBind, opcode::CREATE_BIND, NoopResp);
 
 abi_struct!(/// DESTROY_BIND.
@@ -270,8 +323,17 @@ abi_struct!(/// CREATE_SRQ: a receive ring of `attrs.max_wr` WQEs in `nchunks` p
     /// ring state (the SRQ uses its `rx` half), the WQEs start at page 1.
     CreateSrq { hdr: CmdHdr, pdir_dma: U64, pd_handle: U32, nchunks: U32, attrs: SrqAttr,
         srq_type: u8, reserved: [u8; 7] });
-assert_layout!(CreateSrq, 56, hdr = 0, pdir_dma = 16, pd_handle = 24, nchunks = 28, attrs = 32,
-    srq_type = 48, reserved = 49);
+assert_layout!(
+    CreateSrq,
+    56,
+    hdr = 0,
+    pdir_dma = 16,
+    pd_handle = 24,
+    nchunks = 28,
+    attrs = 32,
+    srq_type = 48,
+    reserved = 49
+);
 abi_struct!(/// CREATE_SRQ response: the SRQ's handle.
     CreateSrqResp { hdr: RespHdr, srqn: U32, reserved: [u8; 4] });
 assert_layout!(CreateSrqResp, 24, hdr = 0, srqn = 16, reserved = 20);

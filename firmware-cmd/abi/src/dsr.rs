@@ -89,18 +89,61 @@ pub struct DeviceCaps {
     /// QEMU's header names these 4 bytes `max_fast_reg_page_list_len`; Linux's reserves them.
     pub max_fast_reg_page_list_len: U32,
 }
-assert_layout!(DeviceCaps, 208,
-    fw_ver = 0, node_guid = 8, sys_image_guid = 16, max_mr_size = 24, page_size_cap = 32,
-    atomic_arg_sizes = 40, ex_comp_mask = 48, device_cap_flags2 = 52, max_fa_bit_boundary = 56,
-    log_max_atomic_inline_arg = 60, vendor_id = 64, vendor_part_id = 68, hw_ver = 72, max_qp = 76,
-    max_qp_wr = 80, device_cap_flags = 84, max_sge = 88, max_sge_rd = 92, max_cq = 96, max_cqe = 100,
-    max_mr = 104, max_pd = 108, max_qp_rd_atom = 112, max_ee_rd_atom = 116, max_res_rd_atom = 120,
-    max_qp_init_rd_atom = 124, max_ee_init_rd_atom = 128, max_ee = 132, max_rdd = 136, max_mw = 140,
-    max_raw_ipv6_qp = 144, max_raw_ethy_qp = 148, max_mcast_grp = 152, max_mcast_qp_attach = 156,
-    max_total_mcast_qp_attach = 160, max_ah = 164, max_fmr = 168, max_map_per_fmr = 172,
-    max_srq = 176, max_srq_wr = 180, max_srq_sge = 184, max_uar = 188, gid_tbl_len = 192,
-    max_pkeys = 196, local_ca_ack_delay = 198, phys_port_cnt = 199, mode = 200, atomic_ops = 201,
-    bmme_flags = 202, gid_types = 203, max_fast_reg_page_list_len = 204);
+assert_layout!(
+    DeviceCaps,
+    208,
+    fw_ver = 0,
+    node_guid = 8,
+    sys_image_guid = 16,
+    max_mr_size = 24,
+    page_size_cap = 32,
+    atomic_arg_sizes = 40,
+    ex_comp_mask = 48,
+    device_cap_flags2 = 52,
+    max_fa_bit_boundary = 56,
+    log_max_atomic_inline_arg = 60,
+    vendor_id = 64,
+    vendor_part_id = 68,
+    hw_ver = 72,
+    max_qp = 76,
+    max_qp_wr = 80,
+    device_cap_flags = 84,
+    max_sge = 88,
+    max_sge_rd = 92,
+    max_cq = 96,
+    max_cqe = 100,
+    max_mr = 104,
+    max_pd = 108,
+    max_qp_rd_atom = 112,
+    max_ee_rd_atom = 116,
+    max_res_rd_atom = 120,
+    max_qp_init_rd_atom = 124,
+    max_ee_init_rd_atom = 128,
+    max_ee = 132,
+    max_rdd = 136,
+    max_mw = 140,
+    max_raw_ipv6_qp = 144,
+    max_raw_ethy_qp = 148,
+    max_mcast_grp = 152,
+    max_mcast_qp_attach = 156,
+    max_total_mcast_qp_attach = 160,
+    max_ah = 164,
+    max_fmr = 168,
+    max_map_per_fmr = 172,
+    max_srq = 176,
+    max_srq_wr = 180,
+    max_srq_sge = 184,
+    max_uar = 188,
+    gid_tbl_len = 192,
+    max_pkeys = 196,
+    local_ca_ack_delay = 198,
+    phys_port_cnt = 199,
+    mode = 200,
+    atomic_ops = 201,
+    bmme_flags = 202,
+    gid_types = 203,
+    max_fast_reg_page_list_len = 204
+);
 
 /// `PVRDMA_DEVICE_MODE_ROCE`.
 pub const DEVICE_MODE_ROCE: u8 = 0;
@@ -156,9 +199,19 @@ pub struct Dsr {
     /// R: filled in by the device when `REG_DSRHIGH` is written.
     pub caps: DeviceCaps,
 }
-assert_layout!(Dsr, 280,
-    driver_version = 0, pad = 4, gos_info = 8, cmd_slot_dma = 16, resp_slot_dma = 24,
-    async_ring_pages = 32, cq_ring_pages = 48, uar_pfn = 64, caps = 72);
+assert_layout!(
+    Dsr,
+    280,
+    driver_version = 0,
+    pad = 4,
+    gos_info = 8,
+    cmd_slot_dma = 16,
+    resp_slot_dma = 24,
+    async_ring_pages = 32,
+    cq_ring_pages = 48,
+    uar_pfn = 64,
+    caps = 72
+);
 
 /// Pages (including the ring-state page) the Linux driver gives each DSR ring.
 pub const NUM_RING_PAGES: u32 = 4;

@@ -54,9 +54,25 @@ impl TryFrom<u32> for EqeType {
     fn try_from(v: u32) -> Result<Self, u32> {
         use EqeType::*;
         const ALL: [EqeType; 19] = [
-            CqErr, QpFatal, QpReqErr, QpAccessErr, CommEst, SqDrained, PathMig, PathMigErr,
-            DeviceFatal, PortActive, PortErr, LidChange, PkeyChange, SmChange, SrqErr,
-            SrqLimitReached, QpLastWqeReached, ClientReregister, GidChange,
+            CqErr,
+            QpFatal,
+            QpReqErr,
+            QpAccessErr,
+            CommEst,
+            SqDrained,
+            PathMig,
+            PathMigErr,
+            DeviceFatal,
+            PortActive,
+            PortErr,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqErr,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
         ];
         ALL.get(v as usize).copied().ok_or(v)
     }

@@ -35,11 +35,30 @@ pub struct PortAttr {
     pub phys_state: u8,
     pub reserved: [u8; 2],
 }
-assert_layout!(PortAttr, 48, state = 0, max_mtu = 4, active_mtu = 8, gid_tbl_len = 12,
-    port_cap_flags = 16, max_msg_sz = 20, bad_pkey_cntr = 24, qkey_viol_cntr = 28,
-    pkey_tbl_len = 32, lid = 34, sm_lid = 36, lmc = 38, max_vl_num = 39, sm_sl = 40,
-    subnet_timeout = 41, init_type_reply = 42, active_width = 43, active_speed = 44,
-    phys_state = 45, reserved = 46);
+assert_layout!(
+    PortAttr,
+    48,
+    state = 0,
+    max_mtu = 4,
+    active_mtu = 8,
+    gid_tbl_len = 12,
+    port_cap_flags = 16,
+    max_msg_sz = 20,
+    bad_pkey_cntr = 24,
+    qkey_viol_cntr = 28,
+    pkey_tbl_len = 32,
+    lid = 34,
+    sm_lid = 36,
+    lmc = 38,
+    max_vl_num = 39,
+    sm_sl = 40,
+    subnet_timeout = 41,
+    init_type_reply = 42,
+    active_width = 43,
+    active_speed = 44,
+    phys_state = 45,
+    reserved = 46
+);
 
 /// `enum pvrdma_port_state`.
 pub mod port_state {
@@ -79,8 +98,16 @@ pub struct GlobalRoute {
     pub traffic_class: u8,
     pub reserved: u8,
 }
-assert_layout!(GlobalRoute, 24, dgid = 0, flow_label = 16, sgid_index = 20, hop_limit = 21,
-    traffic_class = 22, reserved = 23);
+assert_layout!(
+    GlobalRoute,
+    24,
+    dgid = 0,
+    flow_label = 16,
+    sgid_index = 20,
+    hop_limit = 21,
+    traffic_class = 22,
+    reserved = 23
+);
 
 /// Address handle attributes (`struct pvrdma_ah_attr`).
 #[repr(C)]
@@ -98,8 +125,20 @@ pub struct AhAttr {
     pub dmac: [u8; 6],
     pub reserved: u8,
 }
-assert_layout!(AhAttr, 40, grh = 0, dlid = 24, vlan_id = 26, sl = 28, src_path_bits = 29,
-    static_rate = 30, ah_flags = 31, port_num = 32, dmac = 33, reserved = 39);
+assert_layout!(
+    AhAttr,
+    40,
+    grh = 0,
+    dlid = 24,
+    vlan_id = 26,
+    sl = 28,
+    src_path_bits = 29,
+    static_rate = 30,
+    ah_flags = 31,
+    port_num = 32,
+    dmac = 33,
+    reserved = 39
+);
 
 /// `PVRDMA_AH_GRH`.
 pub const AH_GRH: u8 = 1;
@@ -115,8 +154,16 @@ pub struct QpCap {
     pub max_inline_data: U32,
     pub reserved: U32,
 }
-assert_layout!(QpCap, 24, max_send_wr = 0, max_recv_wr = 4, max_send_sge = 8, max_recv_sge = 12,
-    max_inline_data = 16, reserved = 20);
+assert_layout!(
+    QpCap,
+    24,
+    max_send_wr = 0,
+    max_recv_wr = 4,
+    max_send_sge = 8,
+    max_recv_sge = 12,
+    max_inline_data = 16,
+    reserved = 20
+);
 
 /// QP attributes (`struct pvrdma_qp_attr`), carried by MODIFY_QP and QUERY_QP.
 #[repr(C)]
@@ -152,12 +199,36 @@ pub struct QpAttr {
     pub ah_attr: AhAttr,
     pub alt_ah_attr: AhAttr,
 }
-assert_layout!(QpAttr, 160, qp_state = 0, cur_qp_state = 4, path_mtu = 8, path_mig_state = 12,
-    qkey = 16, rq_psn = 20, sq_psn = 24, dest_qp_num = 28, qp_access_flags = 32, pkey_index = 36,
-    alt_pkey_index = 38, en_sqd_async_notify = 40, sq_draining = 41, max_rd_atomic = 42,
-    max_dest_rd_atomic = 43, min_rnr_timer = 44, port_num = 45, timeout = 46, retry_cnt = 47,
-    rnr_retry = 48, alt_port_num = 49, alt_timeout = 50, reserved = 51, cap = 56, ah_attr = 80,
-    alt_ah_attr = 120);
+assert_layout!(
+    QpAttr,
+    160,
+    qp_state = 0,
+    cur_qp_state = 4,
+    path_mtu = 8,
+    path_mig_state = 12,
+    qkey = 16,
+    rq_psn = 20,
+    sq_psn = 24,
+    dest_qp_num = 28,
+    qp_access_flags = 32,
+    pkey_index = 36,
+    alt_pkey_index = 38,
+    en_sqd_async_notify = 40,
+    sq_draining = 41,
+    max_rd_atomic = 42,
+    max_dest_rd_atomic = 43,
+    min_rnr_timer = 44,
+    port_num = 45,
+    timeout = 46,
+    retry_cnt = 47,
+    rnr_retry = 48,
+    alt_port_num = 49,
+    alt_timeout = 50,
+    reserved = 51,
+    cap = 56,
+    ah_attr = 80,
+    alt_ah_attr = 120
+);
 
 /// SRQ attributes (`struct pvrdma_srq_attr`), carried by CREATE_SRQ, MODIFY_SRQ and QUERY_SRQ.
 #[repr(C)]

@@ -49,8 +49,18 @@ pub struct SqWqeHdr {
     /// One of [`WrRdma`], [`WrAtomic`], [`WrUd`], chosen by `opcode` and the QP type.
     pub wr: [u8; 48],
 }
-assert_layout!(SqWqeHdr, 80, wr_id = 0, num_sge = 8, total_len = 12, opcode = 16,
-    send_flags = 20, ex = 24, reserved = 28, wr = 32);
+assert_layout!(
+    SqWqeHdr,
+    80,
+    wr_id = 0,
+    num_sge = 8,
+    total_len = 12,
+    opcode = 16,
+    send_flags = 20,
+    ex = 24,
+    reserved = 28,
+    wr = 32
+);
 
 impl Default for SqWqeHdr {
     fn default() -> Self {
@@ -94,8 +104,19 @@ pub struct Av {
     pub dmac: [u8; 6],
     pub reserved: [u8; 6],
 }
-assert_layout!(Av, 40, port_pd = 0, sl_tclass_flowlabel = 4, dgid = 8, src_path_bits = 24,
-    gid_index = 25, stat_rate = 26, hop_limit = 27, dmac = 28, reserved = 34);
+assert_layout!(
+    Av,
+    40,
+    port_pd = 0,
+    sl_tclass_flowlabel = 4,
+    dgid = 8,
+    src_path_bits = 24,
+    gid_index = 25,
+    stat_rate = 26,
+    hop_limit = 27,
+    dmac = 28,
+    reserved = 34
+);
 
 /// `wr` of a UD send.
 #[repr(C)]
@@ -134,10 +155,27 @@ pub struct Cqe {
     pub network_hdr_type: u8,
     pub reserved2: [u8; 6],
 }
-assert_layout!(Cqe, 64, wr_id = 0, qp = 8, opcode = 16, status = 20, byte_len = 24,
-    imm_data = 28, src_qp = 32, wc_flags = 36, vendor_err = 40, pkey_index = 44, slid = 46,
-    sl = 48, dlid_path_bits = 49, port_num = 50, smac = 51, network_hdr_type = 57,
-    reserved2 = 58);
+assert_layout!(
+    Cqe,
+    64,
+    wr_id = 0,
+    qp = 8,
+    opcode = 16,
+    status = 20,
+    byte_len = 24,
+    imm_data = 28,
+    src_qp = 32,
+    wc_flags = 36,
+    vendor_err = 40,
+    pkey_index = 44,
+    slid = 46,
+    sl = 48,
+    dlid_path_bits = 49,
+    port_num = 50,
+    smac = 51,
+    network_hdr_type = 57,
+    reserved2 = 58
+);
 
 /// Bytes of one SQ slot for `max_sge` SGEs: the next power of two at or above header plus SGEs
 /// (Linux `roundup_pow_of_two`). `None` if that does not fit in 32 bits (an absurd `max_sge`,

@@ -19,7 +19,7 @@ extern crate std;
 mod clock;
 mod lock;
 
-pub use clock::{poll_until, Clock, STALL_POLLS};
 #[cfg(feature = "std")]
 pub use clock::{deadline_after, StdClock, FAR_FUTURE};
+pub use clock::{poll_until, Clock, STALL_POLLS};
 pub use lock::{Mutex, MutexGuard};

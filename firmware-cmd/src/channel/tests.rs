@@ -2,10 +2,10 @@
 
 use super::*;
 use crate::error::errno;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use osdep::Mutex as PMutex;
 use osdep::StdClock;
 use pvrdma_abi::cmd::{CreatePd, CreatePdResp, QueryPkey};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 extern crate std;
 use std::vec;
 use std::vec::Vec;
@@ -75,9 +75,7 @@ impl CmdTransport for &Fake {
         self.irqs.fetch_add(1, Ordering::SeqCst);
     }
     fn wait_response_irq(&self, _timeout: Duration) -> bool {
-        self.irqs
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
+        self.irqs.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 }
 

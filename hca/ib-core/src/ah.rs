@@ -157,8 +157,7 @@ fn find_gid_index(ctx: &Context, port: u8, gid: &Gid, ty: GidType) -> Result<u8>
     let len = dev.query_port(port)?.gid_tbl_len.min(256);
     (0..len)
         .find(|&i| {
-            dev.query_gid(port, i).is_ok_and(|g| g == *gid)
-                && dev.query_gid_type(port, i).is_ok_and(|t| t == ty)
+            dev.query_gid(port, i).is_ok_and(|g| g == *gid) && dev.query_gid_type(port, i).is_ok_and(|t| t == ty)
         })
         .map(|i| i as u8)
         .ok_or(Error::InvalidArgument("the GID the datagram was sent to is not in the table"))
@@ -192,7 +191,11 @@ mod tests {
 
     #[test]
     fn ud_transitions_take_a_qkey_where_rc_takes_a_path() {
-        use crate::attr::{QpAttrMask as M, QpState::{Init, Reset, Rtr, Rts, Sqe}, QpType::Ud};
+        use crate::attr::{
+            QpAttrMask as M,
+            QpState::{Init, Reset, Rtr, Rts, Sqe},
+            QpType::Ud,
+        };
         use crate::qp_state::{check, required};
         let init = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
         assert_eq!(check(Reset, Init, Ud, init), Ok(()));

@@ -66,9 +66,25 @@ impl AsyncEventType {
     const ALL: [AsyncEventType; 19] = {
         use AsyncEventType::*;
         [
-            CqErr, QpFatal, QpReqErr, QpAccessErr, CommEst, SqDrained, PathMig, PathMigErr,
-            DeviceFatal, PortActive, PortErr, LidChange, PkeyChange, SmChange, SrqErr,
-            SrqLimitReached, QpLastWqeReached, ClientReregister, GidChange,
+            CqErr,
+            QpFatal,
+            QpReqErr,
+            QpAccessErr,
+            CommEst,
+            SqDrained,
+            PathMig,
+            PathMigErr,
+            DeviceFatal,
+            PortActive,
+            PortErr,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqErr,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
         ]
     };
 
@@ -87,11 +103,11 @@ impl AsyncEventType {
         use AsyncEventType::*;
         match self {
             CqErr => EventScope::Cq,
-            QpFatal | QpReqErr | QpAccessErr | CommEst | SqDrained | PathMig | PathMigErr
-            | QpLastWqeReached => EventScope::Qp,
+            QpFatal | QpReqErr | QpAccessErr | CommEst | SqDrained | PathMig | PathMigErr | QpLastWqeReached => {
+                EventScope::Qp
+            }
             SrqErr | SrqLimitReached => EventScope::Srq,
-            PortActive | PortErr | LidChange | PkeyChange | SmChange | ClientReregister
-            | GidChange => EventScope::Port,
+            PortActive | PortErr | LidChange | PkeyChange | SmChange | ClientReregister | GidChange => EventScope::Port,
             DeviceFatal => EventScope::Device,
         }
     }

@@ -42,11 +42,8 @@ impl Context {
     ///
     /// Errors: [`Error::NoResources`] without a free file descriptor.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let inner = Arc::new(ChannelInner {
-            ctx_uid: self.inner.uid,
-            queue: EventQueue::new()?,
-            users: AtomicU32::new(0),
-        });
+        let inner =
+            Arc::new(ChannelInner { ctx_uid: self.inner.uid, queue: EventQueue::new()?, users: AtomicU32::new(0) });
         self.inner.add_fatal_sink(inner.clone());
         Ok(CompChannel { inner })
     }

@@ -13,11 +13,11 @@ use crate::arm::{ArmKind, ArmMachine, CqHw, Fired};
 use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
 use crate::channel::CompChannel;
 use crate::context::{Context, ContextInner, FatalSink};
+use crate::delivery::{Deliveries, Delivering};
 use crate::error::{Error, Result};
 use crate::event_ref::CqRef;
 use crate::notify::{NotifyKind, NotifyRequest, NotifyStatus};
 use crate::provider::{CqError, CqEventHandler, CqOps};
-use crate::delivery::{Deliveries, Delivering};
 use crate::upcall::{Dispatcher, Wake};
 use crate::wr::{NotifyFlags, Wc};
 use parking_lot::Mutex;
@@ -98,7 +98,8 @@ impl CqEvents {
         if fired.channel {
             // A destroy from inside this CQ's own callback cannot wait for this delivery: the
             // push looks, under the channel's lock, whether the destroy began.
-            let queued = self.channel.as_ref().is_some_and(|ch| ch.push_unless(&self.cq, || self.deliveries.is_retired()));
+            let queued =
+                self.channel.as_ref().is_some_and(|ch| ch.push_unless(&self.cq, || self.deliveries.is_retired()));
             if queued {
                 self.events.fetch_add(1, Ordering::Relaxed);
             }
@@ -237,12 +238,7 @@ impl Context {
     ///
     /// Errors: [`Error::InvalidArgument`] for a channel of another context, 0 entries or more than
     /// the device allows; [`Error::DeviceFatal`]; provider errors.
-    pub fn create_cq_with(
-        &self,
-        cqe: u32,
-        channel: Option<&CompChannel>,
-        cq_context: u64,
-    ) -> Result<Cq> {
+    pub fn create_cq_with(&self, cqe: u32, channel: Option<&CompChannel>, cq_context: u64) -> Result<Cq> {
         let ctx = &self.inner;
         ctx.live()?;
         if let Some(ch) = channel {
@@ -257,12 +253,7 @@ impl Context {
 }
 
 impl Cq {
-    fn create(
-        ctx: &Arc<ContextInner>,
-        cqe: u32,
-        channel: Option<&CompChannel>,
-        cq_context: u64,
-    ) -> Result<Cq> {
+    fn create(ctx: &Arc<ContextInner>, cqe: u32, channel: Option<&CompChannel>, cq_context: u64) -> Result<Cq> {
         let max = ctx.device.ops.query_device().max_cqe;
         if cqe == 0 || cqe > max {
             return Err(Error::InvalidArgument("cqe out of range"));

@@ -22,8 +22,8 @@
 //!    nothing and are dropped).
 
 use crate::cq::{Cq, CqInner, DROP_ACK_WAIT};
-use crate::event_ref::CqShared;
 use crate::error::Error;
+use crate::event_ref::CqShared;
 use crate::time::deadline_after;
 use crate::upcall::in_callback;
 use std::sync::atomic::Ordering;

@@ -2,7 +2,6 @@
 //! libibverbs's `ibv_device_attr` and `ibv_port_attr`, so a C layer converts them field by field
 //! and `ibv_devinfo`'s output can be reproduced from them.
 
-
 use std::fmt;
 
 /// Device attributes (IBTA 11.2.1.2 Query HCA; `ibv_device_attr`), as the provider read them

@@ -83,13 +83,7 @@ pub struct CqRef(pub(crate) Arc<CqShared>);
 
 impl CqRef {
     pub(crate) fn new(handle: u32, cq_context: u64) -> Self {
-        let shared = CqShared {
-            uid: next_uid(),
-            handle,
-            cq_context,
-            comp: Acks::default(),
-            async_: Acks::default(),
-        };
+        let shared = CqShared { uid: next_uid(), handle, cq_context, comp: Acks::default(), async_: Acks::default() };
         Self(Arc::new(shared))
     }
 

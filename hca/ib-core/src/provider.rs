@@ -174,12 +174,8 @@ pub trait DeviceOps: Send + Sync + 'static {
         events: Arc<dyn CqEventHandler>,
     ) -> Result<Arc<dyn CqOps>>;
     /// A QP in `pd` that reports its async events to `events`.
-    fn create_qp(
-        &self,
-        pd: &dyn PdOps,
-        init: &QpCreate<'_>,
-        events: Arc<dyn QpEventHandler>,
-    ) -> Result<Box<dyn QpOps>>;
+    fn create_qp(&self, pd: &dyn PdOps, init: &QpCreate<'_>, events: Arc<dyn QpEventHandler>)
+        -> Result<Box<dyn QpOps>>;
     /// An SRQ in `pd` of `attr`'s sizes (`srq_limit` ignored) that reports its async events to
     /// `events`. The default refuses: a device without SRQs.
     fn create_srq(

@@ -20,16 +20,24 @@ fn rc(cur: QpState, next: QpState) -> Option<(M, M)> {
             M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
             M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::PATH_MIG_STATE,
         ),
-        (Rts, Rts) | (Sqd, Rts) => (
-            none,
-            M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER,
-        ),
+        (Rts, Rts) | (Sqd, Rts) => {
+            (none, M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER)
+        }
         (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
         (Sqd, Sqd) => (
             none,
-            M::PORT | M::AV | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
-                | M::MAX_DEST_RD_ATOMIC | M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX
-                | M::MIN_RNR_TIMER | M::PATH_MIG_STATE,
+            M::PORT
+                | M::AV
+                | M::TIMEOUT
+                | M::RETRY_CNT
+                | M::RNR_RETRY
+                | M::MAX_QP_RD_ATOMIC
+                | M::MAX_DEST_RD_ATOMIC
+                | M::ALT_PATH
+                | M::ACCESS_FLAGS
+                | M::PKEY_INDEX
+                | M::MIN_RNR_TIMER
+                | M::PATH_MIG_STATE,
         ),
         _ => return None,
     })
@@ -112,8 +120,7 @@ mod tests {
         assert!(matches!(check(Reset, Init, QpType::Rc, init | M::SQ_PSN), Err(Error::InvalidArgument(_))));
         assert_eq!(check(Reset, Rtr, QpType::Rc, M::STATE), Err(Error::InvalidState));
         assert_eq!(check(Init, Rts, QpType::Rc, M::STATE), Err(Error::InvalidState));
-        let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
+        let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
         assert_eq!(check(Init, Rtr, QpType::Rc, rtr), Ok(()));
         let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
         assert_eq!(check(Rtr, Rts, QpType::Rc, rts), Ok(()));

@@ -5,11 +5,11 @@
 
 use crate::async_event::AsyncEventType;
 use crate::attr::Gid;
-use crate::provider::DeviceEventHandler;
-use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::context::{Context, ContextInner};
 use crate::device::DeviceInner;
+use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::error::{Error, Result};
+use crate::provider::DeviceEventHandler;
 use crate::provider::{Driver, PciFunction};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};

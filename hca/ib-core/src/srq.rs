@@ -8,8 +8,8 @@
 //! (SRQ_LIMIT_REACHED, SRQ_ERR) name it by an [`SrqRef`] and reach the consumer only while it
 //! lives (design decision 16).
 
-pub use crate::attr::{SrqAttr, SrqAttrMask};
 use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
+pub use crate::attr::{SrqAttr, SrqAttrMask};
 use crate::context::ContextInner;
 use crate::delivery::Deliveries;
 use crate::error::{Error, Result};

@@ -19,11 +19,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Waits on `cv` until `deadline` at the latest; returns the guard. Under loom the wait has no
 /// timeout (loom has no clock): a wait that nothing ends is reported by loom as a deadlock, which
 /// is how the model check sees a lost wake-up.
-pub(crate) fn wait_until<'a, T>(
-    cv: &Condvar,
-    guard: MutexGuard<'a, T>,
-    deadline: Instant,
-) -> MutexGuard<'a, T> {
+pub(crate) fn wait_until<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>, deadline: Instant) -> MutexGuard<'a, T> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left == Duration::ZERO && cfg!(not(loom)) {
         return guard;

@@ -91,10 +91,7 @@ impl Dispatcher {
     /// Starts a thread named `name` that, on every wake-up, runs `step` until it returns `false`
     /// (nothing left to call); the thread ends when stopped or when `step` says the CQ is gone
     /// (`None`).
-    pub(crate) fn spawn(
-        name: String,
-        mut step: impl FnMut(&Wake) -> Option<()> + Send + 'static,
-    ) -> Result<Self> {
+    pub(crate) fn spawn(name: String, mut step: impl FnMut(&Wake) -> Option<()> + Send + 'static) -> Result<Self> {
         let wake = Arc::new(Wake::default());
         let ended = Arc::new((Mutex::new(false), Condvar::new()));
         let (w, e) = (wake.clone(), ended.clone());

@@ -40,8 +40,7 @@ impl UserBuffer {
     /// Errors: [`Error::InvalidArgument`] for a size that cannot be laid out;
     /// [`Error::NoResources`] when out of memory.
     pub fn new(len: usize) -> Result<Self> {
-        let layout = Layout::from_size_align(len.max(1), PAGE)
-            .map_err(|_| Error::InvalidArgument("buffer size"))?;
+        let layout = Layout::from_size_align(len.max(1), PAGE).map_err(|_| Error::InvalidArgument("buffer size"))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or(Error::NoResources("buffer allocation"))?;

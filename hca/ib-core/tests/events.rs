@@ -66,7 +66,15 @@ fn no_event_reaches_a_consumer_for_a_cq_or_qp_it_no_longer_has() {
     let pd = dev.alloc_pd().unwrap();
     let cq2 = dev.create_cq(8, None).unwrap();
     let cap = QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq2, recv_cq: &cq2, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 5, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq2,
+        recv_cq: &cq2,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 5,
+        srq: None,
+    };
     let qp = pd.create_qp(&attr).unwrap();
     let stale_qp = script(&dev).qp_events(qp.qpn());
     assert!(stale_qp.event(AsyncEventType::QpFatal));
@@ -86,12 +94,17 @@ fn a_disabled_or_spent_dispatcher_gets_no_error_until_enabled_again() {
     let (tx, rx) = mpsc::channel();
     cq.set_upcall(UpcallPolicy::SingleInstance, move |_, st| {
         let _ = tx.send(st);
-    }).unwrap();
+    })
+    .unwrap();
     assert!(scq(&cq).publish(false));
     assert_eq!(rx.recv_timeout(WAIT), Ok(NotifyStatus::Success));
     assert_eq!(cq.upcall_policy(), Some(UpcallPolicy::Disable), "SINGLE_INSTANCE is spent");
     assert!(scq(&cq).0.events.error(CqError::Overrun));
-    assert_eq!(rx.recv_timeout(Duration::from_millis(200)), Err(mpsc::RecvTimeoutError::Timeout), "a spent dispatcher got the overrun");
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(200)),
+        Err(mpsc::RecvTimeoutError::Timeout),
+        "a spent dispatcher got the overrun"
+    );
     cq.modify_upcall(UpcallPolicy::SingleInstance).unwrap();
     assert_eq!(rx.recv_timeout(WAIT), Ok(NotifyStatus::Overrun), "delivered once enabled again");
     assert_eq!(cq.upcall_policy(), Some(UpcallPolicy::Disable), "and that spent it");

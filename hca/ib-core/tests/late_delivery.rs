@@ -72,5 +72,8 @@ fn a_delivery_released_after_destroy_in_own_upcall_never_reaches_a_blocked_waite
             stale += 1;
         }
     }
-    assert_eq!(stale, 0, "{stale}/{rounds} rounds handed a blocked waiter an event for a CQ destroyed before it was pushed");
+    assert_eq!(
+        stale, 0,
+        "{stale}/{rounds} rounds handed a blocked waiter an event for a CQ destroyed before it was pushed"
+    );
 }

@@ -46,7 +46,15 @@ fn a_channel_of_another_context_or_device_cannot_be_used() {
     let ucq = uctx.create_cq(16, Some(&uch)).unwrap();
     let kcq = dev1.create_cq(16, None).unwrap();
     let upd = uctx.alloc_pd().unwrap();
-    let attr = QpInitAttr { send_cq: &kcq, recv_cq: &ucq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &kcq,
+        recv_cq: &ucq,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     assert!(matches!(upd.create_qp(&attr), Err(Error::InvalidArgument(_))));
     let other_dev_cq = dev2.create_cq(16, None).unwrap();
     let attr = QpInitAttr { send_cq: &other_dev_cq, recv_cq: &ucq, ..attr };
@@ -69,7 +77,15 @@ fn destroy_refuses_while_the_object_is_used_and_succeeds_after() {
         other => panic!("a PD with an MR: {other:?}"),
     };
     mr.dereg();
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 9, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 9,
+        srq: None,
+    };
     let qp = pd.create_qp(&attr).unwrap();
     let pd = match pd.dealloc() {
         Err((pd, Error::Busy(_))) => pd,
@@ -93,7 +109,10 @@ fn an_mr_over_a_user_buffer_names_its_address_and_keeps_it_alive() {
     let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE | access::REMOTE_WRITE).unwrap();
     assert_eq!((mr.addr(), mr.len()), (buf.addr(), 10_000));
     drop(buf); // the MR holds the memory
-    assert!(matches!(pd.reg_buffer(&UserBuffer::new(8).unwrap(), access::REMOTE_WRITE), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        pd.reg_buffer(&UserBuffer::new(8).unwrap(), access::REMOTE_WRITE),
+        Err(Error::InvalidArgument(_))
+    ));
     assert!(matches!(pd.alloc_mr(2 << 20, 0), Err(Error::InvalidArgument(_))), "beyond max_mr_size");
     drop(mr);
     pd.dealloc().map_err(|(_, e)| e).unwrap();
@@ -118,5 +137,8 @@ fn a_fatal_device_fails_verbs_and_wakes_every_waiter() {
     ev.ack();
     assert_eq!(dev.get_async_event(Duration::from_secs(5)).map(|e| e.event_type), Err(Error::DeviceFatal));
     assert!(matches!(dev.alloc_pd(), Err(Error::DeviceFatal)));
-    assert!(matches!(dev.create_comp_channel().and_then(|c| c.get_cq_event(Duration::ZERO).map(|_| ())), Err(Error::DeviceFatal)));
+    assert!(matches!(
+        dev.create_comp_channel().and_then(|c| c.get_cq_event(Duration::ZERO).map(|_| ())),
+        Err(Error::DeviceFatal)
+    ));
 }

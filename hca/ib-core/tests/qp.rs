@@ -11,7 +11,15 @@ fn qp_on(dev: &ib_core::Device) -> (ib_core::Qp, ib_core::Cq, ib_core::Pd) {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
     let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     (pd.create_qp(&attr).unwrap(), cq, pd)
 }
 
@@ -20,7 +28,10 @@ fn modify_checks_the_transition_and_mask_and_passes_every_attribute() {
     let dev = open();
     let (qp, _cq, _pd) = qp_on(&dev);
     let init = QpAttr { qp_state: QpState::Init, port_num: 1, ..Default::default() };
-    assert!(matches!(qp.modify_qp(&init, M::STATE | M::PORT), Err(Error::InvalidArgument(_))), "PKEY_INDEX and ACCESS_FLAGS are required");
+    assert!(
+        matches!(qp.modify_qp(&init, M::STATE | M::PORT), Err(Error::InvalidArgument(_))),
+        "PKEY_INDEX and ACCESS_FLAGS are required"
+    );
     assert_eq!(qp.modify_qp(&QpAttr { qp_state: QpState::Rts, ..init }, M::STATE), Err(Error::InvalidState));
     let bad_port = QpAttr { port_num: 2, ..init };
     let m = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
@@ -45,15 +56,29 @@ fn modify_checks_the_transition_and_mask_and_passes_every_attribute() {
     // Issue 21 §3: a PSN beyond 24 bits is masked, as Linux's `_ib_modify_qp` masks it.
     let beyond = QpAttr { rq_psn: 1 << 24 | rtr.rq_psn, ..rtr };
     qp.modify_qp(&beyond, m).unwrap();
-    let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 1, timeout: 20, retry_cnt: 3, rnr_retry: 6, max_rd_atomic: 1, ..Default::default() };
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 1,
+        timeout: 20,
+        retry_cnt: 3,
+        rnr_retry: 6,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
     let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
     let rnr = QpAttr { min_rnr_timer: 32, ..rts };
-    assert!(matches!(qp.modify_qp(&rnr, m | M::MIN_RNR_TIMER), Err(Error::InvalidArgument(_))), "pvrdma_modify_qp: above 31");
+    assert!(
+        matches!(qp.modify_qp(&rnr, m | M::MIN_RNR_TIMER), Err(Error::InvalidArgument(_))),
+        "pvrdma_modify_qp: above 31"
+    );
     qp.modify_qp(&rts, m).unwrap();
     let dev_qp = script(&dev).qps.lock().unwrap().iter().find(|q| q.num == qp.qpn()).unwrap().clone();
     let modifies = dev_qp.modifies.lock().unwrap().clone();
     assert_eq!(modifies.len(), 3, "the refused modifies never reached the device");
-    assert_eq!(modifies[1], (rtr, M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER));
+    assert_eq!(
+        modifies[1],
+        (rtr, M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER)
+    );
     assert_eq!((modifies[2].0.timeout, modifies[2].0.retry_cnt, modifies[2].0.rnr_retry), (20, 3, 6));
     let q = qp.query_qp(M::ALL).unwrap();
     assert_eq!((q.qp_state, q.timeout, q.ah_attr.grh), (QpState::Rts, 20, grh), "read back from the device");

@@ -18,7 +18,15 @@ fn cap() -> QpCap {
 }
 
 fn qp_on(pd: &Pd, cq: &Cq) -> Qp {
-    let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 7, srq: None };
+    let attr = QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 7,
+        srq: None,
+    };
     pd.create_qp(&attr).unwrap()
 }
 
@@ -182,7 +190,15 @@ fn upcall_view_cannot_create_a_qp_on_a_cq_being_destroyed() {
     cq.set_upcall(UpcallPolicy::SingleInstance, move |view, _| {
         let _ = started_tx.lock().unwrap().send(());
         let _ = go_rx.lock().unwrap().recv_timeout(WAIT);
-        let attr = QpInitAttr { send_cq: view, recv_cq: view, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 1, srq: None };
+        let attr = QpInitAttr {
+            send_cq: view,
+            recv_cq: view,
+            cap: cap(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 1,
+            srq: None,
+        };
         let r = pd2.create_qp(&attr);
         let _ = tx.send(r);
     })
@@ -227,13 +243,30 @@ fn upcall_view_cannot_create_a_qp_on_a_destroyed_cq() {
     {
         let pd = pd.clone();
         let tx = tx.clone();
-        slot.lock().unwrap().as_ref().unwrap().set_upcall(UpcallPolicy::SingleInstance, move |view, _| {
-            let _ = started_tx.lock().unwrap().send(());
-            let _ = rel_rx.lock().unwrap().recv_timeout(WAIT);
-            let attr = QpInitAttr { send_cq: view, recv_cq: view, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 1, srq: None };
-            let r = pd.create_qp(&attr).map(|q| { let n = q.qpn(); std::mem::forget(q); n });
-            let _ = tx.send(("qp on A", format!("{r:?}")));
-        }).unwrap();
+        slot.lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .set_upcall(UpcallPolicy::SingleInstance, move |view, _| {
+                let _ = started_tx.lock().unwrap().send(());
+                let _ = rel_rx.lock().unwrap().recv_timeout(WAIT);
+                let attr = QpInitAttr {
+                    send_cq: view,
+                    recv_cq: view,
+                    cap: cap(),
+                    qp_type: QpType::Rc,
+                    sq_sig_all: false,
+                    qp_context: 1,
+                    srq: None,
+                };
+                let r = pd.create_qp(&attr).map(|q| {
+                    let n = q.qpn();
+                    std::mem::forget(q);
+                    n
+                });
+                let _ = tx.send(("qp on A", format!("{r:?}")));
+            })
+            .unwrap();
     }
     let b = dev.create_cq(8, None).unwrap();
     {
@@ -243,7 +276,8 @@ fn upcall_view_cannot_create_a_qp_on_a_destroyed_cq() {
             let a = slot.lock().unwrap().take().unwrap();
             let r = a.destroy(None).map_err(|(_, e)| e);
             let _ = tx.send(("destroy A", format!("{r:?}")));
-        }).unwrap();
+        })
+        .unwrap();
     }
     a_dev.publish(false);
     started_rx.recv_timeout(WAIT).unwrap();
@@ -422,9 +456,25 @@ fn cross_context_mixing_is_refused() {
     let cq2 = u2.create_cq(8, None).unwrap();
     let pd2 = u2.alloc_pd().unwrap();
     let kpd = dev.alloc_pd().unwrap();
-    let attr = QpInitAttr { send_cq: &cq2, recv_cq: &cq1, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq2,
+        recv_cq: &cq1,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     assert!(pd2.create_qp(&attr).is_err());
-    let attr = QpInitAttr { send_cq: &cq1, recv_cq: &cq1, cap: cap(), qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq1,
+        recv_cq: &cq1,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     assert!(kpd.create_qp(&attr).is_err());
     // A user context's async queue gets its own CQ's events only.
     scq(&cq1).0.events.error(CqError::Overrun);

@@ -139,9 +139,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
                 *out = to_ibv(&a);
                 0
             }
-            Err(ib_core::Error::InvalidArgument(why)) if why.starts_with("GRH of") => {
-                minus_one(libc::EPROTONOSUPPORT)
-            }
+            Err(ib_core::Error::InvalidArgument(why)) if why.starts_with("GRH of") => minus_one(libc::EPROTONOSUPPORT),
             Err(e) => minus_one(e.errno()),
         }
     })
@@ -150,7 +148,12 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
 /// `ibv_create_ah_from_wc(pd, wc, grh, port_num)`: [`ibv_init_ah_from_wc`] then
 /// [`ibv_create_ah`]; NULL with the errno of the step that failed.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut libc::c_void, port_num: u8) -> *mut ibv_ah {
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut libc::c_void,
+    port_num: u8,
+) -> *mut ibv_ah {
     guard(std::ptr::null_mut(), || {
         // SAFETY: the program passes a PD of this library.
         let Some(p) = (unsafe { crate::pd::pd(pd) }) else { return null(libc::EINVAL) };

@@ -2,9 +2,9 @@
 //! `ibv_poll_cq` and `ibv_req_notify_cq` call.
 
 use crate::abi::{
-    ibv_comp_channel, ibv_context, ibv_cq, ibv_wc, pthread_cond_t, pthread_mutex_t, IBV_WC_COMP_SWAP,
-    IBV_WC_FETCH_ADD, IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM,
-    IBV_WC_SEND, IBV_WC_WITH_IMM, IBV_WC_GRH,
+    ibv_comp_channel, ibv_context, ibv_cq, ibv_wc, pthread_cond_t, pthread_mutex_t, IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD,
+    IBV_WC_GRH, IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SEND,
+    IBV_WC_WITH_IMM,
 };
 use crate::channel::channel;
 use crate::context::context;

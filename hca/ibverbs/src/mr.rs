@@ -29,7 +29,12 @@ pub(crate) struct Mr {
 /// `REMOTE_ATOMIC`, `MW_BIND`), or not readable when they do not, as Linux's `ib_umem_get` refuses it
 /// (`docs/memory.md`); `ENOMEM` past the device's MRs.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr(p: *mut ibv_pd, addr: *mut libc::c_void, length: usize, access: i32) -> *mut ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr(
+    p: *mut ibv_pd,
+    addr: *mut libc::c_void,
+    length: usize,
+    access: i32,
+) -> *mut ibv_mr {
     // SAFETY: as `ibv_reg_mr_iova2` with the MR's addresses its own.
     unsafe { ibv_reg_mr_iova2(p, addr, length, addr as u64, access as u32) }
 }

@@ -92,7 +92,12 @@ fn has_cap_net_raw() -> bool {
 ///
 /// # Safety
 /// `pd` and the CQs `a` names are NULL or live objects of this library.
-unsafe fn create(ctx: *mut ibv_context, pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, send_ops: Option<u64>) -> *mut ibv_qp {
+unsafe fn create(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
     // SAFETY: the caller's promise.
     let (p, scq, rcq) = unsafe { (crate::pd::pd(pd), crate::cq::cq(a.send_cq), crate::cq::cq(a.recv_cq)) };
     let (Some(p), Some(scq), Some(rcq)) = (p, scq, rcq) else { return null(libc::EINVAL) };
@@ -261,10 +266,16 @@ pub unsafe extern "C" fn ibv_modify_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr,
 /// and the creation attributes into `init_attr`. 0 or the errno; with `IBV_QP_STATE`,
 /// `qp->state` is updated, as libibverbs does.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_query_qp(qp_: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32, init: *mut ibv_qp_init_attr) -> i32 {
+pub unsafe extern "C" fn ibv_query_qp(
+    qp_: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: i32,
+    init: *mut ibv_qp_init_attr,
+) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP of this library and room for both answers.
-        let (Some(q), Some(a), Some(i)) = (unsafe { qp(qp_) }, unsafe { attr.as_mut() }, unsafe { init.as_mut() }) else {
+        let (Some(q), Some(a), Some(i)) = (unsafe { qp(qp_) }, unsafe { attr.as_mut() }, unsafe { init.as_mut() })
+        else {
             return fail(libc::EINVAL);
         };
         let mask = QpAttrMask(mask as u32);
@@ -336,7 +347,8 @@ fn linger(q: &Qp) {
     // objects; a QP used after that is the program's error, as in C).
     let Some(ctx) = (unsafe { crate::context::context(q.ibv.qp_base.context) }) else { return };
     let ack_timeout_us = 4.096 * f64::from(1u32 << a.timeout.min(31));
-    let quiet = Duration::from_micros((4.0 * ack_timeout_us) as u64).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let quiet =
+        Duration::from_micros((4.0 * ack_timeout_us) as u64).clamp(Duration::from_millis(10), Duration::from_secs(1));
     ctx.dev.linger_roce(quiet);
 }
 

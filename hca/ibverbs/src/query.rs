@@ -95,7 +95,10 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         // SAFETY: the header passes the context it was called with.
         let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
         // SAFETY: `input` is NULL or the caller's readable input.
-        if attr.is_null() || attr_size < size_of::<ibv_device_attr>() || unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
+        if attr.is_null()
+            || attr_size < size_of::<ibv_device_attr>()
+            || unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0)
+        {
             return fail(libc::EINVAL);
         }
         let mut ex: ibv_device_attr_ex = ibv_device_attr_ex {
@@ -167,7 +170,11 @@ unsafe fn write_port(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) 
     // SAFETY: `out` holds `len` bytes (the caller's promise); we copy at most our struct's size.
     unsafe {
         std::ptr::write_bytes(out, 0, len);
-        std::ptr::copy_nonoverlapping((&p as *const ibv_port_attr).cast::<u8>(), out, len.min(size_of::<ibv_port_attr>()));
+        std::ptr::copy_nonoverlapping(
+            (&p as *const ibv_port_attr).cast::<u8>(),
+            out,
+            len.min(size_of::<ibv_port_attr>()),
+        );
     }
     0
 }
@@ -184,7 +191,12 @@ pub unsafe extern "C" fn ibv_query_port(ctx: *mut ibv_context, port: u8, attr: *
 
 /// `verbs_context.query_port`: fills `port_attr_len` bytes of an `ibv_port_attr` (the caller's
 /// size: older programs pass a shorter struct). 0 or errno as [`ibv_query_port`].
-pub(crate) unsafe extern "C" fn query_port_ex(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr, len: usize) -> i32 {
+pub(crate) unsafe extern "C" fn query_port_ex(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> i32 {
     // SAFETY: the header passes its caller's struct and its size.
     guard(libc::EIO, || unsafe { write_port(ctx, port, attr.cast(), len) })
 }
@@ -201,7 +213,13 @@ fn gid_entry(c: &Context, port: u8, index: u32) -> Result<ibv_gid_entry, i32> {
         GidType::RoceV1 => IBV_GID_TYPE_ROCE_V1,
         GidType::RoceV2 => IBV_GID_TYPE_ROCE_V2,
     };
-    Ok(ibv_gid_entry { gid: ibv_gid { raw: gid }, gid_index: index, port_num: u32::from(port), gid_type, ndev_ifindex: 0 })
+    Ok(ibv_gid_entry {
+        gid: ibv_gid { raw: gid },
+        gid_index: index,
+        port_num: u32::from(port),
+        gid_type,
+        ndev_ifindex: 0,
+    })
 }
 
 /// The most bytes one ioctl attribute carries (`struct ib_uverbs_attr`'s 16-bit `len`): a larger

@@ -4,9 +4,8 @@
 //! rdma-core's pvrdma provider (which has no `create_srq_ex`).
 
 use crate::abi::{
-    ibv_context, ibv_pd, ibv_recv_wr, ibv_srq, ibv_srq_attr, ibv_srq_init_attr, ibv_srq_init_attr_ex,
-    pthread_cond_t, pthread_mutex_t, IBV_SRQT_BASIC, IBV_SRQ_INIT_ATTR_CQ, IBV_SRQ_INIT_ATTR_PD,
-    IBV_SRQ_INIT_ATTR_TYPE,
+    ibv_context, ibv_pd, ibv_recv_wr, ibv_srq, ibv_srq_attr, ibv_srq_init_attr, ibv_srq_init_attr_ex, pthread_cond_t,
+    pthread_mutex_t, IBV_SRQT_BASIC, IBV_SRQ_INIT_ATTR_CQ, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TYPE,
 };
 use crate::ffi::{errno_of, fail, guard, null, status};
 use ib_core::{SrqAttr, SrqAttrMask, SrqInitAttr};
@@ -163,7 +162,11 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq_: *mut ibv_srq) -> i32 {
 /// SRQ. 0, or the errno of the first WR not posted, stored in `*bad_wr`: `EINVAL` for a bad WR
 /// (more SGEs than the SRQ takes), `ENOMEM` when the SRQ is full (at the latest at the WR past
 /// its depth: a chain that loops back on itself ends there).
-pub(crate) unsafe extern "C" fn post_srq_recv(srq_: *mut libc::c_void, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq_: *mut libc::c_void,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: the header passes the program's SRQ of this library.
         let Some(s) = (unsafe { srq(srq_.cast::<ibv_srq>()) }) else {

@@ -38,7 +38,12 @@ fn sysfs_path() -> CString {
 /// -1 with `errno` on failure: the open's or read's errno, `EINVAL` for NULL arguments, and -1
 /// when the text fills `buf` with no room for its NUL (as libibverbs: it refuses to truncate).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_char, buf: *mut c_char, size: usize) -> c_int {
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
     guard_pure(-1, || {
         if dir.is_null() || file.is_null() || (buf.is_null() && size > 0) {
             return minus_one(libc::EINVAL);

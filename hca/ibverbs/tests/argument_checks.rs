@@ -154,7 +154,14 @@ impl Fx {
         let qp = self.init();
         let mut a = self.rtr(qp);
         assert_eq!(modify(qp, &mut a, RTR_MASK), 0, "RTR");
-        let mut a = ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+        let mut a = ibv_qp_attr {
+            qp_state: 3,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
         assert_eq!(modify(qp, &mut a, RTS_MASK), 0, "RTS");
         qp
     }
@@ -224,7 +231,16 @@ fn read_back(qp: *mut ibv_qp, r: i32, check: impl Fn(&ibv_qp_attr) -> bool) -> S
     let out = int(r);
     if r == 0 && !check(&query(qp)) {
         let q = query(qp);
-        let seen = (q.rq_psn, q.dest_qp_num, q.path_mtu, q.ah_attr.grh.flow_label, q.timeout, q.retry_cnt, q.rnr_retry, q.max_rd_atomic);
+        let seen = (
+            q.rq_psn,
+            q.dest_qp_num,
+            q.path_mtu,
+            q.ah_attr.grh.flow_label,
+            q.timeout,
+            q.retry_cnt,
+            q.rnr_retry,
+            q.max_rd_atomic,
+        );
         return format!("{out} (read back wrong: {seen:?})");
     }
     out
@@ -310,7 +326,8 @@ fn create_srq(max_wr: u32, max_sge: u32) -> String {
 
 fn modify_srq(limit: u32, mask: i32) -> String {
     let fx = Fx::new();
-    let mut a = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 16, max_sge: 1, srq_limit: 0 } };
+    let mut a =
+        ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 16, max_sge: 1, srq_limit: 0 } };
     // SAFETY: the fixture's PD; then its SRQ.
     unsafe {
         let srq = ibv_create_srq(fx.pd, &mut a);

@@ -23,10 +23,7 @@ fn open() -> (*mut ibv_context, hca::platform::sim::SimPlatform) {
     // SAFETY: the list is NULL-terminated, the first entry a device of this library.
     unsafe {
         let list = ibv_get_device_list(null_mut());
-        assert!(
-            !list.is_null() && !(*list).is_null(),
-            "the default model device"
-        );
+        assert!(!list.is_null() && !(*list).is_null(), "the default model device");
         let dev = *list;
         let ctx = ibv_open_device(dev);
         let model = test_model(dev).expect("a model device");
@@ -55,14 +52,7 @@ fn fixture(cqe: i32) -> Fx {
         let cq = ibv_create_cq(ctx, cqe, null_mut(), null_mut(), 0);
         let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 7);
         assert!(!pd.is_null() && !cq.is_null() && !mr.is_null());
-        Fx {
-            ctx,
-            model,
-            pd,
-            cq,
-            mr,
-            buf,
-        }
+        Fx { ctx, model, pd, cq, mr, buf }
     }
 }
 
@@ -110,12 +100,7 @@ fn create_qp(pd: *mut ibv_pd, cq: *mut ibv_cq, send: u32) -> *mut ibv_qp {
     qp
 }
 
-fn create_qp_ex(
-    ctx: *mut ibv_context,
-    pd: *mut ibv_pd,
-    cq: *mut ibv_cq,
-    inline: u32,
-) -> *mut ibv_qp {
+fn create_qp_ex(ctx: *mut ibv_context, pd: *mut ibv_pd, cq: *mut ibv_cq, inline: u32) -> *mut ibv_qp {
     let b = init_attr(cq, cq, 16, inline);
     let mut a = ibv_qp_init_attr_ex {
         qp_context: null_mut(),
@@ -166,26 +151,12 @@ fn gid(ctx: *mut ibv_context) -> [u8; 16] {
 }
 
 fn connect(qp: *mut ibv_qp, remote: *mut ibv_qp) {
-    let mut a = ibv_qp_attr {
-        qp_state: 1,
-        port_num: 1,
-        qp_access_flags: 7,
-        ..Default::default()
-    };
+    let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, qp_access_flags: 7, ..Default::default() };
     assert_eq!(modify(qp, &mut a, INIT_MASK), 0, "INIT");
     // SAFETY: live QPs.
     let (ctx, rqpn) = unsafe { ((*qp).context, (*remote).qp_num) };
-    let grh = ibv_global_route {
-        dgid: ibv_gid { raw: gid(ctx) },
-        hop_limit: 64,
-        ..Default::default()
-    };
-    let ah_attr = ibv_ah_attr {
-        grh,
-        is_global: 1,
-        port_num: 1,
-        ..Default::default()
-    };
+    let grh = ibv_global_route { dgid: ibv_gid { raw: gid(ctx) }, hop_limit: 64, ..Default::default() };
+    let ah_attr = ibv_ah_attr { grh, is_global: 1, port_num: 1, ..Default::default() };
     let mut a = ibv_qp_attr {
         qp_state: 2,
         path_mtu: 3,
@@ -196,14 +167,8 @@ fn connect(qp: *mut ibv_qp, remote: *mut ibv_qp) {
         ..Default::default()
     };
     assert_eq!(modify(qp, &mut a, RTR_MASK), 0, "RTR");
-    let mut a = ibv_qp_attr {
-        qp_state: 3,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
+    let mut a =
+        ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
     assert_eq!(modify(qp, &mut a, RTS_MASK), 0, "RTS");
 }
 
@@ -224,12 +189,7 @@ fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: &mut *mut ibv_send_wr) 
 }
 
 fn post_recv(qp: *mut ibv_qp, wr_id: u64, sg: *mut ibv_sge) -> i32 {
-    let mut w = ibv_recv_wr {
-        wr_id,
-        next: null_mut(),
-        sg_list: sg,
-        num_sge: 1,
-    };
+    let mut w = ibv_recv_wr { wr_id, next: null_mut(), sg_list: sg, num_sge: 1 };
     let mut bad = null_mut();
     // SAFETY: a live QP; the WR is ours.
     unsafe { ((*(*qp).context).ops.post_recv.unwrap())(qp, &mut w, &mut bad) }
@@ -249,11 +209,7 @@ fn poll_n(cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
         let k = poll(cq, &mut wc);
         assert!(k >= 0, "poll: {k}");
         out.extend_from_slice(&wc[..k as usize]);
-        assert!(
-            Instant::now() < end,
-            "only {} of {n} completions",
-            out.len()
-        );
+        assert!(Instant::now() < end, "only {} of {n} completions", out.len());
         if k == 0 {
             std::thread::yield_now();
         }
@@ -276,18 +232,9 @@ fn nulls_and_bad_values_get_errnos() {
         assert_eq!(errno(), libc::EINVAL);
         assert_eq!(ibv_dealloc_pd(null_mut()), libc::EINVAL);
         assert!(ibv_reg_mr(null_mut(), fx.buf.as_ptr() as *mut _, 8, 1).is_null());
-        assert!(
-            ibv_reg_mr(fx.pd, fx.buf.as_ptr() as *mut _, 0, 1).is_null(),
-            "zero length"
-        );
-        assert!(
-            ibv_reg_mr(fx.pd, 0x1000 as *mut _, usize::MAX, 1).is_null(),
-            "wrapping range"
-        );
-        assert!(
-            ibv_reg_mr(fx.pd, fx.buf.as_ptr() as *mut _, 8, 2).is_null(),
-            "remote write without local"
-        );
+        assert!(ibv_reg_mr(fx.pd, fx.buf.as_ptr() as *mut _, 0, 1).is_null(), "zero length");
+        assert!(ibv_reg_mr(fx.pd, 0x1000 as *mut _, usize::MAX, 1).is_null(), "wrapping range");
+        assert!(ibv_reg_mr(fx.pd, fx.buf.as_ptr() as *mut _, 8, 2).is_null(), "remote write without local");
         assert_eq!(ibv_dereg_mr(null_mut()), libc::EINVAL);
         assert!(ibv_create_cq(fx.ctx, i32::MAX, null_mut(), null_mut(), 0).is_null());
         assert!(ibv_create_cq(fx.ctx, i32::MIN, null_mut(), null_mut(), 0).is_null());
@@ -298,10 +245,7 @@ fn nulls_and_bad_values_get_errnos() {
         assert_eq!(poll_cq(fx.cq, -1, wc.as_mut_ptr()), 0);
         assert_eq!(poll_cq(fx.cq, i32::MIN, wc.as_mut_ptr()), 0);
         assert_eq!(poll_cq(fx.cq, 4, null_mut()), -libc::EINVAL);
-        assert_eq!(
-            ((*fx.ctx).ops.req_notify_cq.unwrap())(null_mut(), 0),
-            libc::EINVAL
-        );
+        assert_eq!(((*fx.ctx).ops.req_notify_cq.unwrap())(null_mut(), 0), libc::EINVAL);
         ibv_ack_cq_events(null_mut(), 5);
         ibv_ack_cq_events(fx.cq, u32::MAX);
         assert_eq!(ibv_get_cq_event(null_mut(), null_mut(), null_mut()), -1);
@@ -318,38 +262,16 @@ fn nulls_and_bad_values_get_errnos() {
         for bad in [
             init_attr(null_mut(), fx.cq, 16, 0),
             init_attr(fx.cq, null_mut(), 16, 0),
-            ibv_qp_init_attr {
-                qp_type: 77,
-                ..init_attr(fx.cq, fx.cq, 16, 0)
-            },
-            ibv_qp_init_attr {
-                qp_type: IBV_QPT_UC,
-                ..init_attr(fx.cq, fx.cq, 16, 0)
-            },
+            ibv_qp_init_attr { qp_type: 77, ..init_attr(fx.cq, fx.cq, 16, 0) },
+            ibv_qp_init_attr { qp_type: IBV_QPT_UC, ..init_attr(fx.cq, fx.cq, 16, 0) },
             init_attr(fx.cq, fx.cq, u32::MAX, 0),
-            ibv_qp_init_attr {
-                cap: ibv_qp_cap {
-                    max_send_sge: u32::MAX,
-                    ..a.cap
-                },
-                ..a
-            },
-            ibv_qp_init_attr {
-                cap: ibv_qp_cap {
-                    max_recv_wr: 1 << 31,
-                    ..a.cap
-                },
-                ..a
-            },
+            ibv_qp_init_attr { cap: ibv_qp_cap { max_send_sge: u32::MAX, ..a.cap }, ..a },
+            ibv_qp_init_attr { cap: ibv_qp_cap { max_recv_wr: 1 << 31, ..a.cap }, ..a },
         ] {
             let mut b = bad;
             set_errno(0);
             assert!(ibv_create_qp(fx.pd, &mut b).is_null());
-            assert!(
-                matches!(errno(), libc::EINVAL | libc::EOPNOTSUPP | libc::ENOMEM),
-                "errno {}",
-                errno()
-            );
+            assert!(matches!(errno(), libc::EINVAL | libc::EOPNOTSUPP | libc::ENOMEM), "errno {}", errno());
         }
         let create_ex = (*ctx_ex(fx.ctx)).create_qp_ex.unwrap();
         assert!(create_ex(fx.ctx, null_mut()).is_null());
@@ -360,64 +282,34 @@ fn nulls_and_bad_values_get_errnos() {
         let mut init = init_attr(null_mut(), null_mut(), 0, 0);
         assert_eq!(ibv_modify_qp(null_mut(), &mut at, 1), libc::EINVAL);
         assert_eq!(ibv_modify_qp(qp, null_mut(), 1), libc::EINVAL);
-        assert_eq!(
-            ibv_query_qp(null_mut(), &mut at, 1, &mut init),
-            libc::EINVAL
-        );
+        assert_eq!(ibv_query_qp(null_mut(), &mut at, 1, &mut init), libc::EINVAL);
         assert_eq!(ibv_query_qp(qp, null_mut(), 1, &mut init), libc::EINVAL);
         assert_eq!(ibv_query_qp(qp, &mut at, 1, null_mut()), libc::EINVAL);
-        assert_eq!(
-            ibv_query_qp(qp, &mut at, -1, &mut init),
-            0,
-            "any mask is answered"
-        );
+        assert_eq!(ibv_query_qp(qp, &mut at, -1, &mut init), 0, "any mask is answered");
         // Posting with NULLs.
         let mut bad = null_mut();
         assert_eq!(post_send(qp, null_mut(), &mut bad), 0, "an empty chain");
         let ps = (*fx.ctx).ops.post_send.unwrap();
         let mut w = send_wr(1, null_mut(), 0);
         assert_eq!(ps(null_mut(), &mut w, &mut bad), libc::EINVAL);
-        assert_eq!(
-            ps(qp, &mut w, null_mut()),
-            libc::EINVAL,
-            "before RTS, bad_wr NULL"
-        );
+        assert_eq!(ps(qp, &mut w, null_mut()), libc::EINVAL, "before RTS, bad_wr NULL");
         let pr = (*fx.ctx).ops.post_recv.unwrap();
-        let mut r = ibv_recv_wr {
-            wr_id: 1,
-            next: null_mut(),
-            sg_list: null_mut(),
-            num_sge: 3,
-        };
+        let mut r = ibv_recv_wr { wr_id: 1, next: null_mut(), sg_list: null_mut(), num_sge: 3 };
         let mut rbad = null_mut();
-        assert_eq!(
-            pr(qp, &mut r, &mut rbad),
-            libc::EINVAL,
-            "NULL list with num_sge 3"
-        );
+        assert_eq!(pr(qp, &mut r, &mut rbad), libc::EINVAL, "NULL list with num_sge 3");
         assert_eq!(rbad, &mut r as *mut _);
         r.num_sge = -1;
         assert_eq!(pr(qp, &mut r, null_mut()), libc::EINVAL);
-        assert_eq!(
-            ((*fx.ctx).ops.post_srq_recv.unwrap())(null_mut(), null_mut(), null_mut()),
-            libc::EINVAL
-        );
+        assert_eq!(((*fx.ctx).ops.post_srq_recv.unwrap())(null_mut(), null_mut(), null_mut()), libc::EINVAL);
         assert_eq!(
             ibv_read_sysfs_file(c"/proc/self".as_ptr(), c"comm".as_ptr(), null_mut(), 0),
             0,
             "size 0, NULL buffer"
         );
-        assert_eq!(
-            ibv_read_sysfs_file(c"/nonexistent".as_ptr(), c"x".as_ptr(), null_mut(), 0),
-            -1
-        );
+        assert_eq!(ibv_read_sysfs_file(c"/nonexistent".as_ptr(), c"x".as_ptr(), null_mut(), 0), -1);
         let mut pa: ibv_port_attr = std::mem::zeroed();
         for port in [0u8, 2, 255] {
-            assert_eq!(
-                ibv_query_port(fx.ctx, port, &mut pa),
-                libc::EINVAL,
-                "port {port}"
-            );
+            assert_eq!(ibv_query_port(fx.ctx, port, &mut pa), libc::EINVAL, "port {port}");
         }
         let mut g = ibv_gid::default();
         assert_eq!(ibv_query_gid(fx.ctx, 1, i32::MAX, &mut g), -1);
@@ -428,35 +320,15 @@ fn nulls_and_bad_values_get_errnos() {
         assert_eq!(ibv_get_pkey_index(fx.ctx, 9, 0xffff), -1);
         let mut ge: ibv_gid_entry = std::mem::zeroed();
         assert_eq!(
-            _ibv_query_gid_ex(
-                fx.ctx,
-                1 << 20,
-                0,
-                &mut ge,
-                0,
-                std::mem::size_of::<ibv_gid_entry>()
-            ),
+            _ibv_query_gid_ex(fx.ctx, 1 << 20, 0, &mut ge, 0, std::mem::size_of::<ibv_gid_entry>()),
             libc::EINVAL
         );
         assert_eq!(
-            _ibv_query_gid_ex(
-                fx.ctx,
-                1,
-                u32::MAX,
-                &mut ge,
-                0,
-                std::mem::size_of::<ibv_gid_entry>()
-            ),
+            _ibv_query_gid_ex(fx.ctx, 1, u32::MAX, &mut ge, 0, std::mem::size_of::<ibv_gid_entry>()),
             libc::EINVAL
         );
         assert_eq!(
-            _ibv_query_gid_table(
-                fx.ctx,
-                null_mut(),
-                0,
-                0,
-                std::mem::size_of::<ibv_gid_entry>()
-            ),
+            _ibv_query_gid_table(fx.ctx, null_mut(), 0, 0, std::mem::size_of::<ibv_gid_entry>()),
             -(libc::EINVAL as isize),
             "max_entries 0: Linux's UVERBS_METHOD_QUERY_GID_TABLE refuses an empty array"
         );
@@ -473,46 +345,20 @@ fn modify_with_out_of_range_enums_is_einval_and_keeps_the_qp() {
     let fx = fixture(64);
     let qp = create_qp(fx.pd, fx.cq, 16);
     for state in [7, 8, u32::MAX] {
-        let mut a = ibv_qp_attr {
-            qp_state: state,
-            ..Default::default()
-        };
+        let mut a = ibv_qp_attr { qp_state: state, ..Default::default() };
         assert_eq!(modify(qp, &mut a, STATE), libc::EINVAL, "state {state}");
-        let mut a = ibv_qp_attr {
-            qp_state: 1,
-            cur_qp_state: state,
-            ..Default::default()
-        };
-        assert_eq!(
-            modify(qp, &mut a, STATE | 2),
-            libc::EINVAL,
-            "cur state {state}"
-        );
+        let mut a = ibv_qp_attr { qp_state: 1, cur_qp_state: state, ..Default::default() };
+        assert_eq!(modify(qp, &mut a, STATE | 2), libc::EINVAL, "cur state {state}");
     }
-    let mut a = ibv_qp_attr {
-        qp_state: 1,
-        port_num: 1,
-        qp_access_flags: 7,
-        ..Default::default()
-    };
+    let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, qp_access_flags: 7, ..Default::default() };
     // Mask bits past IBV_QP_DEST_QPN: libibverbs's legacy command and Linux's
     // `ib_uverbs_modify_qp` refuse them with EOPNOTSUPP (issue 21 §3).
     assert_eq!(modify(qp, &mut a, u32::MAX), libc::EOPNOTSUPP, "every mask bit");
     assert_eq!(modify(qp, &mut a, 1 << 30), libc::EOPNOTSUPP, "an unknown bit");
     assert_eq!(modify(qp, &mut a, INIT_MASK | 1 << 19), libc::EINVAL, "IBV_QP_CAP: no transition takes it");
     assert_eq!(modify(qp, &mut a, INIT_MASK), 0);
-    let mut r = ibv_qp_attr {
-        qp_state: 2,
-        path_mtu: 3,
-        dest_qp_num: 1,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    r.ah_attr = ibv_ah_attr {
-        is_global: 1,
-        port_num: 1,
-        ..Default::default()
-    };
+    let mut r = ibv_qp_attr { qp_state: 2, path_mtu: 3, dest_qp_num: 1, min_rnr_timer: 12, ..Default::default() };
+    r.ah_attr = ibv_ah_attr { is_global: 1, port_num: 1, ..Default::default() };
     assert_eq!(modify(qp, &mut r, RTR_MASK), libc::EINVAL, "a zero dgid: the device finds no route");
     let mut q = ibv_qp_attr::default();
     let mut init = init_attr(null_mut(), null_mut(), 0, 0);
@@ -556,11 +402,8 @@ fn a_bad_wr_in_the_middle_is_returned_and_only_those_before_it_posted() {
     ];
     let mut id = 0;
     for (what, spoil) in bads {
-        let mut w = [
-            send_wr(id, sg.as_mut_ptr(), 1),
-            send_wr(id + 1, sg.as_mut_ptr(), 1),
-            send_wr(id + 2, sg.as_mut_ptr(), 1),
-        ];
+        let mut w =
+            [send_wr(id, sg.as_mut_ptr(), 1), send_wr(id + 1, sg.as_mut_ptr(), 1), send_wr(id + 2, sg.as_mut_ptr(), 1)];
         spoil(&mut w[1]);
         let p = w.as_mut_ptr();
         // SAFETY: indices within the array.
@@ -571,26 +414,15 @@ fn a_bad_wr_in_the_middle_is_returned_and_only_those_before_it_posted() {
         let mut bad = null_mut();
         let r = post_send(a, &mut w[0], &mut bad);
         assert!(r == libc::EINVAL || r == libc::ENOMEM, "{what}: {r}");
-        assert_eq!(
-            bad, &mut w[1] as *mut _,
-            "{what}: bad_wr names the middle WR"
-        );
+        assert_eq!(bad, &mut w[1] as *mut _, "{what}: bad_wr names the middle WR");
         let got = poll_n(fx.cq, 2);
         // SAFETY: a live QP.
         let qpn = unsafe { (*a).qp_num };
-        let ids: Vec<_> = got
-            .iter()
-            .filter(|c| c.qp_num == qpn)
-            .map(|c| c.wr_id)
-            .collect();
+        let ids: Vec<_> = got.iter().filter(|c| c.qp_num == qpn).map(|c| c.wr_id).collect();
         assert_eq!(ids, [id], "{what}: only the first was posted");
         assert!(got.iter().all(|c| c.status == 0));
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(
-            poll(fx.cq, &mut [ibv_wc::default(); 4]),
-            0,
-            "{what}: nothing else completes"
-        );
+        assert_eq!(poll(fx.cq, &mut [ibv_wc::default(); 4]), 0, "{what}: nothing else completes");
         id += 10;
     }
     destroy_qp(a);
@@ -635,14 +467,8 @@ fn the_wr_api_misused_answers_and_posts_nothing_bad() {
         assert_eq!((x.wr_complete.unwrap())(p), 0);
         // Inline lengths that wrap when added: ENOMEM (beyond max_inline_data), no panic.
         let bufs = [
-            ibv_data_buf {
-                addr: fx.buf.as_ptr() as *mut _,
-                length: usize::MAX,
-            },
-            ibv_data_buf {
-                addr: fx.buf.as_ptr() as *mut _,
-                length: 2,
-            },
+            ibv_data_buf { addr: fx.buf.as_ptr() as *mut _, length: usize::MAX },
+            ibv_data_buf { addr: fx.buf.as_ptr() as *mut _, length: 2 },
         ];
         (x.wr_start.unwrap())(p);
         x.wr_id = 5;
@@ -709,10 +535,7 @@ fn objects_of_two_contexts_do_not_mix_but_their_qps_connect() {
     // SAFETY: objects of this library.
     unsafe {
         let mut a = init_attr(fa.cq, fa.cq, 16, 0);
-        assert!(
-            ibv_create_qp(fb.pd, &mut a).is_null(),
-            "CQs of A with a PD of B"
-        );
+        assert!(ibv_create_qp(fb.pd, &mut a).is_null(), "CQs of A with a PD of B");
         assert_eq!(errno(), libc::EINVAL);
         let mut a = init_attr(fa.cq, fb.cq, 16, 0);
         assert!(ibv_create_qp(fb.pd, &mut a).is_null(), "send CQ of A");
@@ -736,19 +559,13 @@ fn objects_of_two_contexts_do_not_mix_but_their_qps_connect() {
             source_qpn: 0,
             send_ops_flags: 0,
         };
-        assert!(
-            create_ex(fa.ctx, &mut x).is_null(),
-            "A's create_qp_ex with B's PD"
-        );
+        assert!(create_ex(fa.ctx, &mut x).is_null(), "A's create_qp_ex with B's PD");
         assert_eq!(errno(), libc::EINVAL);
         x.pd = fa.pd;
         assert!(create_ex(fa.ctx, &mut x).is_null(), "A's PD with B's CQs");
         assert_eq!(errno(), libc::EINVAL);
         let ch = ibv_create_comp_channel(fa.ctx);
-        assert!(
-            ibv_create_cq(fb.ctx, 4, null_mut(), ch, 0).is_null(),
-            "a channel of A"
-        );
+        assert!(ibv_create_cq(fb.ctx, 4, null_mut(), ch, 0).is_null(), "a channel of A");
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
     }
     // QPs of two contexts of one device connect.
@@ -820,11 +637,7 @@ fn concurrent_posters_and_a_poller_see_each_completion_once() {
     let mut recv_posted = 0u64;
     let mut post_recvs = |upto: u64| {
         while recv_posted < upto.min(THREADS * EACH) {
-            let mut s = ibv_sge {
-                addr: base + 32768 + (recv_posted % 256) * 64,
-                length: 64,
-                lkey,
-            };
+            let mut s = ibv_sge { addr: base + 32768 + (recv_posted % 256) * 64, length: 64, lkey };
             match post_recv(qb as *mut ibv_qp, 1_000_000 + recv_posted, &mut s) {
                 0 => recv_posted += 1,
                 // The RQ slot of a polled receive may be freed just after its CQE is visible.
@@ -841,11 +654,7 @@ fn concurrent_posters_and_a_poller_see_each_completion_once() {
                 let mut i = 0;
                 while i < EACH {
                     let off = (t * EACH + i) * 8;
-                    let mut s = ibv_sge {
-                        addr: base + off,
-                        length: 8,
-                        lkey,
-                    };
+                    let mut s = ibv_sge { addr: base + off, length: 8, lkey };
                     let mut w = send_wr(t << 32 | i, &mut s, 1);
                     let mut bad = null_mut();
                     match post_send(qa as *mut ibv_qp, &mut w, &mut bad) {
@@ -874,26 +683,15 @@ fn concurrent_posters_and_a_poller_see_each_completion_once() {
                 // SAFETY: the receive's bytes in our buffer, not reposted before this read.
                 let v = unsafe { at.read_volatile() };
                 assert_eq!(c.byte_len, 8);
-                assert!(
-                    v >> 32 < THREADS && (v & 0xffff_ffff) < EACH,
-                    "payload {v:#x}"
-                );
+                assert!(v >> 32 < THREADS && (v & 0xffff_ffff) < EACH, "payload {v:#x}");
                 assert!(payloads.insert(v), "payload {v:#x} twice");
                 recvs += 1;
             } else {
-                assert!(
-                    seen_send.insert(c.wr_id),
-                    "send {:#x} completed twice",
-                    c.wr_id
-                );
+                assert!(seen_send.insert(c.wr_id), "send {:#x} completed twice", c.wr_id);
             }
         }
         post_recvs(recvs as u64 + 256);
-        assert!(
-            Instant::now() < end,
-            "{} sends, {recvs} receives of {total}",
-            seen_send.len()
-        );
+        assert!(Instant::now() < end, "{} sends, {recvs} receives of {total}", seen_send.len());
     }
     for p in posters {
         p.join().expect("poster");
@@ -918,10 +716,7 @@ fn get_cq_event_in_one_thread_while_another_arms_and_acks() {
             let mut got = 0;
             while got < N {
                 let (mut c, mut t) = (null_mut(), null_mut());
-                assert_eq!(
-                    ibv_get_cq_event(chu as *mut ibv_comp_channel, &mut c, &mut t),
-                    0
-                );
+                assert_eq!(ibv_get_cq_event(chu as *mut ibv_comp_channel, &mut c, &mut t), 0);
                 assert_eq!((c as usize, t as usize), (cqu, 0x77));
                 TAKEN.fetch_add(1, Ordering::SeqCst);
                 got += 1;
@@ -931,10 +726,7 @@ fn get_cq_event_in_one_thread_while_another_arms_and_acks() {
         let mut wc = [ibv_wc::default(); 8];
         for i in 0..N {
             assert_eq!(((*ctx).ops.req_notify_cq.unwrap())(cq, 0), 0);
-            let cqe = pvrdma_abi::wqe::Cqe {
-                wr_id: zerocopy::little_endian::U64::new(i as u64),
-                ..Default::default()
-            };
+            let cqe = pvrdma_abi::wqe::Cqe { wr_id: zerocopy::little_endian::U64::new(i as u64), ..Default::default() };
             assert!(model.device().post_cqe((*cq).handle, &cqe, false));
             assert_eq!(poll_n(cq, 1)[0].wr_id, i as u64);
             // Wait for the waiter to take it before arming again, then ack it from here.
@@ -974,13 +766,8 @@ fn destroy_cq_waits_for_an_ack_from_another_thread() {
             ibv_ack_cq_events(cqu as *mut ibv_cq, 1);
         });
         let (tx, rx) = std::sync::mpsc::channel();
-        let destroyer =
-            std::thread::spawn(move || tx.send(ibv_destroy_cq(cqu as *mut ibv_cq)).unwrap());
-        assert_eq!(
-            rx.recv_timeout(Duration::from_secs(10)),
-            Ok(0),
-            "destroy completes once acked"
-        );
+        let destroyer = std::thread::spawn(move || tx.send(ibv_destroy_cq(cqu as *mut ibv_cq)).unwrap());
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0), "destroy completes once acked");
         acker.join().unwrap();
         destroyer.join().unwrap();
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
@@ -1006,12 +793,8 @@ fn get_cq_event_blocked_while_its_cq_is_destroyed_and_the_channel_gets_another()
         assert_eq!(ibv_destroy_cq(cq), 0, "nothing taken for it");
         let cq2 = ibv_create_cq(ctx, 8, null_mut(), ch, 0);
         assert_eq!(((*ctx).ops.req_notify_cq.unwrap())(cq2, 0), 0);
-        assert!(model
-            .device()
-            .post_cqe((*cq2).handle, &pvrdma_abi::wqe::Cqe::default(), false));
-        let (r, c) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the waiter wakes");
+        assert!(model.device().post_cqe((*cq2).handle, &pvrdma_abi::wqe::Cqe::default(), false));
+        let (r, c) = rx.recv_timeout(Duration::from_secs(10)).expect("the waiter wakes");
         assert_eq!((r, c), (0, cq2 as usize), "the event names the live CQ");
         waiter.join().unwrap();
         ibv_ack_cq_events(cq2, 1);
@@ -1025,18 +808,9 @@ fn get_async(ctx: *mut ibv_context, within: Duration) -> Option<ibv_async_event>
     // SAFETY: an open context.
     let fd = unsafe { (*ctx).async_fd };
     // SAFETY: F_GETFL/F_SETFL on the context's fd.
-    unsafe {
-        libc::fcntl(
-            fd,
-            libc::F_SETFL,
-            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-        )
-    };
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
     let end = Instant::now() + within;
-    let mut ev = ibv_async_event {
-        element: ibv_async_event_element { port_num: -1 },
-        event_type: 99,
-    };
+    let mut ev = ibv_async_event { element: ibv_async_event_element { port_num: -1 }, event_type: 99 };
     loop {
         // SAFETY: as above; `ev` is writable.
         if unsafe { ibv_get_async_event(ctx, &mut ev) } == 0 {
@@ -1060,11 +834,7 @@ fn a_qp_event_names_its_qp_and_none_names_a_destroyed_one() {
     let mut ev = get_async(fx.ctx, Duration::from_secs(10)).expect("QP fatal");
     // SAFETY: the union holds the QP for a QP event.
     let got = unsafe { ev.element.qp };
-    assert_eq!(
-        (ev.event_type, got),
-        (1, qp),
-        "IBV_EVENT_QP_FATAL names the QP"
-    );
+    assert_eq!((ev.event_type, got), (1, qp), "IBV_EVENT_QP_FATAL names the QP");
     // SAFETY: the event just taken.
     unsafe { ibv_ack_async_event(&mut ev) };
     // Another event for it, not taken, then destroy: it must not come out afterwards.
@@ -1078,11 +848,7 @@ fn a_qp_event_names_its_qp_and_none_names_a_destroyed_one() {
     let ev = get_async(fx.ctx, Duration::from_secs(10)).expect("the CQ event");
     // SAFETY: as above.
     let got = unsafe { ev.element.cq };
-    assert_eq!(
-        (ev.event_type, got),
-        (0, cq),
-        "the QP's stale event was dropped"
-    );
+    assert_eq!((ev.event_type, got), (0, cq), "the QP's stale event was dropped");
     let mut ev = ev;
     // SAFETY: the event just taken.
     unsafe { ibv_ack_async_event(&mut ev) };
@@ -1095,45 +861,26 @@ fn get_async_event_blocked_while_the_cq_overflows() {
     let ctxu = fx.ctx as usize;
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
-        let mut ev = ibv_async_event {
-            element: ibv_async_event_element { port_num: -1 },
-            event_type: 99,
-        };
+        let mut ev = ibv_async_event { element: ibv_async_event_element { port_num: -1 }, event_type: 99 };
         // SAFETY: an open context (closed only after this thread is joined).
         let r = unsafe { ibv_get_async_event(ctxu as *mut ibv_context, &mut ev) };
         // SAFETY: the union holds the CQ for a CQ event.
-        tx.send((r, ev.event_type, unsafe { ev.element.cq } as usize))
-            .unwrap();
+        tx.send((r, ev.event_type, unsafe { ev.element.cq } as usize)).unwrap();
     });
     std::thread::sleep(Duration::from_millis(30));
     // SAFETY: a live CQ.
     let (cqe, h) = unsafe { ((*fx.cq).cqe, (*fx.cq).handle) };
     for i in 0..=cqe as u64 + 1 {
-        let c = pvrdma_abi::wqe::Cqe {
-            wr_id: zerocopy::little_endian::U64::new(i),
-            ..Default::default()
-        };
+        let c = pvrdma_abi::wqe::Cqe { wr_id: zerocopy::little_endian::U64::new(i), ..Default::default() };
         fx.model.device().post_cqe(h, &c, false);
     }
-    let (r, ty, cq) = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiter wakes");
-    assert_eq!(
-        (r, ty, cq),
-        (0, 0, fx.cq as usize),
-        "IBV_EVENT_CQ_ERR names the CQ"
-    );
+    let (r, ty, cq) = rx.recv_timeout(Duration::from_secs(10)).expect("the waiter wakes");
+    assert_eq!((r, ty, cq), (0, 0, fx.cq as usize), "IBV_EVENT_CQ_ERR names the CQ");
     waiter.join().unwrap();
-    let mut ev = ibv_async_event {
-        element: ibv_async_event_element { cq: fx.cq },
-        event_type: 0,
-    };
+    let mut ev = ibv_async_event { element: ibv_async_event_element { cq: fx.cq }, event_type: 0 };
     let mut wc = [ibv_wc::default(); 64];
     let k = poll(fx.cq, &mut wc);
-    assert!(
-        k == cqe || k == -libc::EOVERFLOW,
-        "queued CQEs then overflow: {k}"
-    );
+    assert!(k == cqe || k == -libc::EOVERFLOW, "queued CQEs then overflow: {k}");
     // SAFETY: the taken event; then the CQ can go.
     unsafe { ibv_ack_async_event(&mut ev) };
     fx.close();
@@ -1149,28 +896,18 @@ fn no_event_names_a_cq_destroyed_before_its_events_were_taken() {
         assert_eq!(((*ctx).ops.req_notify_cq.unwrap())(cq, 0), 0);
         let h = (*cq).handle;
         for i in 0..4 {
-            let c = pvrdma_abi::wqe::Cqe {
-                wr_id: zerocopy::little_endian::U64::new(i),
-                ..Default::default()
-            };
+            let c = pvrdma_abi::wqe::Cqe { wr_id: zerocopy::little_endian::U64::new(i), ..Default::default() };
             model.device().post_cqe(h, &c, false);
         }
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(ibv_destroy_cq(cq), 0, "nothing taken for it");
         // Its completion event and its CQ_ERR are gone with it.
         let fd = (*ch).fd;
-        libc::fcntl(
-            fd,
-            libc::F_SETFL,
-            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-        );
+        libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK);
         let (mut c, mut t) = (null_mut(), null_mut());
         assert_eq!(ibv_get_cq_event(ch, &mut c, &mut t), -1);
         assert_eq!(errno(), libc::EAGAIN);
-        assert!(
-            get_async(ctx, Duration::from_millis(50)).is_none(),
-            "no event of the freed CQ"
-        );
+        assert!(get_async(ctx, Duration::from_millis(50)).is_none(), "no event of the freed CQ");
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
         assert_eq!(ibv_close_device(ctx), 0);
     }
@@ -1193,12 +930,7 @@ fn long_inline_chains_post_exactly_the_wrs_before_bad_wr() {
         fx.buf[i as usize * 8..i as usize * 8 + 8].copy_from_slice(&(0xa0 + i).to_ne_bytes());
     }
     let mut next_recv = 0u64;
-    for (len, bad_at, spoil) in [
-        (10usize, 6usize, 99u32),
-        (3, 1, 99),
-        (12, 11, 99),
-        (9, 8, 0),
-    ] {
+    for (len, bad_at, spoil) in [(10usize, 6usize, 99u32), (3, 1, 99), (12, 11, 99), (9, 8, 0)] {
         for _ in 0..16 {
             let mut s = fx.sge(8192 + (next_recv as usize % 64) * 64, 64);
             assert_eq!(post_recv(b, 5000 + next_recv, &mut s), 0);
@@ -1228,26 +960,14 @@ fn long_inline_chains_post_exactly_the_wrs_before_bad_wr() {
         assert!(k <= bad_at, "bad_wr {k} past the bad WR {bad_at}");
         assert_eq!(r == libc::EINVAL, k == bad_at);
         let got = poll_n(fx.cq, 2 * k);
-        let mut sends: Vec<_> = got
-            .iter()
-            .filter(|c| c.opcode != IBV_WC_RECV)
-            .map(|c| c.wr_id)
-            .collect();
+        let mut sends: Vec<_> = got.iter().filter(|c| c.opcode != IBV_WC_RECV).map(|c| c.wr_id).collect();
         sends.sort_unstable();
-        assert_eq!(
-            sends,
-            (0..k as u64).collect::<Vec<_>>(),
-            "exactly the WRs before bad_wr"
-        );
+        assert_eq!(sends, (0..k as u64).collect::<Vec<_>>(), "exactly the WRs before bad_wr");
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(poll(fx.cq, &mut [ibv_wc::default(); 4]), 0);
         for c in got.iter().filter(|c| c.opcode == IBV_WC_RECV) {
             let slot = (c.wr_id - 5000) as usize % 64;
-            let v = u64::from_ne_bytes(
-                fx.buf[8192 + slot * 64..8192 + slot * 64 + 8]
-                    .try_into()
-                    .unwrap(),
-            );
+            let v = u64::from_ne_bytes(fx.buf[8192 + slot * 64..8192 + slot * 64 + 8].try_into().unwrap());
             assert!((0xa0..0xa0 + k as u64).contains(&v), "payload {v:#x}");
         }
         // Leftover receives are reused by the next round's sends.

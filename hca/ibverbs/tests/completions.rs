@@ -85,7 +85,11 @@ fn the_receiver_completes_sends_and_writes_with_immediate_as_rxe_does() {
             let cases = [
                 (IBV_WR_SEND, 100, (IBV_WC_RECV, 100, IBV_WC_GRH, 0)),
                 (IBV_WR_SEND_WITH_IMM, 1500, (IBV_WC_RECV, 1500, IBV_WC_GRH | IBV_WC_WITH_IMM, IMM)),
-                (IBV_WR_RDMA_WRITE_WITH_IMM, 3000, (IBV_WC_RECV_RDMA_WITH_IMM, 3000, IBV_WC_GRH | IBV_WC_WITH_IMM, IMM)),
+                (
+                    IBV_WR_RDMA_WRITE_WITH_IMM,
+                    3000,
+                    (IBV_WC_RECV_RDMA_WITH_IMM, 3000, IBV_WC_GRH | IBV_WC_WITH_IMM, IMM),
+                ),
             ];
             for (i, (opcode, len, want)) in cases.into_iter().enumerate() {
                 // A small receive buffer: a WRITE with immediate does not scatter into it.
@@ -119,7 +123,9 @@ fn ud_sends_and_receives_complete_as_rxe_does() {
             // SAFETY: `a`'s PD; the attributes are ours.
             let ah = unsafe { ibv_create_ah(a.pd, &mut attr) };
             assert!(!ah.is_null());
-            for (i, (opcode, flags)) in [(IBV_WR_SEND, 0), (IBV_WR_SEND_WITH_IMM, IBV_WC_WITH_IMM)].into_iter().enumerate() {
+            for (i, (opcode, flags)) in
+                [(IBV_WR_SEND, 0), (IBV_WR_SEND_WITH_IMM, IBV_WC_WITH_IMM)].into_iter().enumerate()
+            {
                 let mut rs = b.sge(8192, 4096);
                 assert_eq!(post_recv(ub, 70 + i as u64, &mut rs, 1), 0);
                 let mut s = a.sge(0, 500);
@@ -131,7 +137,11 @@ fn ud_sends_and_receives_complete_as_rxe_does() {
                 assert_eq!(fields(&s), (IBV_WC_SEND, 500, flags, 0, qpn(ua), 0), "{port:?}: sender, opcode {opcode}");
                 let r = poll_n(b.rcq, 1)[0];
                 let imm = if flags == 0 { 0 } else { IMM };
-                assert_eq!(fields(&r), (IBV_WC_RECV, 540, IBV_WC_GRH | flags, imm, qpn(ub), qpn(ua)), "{port:?}: receiver");
+                assert_eq!(
+                    fields(&r),
+                    (IBV_WC_RECV, 540, IBV_WC_GRH | flags, imm, qpn(ub), qpn(ua)),
+                    "{port:?}: receiver"
+                );
             }
             // SAFETY: an AH of ours, no WR uses it any more.
             assert_eq!(unsafe { ibv_destroy_ah(ah) }, 0);
@@ -171,7 +181,11 @@ fn zero_length_operations_succeed_with_byte_len_0() {
                 w.wr.rdma = ibv_send_wr_rdma { remote_addr: 0, rkey: 0x00de_ad00 };
                 assert_eq!(post_send(p.qa, &mut w), 0);
                 let s = poll_n(p.a.scq, 1)[0];
-                let flags = if matches!(opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM) { IBV_WC_WITH_IMM } else { 0 };
+                let flags = if matches!(opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM) {
+                    IBV_WC_WITH_IMM
+                } else {
+                    0
+                };
                 let op = match opcode {
                     IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
                     IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
@@ -220,7 +234,10 @@ fn error_and_flushed_completions_carry_wr_id_status_and_qp_num_only() {
             // Posted in ERR: flushed the same way.
             assert_eq!(post_recv(p.qb, 33, &mut rs, 1), 0);
             let r = poll_n(p.b.rcq, 1)[0];
-            assert_eq!((r.wr_id, r.status, r.opcode, r.byte_len, r.wc_flags), (33, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, 0));
+            assert_eq!(
+                (r.wr_id, r.status, r.opcode, r.byte_len, r.wc_flags),
+                (33, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, 0)
+            );
             p.close();
         }
     });

@@ -74,7 +74,8 @@ fn fork_and_wait(p: &RcPair) -> Option<i32> {
         assert!(pid > 0, "fork: errno {}", errno());
         let mut status = 0;
         // SAFETY: waits for our own child without blocking.
-        let exited = ib_core::time::poll_until(WAIT, || unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid);
+        let exited =
+            ib_core::time::poll_until(WAIT, || unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid);
         if !exited {
             // SAFETY: our child, hung: killed and reaped.
             unsafe {

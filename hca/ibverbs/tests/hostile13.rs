@@ -68,7 +68,8 @@ fn cyclic_work_request_chains_fail_instead_of_looping() {
         let pd = ibv_alloc_pd(ctx);
         let mut buf = vec![0u8; 4096];
         let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
-        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 4, max_sge: 1, srq_limit: 0 } };
+        let mut init =
+            ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 4, max_sge: 1, srq_limit: 0 } };
         let srq = ibv_create_srq(pd, &mut init);
         assert!(!srq.is_null());
         let mut sge = ibv_sge { addr: buf.as_ptr() as u64, length: 64, lkey: (*mr).lkey };
@@ -123,7 +124,8 @@ fn create_srq_takes_zero_sizes_as_one_as_rdma_core() {
         let pd = ibv_alloc_pd(ctx);
         let mut buf = vec![0u8; 4096];
         let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
-        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: 0 } };
+        let mut init =
+            ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: 0 } };
         let srq = ibv_create_srq(pd, &mut init);
         assert!(!srq.is_null(), "errno {}", std::io::Error::last_os_error());
         assert_eq!((init.attr.max_wr, init.attr.max_sge), (1, 1));
@@ -133,7 +135,8 @@ fn create_srq_takes_zero_sizes_as_one_as_rdma_core() {
         let post = (*ctx).ops.post_srq_recv.expect("post_srq_recv");
         assert_eq!(post(srq.cast(), &mut wr, &mut bad), 0);
         assert_eq!(post(srq.cast(), &mut wr, &mut bad), libc::ENOMEM, "one WR fills it");
-        let mut three = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 3, max_sge: 2, srq_limit: 0 } };
+        let mut three =
+            ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 3, max_sge: 2, srq_limit: 0 } };
         let s3 = ibv_create_srq(pd, &mut three);
         assert!(!s3.is_null());
         assert_eq!((three.attr.max_wr, three.attr.max_sge), (4, 2), "rounded up; SGEs as asked");
@@ -317,7 +320,8 @@ fn receive_posts_without_a_chain_or_bad_wr_are_refused() {
         let pd = ibv_alloc_pd(ctx);
         let mut buf = vec![0u8; 4096];
         let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
-        let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 1, max_sge: 1, srq_limit: 0 } };
+        let mut init =
+            ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 1, max_sge: 1, srq_limit: 0 } };
         let srq = ibv_create_srq(pd, &mut init);
         let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
         let qp = ud_qp(pd, cq, 1);

@@ -140,7 +140,15 @@ struct Pair {
 
 fn rc_qp(pd: *mut ibv_pd, cq: *mut ibv_cq) -> *mut ibv_qp {
     let cap = ibv_qp_cap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
-    let mut a = ibv_qp_init_attr { qp_context: null_mut(), send_cq: cq, recv_cq: cq, srq: null_mut(), cap, qp_type: IBV_QPT_RC, sq_sig_all: 0 };
+    let mut a = ibv_qp_init_attr {
+        qp_context: null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq: null_mut(),
+        cap,
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
     // SAFETY: a live PD and CQ of this library.
     let qp = unsafe { ibv_create_qp(pd, &mut a) };
     assert!(!qp.is_null(), "create_qp: errno {}", errno());
@@ -164,16 +172,27 @@ fn connect(qp: *mut ibv_qp, remote: *mut ibv_qp) {
     };
     let grh = ibv_global_route { dgid: g, hop_limit: 64, ..Default::default() };
     let ah_attr = ibv_ah_attr { grh, is_global: 1, port_num: 1, ..Default::default() };
-    let mut a = ibv_qp_attr { qp_state: 2, path_mtu: 3, dest_qp_num: rqpn, max_dest_rd_atomic: 1, min_rnr_timer: 12, ah_attr, ..Default::default() };
+    let mut a = ibv_qp_attr {
+        qp_state: 2,
+        path_mtu: 3,
+        dest_qp_num: rqpn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr,
+        ..Default::default()
+    };
     modify(qp, &mut a, 1 | 1 << 7 | 1 << 8 | 1 << 12 | 1 << 15 | 1 << 17 | 1 << 20);
-    let mut a = ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    let mut a =
+        ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
     modify(qp, &mut a, 1 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 13 | 1 << 16);
 }
 
 impl Pair {
     fn new(ctx: *mut ibv_context, pd: *mut ibv_pd) -> Pair {
         // SAFETY: an open context.
-        let (cq_a, cq_b) = unsafe { (ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0), ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0)) };
+        let (cq_a, cq_b) = unsafe {
+            (ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0), ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0))
+        };
         assert!(!cq_a.is_null() && !cq_b.is_null());
         let (a, b) = (rc_qp(pd, cq_a), rc_qp(pd, cq_b));
         connect(a, b);
@@ -304,24 +323,63 @@ fn pages_unmapped_after_registration_fail_their_work_requests_and_nothing_else()
     let rkey = unsafe { (*mr).rkey };
     unmap(gone, 2);
     let inside = gone.wrapping_add(P - 8);
-    run(ctx, pd, &[
-        ("SEND from unmapped pages", &|p| {
-            p.recv_b(g.mr, g.at(0), 64);
-            p.send_a(IBV_WR_SEND, (mr, inside, 64), (null_mut(), 0));
-        }, WC_LOC_PROT_ERR, None),
-        ("a receive into unmapped pages", &|p| {
-            p.recv_b(mr, inside, 64);
-            p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
-        }, WC_REM_OP_ERR, Some(WC_LOC_PROT_ERR)),
-        ("a READ from unmapped pages", &|p| p.send_a(IBV_WR_RDMA_READ, (g.mr, g.at(0), 64), (inside, rkey)), WC_REM_ACCESS_ERR, None),
-        ("a WRITE into unmapped pages", &|p| p.send_a(IBV_WR_RDMA_WRITE, (g.mr, g.at(0), 64), (inside, rkey)), WC_REM_ACCESS_ERR, None),
-        ("a FETCH ADD on unmapped pages", &|p| p.send_a(IBV_WR_ATOMIC_FETCH_AND_ADD, (g.mr, g.at(0), 8), (gone, rkey)), WC_REM_ACCESS_ERR, None),
-        ("a READ's response into unmapped pages", &|p| p.send_a(IBV_WR_RDMA_READ, (mr, inside, 64), (g.at(0), g.rkey())), WC_LOC_PROT_ERR, None),
-        ("a SEND between good buffers afterwards", &|p| {
-            p.recv_b(g.mr, g.at(P), 64);
-            p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
-        }, WC_SUCCESS, Some(WC_SUCCESS)),
-    ]);
+    run(
+        ctx,
+        pd,
+        &[
+            (
+                "SEND from unmapped pages",
+                &|p| {
+                    p.recv_b(g.mr, g.at(0), 64);
+                    p.send_a(IBV_WR_SEND, (mr, inside, 64), (null_mut(), 0));
+                },
+                WC_LOC_PROT_ERR,
+                None,
+            ),
+            (
+                "a receive into unmapped pages",
+                &|p| {
+                    p.recv_b(mr, inside, 64);
+                    p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
+                },
+                WC_REM_OP_ERR,
+                Some(WC_LOC_PROT_ERR),
+            ),
+            (
+                "a READ from unmapped pages",
+                &|p| p.send_a(IBV_WR_RDMA_READ, (g.mr, g.at(0), 64), (inside, rkey)),
+                WC_REM_ACCESS_ERR,
+                None,
+            ),
+            (
+                "a WRITE into unmapped pages",
+                &|p| p.send_a(IBV_WR_RDMA_WRITE, (g.mr, g.at(0), 64), (inside, rkey)),
+                WC_REM_ACCESS_ERR,
+                None,
+            ),
+            (
+                "a FETCH ADD on unmapped pages",
+                &|p| p.send_a(IBV_WR_ATOMIC_FETCH_AND_ADD, (g.mr, g.at(0), 8), (gone, rkey)),
+                WC_REM_ACCESS_ERR,
+                None,
+            ),
+            (
+                "a READ's response into unmapped pages",
+                &|p| p.send_a(IBV_WR_RDMA_READ, (mr, inside, 64), (g.at(0), g.rkey())),
+                WC_LOC_PROT_ERR,
+                None,
+            ),
+            (
+                "a SEND between good buffers afterwards",
+                &|p| {
+                    p.recv_b(g.mr, g.at(P), 64);
+                    p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
+                },
+                WC_SUCCESS,
+                Some(WC_SUCCESS),
+            ),
+        ],
+    );
     dereg(mr);
     dereg(g.mr);
 }
@@ -343,22 +401,50 @@ fn pages_protected_after_registration_fail_the_accesses_they_no_longer_allow() {
         p.send_a(IBV_WR_SEND, (mr, pages, 64), (null_mut(), 0));
     };
     let read_from = |p: &Pair| p.send_a(IBV_WR_RDMA_READ, (g.mr, g.at(0), 64), (pages, rkey));
-    run(ctx, pd, &[
-        ("a SEND from read-only pages", &send_from, WC_SUCCESS, Some(WC_SUCCESS)),
-        ("a READ of read-only pages", &read_from, WC_SUCCESS, None),
-        ("a receive into read-only pages", &|p| {
-            p.recv_b(mr, pages, 64);
-            p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
-        }, WC_REM_OP_ERR, Some(WC_LOC_PROT_ERR)),
-        ("a WRITE into read-only pages", &|p| p.send_a(IBV_WR_RDMA_WRITE, (g.mr, g.at(0), 64), (pages, rkey)), WC_REM_ACCESS_ERR, None),
-        ("a FETCH ADD on read-only pages", &|p| p.send_a(IBV_WR_ATOMIC_FETCH_AND_ADD, (g.mr, g.at(0), 8), (pages, rkey)), WC_REM_ACCESS_ERR, None),
-        ("a READ's response into read-only pages", &|p| p.send_a(IBV_WR_RDMA_READ, (mr, pages, 64), (g.at(0), g.rkey())), WC_LOC_PROT_ERR, None),
-    ]);
+    run(
+        ctx,
+        pd,
+        &[
+            ("a SEND from read-only pages", &send_from, WC_SUCCESS, Some(WC_SUCCESS)),
+            ("a READ of read-only pages", &read_from, WC_SUCCESS, None),
+            (
+                "a receive into read-only pages",
+                &|p| {
+                    p.recv_b(mr, pages, 64);
+                    p.send_a(IBV_WR_SEND, (g.mr, g.at(0), 64), (null_mut(), 0));
+                },
+                WC_REM_OP_ERR,
+                Some(WC_LOC_PROT_ERR),
+            ),
+            (
+                "a WRITE into read-only pages",
+                &|p| p.send_a(IBV_WR_RDMA_WRITE, (g.mr, g.at(0), 64), (pages, rkey)),
+                WC_REM_ACCESS_ERR,
+                None,
+            ),
+            (
+                "a FETCH ADD on read-only pages",
+                &|p| p.send_a(IBV_WR_ATOMIC_FETCH_AND_ADD, (g.mr, g.at(0), 8), (pages, rkey)),
+                WC_REM_ACCESS_ERR,
+                None,
+            ),
+            (
+                "a READ's response into read-only pages",
+                &|p| p.send_a(IBV_WR_RDMA_READ, (mr, pages, 64), (g.at(0), g.rkey())),
+                WC_LOC_PROT_ERR,
+                None,
+            ),
+        ],
+    );
     protect(pages, 2, libc::PROT_NONE);
-    run(ctx, pd, &[
-        ("a SEND from PROT_NONE pages", &send_from, WC_LOC_PROT_ERR, None),
-        ("a READ of PROT_NONE pages", &read_from, WC_REM_ACCESS_ERR, None),
-    ]);
+    run(
+        ctx,
+        pd,
+        &[
+            ("a SEND from PROT_NONE pages", &send_from, WC_LOC_PROT_ERR, None),
+            ("a READ of PROT_NONE pages", &read_from, WC_REM_ACCESS_ERR, None),
+        ],
+    );
     dereg(mr);
     unmap(pages, 2);
     dereg(g.mr);

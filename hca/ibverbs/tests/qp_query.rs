@@ -23,7 +23,8 @@ fn query_qp_returns_every_attribute_and_the_init_attr() {
         let ctx = ibv_open_device(*list);
         ibv_free_device_list(list);
         let pd = ibv_alloc_pd(ctx);
-        let (scq, rcq) = (ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0), ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0));
+        let (scq, rcq) =
+            (ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0), ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0));
         assert!(!pd.is_null() && !scq.is_null() && !rcq.is_null());
         let mut gid = ibv_gid::default();
         assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), 0);
@@ -108,7 +109,13 @@ fn query_qp_returns_every_attribute_and_the_init_attr() {
         let oc = out.cap;
         assert_eq!(
             (oc.max_send_wr, oc.max_recv_wr, oc.max_send_sge, oc.max_recv_sge, oc.max_inline_data),
-            (granted.max_send_wr, granted.max_recv_wr, granted.max_send_sge, granted.max_recv_sge, granted.max_inline_data)
+            (
+                granted.max_send_wr,
+                granted.max_recv_wr,
+                granted.max_send_sge,
+                granted.max_recv_sge,
+                granted.max_inline_data
+            )
         );
         assert_eq!((*qp).state, 3, "qp->state follows the query");
         // SQD with the notify bit, then back: both read back.

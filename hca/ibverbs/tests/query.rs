@@ -81,7 +81,10 @@ fn gid_and_pkey_queries_follow_libibverbs_conventions() {
         let mut table = [ibv_gid_entry::default(); 4];
         let n = _ibv_query_gid_table(ctx, table.as_mut_ptr(), 4, 0, std::mem::size_of::<ibv_gid_entry>());
         assert_eq!(n, 1, "one valid GID on the default model");
-        assert_eq!(_ibv_query_gid_table(ctx, table.as_mut_ptr(), 0, 0, std::mem::size_of::<ibv_gid_entry>()), -(libc::EINVAL as isize));
+        assert_eq!(
+            _ibv_query_gid_table(ctx, table.as_mut_ptr(), 0, 0, std::mem::size_of::<ibv_gid_entry>()),
+            -(libc::EINVAL as isize)
+        );
 
         let mut pkey = 0u16;
         assert_eq!(ibv_query_pkey(ctx, 1, 0, &mut pkey), 0);

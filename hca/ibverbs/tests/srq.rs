@@ -7,7 +7,9 @@ mod ports;
 
 use ibverbs_compat::abi::*;
 use ibverbs_compat::*;
-use ports::{run, async_event, connect, destroy_qp, poll_for, poll_n, post_send, qpn, send_wr, sides, to_error, Side, PORTS};
+use ports::{
+    async_event, connect, destroy_qp, poll_for, poll_n, post_send, qpn, run, send_wr, sides, to_error, Side, PORTS,
+};
 use pvrdma_abi::event::EqeType;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -61,11 +63,17 @@ fn srq_verbs_answer_as_libibverbs() {
             let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
             assert!(!ctx.is_null() && !pd.is_null() && !cq.is_null() && !mr.is_null());
 
-            let mut init = ibv_srq_init_attr { srq_context: 7 as *mut _, attr: ibv_srq_attr { max_wr: 10, max_sge: 1, srq_limit: 0 } };
+            let mut init = ibv_srq_init_attr {
+                srq_context: 7 as *mut _,
+                attr: ibv_srq_attr { max_wr: 10, max_sge: 1, srq_limit: 0 },
+            };
             let srq = ibv_create_srq(pd, &mut init);
             assert!(!srq.is_null(), "ibv_create_srq: errno {}", errno());
             assert_eq!((init.attr.max_wr, (*srq).context, (*srq).pd, (*srq).srq_context), (16, ctx, pd, 7 as *mut _));
-            let mut too_big = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 1 << 20, max_sge: 1, srq_limit: 0 } };
+            let mut too_big = ibv_srq_init_attr {
+                srq_context: null_mut(),
+                attr: ibv_srq_attr { max_wr: 1 << 20, max_sge: 1, srq_limit: 0 },
+            };
             assert!(ibv_create_srq(pd, &mut too_big).is_null());
             assert_eq!(errno(), libc::EINVAL);
 
@@ -93,7 +101,11 @@ fn srq_verbs_answer_as_libibverbs() {
             let mut a = ibv_srq_attr::default();
             assert_eq!(ibv_query_srq(srq, &mut a), 0);
             assert_eq!((a.max_wr, a.max_sge, a.srq_limit), (16, 1, 0));
-            assert_eq!(ibv_modify_srq(srq, &mut ibv_srq_attr { max_wr: 32, ..Default::default() }, 1), libc::EINVAL, "no resize");
+            assert_eq!(
+                ibv_modify_srq(srq, &mut ibv_srq_attr { max_wr: 32, ..Default::default() }, 1),
+                libc::EINVAL,
+                "no resize"
+            );
             assert_eq!(ibv_modify_srq(srq, &mut ibv_srq_attr { srq_limit: 17, ..Default::default() }, 2), libc::EINVAL);
             assert_eq!(ibv_modify_srq(srq, &mut ibv_srq_attr { srq_limit: 3, ..Default::default() }, 2), 0);
             assert_eq!(ibv_query_srq(srq, &mut a), 0);
@@ -105,7 +117,13 @@ fn srq_verbs_answer_as_libibverbs() {
                 send_cq: cq,
                 recv_cq: cq,
                 srq,
-                cap: ibv_qp_cap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+                cap: ibv_qp_cap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
                 qp_type: IBV_QPT_RC,
                 sq_sig_all: 0,
             };
@@ -115,9 +133,8 @@ fn srq_verbs_answer_as_libibverbs() {
 
             // Posting: to the SRQ through the ops slot; never to the QP's missing RQ.
             let mut sge = ibv_sge { addr: buf.as_ptr() as u64, length: 64, lkey: (*mr).lkey };
-            let mut wrs: Vec<ibv_recv_wr> = (0..17)
-                .map(|i| ibv_recv_wr { wr_id: i, next: null_mut(), sg_list: &mut sge, num_sge: 1 })
-                .collect();
+            let mut wrs: Vec<ibv_recv_wr> =
+                (0..17).map(|i| ibv_recv_wr { wr_id: i, next: null_mut(), sg_list: &mut sge, num_sge: 1 }).collect();
             for i in 0..16 {
                 wrs[i].next = &mut wrs[i + 1];
             }
@@ -185,7 +202,10 @@ fn the_srq_limit_fires_once_when_a_wqe_is_taken_and_then_reads_0() {
     run(|| {
         for port in PORTS {
             let (a, b) = sides(port);
-            let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 5, max_sge: 0, srq_limit: 3 } };
+            let mut init = ibv_srq_init_attr {
+                srq_context: null_mut(),
+                attr: ibv_srq_attr { max_wr: 5, max_sge: 0, srq_limit: 3 },
+            };
             // SAFETY: `b`'s PD; the attributes are ours.
             let srq = unsafe { ibv_create_srq(b.pd, &mut init) };
             assert!(!srq.is_null(), "errno {}", errno());
@@ -193,9 +213,14 @@ fn the_srq_limit_fires_once_when_a_wqe_is_taken_and_then_reads_0() {
             let mut q = ibv_srq_attr::default();
             // SAFETY: a live SRQ; the answers go to `q`.
             let query = |q: &mut ibv_srq_attr| unsafe { ibv_query_srq(srq, q) };
-            assert_eq!((query(&mut q), q.max_wr, q.max_sge, q.srq_limit), (0, 8, 1, 0), "{port:?}: the create's limit ignored");
+            assert_eq!(
+                (query(&mut q), q.max_wr, q.max_sge, q.srq_limit),
+                (0, 8, 1, 0),
+                "{port:?}: the create's limit ignored"
+            );
             // SAFETY: as above.
-            let arm = |limit| unsafe { ibv_modify_srq(srq, &mut ibv_srq_attr { srq_limit: limit, ..Default::default() }, 2) };
+            let arm =
+                |limit| unsafe { ibv_modify_srq(srq, &mut ibv_srq_attr { srq_limit: limit, ..Default::default() }, 2) };
             assert_eq!(arm(9), libc::EINVAL, "above max_wr");
             let (qa, qb) = pair_on(&a, &b, srq);
             post_srq(&b, srq, 100, 2);
@@ -227,7 +252,10 @@ fn last_wqe_reached_comes_once_when_a_qp_of_an_srq_enters_err() {
     run(|| {
         for port in PORTS {
             let (a, b) = sides(port);
-            let mut init = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 8, max_sge: 1, srq_limit: 0 } };
+            let mut init = ibv_srq_init_attr {
+                srq_context: null_mut(),
+                attr: ibv_srq_attr { max_wr: 8, max_sge: 1, srq_limit: 0 },
+            };
             // SAFETY: `b`'s PD; the attributes are ours.
             let srq = unsafe { ibv_create_srq(b.pd, &mut init) };
             assert!(!srq.is_null());
@@ -240,7 +268,11 @@ fn last_wqe_reached_comes_once_when_a_qp_of_an_srq_enters_err() {
             assert_ne!(send(&a, qc, 3, 1000), 0, "the receiver's WQE holds 256 bytes");
             let r = poll_n(b.rcq, 1)[0];
             assert_eq!((r.wr_id, r.status, r.qp_num), (200, 1, qpn(qd)), "{port:?}: IBV_WC_LOC_LEN_ERR");
-            assert_eq!(async_event(b.ctx, ports::WAIT), Some((QP_LAST_WQE_REACHED, qd.cast())), "{port:?}: by an error");
+            assert_eq!(
+                async_event(b.ctx, ports::WAIT),
+                Some((QP_LAST_WQE_REACHED, qd.cast())),
+                "{port:?}: by an error"
+            );
             assert_eq!(async_event(b.ctx, Duration::from_millis(200)), None, "{port:?}: once");
             assert!(poll_for(b.rcq, Duration::from_millis(20)).is_empty(), "nothing flushed: the SRQ keeps its WQEs");
             for q in [qa, qb, qc, qd] {

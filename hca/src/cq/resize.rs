@@ -72,7 +72,12 @@ impl CqInner {
             }
             Ok(resp) => {
                 // The device may now write into either ring at a size we do not know.
-                tracing::error!(cq = self.handle, asked = entries, got = resp.cqe.get(), "RESIZE_CQ answered another size");
+                tracing::error!(
+                    cq = self.handle,
+                    asked = entries,
+                    got = resp.cqe.get(),
+                    "RESIZE_CQ answered another size"
+                );
                 staged.abandon();
                 self.mark_broken();
                 Err(Error::BadResponse("RESIZE_CQ: cqe differs from the request"))

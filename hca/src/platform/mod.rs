@@ -12,9 +12,9 @@
 
 pub mod qtest;
 pub mod sim;
-mod words;
 #[cfg(target_os = "linux")]
 pub mod vfio;
+mod words;
 
 use std::sync::Arc;
 use std::time::Duration;

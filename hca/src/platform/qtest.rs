@@ -214,29 +214,20 @@ impl Conn {
     fn new(stream: QtestStream, timeout: Duration) -> io::Result<Self> {
         stream.set_timeouts(timeout)?;
         let reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
-        Ok(Self {
-            writer: stream,
-            reader,
-            line: String::new(),
-            out: Vec::new(),
-        })
+        Ok(Self { writer: stream, reader, line: String::new(), out: Vec::new() })
     }
 
     /// Sends `cmd` (one non-empty line without a newline) and returns what follows `OK`.
     fn cmd(&mut self, cmd: &str) -> Result<String, CmdFault> {
         if cmd.trim().is_empty() || cmd.contains('\n') {
             // An empty line aborts QEMU 7.2; never send one.
-            return Err(CmdFault::Refused(
-                "empty or multi-line qtest command".into(),
-            ));
+            return Err(CmdFault::Refused("empty or multi-line qtest command".into()));
         }
         self.out.clear();
         self.out.extend_from_slice(cmd.as_bytes());
         self.out.push(b'\n');
         let head: String = cmd.chars().take(40).collect();
-        self.writer
-            .write_all(&self.out)
-            .map_err(|e| CmdFault::Dead(format!("`{head}`: {e}")))?;
+        self.writer.write_all(&self.out).map_err(|e| CmdFault::Dead(format!("`{head}`: {e}")))?;
         loop {
             self.line.clear();
             match self.reader.read_line(&mut self.line) {
@@ -308,10 +299,7 @@ impl DmaAlloc {
         if end > start {
             free.insert(start, end - start);
         }
-        Self {
-            free,
-            used: BTreeMap::new(),
-        }
+        Self { free, used: BTreeMap::new() }
     }
 
     fn alloc(&mut self, len: u64) -> Option<(u64, u64)> {
@@ -350,10 +338,7 @@ impl DmaAlloc {
         let Some(end) = iova.checked_add(len) else {
             return false;
         };
-        self.used
-            .range(..=iova)
-            .next_back()
-            .is_some_and(|(s, l)| end <= s + l)
+        self.used.range(..=iova).next_back().is_some_and(|(s, l)| end <= s + l)
     }
 }
 
@@ -382,8 +367,7 @@ impl SharedRam {
                 format!("{} is {flen} bytes, guest RAM is {len}", path.display()),
             ));
         }
-        let len = usize::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "RAM too large"))?;
+        let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "RAM too large"))?;
         if len == 0 || len % 4 != 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad RAM size"));
         }
@@ -402,8 +386,7 @@ impl SharedRam {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ptr = NonNull::new(base.cast::<AtomicU32>())
-            .ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let ptr = NonNull::new(base.cast::<AtomicU32>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Self { ptr, len })
     }
 
@@ -475,11 +458,7 @@ impl QtestPlatform {
         let stream = match addr.split_once(':') {
             Some(("unix", path)) => QtestStream::Unix(UnixStream::connect(path).map_err(io)?),
             Some(("tcp", hostport)) => QtestStream::Tcp(TcpStream::connect(hostport).map_err(io)?),
-            _ => {
-                return Err(PlatformError::Io(format!(
-                    "qtest address {addr:?}: unix:… or tcp:…"
-                )))
-            }
+            _ => return Err(PlatformError::Io(format!("qtest address {addr:?}: unix:… or tcp:…"))),
         };
         Self::open(stream, opts)
     }
@@ -490,8 +469,8 @@ impl QtestPlatform {
     /// BARs do not fit, it has no MSI-X, or the guest-RAM file cannot be mapped;
     /// [`PlatformError::NoMemory`] when the DMA range has no page for the mailboxes.
     pub fn open(stream: impl Into<QtestStream>, opts: QtestOptions) -> Result<Self, PlatformError> {
-        let conn = Conn::new(stream.into(), opts.io_timeout)
-            .map_err(|e| PlatformError::Io(format!("qtest stream: {e}")))?;
+        let conn =
+            Conn::new(stream.into(), opts.io_timeout).map_err(|e| PlatformError::Io(format!("qtest stream: {e}")))?;
         let mut p = Self {
             name: String::new(),
             conn: Mutex::new(conn),
@@ -513,9 +492,10 @@ impl QtestPlatform {
         // file included (the qtest socket connects earlier): map the file after that answer.
         let (dev, func) = p.find_function()?;
         if let Some(path) = &opts.ram_file {
-            p.ram = Some(SharedRam::open(path, opts.ram_size).map_err(|e| {
-                PlatformError::Io(format!("mapping guest RAM {}: {e}", path.display()))
-            })?);
+            p.ram = Some(
+                SharedRam::open(path, opts.ram_size)
+                    .map_err(|e| PlatformError::Io(format!("mapping guest RAM {}: {e}", path.display())))?,
+            );
             p.max_nap = Duration::from_millis(2);
         }
         p.bdf = (dev, func);
@@ -618,9 +598,7 @@ impl QtestPlatform {
         };
         go(format!("outl 0xcf8 {:#x}", Self::cfg_addr(dev, func, reg)))?;
         let v = go("inl 0xcfc".into())?;
-        parse_hex(&v)
-            .map(|v| v as u32)
-            .ok_or_else(|| PlatformError::Io(format!("inl: {v:?}")))
+        parse_hex(&v).map(|v| v as u32).ok_or_else(|| PlatformError::Io(format!("inl: {v:?}")))
     }
 
     fn cfg_write(&self, dev: u8, func: u8, reg: u32, value: u32) -> Result<(), PlatformError> {
@@ -644,11 +622,7 @@ impl QtestPlatform {
             }
             let multi = self.cfg_read(dev, 0, CFG_HEADER)? & (0x80 << 16) != 0;
             for func in 0..if multi { 8u8 } else { 1 } {
-                let id = if func == 0 {
-                    id
-                } else {
-                    self.cfg_read(dev, func, 0)?
-                };
+                let id = if func == 0 { id } else { self.cfg_read(dev, func, 0)? };
                 if id == want {
                     return Ok((dev, func));
                 }
@@ -662,12 +636,7 @@ impl QtestPlatform {
     fn place_bars(&mut self, opts: &QtestOptions) -> Result<(), PlatformError> {
         let (d, f) = self.bdf;
         let cmd = self.cfg_read(d, f, CFG_COMMAND)?;
-        self.cfg_write(
-            d,
-            f,
-            CFG_COMMAND,
-            cmd & 0xffff_0000 & !(CMD_MEMORY | CMD_BUS_MASTER),
-        )?;
+        self.cfg_write(d, f, CFG_COMMAND, cmd & 0xffff_0000 & !(CMD_MEMORY | CMD_BUS_MASTER))?;
         let mut found = Vec::new();
         let mut i = 0u32;
         while i < 6 {
@@ -688,11 +657,7 @@ impl QtestPlatform {
             };
             let mask = u64::from(hi) << 32 | u64::from(lo);
             if lo != 0 {
-                found.push(BarInfo {
-                    index: i,
-                    size: (!mask).wrapping_add(1),
-                    is64,
-                });
+                found.push(BarInfo { index: i, size: (!mask).wrapping_add(1), is64 });
             }
             i += if is64 { 2 } else { 1 };
         }
@@ -701,18 +666,13 @@ impl QtestPlatform {
         let mut cursor = opts.bar_base;
         for b in &order {
             if !b.size.is_power_of_two() {
-                return Err(PlatformError::Io(format!(
-                    "BAR{} size {:#x}",
-                    b.index, b.size
-                )));
+                return Err(PlatformError::Io(format!("BAR{} size {:#x}", b.index, b.size)));
             }
             let addr = cursor.div_ceil(b.size) * b.size;
             let end = addr
                 .checked_add(b.size)
                 .filter(|e| *e <= BAR_WINDOW_END)
-                .ok_or_else(|| {
-                    PlatformError::Io(format!("BAR{} ({:#x} bytes) does not fit", b.index, b.size))
-                })?;
+                .ok_or_else(|| PlatformError::Io(format!("BAR{} ({:#x} bytes) does not fit", b.index, b.size)))?;
             let reg = CFG_BAR0 + 4 * b.index;
             self.cfg_write(d, f, reg, addr as u32)?;
             if b.is64 {
@@ -734,12 +694,7 @@ impl QtestPlatform {
                 self.regs_len, self.uar_len
             )));
         }
-        self.cfg_write(
-            d,
-            f,
-            CFG_COMMAND,
-            (cmd & 0xffff_0000) | (cmd & 0xffff) | CMD_MEMORY | CMD_BUS_MASTER,
-        )
+        self.cfg_write(d, f, CFG_COMMAND, (cmd & 0xffff_0000) | (cmd & 0xffff) | CMD_MEMORY | CMD_BUS_MASTER)
     }
 
     fn enable_msix(&mut self) -> Result<(), PlatformError> {
@@ -757,9 +712,11 @@ impl QtestPlatform {
                 let n = ((w >> 16) & 0x7ff) + 1;
                 let table = self.cfg_read(d, f, cap + 4)?;
                 let bir = (table & 7) as usize;
-                let base = *self.bars.get(bir).filter(|a| **a != 0).ok_or_else(|| {
-                    PlatformError::Io(format!("MSI-X table in unassigned BAR{bir}"))
-                })?;
+                let base = *self
+                    .bars
+                    .get(bir)
+                    .filter(|a| **a != 0)
+                    .ok_or_else(|| PlatformError::Io(format!("MSI-X table in unassigned BAR{bir}")))?;
                 let tbase = base + u64::from(table & !7);
                 for v in 0..n {
                     let e = tbase + 16 * u64::from(v);
@@ -770,9 +727,7 @@ impl QtestPlatform {
                     self.writel(e + 12, 0)?; // vector control: unmasked
                 }
                 self.cfg_write(d, f, cap, (w | MSIX_ENABLE) & !MSIX_FUNCTION_MASK)?;
-                self.vectors = u16::try_from(n)
-                    .unwrap_or(u16::MAX)
-                    .min((PAGE / MAILBOX_STRIDE) as u16);
+                self.vectors = u16::try_from(n).unwrap_or(u16::MAX).min((PAGE / MAILBOX_STRIDE) as u16);
                 return Ok(());
             }
             cap = (w >> 8) & 0xfc;
@@ -795,9 +750,7 @@ impl QtestPlatform {
         let at = self.mailbox + MAILBOX_STRIDE * u64::from(v);
         match &self.ram {
             Some(ram) => {
-                let w = ram
-                    .word(at)
-                    .ok_or(PlatformError::BadDma { iova: at, len: 4 })?;
+                let w = ram.word(at).ok_or(PlatformError::BadDma { iova: at, len: 4 })?;
                 Ok(w.swap(0, Ordering::AcqRel) != 0)
             }
             None => {
@@ -841,15 +794,12 @@ impl Platform for QtestPlatform {
         if u64::from(offset) + 4 > self.regs_len {
             return u32::MAX;
         }
-        self.readl(self.bars[bar::REG as usize] + u64::from(offset))
-            .unwrap_or(u32::MAX)
+        self.readl(self.bars[bar::REG as usize] + u64::from(offset)).unwrap_or(u32::MAX)
     }
 
     fn reg_write(&self, offset: u32, value: u32) {
         let ok = u64::from(offset) + 4 <= self.regs_len
-            && self
-                .writel(self.bars[bar::REG as usize] + u64::from(offset), value)
-                .is_ok();
+            && self.writel(self.bars[bar::REG as usize] + u64::from(offset), value).is_ok();
         if !ok {
             self.dropped_writes.fetch_add(1, Ordering::Relaxed);
         }
@@ -857,9 +807,7 @@ impl Platform for QtestPlatform {
 
     fn uar_write(&self, offset: u64, value: u32) {
         let ok = offset.checked_add(4).is_some_and(|e| e <= self.uar_len)
-            && self
-                .writel(self.bars[bar::UAR as usize] + offset, value)
-                .is_ok();
+            && self.writel(self.bars[bar::UAR as usize] + offset, value).is_ok();
         if !ok {
             self.dropped_writes.fetch_add(1, Ordering::Relaxed);
         }
@@ -874,11 +822,7 @@ impl Platform for QtestPlatform {
     }
 
     fn dma_alloc(&self, len: u64) -> Result<Iova, PlatformError> {
-        let (iova, size) = self
-            .dma
-            .lock()
-            .alloc(len)
-            .ok_or(PlatformError::NoMemory(len))?;
+        let (iova, size) = self.dma.lock().alloc(len).ok_or(PlatformError::NoMemory(len))?;
         let zeroed = match &self.ram {
             Some(ram) => {
                 let zeros = vec![0u8; PAGE as usize];
@@ -888,9 +832,7 @@ impl Platform for QtestPlatform {
         };
         if !zeroed {
             self.dma.lock().free(iova);
-            return Err(PlatformError::Io(format!(
-                "cannot zero guest RAM at {iova:#x}+{size:#x}"
-            )));
+            return Err(PlatformError::Io(format!("cannot zero guest RAM at {iova:#x}+{size:#x}")));
         }
         Ok(iova)
     }
@@ -905,10 +847,7 @@ impl Platform for QtestPlatform {
         self.check_dma(iova, buf.len() as u64)?;
         match &self.ram {
             Some(ram) if ram.read(iova, buf) => Ok(()),
-            Some(_) => Err(PlatformError::BadDma {
-                iova,
-                len: buf.len() as u64,
-            }),
+            Some(_) => Err(PlatformError::BadDma { iova, len: buf.len() as u64 }),
             None => {
                 for (k, chunk) in buf.chunks_mut(QTEST_CHUNK).enumerate() {
                     let at = iova + (k * QTEST_CHUNK) as u64;
@@ -926,10 +865,7 @@ impl Platform for QtestPlatform {
         self.check_dma(iova, data.len() as u64)?;
         match &self.ram {
             Some(ram) if ram.write(iova, data) => Ok(()),
-            Some(_) => Err(PlatformError::BadDma {
-                iova,
-                len: data.len() as u64,
-            }),
+            Some(_) => Err(PlatformError::BadDma { iova, len: data.len() as u64 }),
             None => {
                 for (k, chunk) in data.chunks(QTEST_CHUNK).enumerate() {
                     let at = iova + (k * QTEST_CHUNK) as u64;
@@ -963,9 +899,7 @@ impl Platform for QtestPlatform {
         self.check_dma(iova, 4)?;
         match &self.ram {
             Some(ram) => {
-                let w = ram
-                    .word(iova)
-                    .ok_or(PlatformError::BadDma { iova, len: 4 })?;
+                let w = ram.word(iova).ok_or(PlatformError::BadDma { iova, len: 4 })?;
                 w.store(value.to_le(), Ordering::Release);
                 Ok(())
             }
@@ -1076,16 +1010,10 @@ mod tests {
                         (0x80, 0x0c) => 0x0080_0000,
                         (0x81, 0) => 0x0820_15ad,
                         (0x81, 0x34) => 0x40,
-                        (0x81, 0x40) => {
-                            0x0002_0011 | cfg.get(&(0x81, 0x40)).copied().unwrap_or(0) & 0xc000_0000
-                        }
+                        (0x81, 0x40) => 0x0002_0011 | cfg.get(&(0x81, 0x40)).copied().unwrap_or(0) & 0xc000_0000,
                         (0x81, 0x44) => 0x0000_2000,
-                        (0x81, 0x04) => {
-                            0x0010_0000 | cfg.get(&(devfn, reg)).copied().unwrap_or(0) & 0xffff
-                        }
-                        (0x81, r) if (0x10..0x1c).contains(&r) => {
-                            cfg.get(&(devfn, reg)).copied().unwrap_or(0)
-                        }
+                        (0x81, 0x04) => 0x0010_0000 | cfg.get(&(devfn, reg)).copied().unwrap_or(0) & 0xffff,
+                        (0x81, r) if (0x10..0x1c).contains(&r) => cfg.get(&(devfn, reg)).copied().unwrap_or(0),
                         (0x81, _) => 0,
                         _ => 0xffff_ffff,
                     };
@@ -1111,10 +1039,7 @@ mod tests {
         assert_eq!(p.name(), "qtest:00:10.1");
         let [b0, b1, b2] = p.bar_addresses();
         assert_eq!(b2 % (8 << 20), 0, "UAR BAR 8 MiB aligned");
-        assert!(
-            b0 >= b2 + (8 << 20) && b1 >= b2 + (8 << 20),
-            "{b0:#x} {b1:#x} {b2:#x}"
-        );
+        assert!(b0 >= b2 + (8 << 20) && b1 >= b2 + (8 << 20), "{b0:#x} {b1:#x} {b2:#x}");
         assert_eq!(p.uar_pages(), 2048);
         assert_eq!(p.reg_read(0), 0x11);
         let m = p.dma_alloc(100).unwrap();

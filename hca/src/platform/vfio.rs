@@ -249,20 +249,15 @@ struct MmioRegion<A> {
 impl<A: MmioAccess> MmioRegion<A> {
     /// Maps BAR `index`, which must be at least `min_len` bytes long.
     fn open(dev: &VfioPciDevice, index: usize, min_len: u64) -> Result<Self, PlatformError> {
-        let bar =
-            dev.bar(index).ok_or_else(|| PlatformError::Io(format!("BAR{index} is absent")))?;
+        let bar = dev.bar(index).ok_or_else(|| PlatformError::Io(format!("BAR{index} is absent")))?;
         let len = bar.len();
         if len < min_len {
-            return Err(PlatformError::Io(format!(
-                "BAR{index} is {len:#x} bytes, expected at least {min_len:#x}"
-            )));
+            return Err(PlatformError::Io(format!("BAR{index} is {len:#x} bytes, expected at least {min_len:#x}")));
         }
         let have = bar.permissions();
         let want = A::PERMISSIONS;
         if (want.can_read() && !have.can_read()) || (want.can_write() && !have.can_write()) {
-            return Err(PlatformError::Io(format!(
-                "BAR{index} allows {have:?}, the driver needs {want:?}"
-            )));
+            return Err(PlatformError::Io(format!("BAR{index} allows {have:?}, the driver needs {want:?}")));
         }
         let backing = if bar.is_mappable() {
             match bar.map(.., want) {
@@ -320,9 +315,8 @@ fn align_up(x: u64, align: u64) -> Option<u64> {
 /// Where the allocator starts: [`IOVA_FLOOR`] if the IOMMU has a useful amount of space above it,
 /// otherwise the bottom of the lowest valid range.
 fn choose_floor(ranges: &[Range<u64>]) -> u64 {
-    let room_above = ranges
-        .iter()
-        .any(|r| r.end > IOVA_FLOOR && r.end - r.start.max(IOVA_FLOOR) >= IOVA_FLOOR_MIN_SPACE);
+    let room_above =
+        ranges.iter().any(|r| r.end > IOVA_FLOOR && r.end - r.start.max(IOVA_FLOOR) >= IOVA_FLOOR_MIN_SPACE);
     if room_above {
         IOVA_FLOOR
     } else {
@@ -347,8 +341,7 @@ impl IovaAllocator {
     /// least 4 KiB), handing out nothing below `floor`.
     fn new(ranges: &[Range<u64>], align: u64, floor: u64) -> Self {
         let align = align.max(4096).next_power_of_two();
-        let mut ranges: Vec<Range<u64>> =
-            ranges.iter().filter(|r| r.start < r.end).cloned().collect();
+        let mut ranges: Vec<Range<u64>> = ranges.iter().filter(|r| r.start < r.end).cloned().collect();
         ranges.sort_by_key(|r| r.start);
         Self { ranges, align, next: floor }
     }
@@ -404,11 +397,8 @@ impl<M: Extent> DmaTable<M> {
         let Some(end) = iova.checked_add(m.extent()) else {
             return Err(m);
         };
-        let overlaps_prev = self
-            .map
-            .range(..=iova)
-            .next_back()
-            .is_some_and(|(s, p)| s.saturating_add(p.extent()) > iova);
+        let overlaps_prev =
+            self.map.range(..=iova).next_back().is_some_and(|(s, p)| s.saturating_add(p.extent()) > iova);
         let overlaps_next = self.map.range(iova..).next().is_some_and(|(s, _)| *s < end);
         if overlaps_prev || overlaps_next || m.extent() == 0 {
             return Err(m);
@@ -487,9 +477,9 @@ impl HostMemory {
         }
         // mmap returns page-aligned memory; reserve enough to find an `align`-aligned start.
         let slack = align - page;
-        let total = len.checked_add(slack).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::OutOfMemory, "DMA allocation too large")
-        })?;
+        let total = len
+            .checked_add(slack)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "DMA allocation too large"))?;
         // SAFETY: a new private anonymous mapping with no address hint: it creates memory and
         // cannot affect any existing object.
         let base = unsafe {
@@ -522,8 +512,7 @@ impl HostMemory {
         // SAFETY: madvise on [start, start + len), memory this function mapped; DONTFORK changes
         // no contents.
         unsafe { libc::madvise(start.cast(), len, libc::MADV_DONTFORK) };
-        let ptr = NonNull::new(start.cast::<AtomicU32>())
-            .ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let ptr = NonNull::new(start.cast::<AtomicU32>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Self { ptr, len, leak: false, writable: true })
     }
 
@@ -675,8 +664,8 @@ impl DmaBacking for DmaMapping {
 }
 
 fn io_to_platform(e: io::Error, len: u64) -> PlatformError {
-    let out_of_memory = e.kind() == io::ErrorKind::OutOfMemory
-        || matches!(e.raw_os_error(), Some(libc::ENOMEM) | Some(libc::ENOSPC));
+    let out_of_memory =
+        e.kind() == io::ErrorKind::OutOfMemory || matches!(e.raw_os_error(), Some(libc::ENOMEM) | Some(libc::ENOSPC));
     if out_of_memory {
         PlatformError::NoMemory(len)
     } else {
@@ -697,11 +686,7 @@ impl<M: DmaBacking> DmaSpace<M> {
     }
 
     /// Allocates `len` bytes: picks the IOVA, then `make(iova, size)` builds the mapping.
-    fn alloc(
-        &self,
-        len: u64,
-        make: impl FnOnce(u64, usize) -> io::Result<M>,
-    ) -> Result<Iova, PlatformError> {
+    fn alloc(&self, len: u64, make: impl FnOnce(u64, usize) -> io::Result<M>) -> Result<Iova, PlatformError> {
         self.alloc_with(len, |iova, size| make(iova, size).map_err(|e| io_to_platform(e, len)))
     }
 
@@ -835,12 +820,7 @@ impl EventFd {
                 let mut b = [0u8; 8];
                 match (&self.file).read(&mut b) {
                     Ok(8) => return Ok(u64::from_ne_bytes(b)),
-                    Ok(_) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "short eventfd read",
-                        ))
-                    }
+                    Ok(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "short eventfd read")),
                     // Another waiter took the count between poll and read: keep waiting.
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -881,8 +861,7 @@ impl VfioPlatform {
     /// `RLIMIT_MEMLOCK` for all DMA memory.
     pub fn open(spec: &str) -> Result<Self, PlatformError> {
         let (path, bdf) = resolve_device(spec).map_err(|e| PlatformError::Io(e.to_string()))?;
-        let dev =
-            VfioPciDevice::open(&path).map_err(io_err(format!("VFIO open {}", path.display())))?;
+        let dev = VfioPciDevice::open(&path).map_err(io_err(format!("VFIO open {}", path.display())))?;
         let cfg = dev.config();
 
         let vendor = cfg.vendor_id().read().map_err(io_err("config vendor ID"))?;
@@ -894,9 +873,7 @@ impl VfioPlatform {
             )));
         }
 
-        let bar_dword = |i: u64| {
-            cfg.read_le_u32(CFG_BAR0 + 4 * i).map_err(io_err(format!("config BAR dword {i}")))
-        };
+        let bar_dword = |i: u64| cfg.read_le_u32(CFG_BAR0 + 4 * i).map_err(io_err(format!("config BAR dword {i}")));
         let reg_idx = u64::from(bar::REG);
         let uar_idx = u64::from(bar::UAR);
         let reg_lo = bar_dword(reg_idx)?;
@@ -924,8 +901,7 @@ impl VfioPlatform {
         let dma = {
             let iommu = dev.iommu();
             let ranges = iommu.valid_iova_ranges().to_vec();
-            let allocator =
-                IovaAllocator::new(&ranges, iommu.alignment() as u64, choose_floor(&ranges));
+            let allocator = IovaAllocator::new(&ranges, iommu.alignment() as u64, choose_floor(&ranges));
             DmaSpace::new(allocator, iommu.max_num_mappings() as usize)
         };
 
@@ -933,15 +909,9 @@ impl VfioPlatform {
         let msix = irqs.msi_x();
         let nvec = usize::from(MAX_INTERRUPTS);
         if msix.max() < nvec {
-            return Err(PlatformError::Io(format!(
-                "{bdf}: {} MSI-X vectors, the device needs {nvec}",
-                msix.max()
-            )));
+            return Err(PlatformError::Io(format!("{bdf}: {} MSI-X vectors, the device needs {nvec}", msix.max())));
         }
-        let vectors = (0..nvec)
-            .map(|_| EventFd::new())
-            .collect::<io::Result<Vec<_>>>()
-            .map_err(io_err("eventfd"))?;
+        let vectors = (0..nvec).map(|_| EventFd::new()).collect::<io::Result<Vec<_>>>().map_err(io_err("eventfd"))?;
         let fds: Vec<RawFd> = vectors.iter().map(EventFd::raw).collect();
         msix.enable(&fds).map_err(io_err("enable MSI-X"))?;
 
@@ -1111,32 +1081,14 @@ mod tests {
         assert!(matches!("05.0".parse::<Bdf>(), Err(BdfError::Format(_))));
         assert!(matches!("0:0:0:05.0".parse::<Bdf>(), Err(BdfError::Format(_))));
         assert!(matches!("0000:zz:05.0".parse::<Bdf>(), Err(BdfError::Field { field: "bus", .. })));
-        assert!(matches!(
-            "0000:000:05.0".parse::<Bdf>(),
-            Err(BdfError::Field { field: "bus", .. })
-        ));
-        assert!(matches!(
-            "123456789:00:05.0".parse::<Bdf>(),
-            Err(BdfError::Field { field: "domain", .. })
-        ));
+        assert!(matches!("0000:000:05.0".parse::<Bdf>(), Err(BdfError::Field { field: "bus", .. })));
+        assert!(matches!("123456789:00:05.0".parse::<Bdf>(), Err(BdfError::Field { field: "domain", .. })));
         // from_str_radix would accept a sign; a BDF must not.
-        assert!(matches!(
-            "+000:00:05.0".parse::<Bdf>(),
-            Err(BdfError::Field { field: "domain", .. })
-        ));
+        assert!(matches!("+000:00:05.0".parse::<Bdf>(), Err(BdfError::Field { field: "domain", .. })));
         assert!(matches!("0000::05.0".parse::<Bdf>(), Err(BdfError::Field { field: "bus", .. })));
-        assert!(matches!(
-            "0000:00:.0".parse::<Bdf>(),
-            Err(BdfError::Field { field: "device", .. })
-        ));
-        assert!(matches!(
-            "0000:00:05.".parse::<Bdf>(),
-            Err(BdfError::Field { field: "function", .. })
-        ));
-        assert!(matches!(
-            "0000:00:05.10".parse::<Bdf>(),
-            Err(BdfError::Field { field: "function", .. })
-        ));
+        assert!(matches!("0000:00:.0".parse::<Bdf>(), Err(BdfError::Field { field: "device", .. })));
+        assert!(matches!("0000:00:05.".parse::<Bdf>(), Err(BdfError::Field { field: "function", .. })));
+        assert!(matches!("0000:00:05.10".parse::<Bdf>(), Err(BdfError::Field { field: "function", .. })));
         assert_eq!("0000:00:20.0".parse::<Bdf>(), Err(BdfError::Device(0x20)));
         assert_eq!("0000:00:05.8".parse::<Bdf>(), Err(BdfError::Function(8)));
     }
@@ -1295,10 +1247,7 @@ mod tests {
     fn table_rejects_overflowing_ranges() {
         let mut t = table();
         assert_eq!(t.resolve(0x10_000, u64::MAX).err(), Some(bad(0x10_000, u64::MAX)));
-        assert_eq!(
-            t.resolve(0x11_000, u64::MAX - 0x10).err(),
-            Some(bad(0x11_000, u64::MAX - 0x10))
-        );
+        assert_eq!(t.resolve(0x11_000, u64::MAX - 0x10).err(), Some(bad(0x11_000, u64::MAX - 0x10)));
         // A mapping at the top of the address space: an access past it must not wrap.
         let top = u64::MAX - 0x1fff;
         assert!(t.insert(top, Fake(0x1000)).is_ok());
@@ -1432,13 +1381,9 @@ mod tests {
         let s = space();
         assert_eq!(s.alloc(u64::MAX, host), Err(PlatformError::NoMemory(u64::MAX)));
         assert_eq!(s.alloc(1 << 41, host), Err(PlatformError::NoMemory(1 << 41)), "no IOVA room");
-        let enomem = |_: u64, _: usize| -> io::Result<HostMemory> {
-            Err(io::Error::from_raw_os_error(libc::ENOMEM))
-        };
+        let enomem = |_: u64, _: usize| -> io::Result<HostMemory> { Err(io::Error::from_raw_os_error(libc::ENOMEM)) };
         assert_eq!(s.alloc(PAGE, enomem), Err(PlatformError::NoMemory(PAGE)));
-        let eperm = |_: u64, _: usize| -> io::Result<HostMemory> {
-            Err(io::Error::from_raw_os_error(libc::EPERM))
-        };
+        let eperm = |_: u64, _: usize| -> io::Result<HostMemory> { Err(io::Error::from_raw_os_error(libc::EPERM)) };
         assert!(matches!(s.alloc(PAGE, eperm), Err(PlatformError::Io(_))));
     }
 

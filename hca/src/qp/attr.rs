@@ -92,7 +92,11 @@ pub(super) fn from_device(d: &abi::QpAttr, caps: &DeviceAttr, set: &QpAttr) -> R
     let mut replaced = 0u32;
     let mut pick = |ok: bool, device: u8, driver: u8| {
         replaced += u32::from(!ok);
-        if ok { device } else { driver }
+        if ok {
+            device
+        } else {
+            driver
+        }
     };
     let in_range = |v: u8, max: u32| u32::from(v) <= max;
     let ports = u32::from(caps.phys_port_cnt);
@@ -114,7 +118,11 @@ pub(super) fn from_device(d: &abi::QpAttr, caps: &DeviceAttr, set: &QpAttr) -> R
         en_sqd_async_notify: pick(d.en_sqd_async_notify <= 1, d.en_sqd_async_notify, set.en_sqd_async_notify),
         sq_draining: pick(d.sq_draining <= 1, d.sq_draining, 0),
         max_rd_atomic: pick(in_range(d.max_rd_atomic, caps.max_qp_init_rd_atom), d.max_rd_atomic, set.max_rd_atomic),
-        max_dest_rd_atomic: pick(in_range(d.max_dest_rd_atomic, caps.max_qp_rd_atom), d.max_dest_rd_atomic, set.max_dest_rd_atomic),
+        max_dest_rd_atomic: pick(
+            in_range(d.max_dest_rd_atomic, caps.max_qp_rd_atom),
+            d.max_dest_rd_atomic,
+            set.max_dest_rd_atomic,
+        ),
         min_rnr_timer: pick(in_range(d.min_rnr_timer, 31), d.min_rnr_timer, set.min_rnr_timer),
         port_num: pick(in_range(d.port_num, ports), d.port_num, set.port_num),
         timeout: pick(in_range(d.timeout, 31), d.timeout, set.timeout),
@@ -283,7 +291,8 @@ mod tests {
     #[test]
     fn a_modify_records_what_its_mask_names() {
         let mut into = QpAttr::default();
-        let attr = QpAttr { timeout: 9, retry_cnt: 3, rnr_retry: 2, alt_timeout: 4, alt_port_num: 1, ..Default::default() };
+        let attr =
+            QpAttr { timeout: 9, retry_cnt: 3, rnr_retry: 2, alt_timeout: 4, alt_port_num: 1, ..Default::default() };
         record(&mut into, &attr, QpAttrMask::TIMEOUT | QpAttrMask::ALT_PATH);
         assert_eq!((into.timeout, into.retry_cnt, into.rnr_retry), (9, 0, 0));
         assert_eq!((into.alt_timeout, into.alt_port_num), (4, 1));

@@ -5,11 +5,11 @@
 
 use crate::device::DeviceInner;
 use crate::pd::Pd;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use ib_core::provider::AhOps;
 use ib_core::{AhAttr, Error, Result, UdDest, WcOpcode, WrOpcode};
 use pvrdma_abi::wqe::{wr_opcode, Av, SqWqeHdr, WrUd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use zerocopy::IntoBytes;
 
 /// `src_path_bits` bit 7: the address vector carries a GRH (set by rdma-core's

@@ -99,7 +99,10 @@ mod tests {
         assert_eq!(set_opcode(&mut hdr, op), WcOpcode::CompSwap);
         let a = WrAtomic::read_from_bytes(&hdr.wr[..]).unwrap();
         assert_eq!(hdr.opcode.get(), wr_opcode::ATOMIC_CMP_AND_SWP);
-        assert_eq!((a.remote_addr.get(), a.compare_add.get(), a.swap.get(), a.rkey.get()), (0x7f00_0000_1008, 3, 4, 0x55));
+        assert_eq!(
+            (a.remote_addr.get(), a.compare_add.get(), a.swap.get(), a.rkey.get()),
+            (0x7f00_0000_1008, 3, 4, 0x55)
+        );
         let mut hdr = SqWqeHdr::default();
         let op = WrOpcode::AtomicFetchAdd { remote_addr: 0x1000, rkey: 9, add: 7 };
         assert_eq!(set_opcode(&mut hdr, op), WcOpcode::FetchAdd);

@@ -80,7 +80,9 @@ pub fn serve_held(limit: Duration, mut args: impl FnMut(&mut Fresh) -> (Vec<Stri
                 let o = tool.finish(limit).expect("an ended child");
                 match taken_or_held(o) {
                     Attempt::Taken(why) => Attempt::Taken(why),
-                    Attempt::Held((code, out, err)) => panic!("the server ended ({code}) before it listened:\n{out}{err}"),
+                    Attempt::Held((code, out, err)) => {
+                        panic!("the server ended ({code}) before it listened:\n{out}{err}")
+                    }
                 }
             }
             Listening::TimedOut => panic!("the server did not listen on port {port} within {limit:?}"),
@@ -110,7 +112,9 @@ pub fn connect_held(
                 let o = tool.finish(limit).expect("an ended child");
                 return match taken_or_held(o) {
                     Attempt::Taken(why) => Attempt::Taken(why),
-                    Attempt::Held((code, out, err)) => panic!("the tool ended ({code}) before it connected:\n{out}{err}"),
+                    Attempt::Held((code, out, err)) => {
+                        panic!("the tool ended ({code}) before it connected:\n{out}{err}")
+                    }
                 };
             }
             assert!(Instant::now() < deadline, "the tool never connected within {limit:?}");

@@ -109,12 +109,7 @@ pub(crate) fn bth_wire(b: &Bth, pad: u8) -> BthHdr {
 /// a RETH, AETH or ImmDt the opcode carries is missing or one it does not carry is present;
 /// [`WireError::UnexpectedPayload`]; [`WireError::FieldRange`]; [`WireError::TooLong`] past the
 /// UDP length of `ip`'s IP version.
-pub fn encode(
-    hdr: &Headers,
-    payload: &[u8],
-    ip: &IpContext,
-    out: &mut Vec<u8>,
-) -> Result<(), WireError> {
+pub fn encode(hdr: &Headers, payload: &[u8], ip: &IpContext, out: &mut Vec<u8>) -> Result<(), WireError> {
     let l = check_headers(hdr, payload)?;
     let pad = (4 - payload.len() % 4) % 4;
     let total = header_len(l) + payload.len() + pad + ICRC_LEN;
@@ -185,11 +180,7 @@ pub fn decode<'a>(udp_payload: &'a [u8], ip: Option<&IpContext>) -> Result<Packe
     Ok(Packet { hdr, payload })
 }
 
-fn extension_headers<'a>(
-    bth: &BthHdr,
-    l: Layout,
-    mut rest: &'a [u8],
-) -> Result<(Headers, &'a [u8]), WireError> {
+fn extension_headers<'a>(bth: &BthHdr, l: Layout, mut rest: &'a [u8]) -> Result<(Headers, &'a [u8]), WireError> {
     let mut hdr = Headers { bth: bth_value(bth), ..Headers::default() };
     if l.reth {
         let (r, tail) = RethHdr::read_from_prefix(rest).map_err(|_| WireError::Truncated)?;

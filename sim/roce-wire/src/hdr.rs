@@ -34,17 +34,7 @@ pub struct BthHdr {
     /// Packet sequence number, 24 bits.
     pub psn: [u8; 3],
 }
-assert_layout!(
-    BthHdr,
-    12,
-    opcode = 0,
-    flags = 1,
-    pkey = 2,
-    resv8a = 4,
-    dest_qp = 5,
-    ack_req = 8,
-    psn = 9
-);
+assert_layout!(BthHdr, 12, opcode = 0, flags = 1, pkey = 2, resv8a = 4, dest_qp = 5, ack_req = 8, psn = 9);
 
 /// RDMA Extended Transport Header (IBTA 9.3.3), 16 bytes.
 #[repr(C)]

@@ -33,8 +33,7 @@ pub fn icrc(ip: &IpContext, udp_payload_without_icrc: &[u8]) -> u32 {
     crc.update(&[0xff; 8]);
     crc.update(iph.as_bytes());
     crc.update(udp.as_bytes());
-    let (bth, rest) =
-        udp_payload_without_icrc.split_at(udp_payload_without_icrc.len().min(BTH_RESV8A + 1));
+    let (bth, rest) = udp_payload_without_icrc.split_at(udp_payload_without_icrc.len().min(BTH_RESV8A + 1));
     let mut masked = [0u8; BTH_RESV8A + 1];
     masked[..bth.len()].copy_from_slice(bth);
     if bth.len() == masked.len() {

@@ -95,10 +95,5 @@ pub(crate) fn max_udp_len(ip: Option<&IpContext>) -> usize {
 
 /// The UDP header for `udp_len` bytes with checksum 0.
 pub(crate) fn udp_header(ip: &IpContext, udp_len: u16) -> UdpHdr {
-    UdpHdr {
-        source: ip.src.port().into(),
-        dest: ip.dst.port().into(),
-        len: udp_len.into(),
-        check: 0.into(),
-    }
+    UdpHdr { source: ip.src.port().into(), dest: ip.dst.port().into(), len: udp_len.into(), check: 0.into() }
 }

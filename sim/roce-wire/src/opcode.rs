@@ -90,10 +90,10 @@ pub struct Layout {
 /// The header layout of `op`, or `None` for an opcode that is not RC SEND, RDMA WRITE, RDMA
 /// READ, ATOMIC or an acknowledge (other transports, reserved values).
 pub fn layout(op: u8) -> Option<Layout> {
-    let l = |reth, aeth, imm, payload| {
-        Some(Layout { reth, aeth, imm, payload, atomic_eth: false, atomic_ack_eth: false })
-    };
-    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic_eth: false, atomic_ack_eth: false };
+    let l =
+        |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic_eth: false, atomic_ack_eth: false });
+    let none =
+        Layout { reth: false, aeth: false, imm: false, payload: false, atomic_eth: false, atomic_ack_eth: false };
     match op {
         RC_COMPARE_SWAP | RC_FETCH_ADD => Some(Layout { atomic_eth: true, ..none }),
         RC_ATOMIC_ACKNOWLEDGE => Some(Layout { aeth: true, atomic_ack_eth: true, ..none }),
@@ -104,9 +104,9 @@ pub fn layout(op: u8) -> Option<Layout> {
         | RC_RDMA_WRITE_MIDDLE
         | RC_RDMA_WRITE_LAST
         | RC_RDMA_READ_RESPONSE_MIDDLE => l(false, false, false, true),
-        RC_SEND_LAST_WITH_IMMEDIATE
-        | RC_SEND_ONLY_WITH_IMMEDIATE
-        | RC_RDMA_WRITE_LAST_WITH_IMMEDIATE => l(false, false, true, true),
+        RC_SEND_LAST_WITH_IMMEDIATE | RC_SEND_ONLY_WITH_IMMEDIATE | RC_RDMA_WRITE_LAST_WITH_IMMEDIATE => {
+            l(false, false, true, true)
+        }
         RC_RDMA_WRITE_FIRST | RC_RDMA_WRITE_ONLY => l(true, false, false, true),
         RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => l(true, false, true, true),
         RC_RDMA_READ_REQUEST => l(true, false, false, false),

@@ -40,8 +40,7 @@ impl PcapWriter {
     /// 65535, microsecond timestamps).
     pub fn create(path: &Path) -> io::Result<Self> {
         let header = PcapHeader { datalink: DataLink::RAW, ..PcapHeader::default() };
-        let out = pcap_file::pcap::PcapWriter::with_header(File::create(path)?, header)
-            .map_err(pcap_error)?;
+        let out = pcap_file::pcap::PcapWriter::with_header(File::create(path)?, header).map_err(pcap_error)?;
         Ok(Self { out, frame: Vec::new() })
     }
 
@@ -88,8 +87,7 @@ fn frame(ip: &IpContext, udp_len: u16, udp_payload: &[u8], out: &mut Vec<u8>) {
 /// One's-complement sum of big-endian 16-bit words (RFC 1071), not yet folded; an odd last
 /// byte is padded with zero. Inputs here are below 64 KiB, so the u32 cannot overflow.
 fn sum(acc: u32, bytes: &[u8]) -> u32 {
-    let words =
-        bytes.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])));
+    let words = bytes.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])));
     words.fold(acc, |a, w| a + w)
 }
 
@@ -158,12 +156,7 @@ fn parse_v4(data: &[u8]) -> Option<(IpContext, &[u8])> {
     }
     let datagram = data.get(ihl..usize::from(h.tot_len.get()))?;
     let addr = |a: [u8; 4]| SocketAddr::new(IpAddr::V4(Ipv4Addr::from(a)), 0);
-    let ip = IpContext {
-        src: addr(h.saddr),
-        dst: addr(h.daddr),
-        ipv4_id: h.id.get(),
-        ipv4_df: frag & IP_DF != 0,
-    };
+    let ip = IpContext { src: addr(h.saddr), dst: addr(h.daddr), ipv4_id: h.id.get(), ipv4_df: frag & IP_DF != 0 };
     Some((ip, datagram))
 }
 
@@ -186,15 +179,9 @@ mod tests {
         for ip in [
             IpContext {
                 ipv4_id: 0x4242,
-                ..IpContext::new(
-                    "192.0.2.1:5000".parse().unwrap(),
-                    "192.0.2.2:4791".parse().unwrap(),
-                )
+                ..IpContext::new("192.0.2.1:5000".parse().unwrap(), "192.0.2.2:4791".parse().unwrap())
             },
-            IpContext::new(
-                "[2001:db8::1]:5000".parse().unwrap(),
-                "[2001:db8::2]:4791".parse().unwrap(),
-            ),
+            IpContext::new("[2001:db8::1]:5000".parse().unwrap(), "[2001:db8::2]:4791".parse().unwrap()),
         ] {
             for n in [0usize, 1, 7, 64] {
                 let payload: Vec<u8> = (0..n).map(|i| (i * 37) as u8 ^ 0xa5).collect();
@@ -204,8 +191,7 @@ mod tests {
                 if ip.is_ipv4() {
                     assert_eq!(fold(sum(0, &f[..20])), 0, "IPv4 header checksum");
                 }
-                let (ips, ipd) =
-                    if ip.is_ipv4() { (&f[12..16], &f[16..20]) } else { (&f[8..24], &f[24..40]) };
+                let (ips, ipd) = if ip.is_ipv4() { (&f[12..16], &f[16..20]) } else { (&f[8..24], &f[24..40]) };
                 let pseudo = sum(sum(0, ips), ipd) + 17 + (8 + n) as u32;
                 assert_eq!(fold(sum(pseudo, &f[ihl..])), 0, "UDP checksum, {n} bytes");
                 let c = parse(&f).unwrap();

@@ -2,10 +2,7 @@
 //! decode must name.
 
 use roce_wire::opcode::{self, *};
-use roce_wire::{
-    decode, encode, icrc, Aeth, AtomicEth, Bth, Headers, IpContext, NakCode, Reth, Syndrome,
-    WireError,
-};
+use roce_wire::{decode, encode, icrc, Aeth, AtomicEth, Bth, Headers, IpContext, NakCode, Reth, Syndrome, WireError};
 use std::net::SocketAddr;
 
 fn ctx(src: &str, dst: &str) -> IpContext {
@@ -27,8 +24,7 @@ fn hex(s: &str) -> Vec<u8> {
 /// Computed offline with Python's `zlib.crc32` over 8 x 0xFF, the IPv4 header with TOS, TTL and
 /// checksum all-ones (ID 0x1234, DF), the UDP header with checksum 0xFFFF, and the BTH with
 /// resv8a 0xFF (the recipe of shared/rxe-peer, verified against rxe).
-const V4_SEND_ONLY_IMM: (&str, u32) =
-    ("05f0ffff00000011800001001234567868656c6c6f000000", 0x6606_2181);
+const V4_SEND_ONLY_IMM: (&str, u32) = ("05f0ffff00000011800001001234567868656c6c6f000000", 0x6606_2181);
 /// Likewise over IPv6 (traffic class, flow label, hop limit all-ones), RDMA WRITE Only.
 const V6_WRITE_ONLY: (&str, u32) =
     ("0a40ffff00abcdef00fffffe00007f001234500000001122000000080001020304050607", 0x9fb3_dedf);
@@ -159,11 +155,7 @@ fn headers_for(op: u8, psn: u32) -> Headers {
             solicited: op % 2 == 0,
             pad: 0,
         },
-        reth: l.reth.then_some(Reth {
-            va: 0xdead_beef_0000 + u64::from(op),
-            rkey: 0x55,
-            dma_len: 9,
-        }),
+        reth: l.reth.then_some(Reth { va: 0xdead_beef_0000 + u64::from(op), rkey: 0x55, dma_len: 9 }),
         aeth: l.aeth.then_some(Aeth::ack(0xab_cdef, 0x1f)),
         imm: l.imm.then_some(0xcafe_0000 | u32::from(op)),
         atomic_eth: l.atomic_eth.then_some(AtomicEth {

@@ -15,10 +15,7 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn v4() -> IpContext {
-    IpContext {
-        ipv4_id: 0x0102,
-        ..IpContext::new("10.0.0.1:50000".parse().unwrap(), "10.0.0.2:4791".parse().unwrap())
-    }
+    IpContext { ipv4_id: 0x0102, ..IpContext::new("10.0.0.1:50000".parse().unwrap(), "10.0.0.2:4791".parse().unwrap()) }
 }
 
 fn v6() -> IpContext {
@@ -27,14 +24,7 @@ fn v6() -> IpContext {
 
 fn packet(ip: &IpContext, psn: u32) -> Vec<u8> {
     let h = Headers {
-        bth: Bth {
-            opcode: RC_SEND_ONLY,
-            psn,
-            dest_qp: 0x42,
-            pkey: 0xffff,
-            mig_req: true,
-            ..Bth::default()
-        },
+        bth: Bth { opcode: RC_SEND_ONLY, psn, dest_qp: 0x42, pkey: 0xffff, mig_req: true, ..Bth::default() },
         ..Headers::default()
     };
     let mut out = Vec::new();
@@ -91,11 +81,7 @@ fn ipv4_masked_fields_do_not_count_and_invariant_ones_do() {
     }
     // Identification, DF, source and destination address, source port.
     for off in [4usize, 5, 6, 12, 15, 16, 19, 20, 21] {
-        assert_eq!(
-            verdict(&path, &bytes, |f| f[off] ^= 0x40),
-            Err(WireError::BadIcrc),
-            "byte {off}"
-        );
+        assert_eq!(verdict(&path, &bytes, |f| f[off] ^= 0x40), Err(WireError::BadIcrc), "byte {off}");
     }
     std::fs::remove_file(&path).unwrap();
 }
@@ -105,18 +91,12 @@ fn ipv6_masked_fields_do_not_count_and_invariant_ones_do() {
     let (path, bytes) = one(&v6(), "v6");
     assert_eq!(verdict(&path, &bytes, |_| {}), Ok(()));
     // Traffic class (low nibble of byte 0 and high of byte 1), flow label, hop limit, UDP checksum.
-    for (off, x) in
-        [(0usize, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff), (46, 0x12), (47, 0x34)]
-    {
+    for (off, x) in [(0usize, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff), (46, 0x12), (47, 0x34)] {
         assert_eq!(verdict(&path, &bytes, |f| f[off] ^= x), Ok(()), "masked byte {off}");
     }
     // Source and destination address, source port.
     for off in [8usize, 23, 24, 39, 40, 41] {
-        assert_eq!(
-            verdict(&path, &bytes, |f| f[off] ^= 0x01),
-            Err(WireError::BadIcrc),
-            "byte {off}"
-        );
+        assert_eq!(verdict(&path, &bytes, |f| f[off] ^= 0x01), Err(WireError::BadIcrc), "byte {off}");
     }
     std::fs::remove_file(&path).unwrap();
 }

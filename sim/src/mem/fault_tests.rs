@@ -10,9 +10,6 @@ use testpages::{fresh, protect, unmap};
 
 const P: usize = PAGE as usize;
 
-
-
-
 /// Maps `[addr, addr + len)` into `m`, as registration does.
 fn map(m: &GuestMemory, addr: usize, len: usize, writable: bool) -> Result<u64, MemError> {
     // SAFETY: only pages of this test's own, which it does not reuse for anything else.

@@ -36,13 +36,13 @@
 //! anyway.
 #![allow(unsafe_code)]
 
-mod user;
-mod view;
-mod words;
 #[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
 mod tests;
+mod user;
+mod view;
+mod words;
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -50,8 +50,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
 use user::{Access, Piece, Pieces};
-pub use view::{Span, Window};
 use view::SpanKind;
+pub use view::{Span, Window};
 use words::{as_atomic_u64, read_words, write_words, zero_words};
 
 /// Device addresses start here, so that 0 and small values are never valid.
@@ -115,7 +115,11 @@ enum Words {
     /// The consumer's pages at `addr` (see [`GuestMemory::map_external`]), reached only through
     /// `access`; writes fail unless they were mapped `writable` (as through a read-only IOMMU
     /// mapping).
-    External { addr: usize, writable: bool, access: &'static Access },
+    External {
+        addr: usize,
+        writable: bool,
+        access: &'static Access,
+    },
 }
 
 /// An 8-byte atomic operation on guest memory (IBTA 9.4.5); values in host (little-endian) order,

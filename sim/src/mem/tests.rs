@@ -159,7 +159,8 @@ fn eight_byte_atomics_hold_across_threads_and_devices_as_atomic_hca_promises() {
     let other = GuestMemory::new(1 << 20);
     // SAFETY: `backing` (8 KiB) holds the page from `page` on and outlives both mappings, which
     // are unmapped below; nothing else touches it meanwhile.
-    let (ext, ext2) = unsafe { (mem.map_external(page, 4096, true).unwrap(), other.map_external(page, 4096, true).unwrap()) };
+    let (ext, ext2) =
+        unsafe { (mem.map_external(page, 4096, true).unwrap(), other.map_external(page, 4096, true).unwrap()) };
     hammer(&[(&mem, ext + 16), (&other, ext2 + 16)], 2, 20_000);
     let word = &backing[(page - backing.as_ptr() as usize) / 8 + 2];
     assert_eq!(word.load(Ordering::Acquire), 4 * 20_000 + 4 * 2_000, "in the consumer's memory");

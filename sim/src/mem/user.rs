@@ -33,8 +33,8 @@ use super::Atomic64;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 

@@ -92,8 +92,7 @@ impl Stall {
     /// The head, tried for reason `why`, found no receive WQE at `dest`, whose `min_rnr_timer`
     /// is `timer`. `Err(RNR_RETRY_EXC_ERR)` once the sender's `rnr_retry` (`retry`) is spent;
     /// else the head waits.
-    pub(super) fn rnr(&mut self, retry: &Retry, dest: u32, timer: u8, why: Attempt)
-        -> Result<(), u32> {
+    pub(super) fn rnr(&mut self, retry: &Retry, dest: u32, timer: u8, why: Attempt) -> Result<(), u32> {
         if why == Attempt::Kick && self.waits_at(dest) {
             return Ok(());
         }

@@ -88,8 +88,7 @@ impl PortQueue {
     /// An empty wire always takes one message.
     pub fn try_reserve(&self, qpn: u32, len: u64) -> bool {
         let mut w = self.wire.lock();
-        let room = w.packets < self.max_packets
-            && w.bytes.checked_add(len).is_some_and(|b| b <= self.max_bytes);
+        let room = w.packets < self.max_packets && w.bytes.checked_add(len).is_some_and(|b| b <= self.max_bytes);
         if w.packets == 0 || room {
             w.packets += 1;
             w.bytes = w.bytes.saturating_add(len);
@@ -224,8 +223,7 @@ impl PortQueue {
 
     /// Un-counts packets dropped from the wire.
     fn forget<'a>(w: &mut Wire, dropped: impl Iterator<Item = &'a Packet>) {
-        let (n, bytes) =
-            dropped.fold((0usize, 0u64), |(n, b), p| (n + 1, b + p.payload.len() as u64));
+        let (n, bytes) = dropped.fold((0usize, 0u64), |(n, b), p| (n + 1, b + p.payload.len() as u64));
         w.packets = w.packets.saturating_sub(n);
         w.bytes = w.bytes.saturating_sub(bytes);
     }
@@ -324,8 +322,7 @@ impl PortQueue {
     /// port.
     fn take_due(w: &mut Wire, now: Instant) -> Option<Job> {
         let job = if let Some(qpn) = w.kicks.pop_front() {
-            let uids: Vec<u64> =
-                w.stalls.iter().filter(|(_, s)| s.kicked_by(qpn)).map(|(u, _)| *u).collect();
+            let uids: Vec<u64> = w.stalls.iter().filter(|(_, s)| s.kicked_by(qpn)).map(|(u, _)| *u).collect();
             Job::Kick(qpn, uids.iter().filter_map(|u| w.stalls.remove(u)).collect())
         } else if w.in_flight.front().is_some_and(|(at, _)| *at <= now) {
             Job::Packet(w.in_flight.pop_front()?.1)

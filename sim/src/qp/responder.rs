@@ -7,13 +7,7 @@ use super::*;
 impl Qp {
     /// A SEND: takes the next receive WQE for `pkt`, scatters the payload and publishes the
     /// receive CQE, if the QP [`accepts`](Qp::accepts) the packet. Called by the port thread.
-    pub(crate) fn receive(
-        &self,
-        core: &Core,
-        pkt: &Packet,
-        connection: u64,
-        fx: &mut Effects,
-    ) -> Rx {
+    pub(crate) fn receive(&self, core: &Core, pkt: &Packet, connection: u64, fx: &mut Effects) -> Rx {
         let mut st = self.st.lock();
         if !self.accepting(&st, pkt.src, connection) {
             return Rx::Fail(wc_status::RETRY_EXC_ERR);
@@ -23,9 +17,7 @@ impl Qp {
             Ok(None) => return Rx::Park,
             Err(rx) => return rx,
         };
-        let status = self
-            .check_rq_wqe(&hdr, &sges)
-            .and_then(|()| mr::scatter(core, self.pd, &sges, &pkt.payload));
+        let status = self.check_rq_wqe(&hdr, &sges).and_then(|()| mr::scatter(core, self.pd, &sges, &pkt.payload));
         let imm = match pkt.op {
             Op::Send { imm } => imm,
             _ => None,
@@ -76,13 +68,7 @@ impl Qp {
     /// (a Class C responder error of IBTA 9.9, as Linux rxe's `RESPST_ERR_RKEY_VIOLATION` does).
     /// Linux rxe answers a QP without the access bit with Invalid Request instead
     /// (`check_op_valid`); the model reports it as the access error it is.
-    pub(crate) fn rdma_write(
-        &self,
-        core: &Core,
-        rkey: u32,
-        remote_addr: u64,
-        data: &[u8],
-    ) -> Result<(), u32> {
+    pub(crate) fn rdma_write(&self, core: &Core, rkey: u32, remote_addr: u64, data: &[u8]) -> Result<(), u32> {
         self.check_remote_access(access::REMOTE_WRITE)?;
         mr::remote_write(core, self.pd, rkey, remote_addr, data)
     }
@@ -90,13 +76,7 @@ impl Qp {
     /// The responder side of an RDMA READ: the `len` bytes at `remote_addr` of the MR `rkey`
     /// names, checked as [`Qp::rdma_write`] with `REMOTE_READ`. Errors: as `rdma_write`, and
     /// `REM_INV_REQ_ERR` for a length past `MAX_MSG_SZ`.
-    pub(crate) fn rdma_read(
-        &self,
-        core: &Core,
-        rkey: u32,
-        remote_addr: u64,
-        len: u32,
-    ) -> Result<Vec<u8>, u32> {
+    pub(crate) fn rdma_read(&self, core: &Core, rkey: u32, remote_addr: u64, len: u32) -> Result<Vec<u8>, u32> {
         self.check_remote_access(access::REMOTE_READ)?;
         mr::remote_read(core, self.pd, rkey, remote_addr, len)
     }
@@ -160,13 +140,7 @@ impl Qp {
     ///
     /// Errors: `LOC_PROT_ERR` for a bad local SGE, `LOC_LEN_ERR` for data past the SGEs, and
     /// `BAD_RESP_ERR` if `seq` is no READ waiting for its response.
-    pub(crate) fn read_response(
-        &self,
-        core: &Core,
-        seq: u64,
-        offset: u32,
-        data: &[u8],
-    ) -> Result<(), u32> {
+    pub(crate) fn read_response(&self, core: &Core, seq: u64, offset: u32, data: &[u8]) -> Result<(), u32> {
         let st = self.st.lock();
         let read = st.inflight.iter().find(|e| e.seq == seq && e.status.is_none() && e.is_read());
         let entry = read.filter(|_| !st.dead).ok_or(wc_status::BAD_RESP_ERR)?;

@@ -101,12 +101,7 @@ pub(super) fn address(
     let pad = (4 - payload_len % 4) % 4;
     let bth_len = payload_len + pad + IBA_BYTES + if imm { 4 } else { 0 };
     let v2 = sgid.gid_type == GID_TYPE_FLAG_ROCE_V2;
-    let d = Datagram {
-        qkey,
-        grh: grh(&route, bth_len, v2),
-        network: network(&route.sgid),
-        sgid_index: av.gid_index,
-    };
+    let d = Datagram { qkey, grh: grh(&route, bth_len, v2), network: network(&route.sgid), sgid_index: av.gid_index };
     Ok((ud.remote_qpn.get() & 0x00ff_ffff, av.dgid, d))
 }
 
@@ -191,13 +186,7 @@ impl Qp {
     /// and a `byte_len` that counts the 40 GRH bytes. A buffer too short for both completes
     /// with `LOC_LEN_ERR` and moves the QP to ERR (IBTA Class D; Linux rxe's
     /// `RESPST_ERR_LENGTH` for UD). `Err` says why the datagram was dropped.
-    pub(crate) fn receive_ud(
-        &self,
-        core: &Core,
-        pkt: &Packet,
-        d: &Datagram,
-        fx: &mut Effects,
-    ) -> Result<(), Dropped> {
+    pub(crate) fn receive_ud(&self, core: &Core, pkt: &Packet, d: &Datagram, fx: &mut Effects) -> Result<(), Dropped> {
         let mut st: MutexGuard<'_, QpState> = self.st.lock();
         let ready = matches!(st.state, qp_state::RTR | qp_state::RTS | qp_state::SQD);
         if st.dead || !ready || !self.is_ud() {
@@ -364,13 +353,7 @@ mod tests {
     fn an_ipv6_grh_is_the_ipv6_header() {
         let s: Ipv6Addr = "fd00::1".parse().unwrap();
         let d: Ipv6Addr = "fd00::2".parse().unwrap();
-        let r = Route {
-            sgid: s.octets(),
-            dgid: d.octets(),
-            traffic_class: 3,
-            flow_label: 0x12345,
-            hop_limit: 7,
-        };
+        let r = Route { sgid: s.octets(), dgid: d.octets(), traffic_class: 3, flow_label: 0x12345, hop_limit: 7 };
         let g = grh(&r, 50, true);
         assert_eq!(u32::from_be_bytes([g[0], g[1], g[2], g[3]]), 0x6031_2345);
         assert_eq!(u16::from_be_bytes([g[4], g[5]]), 58);

@@ -13,10 +13,7 @@ pub struct Capture(Mutex<PcapWriter>);
 impl Capture {
     /// Creates (truncates) the file at `path`. Errors: the file cannot be created.
     pub fn create(path: &Path) -> Result<Self, RoceError> {
-        let w = PcapWriter::create(path).map_err(|e| RoceError::Pcap {
-            path: path.to_owned(),
-            source: e.into(),
-        })?;
+        let w = PcapWriter::create(path).map_err(|e| RoceError::Pcap { path: path.to_owned(), source: e.into() })?;
         Ok(Self(Mutex::new(w)))
     }
 

@@ -36,11 +36,7 @@ impl<T: Clone> Faults<T> {
     /// An injector of `faults`, its generator seeded with `faults.seed` mixed with `stream`.
     pub fn new(faults: &LinkFaults, stream: u64) -> Self {
         let rng = fastrand::Rng::with_seed(faults.seed ^ stream);
-        Self {
-            faults: faults.clone(),
-            rng,
-            held: None,
-        }
+        Self { faults: faults.clone(), rng, held: None }
     }
 
     /// Whether any fault is configured (else [`Faults::pass`] passes everything through).

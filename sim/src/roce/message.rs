@@ -20,11 +20,7 @@ pub enum Kind {
     /// SEND, with immediate data when `imm` is set.
     Send { imm: Option<u32> },
     /// RDMA WRITE to `va` under `rkey`, with immediate data when `imm` is set.
-    Write {
-        va: u64,
-        rkey: u32,
-        imm: Option<u32>,
-    },
+    Write { va: u64, rkey: u32, imm: Option<u32> },
     /// RDMA READ of `len` bytes at `va` under `rkey`.
     Read { va: u64, rkey: u32, len: u32 },
     /// COMPARE SWAP or FETCH ADD on the 8 bytes at `va` under `rkey`; its ATOMIC Acknowledge
@@ -57,28 +53,13 @@ pub fn packets(len: u64, mtu: u32) -> u32 {
 
 impl Message {
     /// A message starting at PSN `psn`.
-    pub fn new(
-        seq: u64,
-        psn: u32,
-        kind: Kind,
-        payload: Vec<u8>,
-        solicited: bool,
-        mtu: u32,
-    ) -> Self {
+    pub fn new(seq: u64, psn: u32, kind: Kind, payload: Vec<u8>, solicited: bool, mtu: u32) -> Self {
         let len = match kind {
             Kind::Read { len, .. } => u64::from(len),
             _ => payload.len() as u64,
         };
         let npkts = packets(len, mtu);
-        Self {
-            seq,
-            psn,
-            npkts,
-            kind,
-            payload,
-            solicited,
-            read_next: psn,
-        }
+        Self { seq, psn, npkts, kind, payload, solicited, read_next: psn }
     }
 
     /// The PSN of its last packet.
@@ -124,19 +105,12 @@ impl Message {
         let (first, last) = (k == 0, k + 1 == self.npkts);
         let start = (k as usize) * mtu as usize;
         let end = (start + mtu as usize).min(self.payload.len());
-        let mut hdr = Headers {
-            bth: self.bth(dest_qp, psn::add(self.psn, k), last),
-            ..Default::default()
-        };
+        let mut hdr = Headers { bth: self.bth(dest_qp, psn::add(self.psn, k), last), ..Default::default() };
         let (imm, opcode) = match self.kind {
             Kind::Send { imm } => (imm, send_opcode(first, last, imm.is_some())),
             Kind::Write { va, rkey, imm } => {
                 if first {
-                    hdr.reth = Some(Reth {
-                        va,
-                        rkey,
-                        dma_len: self.payload.len() as u32,
-                    });
+                    hdr.reth = Some(Reth { va, rkey, dma_len: self.payload.len() as u32 });
                 }
                 (imm, write_opcode(first, last, imm.is_some()))
             }
@@ -158,29 +132,14 @@ impl Message {
         };
         let skip = psn::diff(from, self.psn).clamp(0, self.npkts as i32 - 1) as u32;
         let done = u64::from(skip) * u64::from(mtu);
-        let reth = Reth {
-            va: va.wrapping_add(done),
-            rkey,
-            dma_len: (u64::from(len).saturating_sub(done)) as u32,
-        };
+        let reth = Reth { va: va.wrapping_add(done), rkey, dma_len: (u64::from(len).saturating_sub(done)) as u32 };
         let mut bth = self.bth(dest_qp, psn::add(self.psn, skip), true);
         bth.opcode = op::RC_RDMA_READ_REQUEST;
-        Some(Headers {
-            bth,
-            reth: Some(reth),
-            ..Default::default()
-        })
+        Some(Headers { bth, reth: Some(reth), ..Default::default() })
     }
 
     fn bth(&self, dest_qp: u32, p: u32, last: bool) -> Bth {
-        Bth {
-            solicited: last && self.solicited,
-            pkey: PKEY,
-            dest_qp,
-            ack_req: last,
-            psn: p,
-            ..Default::default()
-        }
+        Bth { solicited: last && self.solicited, pkey: PKEY, dest_qp, ack_req: last, psn: p, ..Default::default() }
     }
 }
 

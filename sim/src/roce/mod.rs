@@ -95,12 +95,7 @@ pub struct RoceConfig {
 impl RoceConfig {
     /// RoCE v2 on `addrs`, UDP 4791, no faults, no capture.
     pub fn new(addrs: Vec<IpAddr>) -> Self {
-        Self {
-            addrs,
-            udp_port: ROCE_V2_UDP_PORT,
-            faults: LinkFaults::default(),
-            pcap: None,
-        }
+        Self { addrs, udp_port: ROCE_V2_UDP_PORT, faults: LinkFaults::default(), pcap: None }
     }
 }
 
@@ -139,11 +134,7 @@ impl RocePort {
     /// Binds the sockets and creates the capture file.
     pub fn open(cfg: &RoceConfig) -> Result<Self, RoceError> {
         let socks = socket::bind_all(&cfg.addrs, cfg.udp_port)?;
-        let capture = cfg
-            .pcap
-            .as_deref()
-            .map(capture::Capture::create)
-            .transpose()?;
+        let capture = cfg.pcap.as_deref().map(capture::Capture::create).transpose()?;
         Ok(Self {
             udp_port: cfg.udp_port,
             socks,
@@ -183,14 +174,7 @@ impl RocePort {
     /// Sends the message `pkt` of QP `qp` (with attributes `a`, in RTS, its state lock held by
     /// the caller). Errors: the completion status of a WQE whose path the port cannot serve
     /// (`path::resolve`).
-    pub fn post(
-        &self,
-        core: &Core,
-        qp: &Qp,
-        a: &QpAttr,
-        pkt: Packet,
-        fx: &mut Effects,
-    ) -> Result<(), u32> {
+    pub fn post(&self, core: &Core, qp: &Qp, a: &QpAttr, pkt: Packet, fx: &mut Effects) -> Result<(), u32> {
         if let Some(d) = pkt.ud.as_deref() {
             return ud::send(self, core, &pkt, d);
         }
@@ -198,39 +182,16 @@ impl RocePort {
         let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
         let kind = match pkt.op {
             Op::Send { imm: i } => Kind::Send { imm: imm(i) },
-            Op::Write {
-                remote_addr,
-                rkey,
-                imm: i,
-            } => Kind::Write {
-                va: remote_addr,
-                rkey,
-                imm: imm(i),
-            },
-            Op::Read {
-                remote_addr,
-                rkey,
-                len,
-            } => Kind::Read {
-                va: remote_addr,
-                rkey,
-                len,
-            },
+            Op::Write { remote_addr, rkey, imm: i } => Kind::Write { va: remote_addr, rkey, imm: imm(i) },
+            Op::Read { remote_addr, rkey, len } => Kind::Read { va: remote_addr, rkey, len },
             Op::Atomic { remote_addr, rkey, op } => Kind::Atomic { va: remote_addr, rkey, op },
         };
-        req.lock()
-            .post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
+        req.lock().post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
         Ok(())
     }
 
     /// QP `qp`'s requester for its current connection, created on its first message.
-    fn requester_for(
-        &self,
-        core: &Core,
-        qp: &Qp,
-        a: &QpAttr,
-        fx: &mut Effects,
-    ) -> Result<Arc<Mutex<Requester>>, u32> {
+    fn requester_for(&self, core: &Core, qp: &Qp, a: &QpAttr, fx: &mut Effects) -> Result<Arc<Mutex<Requester>>, u32> {
         let key = (qp.uid, qp.connection());
         let mut map = self.requesters.lock();
         match map.get(&qp.handle) {
@@ -244,14 +205,7 @@ impl RocePort {
                 }
                 let path = path::resolve(core, &self.socks, self.udp_port, a)?;
                 let req = Arc::new(Mutex::new(Requester::new(path, a)));
-                map.insert(
-                    qp.handle,
-                    Entry {
-                        uid: key.0,
-                        conn: key.1,
-                        req: req.clone(),
-                    },
-                );
+                map.insert(qp.handle, Entry { uid: key.0, conn: key.1, req: req.clone() });
                 Ok(req)
             }
         }
@@ -268,9 +222,7 @@ impl RocePort {
     /// The requester of QP `qp` in connection `conn`, if it has one.
     fn requester(&self, qp: &Qp, conn: u64) -> Option<Arc<Mutex<Requester>>> {
         let map = self.requesters.lock();
-        let e = map
-            .get(&qp.handle)
-            .filter(|e| (e.uid, e.conn) == (qp.uid, conn))?;
+        let e = map.get(&qp.handle).filter(|e| (e.uid, e.conn) == (qp.uid, conn))?;
         Some(e.req.clone())
     }
 
@@ -287,15 +239,7 @@ impl RocePort {
             return core.count(|c| &c.roce_tx_errors);
         }
         let mut out = Vec::new();
-        self.link.pass(
-            core,
-            Outgoing {
-                sock: path.sock,
-                dst: path.dst,
-                bytes,
-            },
-            &mut out,
-        );
+        self.link.pass(core, Outgoing { sock: path.sock, dst: path.dst, bytes }, &mut out);
         self.transmit(core, out);
     }
 
@@ -327,19 +271,14 @@ impl RocePort {
     /// Runs every requester's timers; forgets the requesters of QPs that are gone, reset or no
     /// longer in RTS or SQD (a draining QP finishes what it sent). Returns the earliest instant a timer is due next.
     fn tick(&self, core: &Core, fx: &mut Effects) -> Option<Instant> {
-        let all: Vec<(u32, u64, u64, Arc<Mutex<Requester>>)> = self
-            .requesters
-            .lock()
-            .iter()
-            .map(|(k, e)| (*k, e.uid, e.conn, e.req.clone()))
-            .collect();
+        let all: Vec<(u32, u64, u64, Arc<Mutex<Requester>>)> =
+            self.requesters.lock().iter().map(|(k, e)| (*k, e.uid, e.conn, e.req.clone())).collect();
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         for (qpn, uid, conn, req) in all {
             use pvrdma_abi::verbs::qp_state::{RTS, SQD};
-            let live = core
-                .qp(qpn)
-                .filter(|q| q.uid == uid && q.connection() == conn && matches!(q.state(), RTS | SQD));
+            let live =
+                core.qp(qpn).filter(|q| q.uid == uid && q.connection() == conn && matches!(q.state(), RTS | SQD));
             let Some(qp) = live else {
                 self.forget(core, qpn, &req, fx);
                 continue;

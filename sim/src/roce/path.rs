@@ -45,28 +45,18 @@ pub fn ip_gid(ip: IpAddr) -> Gid {
 /// RC connection has one peer, IBTA 10.5 and A17), or when the path MTU is no IB MTU.
 pub fn resolve(core: &Core, socks: &[Socket], udp_port: u16, a: &QpAttr) -> Result<Path, u32> {
     let grh = &a.ah_attr.grh;
-    let entry = core
-        .gid_entry(grh.sgid_index)
-        .ok_or(wc_status::LOC_QP_OP_ERR)?;
+    let entry = core.gid_entry(grh.sgid_index).ok_or(wc_status::LOC_QP_OP_ERR)?;
     if entry.gid_type != GID_TYPE_FLAG_ROCE_V2 {
         return Err(wc_status::LOC_QP_OP_ERR);
     }
     let src = gid_ip(&entry.gid);
-    let sock = socks
-        .iter()
-        .position(|s| s.local.ip() == src)
-        .ok_or(wc_status::LOC_QP_OP_ERR)?;
+    let sock = socks.iter().position(|s| s.local.ip() == src).ok_or(wc_status::LOC_QP_OP_ERR)?;
     let dst = gid_ip(&grh.dgid);
     if dst.is_ipv4() != src.is_ipv4() || !unicast(dst) {
         return Err(wc_status::LOC_QP_OP_ERR);
     }
     let mtu = mtu::bytes(a.path_mtu.get()).ok_or(wc_status::LOC_QP_OP_ERR)?;
-    Ok(Path {
-        sock,
-        dst: SocketAddr::new(dst, udp_port),
-        dest_qp: a.dest_qp_num.get(),
-        mtu,
-    })
+    Ok(Path { sock, dst: SocketAddr::new(dst, udp_port), dest_qp: a.dest_qp_num.get(), mtu })
 }
 
 /// Whether `ip` names one host (a peer an RC QP can be connected to).

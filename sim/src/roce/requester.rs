@@ -16,10 +16,10 @@
 
 use super::message::{Kind, Message};
 use super::path::Path;
-use crate::timers::{rnr_delay, Retry, RNR_RETRY_INFINITE};
 use super::RocePort;
 use crate::device::Core;
 use crate::dsr::limits;
+use crate::timers::{rnr_delay, Retry, RNR_RETRY_INFINITE};
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::{opcode as op, psn, Aeth, Headers, NakCode, Syndrome};
@@ -108,15 +108,7 @@ impl Requester {
 
     /// Queues a new message and sends what the window allows of it (nothing while an RNR NAK's
     /// timer runs: it goes out with the retransmission).
-    pub fn post(
-        &mut self,
-        port: &RocePort,
-        core: &Core,
-        seq: u64,
-        kind: Kind,
-        payload: Vec<u8>,
-        solicited: bool,
-    ) {
+    pub fn post(&mut self, port: &RocePort, core: &Core, seq: u64, kind: Kind, payload: Vec<u8>, solicited: bool) {
         let m = Message::new(seq, self.next_psn, kind, payload, solicited, self.path.mtu);
         self.next_psn = psn::add(m.psn, m.npkts);
         self.msgs.push_back(m);
@@ -227,11 +219,7 @@ impl Requester {
             core.count(|c| &c.roce_rx_dropped_psn);
             return None;
         }
-        let Some(i) = self
-            .msgs
-            .iter()
-            .position(|m| m.is_pending_read() && m.holds(p))
-        else {
+        let Some(i) = self.msgs.iter().position(|m| m.is_pending_read() && m.holds(p)) else {
             core.count(|c| &c.roce_rx_duplicates);
             return None;
         };
@@ -263,15 +251,8 @@ impl Requester {
             return None;
         };
         let offset = u64::from(k) * u64::from(self.path.mtu);
-        let want = if last {
-            u64::from(total).saturating_sub(offset)
-        } else {
-            u64::from(self.path.mtu)
-        };
-        let last_op = matches!(
-            hdr.bth.opcode,
-            op::RC_RDMA_READ_RESPONSE_LAST | op::RC_RDMA_READ_RESPONSE_ONLY
-        );
+        let want = if last { u64::from(total).saturating_sub(offset) } else { u64::from(self.path.mtu) };
+        let last_op = matches!(hdr.bth.opcode, op::RC_RDMA_READ_RESPONSE_LAST | op::RC_RDMA_READ_RESPONSE_ONLY);
         if len as u64 != want || last != last_op {
             core.count(|c| &c.roce_rx_dropped_malformed);
             return None;
@@ -398,19 +379,12 @@ impl Requester {
 
     /// The PSN of the next response of the oldest READ still missing responses, if any.
     fn pending_read(&self) -> Option<u32> {
-        self.msgs
-            .iter()
-            .find(|m| m.is_pending_read())
-            .map(|m| m.read_next)
+        self.msgs.iter().find(|m| m.is_pending_read()).map(|m| m.read_next)
     }
 
     /// How many READs before PSN `at` still wait for responses.
     fn reads_before(&self, at: u32) -> usize {
-        self.msgs
-            .iter()
-            .take_while(|m| psn::diff(m.psn, at) < 0)
-            .filter(|m| m.is_pending_read())
-            .count()
+        self.msgs.iter().take_while(|m| psn::diff(m.psn, at) < 0).filter(|m| m.is_pending_read()).count()
     }
 
     /// The oldest PSN not yet acknowledged.
@@ -455,9 +429,7 @@ impl Requester {
         }
         let path = self.path;
         let mut sent = false;
-        while psn::diff(self.sent_to, self.next_psn) < 0
-            && psn::diff(self.sent_to, self.acked) <= WINDOW
-        {
+        while psn::diff(self.sent_to, self.next_psn) < 0 && psn::diff(self.sent_to, self.acked) <= WINDOW {
             let at = self.sent_to;
             let Some(m) = self.msgs.iter().find(|m| m.holds(at)) else {
                 self.sent_to = self.next_psn;
@@ -472,11 +444,7 @@ impl Requester {
             }
             self.sent_to = match m.kind {
                 Kind::Read { .. } => {
-                    let from = if psn::diff(at, m.read_next) > 0 {
-                        at
-                    } else {
-                        m.read_next
-                    };
+                    let from = if psn::diff(at, m.read_next) > 0 { at } else { m.read_next };
                     if let Some(hdr) = m.read_request(from, path.dest_qp, path.mtu) {
                         port.send(core, &path, &hdr, &[]);
                     }

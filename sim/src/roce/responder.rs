@@ -64,12 +64,7 @@ enum InMsg {
     /// A SEND: the data so far, and the receive WQE's length it is bounded by.
     Send { buf: Vec<u8>, cap: u64 },
     /// A WRITE: its RETH's key and address, bytes written so far, and its DMA length.
-    Write {
-        rkey: u32,
-        va: u64,
-        done: u64,
-        len: u64,
-    },
+    Write { rkey: u32, va: u64, done: u64, len: u64 },
 }
 
 /// One QP's responder state.
@@ -140,11 +135,7 @@ impl Responder {
             cx.core.count(|c| &c.roce_rx_dropped_psn);
             if !self.nak_sent {
                 self.nak_sent = true;
-                self.reply(
-                    cx,
-                    self.epsn,
-                    Aeth::nak(self.msn, NakCode::PsnSequenceError),
-                );
+                self.reply(cx, self.epsn, Aeth::nak(self.msn, NakCode::PsnSequenceError));
             }
             return;
         }
@@ -166,13 +157,10 @@ impl Responder {
         match hdr.bth.opcode {
             op::RC_SEND_FIRST => self.send_first(cx, hdr, payload, fx),
             op::RC_SEND_MIDDLE => self.send_middle(cx, hdr, payload, fx),
-            op::RC_SEND_LAST
-            | op::RC_SEND_LAST_WITH_IMMEDIATE
-            | op::RC_SEND_ONLY
-            | op::RC_SEND_ONLY_WITH_IMMEDIATE => self.send_last(cx, hdr, payload, fx),
-            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => {
-                self.read(cx, hdr, true, fx)
+            op::RC_SEND_LAST | op::RC_SEND_LAST_WITH_IMMEDIATE | op::RC_SEND_ONLY | op::RC_SEND_ONLY_WITH_IMMEDIATE => {
+                self.send_last(cx, hdr, payload, fx)
             }
+            op::RC_RDMA_READ_REQUEST if matches!(self.msg, InMsg::None) => self.read(cx, hdr, true, fx),
             opcode if is_atomic(opcode) => self.atomic(cx, hdr, true, fx),
             opcode => self.on_write(cx, hdr, opcode, payload, fx),
         }
@@ -200,10 +188,7 @@ impl Responder {
     fn fits_mtu(&self, cx: &Ctx<'_>, opcode: u8, len: usize) -> bool {
         let mtu = cx.path.mtu as usize;
         match opcode {
-            op::RC_SEND_FIRST
-            | op::RC_SEND_MIDDLE
-            | op::RC_RDMA_WRITE_FIRST
-            | op::RC_RDMA_WRITE_MIDDLE => len == mtu,
+            op::RC_SEND_FIRST | op::RC_SEND_MIDDLE | op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_MIDDLE => len == mtu,
             _ => len <= mtu,
         }
     }
@@ -252,10 +237,7 @@ impl Responder {
 
     /// The last or only packet of a SEND: the message goes into the next receive WQE.
     fn send_last(&mut self, cx: &Ctx<'_>, hdr: &Headers, payload: &[u8], fx: &mut Effects) {
-        let only = matches!(
-            hdr.bth.opcode,
-            op::RC_SEND_ONLY | op::RC_SEND_ONLY_WITH_IMMEDIATE
-        );
+        let only = matches!(hdr.bth.opcode, op::RC_SEND_ONLY | op::RC_SEND_ONLY_WITH_IMMEDIATE);
         let (mut buf, cap) = match (std::mem::take(&mut self.msg), only) {
             (InMsg::None, true) => (Vec::new(), u64::MAX),
             (InMsg::Send { buf, cap }, false) => (buf, cap),
@@ -277,9 +259,7 @@ impl Responder {
             dest: cx.qp.handle,
             dgid: cx.attrs.ah_attr.grh.dgid,
             sgid_index: cx.attrs.ah_attr.grh.sgid_index,
-            op: Op::Send {
-                imm: hdr.imm.map(u32::to_be_bytes),
-            },
+            op: Op::Send { imm: hdr.imm.map(u32::to_be_bytes) },
             solicited: hdr.bth.solicited,
             payload: buf,
             ud: None,
@@ -342,11 +322,7 @@ impl Responder {
     /// RNR NAK for the packet at `p`, with the QP's `min_rnr_timer`.
     fn rnr(&mut self, cx: &Ctx<'_>, p: u32) {
         cx.core.count(|c| &c.roce_rnr_naks_sent);
-        self.reply(
-            cx,
-            p,
-            Aeth::rnr_nak(self.msn, cx.attrs.min_rnr_timer & 0x1f),
-        );
+        self.reply(cx, p, Aeth::rnr_nak(self.msn, cx.attrs.min_rnr_timer & 0x1f));
     }
 
     fn ack(&self, cx: &Ctx<'_>, p: u32) {
@@ -356,10 +332,7 @@ impl Responder {
 
     /// Sends an ACKNOWLEDGE packet with PSN `p`.
     fn reply(&self, cx: &Ctx<'_>, p: u32, aeth: Aeth) {
-        if matches!(
-            aeth.syndrome(),
-            roce_wire::Syndrome::Nak(NakCode::PsnSequenceError)
-        ) {
+        if matches!(aeth.syndrome(), roce_wire::Syndrome::Nak(NakCode::PsnSequenceError)) {
             cx.core.count(|c| &c.roce_naks_sent);
         }
         cx.send_response(op::RC_ACKNOWLEDGE, p, Headers { aeth: Some(aeth), ..Default::default() }, &[]);

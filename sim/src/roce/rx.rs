@@ -35,12 +35,7 @@ pub fn run(core: Arc<Core>) {
     let Some(port) = core.roce.as_ref() else {
         return;
     };
-    let faults = core
-        .cfg
-        .roce
-        .as_ref()
-        .map(|r| r.faults.clone())
-        .unwrap_or_default();
+    let faults = core.cfg.roce.as_ref().map(|r| r.faults.clone()).unwrap_or_default();
     let mut rx = Receiver {
         responders: HashMap::new(),
         reserved: Cell::new(0),
@@ -54,9 +49,7 @@ pub fn run(core: Arc<Core>) {
     let socks: Vec<&std::net::UdpSocket> = port.socks.iter().map(|s| &s.udp).collect();
     while !port.stopped() {
         let now = Instant::now();
-        let wait = next_timer.map_or(IDLE_WAIT, |t| {
-            t.saturating_duration_since(now).min(IDLE_WAIT)
-        });
+        let wait = next_timer.map_or(IDLE_WAIT, |t| t.saturating_duration_since(now).min(IDLE_WAIT));
         // READ responses still to send: look at the sockets, do not wait on them.
         let wait = if reading { Duration::ZERO } else { wait };
         if sys::poll_readable(&socks, wait, &mut ready).is_err() {
@@ -97,9 +90,7 @@ impl Receiver {
     fn forget_gone(&mut self, core: &Core) {
         let reserved = &self.reserved;
         self.responders.retain(|&qpn, r| {
-            let live = core
-                .qp(qpn)
-                .is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn));
+            let live = core.qp(qpn).is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn));
             if !live {
                 r.release(reserved);
             }
@@ -116,15 +107,7 @@ impl Receiver {
                 r.stop_reading();
                 continue;
             };
-            let cx = Ctx {
-                port,
-                core,
-                qp: &qp,
-                attrs: &attrs,
-                path,
-                conn: r.conn,
-                reserved: &self.reserved,
-            };
+            let cx = Ctx { port, core, qp: &qp, attrs: &attrs, path, conn: r.conn, reserved: &self.reserved };
             more |= r.pump(&cx, fx);
         }
         more
@@ -146,11 +129,7 @@ impl Receiver {
                 continue;
             }
             let mut out = Vec::new();
-            let got = Incoming {
-                sock: i,
-                peer,
-                bytes: self.buf[..n].to_vec(),
-            };
+            let got = Incoming { sock: i, peer, bytes: self.buf[..n].to_vec() };
             self.faults.pass(core, got, &mut out);
             self.handle_all(core, port, out, fx);
         }
@@ -215,23 +194,12 @@ impl Receiver {
             | op::RC_RDMA_READ_RESPONSE_LAST
             | op::RC_RDMA_READ_RESPONSE_ONLY => on_response(core, port, &qp, conn, &pkt, fx),
             _ => {
-                let r = self
-                    .responders
-                    .entry(qp.handle)
-                    .or_insert_with(|| Responder::new(qp.uid, conn, &attrs));
+                let r = self.responders.entry(qp.handle).or_insert_with(|| Responder::new(qp.uid, conn, &attrs));
                 if (r.uid, r.conn) != (qp.uid, conn) {
                     r.release(&self.reserved);
                     *r = Responder::new(qp.uid, conn, &attrs);
                 }
-                let cx = Ctx {
-                    port,
-                    core,
-                    qp: &qp,
-                    attrs: &attrs,
-                    path,
-                    conn,
-                    reserved: &self.reserved,
-                };
+                let cx = Ctx { port, core, qp: &qp, attrs: &attrs, path, conn, reserved: &self.reserved };
                 r.on_request(&cx, &pkt.hdr, pkt.payload, fx);
             }
         }
@@ -263,9 +231,7 @@ fn responding_qp(
     qpn: u32,
     r: &Responder,
 ) -> Option<(Arc<Qp>, pvrdma_abi::verbs::QpAttr, Path)> {
-    let qp = core
-        .qp(qpn)
-        .filter(|q| (q.uid, q.connection()) == (r.uid, r.conn))?;
+    let qp = core.qp(qpn).filter(|q| (q.uid, q.connection()) == (r.uid, r.conn))?;
     let (state, attrs) = qp.transport_attrs()?;
     if !matches!(state, qp_state::RTR | qp_state::RTS | qp_state::SQD) {
         return None;
@@ -276,14 +242,7 @@ fn responding_qp(
 
 /// An ACKNOWLEDGE, ATOMIC Acknowledge or READ response for QP `qp`'s requester (an atomic's
 /// original value is placed as a READ response's data is, little-endian as in host memory).
-fn on_response(
-    core: &Core,
-    port: &RocePort,
-    qp: &Qp,
-    conn: u64,
-    pkt: &Packet<'_>,
-    fx: &mut Effects,
-) {
+fn on_response(core: &Core, port: &RocePort, qp: &Qp, conn: u64, pkt: &Packet<'_>, fx: &mut Effects) {
     let Some(req) = port.requester(qp, conn) else {
         return core.count(|c| &c.roce_rx_dropped_qp);
     };
@@ -337,8 +296,7 @@ mod tests {
             buf: Vec::new(),
             faults: Faults::new(&crate::roce::LinkFaults::default(), 0),
         };
-        rx.responders
-            .insert(0x99, Responder::new(7, 0, &QpAttr::new_zeroed()));
+        rx.responders.insert(0x99, Responder::new(7, 0, &QpAttr::new_zeroed()));
         rx.forget_gone(dev.core());
         assert!(rx.responders.is_empty());
     }

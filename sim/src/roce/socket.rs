@@ -27,10 +27,7 @@ pub fn bind_all(addrs: &[IpAddr], udp_port: u16) -> Result<Vec<Socket>, RoceErro
         .iter()
         .map(|&ip| {
             let local = SocketAddr::new(ip, udp_port);
-            bind(local).map_err(|e| RoceError::Bind {
-                addr: local,
-                source: e.into(),
-            })
+            bind(local).map_err(|e| RoceError::Bind { addr: local, source: e.into() })
         })
         .collect()
 }

@@ -11,24 +11,11 @@ use std::time::Duration;
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// Sets an `int` socket option.
-fn set_int(
-    sock: &UdpSocket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
+fn set_int(sock: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: the descriptor is open for the borrow of `sock`; `value` is a live `c_int` and `len`
     // is its size, as setsockopt(2) requires; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            len,
-        )
-    };
+    let rc = unsafe { libc::setsockopt(sock.as_raw_fd(), level, name, (&value as *const libc::c_int).cast(), len) };
     if rc == 0 {
         Ok(())
     } else {
@@ -40,12 +27,7 @@ fn set_int(
 /// unconnected socket, Identification 0 (rxe-peer fact 4), so the ICRC the model computes over ID 0
 /// is the one the peer checks.
 pub fn set_pmtudisc_do(sock: &UdpSocket) -> io::Result<()> {
-    set_int(
-        sock,
-        libc::IPPROTO_IP,
-        libc::IP_MTU_DISCOVER,
-        libc::IP_PMTUDISC_DO,
-    )
+    set_int(sock, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
 }
 
 /// `UDP_NO_CHECK6_RX` on an IPv6 socket: rxe sends RoCE v2 over IPv6 with UDP checksum 0, which
@@ -64,19 +46,9 @@ pub fn set_buffers(sock: &UdpSocket, bytes: libc::c_int) -> io::Result<()> {
 
 /// Waits up to `timeout` until one of `socks` is readable; `ready[i]` tells which. An
 /// interrupted wait returns with nothing ready.
-pub fn poll_readable(
-    socks: &[&UdpSocket],
-    timeout: Duration,
-    ready: &mut Vec<bool>,
-) -> io::Result<()> {
-    let mut fds: Vec<libc::pollfd> = socks
-        .iter()
-        .map(|s| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+pub fn poll_readable(socks: &[&UdpSocket], timeout: Duration, ready: &mut Vec<bool>) -> io::Result<()> {
+    let mut fds: Vec<libc::pollfd> =
+        socks.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
     // Rounded up: a wait shorter than poll's millisecond would spin.
     let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd entries whose

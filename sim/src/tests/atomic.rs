@@ -111,7 +111,13 @@ fn compare_swap_and_fetch_add_return_the_original_value() {
 fn the_responder_refuses_what_ibta_refuses_and_goes_to_err() {
     let cases: [Refusal; 5] = [
         ("bad R_Key", ATOMIC, access::REMOTE_ATOMIC, Some((0, 0xdead)), wc_status::REM_ACCESS_ERR),
-        ("MR without REMOTE_ATOMIC", access::LOCAL_WRITE | access::REMOTE_WRITE, access::REMOTE_ATOMIC, None, wc_status::REM_ACCESS_ERR),
+        (
+            "MR without REMOTE_ATOMIC",
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+            access::REMOTE_ATOMIC,
+            None,
+            wc_status::REM_ACCESS_ERR,
+        ),
         ("QP without REMOTE_ATOMIC", ATOMIC, access::REMOTE_WRITE, None, wc_status::REM_ACCESS_ERR),
         ("past the MR's end", ATOMIC, access::REMOTE_ATOMIC, Some((2 * PAGE, 0)), wc_status::REM_ACCESS_ERR),
         ("misaligned", ATOMIC, access::REMOTE_ATOMIC, Some((4, 0)), wc_status::REM_INV_REQ_ERR),

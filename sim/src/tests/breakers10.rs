@@ -153,7 +153,6 @@ fn port_pkey_and_gid_indices_past_their_tables_are_refused() {
     d.ok(DestroyBind { index: U32::new(15), ..Default::default() });
 }
 
-
 #[test]
 fn primary_path_indices_past_their_tables_are_refused() {
     let mut d = Drv::new(SimConfig::default());
@@ -223,9 +222,7 @@ fn qp_attribute_counts_past_caps_or_field_widths_are_refused() {
     type Edit = fn(&mut QpAttr);
     let cases: [(&str, u32, Edit); 10] = [
         ("max_rd_atomic 17 (caps.max_qp_init_rd_atom 16)", m::MAX_QP_RD_ATOMIC, |a| a.max_rd_atomic = 17),
-        ("max_dest_rd_atomic 255 (caps.max_qp_rd_atom 16)", m::MAX_DEST_RD_ATOMIC, |a| {
-            a.max_dest_rd_atomic = 255
-        }),
+        ("max_dest_rd_atomic 255 (caps.max_qp_rd_atom 16)", m::MAX_DEST_RD_ATOMIC, |a| a.max_dest_rd_atomic = 255),
         ("retry_cnt 8 (3 bits)", m::RETRY_CNT, |a| a.retry_cnt = 8),
         ("rnr_retry 200 (3 bits)", m::RNR_RETRY, |a| a.rnr_retry = 200),
         ("timeout 32 (5 bits)", m::TIMEOUT, |a| a.timeout = 32),
@@ -432,8 +429,7 @@ fn rss() -> u64 {
 /// A directory naming one table 512 times, whose 512 entries name one page.
 fn aliased_pdir(d: &Drv) -> (u64, u64) {
     let mem = d.dev.mem();
-    let (dir, table, page) =
-        (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
+    let (dir, table, page) = (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
     mem.write(dir, &table.to_le_bytes().repeat(512)).unwrap();
     mem.write(table, &page.to_le_bytes().repeat(512)).unwrap();
     (dir, page)
@@ -657,7 +653,8 @@ impl Drv {
 #[test]
 fn a_wqe_whose_total_len_disagrees_with_its_sges_fails() {
     // total_len 0 is unstated (Linux's driver writes 0); any other value must be the SGEs' sum.
-    let cases = [(1000u32, 0u32, false), (3, 64, false), (u32::MAX, 64, false), (4, 3, false), (0, 0, true), (4, 64, true)];
+    let cases =
+        [(1000u32, 0u32, false), (3, 64, false), (u32::MAX, 64, false), (4, 3, false), (0, 0, true), (4, 64, true)];
     for (send_total, recv_total, agrees) in cases {
         let p = Pair::new(SimConfig::default(), 16);
         let d = &p.d;
@@ -669,9 +666,12 @@ fn a_wqe_whose_total_len_disagrees_with_its_sges_fails() {
         d.qp_doorbell(&p.a, pvrdma_abi::uar::UAR_QP_SEND);
         d.settle();
         let c = d.wait_cqes(&p.cq_a, 1);
-        let statuses = (c.first().map(|c| c.status.get()), (send_total == 0 || send_total == 4).then(|| {
-            d.wait_cqes(&p.cq_b, 1).first().map(|c| c.status.get())
-        }).flatten());
+        let statuses = (
+            c.first().map(|c| c.status.get()),
+            (send_total == 0 || send_total == 4)
+                .then(|| d.wait_cqes(&p.cq_b, 1).first().map(|c| c.status.get()))
+                .flatten(),
+        );
         let ok = (Some(wc_status::SUCCESS), Some(wc_status::SUCCESS));
         assert_eq!(statuses == ok, agrees, "total_len {send_total}/{recv_total}: {statuses:?}");
     }
@@ -681,7 +681,8 @@ fn a_wqe_whose_total_len_disagrees_with_its_sges_fails() {
 fn a_bind_of_a_gid_type_the_device_does_not_have_is_refused() {
     let mut d = Drv::new(SimConfig::default());
     let (mtu, vlan) = (U32::new(1024), U32::new(0xfff));
-    let bind = |gid_type: u8| CreateBind { index: U32::new(1), new_gid: GID0, gid_type, mtu, vlan, ..Default::default() };
+    let bind =
+        |gid_type: u8| CreateBind { index: U32::new(1), new_gid: GID0, gid_type, mtu, vlan, ..Default::default() };
     d.ok(bind(pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V1));
     d.ok(bind(pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2));
     for t in [0, 0x80, 0x03] {

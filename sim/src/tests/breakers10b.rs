@@ -76,8 +76,6 @@ fn create_qp_fields_outside_their_meaning_are_refused() {
 // ---- Kind 1: MODIFY_QP refuses what Linux's driver never sends ------------------------------
 // (Values Linux passes through unchecked are taken since issue 21: `modify_values.rs`.)
 
-
-
 type AttrEdit = fn(&mut QpAttr);
 
 #[test]
@@ -215,7 +213,11 @@ fn send_flags_outside_the_defined_bits_are_ignored() {
         let c = p.d.wait_cqes(&p.cq_a, 1);
         assert_eq!(c.first().map(|c| c.status.get()), Some(wc_status::SUCCESS), "flags {f:#x}");
         let b = p.d.wait_cqes(&p.cq_b, 1);
-        assert_eq!(b.first().map(|c| (c.status.get(), c.byte_len.get())), Some((wc_status::SUCCESS, 5)), "flags {f:#x}");
+        assert_eq!(
+            b.first().map(|c| (c.status.get(), c.byte_len.get())),
+            Some((wc_status::SUCCESS, 5)),
+            "flags {f:#x}"
+        );
     }
 }
 
@@ -264,8 +266,7 @@ fn fields_of_other_opcodes_and_transports_do_not_leak_into_an_rc_send() {
 /// A `len`-byte MR over one page (an aliased directory), with LOCAL_WRITE.
 fn aliased_mr(d: &mut Drv, pd: u32, len: u64) -> u32 {
     let mem = d.dev.mem();
-    let (dir, table, page) =
-        (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
+    let (dir, table, page) = (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
     mem.write(dir, &table.to_le_bytes().repeat(512)).unwrap();
     mem.write(table, &page.to_le_bytes().repeat(512)).unwrap();
     d.ok(CreateMr {

@@ -11,8 +11,7 @@ const GIB: u64 = 1 << 30;
 /// guest memory that describes 1 GiB.
 fn aliased_pdir(d: &Drv) -> u64 {
     let mem = d.dev.mem();
-    let (dir, table, page) =
-        (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
+    let (dir, table, page) = (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
     mem.write(dir, &table.to_le_bytes().repeat(512)).unwrap();
     mem.write(table, &page.to_le_bytes().repeat(512)).unwrap();
     dir

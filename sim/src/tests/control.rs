@@ -146,12 +146,8 @@ fn failures_set_err_raise_vector_0_and_the_device_keeps_working() {
     assert_eq!(d.dev.reg_read(REG_ERR), 0);
 
     // A page directory outside guest memory: EINVAL (as QEMU 7.2); the next valid command succeeds.
-    let bad = CreateCq {
-        pdir_dma: U64::new(0xdead_0000),
-        cqe: U32::new(8),
-        nchunks: U32::new(2),
-        ..Default::default()
-    };
+    let bad =
+        CreateCq { pdir_dma: U64::new(0xdead_0000), cqe: U32::new(8), nchunks: U32::new(2), ..Default::default() };
     assert_eq!(d.err(bad), 22);
     let (mut req, _) = d.cq_request(0, 8);
     let good = req;

@@ -54,8 +54,7 @@ fn rc_send_lands_the_payload_and_both_cqes() {
 
 #[test]
 fn a_send_waits_for_a_receive_and_per_qp_order_holds() {
-    let p =
-        Pair::new(SimConfig { link_latency: Duration::from_millis(1), ..Default::default() }, 16);
+    let p = Pair::new(SimConfig { link_latency: Duration::from_millis(1), ..Default::default() }, 16);
     let d = &p.d;
     for i in 0..3u64 {
         p.send_msg(i, 0, &[i as u8; 8], 8 * i);
@@ -192,10 +191,7 @@ fn doorbells_honour_page_ownership() {
     d.qp_doorbell(&qp, UAR_QP_SEND);
     // Loopback to itself: receive then send CQE; cq1 was armed NEXT by its owner.
     let cqes = d.wait_cqes(&cq1, 2);
-    assert_eq!(
-        cqes.iter().map(|c| c.opcode.get()).collect::<Vec<_>>(),
-        vec![wc_opcode::RECV, wc_opcode::SEND]
-    );
+    assert_eq!(cqes.iter().map(|c| c.opcode.get()).collect::<Vec<_>>(), vec![wc_opcode::RECV, wc_opcode::SEND]);
     d.settle();
     assert_eq!(d.irqs(2), 1);
     // After DESTROY_UC the page is nobody's.
@@ -497,7 +493,8 @@ fn an_unanswered_packet_holds_the_wire_budget_until_its_sender_lets_go() {
         let tx = p.d.wait_cqes(&p.cq_a, 1);
         assert_eq!(tx.first().map(|c| c.status.get()), Some(wc_status::SUCCESS), "how {how}");
         assert_eq!(p.d.wait_cqes(&p.cq_b, 1).len(), 1, "how {how}");
-        let flushed: Vec<_> = p.d.wait_cqes(&cq_x, usize::from(how == qp_state::ERR)).iter().map(|c| c.status.get()).collect();
+        let flushed: Vec<_> =
+            p.d.wait_cqes(&cq_x, usize::from(how == qp_state::ERR)).iter().map(|c| c.status.get()).collect();
         assert_eq!(flushed, if how == qp_state::ERR { vec![wc_status::WR_FLUSH_ERR] } else { vec![] });
     }
 }

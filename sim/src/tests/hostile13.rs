@@ -93,7 +93,11 @@ fn a_held_srq_wqe_is_flushed_at_reset_and_destroy_without_overflowing_the_cq() {
     // A full CQ (2 of 2): nothing is published, and the CQ does not overflow.
     let b = hold(&mut d);
     for id in [50, 51] {
-        assert!(d.dev.post_cqe(cq.handle, &Cqe { wr_id: zerocopy::little_endian::U64::new(id), ..Cqe::new_zeroed() }, false));
+        assert!(d.dev.post_cqe(
+            cq.handle,
+            &Cqe { wr_id: zerocopy::little_endian::U64::new(id), ..Cqe::new_zeroed() },
+            false
+        ));
     }
     assert_eq!(d.modify(b.qpn, m::STATE, reset), 0);
     d.ok(DestroyQp { qp_handle: U32::new(b.qpn), ..Default::default() });

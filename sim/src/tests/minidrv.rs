@@ -120,11 +120,7 @@ impl Drv {
         let base = dev.mem().alloc(u64::from(pages) * PAGE).unwrap();
         let list: Vec<u64> = (0..u64::from(pages)).map(|i| base + i * PAGE).collect();
         let dir = build_pdir(dev, &list);
-        let info = RingPageInfo {
-            num_pages: U32::new(pages),
-            reserved: U32::ZERO,
-            pdir_dma: U64::new(dir),
-        };
+        let info = RingPageInfo { num_pages: U32::new(pages), reserved: U32::ZERO, pdir_dma: U64::new(dir) };
         let elems = ((u64::from(pages) - 1) * PAGE / size) as u32;
         (info, DevRing { state: base, entries: base + PAGE, elems, size })
     }
@@ -256,12 +252,7 @@ impl Drv {
     }
 
     pub fn modify(&mut self, qpn: u32, mask: u32, attrs: QpAttr) -> u8 {
-        self.err(ModifyQp {
-            qp_handle: U32::new(qpn),
-            attr_mask: U32::new(mask),
-            attrs,
-            ..Default::default()
-        })
+        self.err(ModifyQp { qp_handle: U32::new(qpn), attr_mask: U32::new(mask), attrs, ..Default::default() })
     }
 
     /// RESET -> INIT -> RTR -> RTS towards `dest`, with GID index 0 both ways and the retry
@@ -322,15 +313,7 @@ impl Drv {
     }
 
     /// Writes a send WQE at the SQ's producer slot and publishes it (no doorbell).
-    pub fn post_send_wqe(
-        &self,
-        qp: &TestQp,
-        wr_id: u64,
-        op: u32,
-        flags: u32,
-        imm: u32,
-        sges: &[Sge],
-    ) {
+    pub fn post_send_wqe(&self, qp: &TestQp, wr_id: u64, op: u32, flags: u32, imm: u32, sges: &[Sge]) {
         let hdr = SqWqeHdr {
             wr_id: U64::new(wr_id),
             num_sge: U32::new(sges.len() as u32),
@@ -419,11 +402,7 @@ impl Drv {
         let mem = self.dev.mem();
         let prod = mem.load_u32(qp.state + 8).unwrap();
         let slot = idx_slot(prod, qp.rwr).expect("RQ index");
-        let hdr = RqWqeHdr {
-            wr_id: U64::new(wr_id),
-            num_sge: U32::new(sges.len() as u32),
-            total_len: U32::ZERO,
-        };
+        let hdr = RqWqeHdr { wr_id: U64::new(wr_id), num_sge: U32::new(sges.len() as u32), total_len: U32::ZERO };
         let at = qp.rq + u64::from(slot) * qp.rstride;
         mem.write(at, hdr.as_bytes()).unwrap();
         mem.write(at + 16, sges.as_bytes()).unwrap();
@@ -461,9 +440,7 @@ impl Drv {
 
     /// Drains the CQ-notification ring.
     pub fn notifications(&self) -> Vec<u32> {
-        std::iter::from_fn(|| self.take(&self.cq_ring))
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
+        std::iter::from_fn(|| self.take(&self.cq_ring)).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
     }
 
     /// Drains the async-event ring.
@@ -582,8 +559,7 @@ impl Pair {
         d.connect(a.qpn, b.qpn);
         d.connect(b.qpn, a.qpn);
         let src = d.create_mr(pd, 0x7000_0000_0123, 3 * PAGE, 0);
-        let dst =
-            d.create_mr(pd, 0x7100_0000_0456, 3 * PAGE, pvrdma_abi::verbs::access::LOCAL_WRITE);
+        let dst = d.create_mr(pd, 0x7100_0000_0456, 3 * PAGE, pvrdma_abi::verbs::access::LOCAL_WRITE);
         Self { d, pd, cq_a, cq_b, a, b, src, dst }
     }
 

@@ -1,5 +1,6 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
+mod atomic;
 mod breakers10;
 mod breakers10b;
 mod budget;
@@ -12,7 +13,6 @@ mod hostile13;
 mod inline;
 mod minidrv;
 mod modify_values;
-mod atomic;
 mod rdma;
 mod retry;
 mod roce;

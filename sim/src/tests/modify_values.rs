@@ -11,7 +11,6 @@ use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
 use zerocopy::little_endian::U32;
 use zerocopy::FromZeros;
 
-
 /// A fresh QP moved to RTR with `edit` applied to good attributes (the modify must succeed), and
 /// what QUERY_QP then reads.
 fn rtr_with(edit: impl Fn(&mut QpAttr), extra: u32) -> QpAttr {

@@ -5,7 +5,7 @@
 //! 127/8 address it holds), and must end with the same completions on both.
 
 use super::minidrv::*;
-use super::roce::{self, connect, end, init, recv, received, rtr_rts, send, wait};
+use super::roce::{self, connect, end, init, received, recv, rtr_rts, send, wait};
 use super::roce::{End, Opts, LONG, SGID};
 use crate::SimConfig;
 use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state, QpAttr};

@@ -54,10 +54,16 @@ const DEPTH: u32 = 1024;
 
 /// Two connected RC QPs of depth [`DEPTH`]: `a` sends unsignaled into `scq`, `b` receives into
 /// `rcq`, the CQ whose poll is timed.
-fn receiving_pair(dev: &ib_core::Device, pd: &ib_core::Pd, scq: &ib_core::Cq, rcq: &ib_core::Cq) -> (ib_core::Qp, ib_core::Qp) {
+fn receiving_pair(
+    dev: &ib_core::Device,
+    pd: &ib_core::Pd,
+    scq: &ib_core::Cq,
+    rcq: &ib_core::Cq,
+) -> (ib_core::Qp, ib_core::Qp) {
     let cap = QpCap { max_send_wr: DEPTH, max_recv_wr: DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp = |recv_cq| {
-        let attr = QpInitAttr { send_cq: scq, recv_cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr =
+            QpInitAttr { send_cq: scq, recv_cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
         pd.create_qp(&attr).expect("create_qp")
     };
     let (a, b) = (qp(scq), qp(rcq));
@@ -198,4 +204,3 @@ pub fn req_notify_pair(c: &mut Criterion) {
         },
     );
 }
-

@@ -103,7 +103,15 @@ fn setup() -> Bench {
     let cq_b = dev.create_cq(4 * DEPTH, None).expect("a CQ");
     let cap = QpCap { max_send_wr: DEPTH, max_recv_wr: DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp = |cq| {
-        let attr = QpInitAttr { send_cq: cq, recv_cq: cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr = QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         pd.create_qp(&attr).expect("a QP")
     };
     let (a, b) = (qp(&cq_a), qp(&cq_b));
@@ -122,7 +130,8 @@ impl Bench {
         let recvs: Vec<_> = (0..batch).map(|k| RecvWr { wr_id: u64::from(k), sg_list: &rsge }).collect();
         self.b.post_recv_list(&recvs).expect("post_recv");
         let sge = [Sge { addr: self.mr_a.addr(), length: MSG, lkey: self.mr_a.lkey() }];
-        let send = |k| SendWr { wr_id: u64::from(k), sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
+        let send =
+            |k| SendWr { wr_id: u64::from(k), sg_list: &sge, opcode: WrOpcode::Send, signaled: true, solicited: false };
         let sends: Vec<_> = (0..batch).map(send).collect();
         self.posted.hooks.posted.store(true, Ordering::SeqCst);
         let t = Instant::now();

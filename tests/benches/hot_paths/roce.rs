@@ -23,11 +23,20 @@ fn ends(size: u32) -> ([ib_core::Device; 2], End, End) {
     // Each on a 127/8 address its port holds (`netlease`).
     let open = || tests::fixture::open_roce(RoceConfig::new(vec![]), SimConfig::default()).0;
     let devs = [open(), open()];
-    let cap = QpCap { max_send_wr: RX_DEPTH, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap =
+        QpCap { max_send_wr: RX_DEPTH, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let end = |dev: &ib_core::Device| {
         let pd = dev.alloc_pd().expect("a PD");
         let cq = dev.create_cq(2 * RX_DEPTH, None).expect("a CQ");
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr = QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         let qp = pd.create_qp(&attr).expect("a QP");
         let mr = pd.alloc_mr(2 * (size as usize).max(4096), access::LOCAL_WRITE).expect("an MR");
         End { qp, cq, ch: None, mr, yields: true }

@@ -3,7 +3,10 @@
 
 use crate::pair;
 use criterion::Criterion;
-use ib_core::{access, CompChannel, Cq, Mr, NotifyFlags, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcStatus, WrOpcode};
+use ib_core::{
+    access, CompChannel, Cq, Mr, NotifyFlags, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc,
+    WcStatus, WrOpcode,
+};
 use parking_lot::{Condvar, Mutex};
 use pvrdma_sim::SimConfig;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -120,11 +123,20 @@ fn ends(events: bool, size: u32) -> (ib_core::Device, End, End) {
 fn ends_over(events: bool, size: u32, memory: Memory) -> (ib_core::Device, End, End) {
     let (dev, _sim) = hca::open_sim(SimConfig::default()).expect("the model");
     let pd = dev.alloc_pd().expect("a PD");
-    let cap = QpCap { max_send_wr: RX_DEPTH, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cap =
+        QpCap { max_send_wr: RX_DEPTH, max_recv_wr: RX_DEPTH, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let end = || {
         let ch = events.then(|| dev.create_comp_channel().expect("a channel"));
         let cq = dev.create_cq(2 * RX_DEPTH, ch.as_ref()).expect("a CQ");
-        let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr = QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         let qp = pd.create_qp(&attr).expect("a QP");
         let len = (2 * size as usize).max(8192);
         let mr = match memory {

@@ -21,7 +21,6 @@ const ROUNDS: usize = 3;
 /// page, an entry page, a page directory and a page table: 16 KiB of DMA memory) and the rest.
 const CQ_MEM_BUDGET: u64 = 1280 << 20;
 
-
 fn per_op(d: Duration, n: usize) -> f64 {
     d.as_nanos() as f64 / n as f64
 }
@@ -89,7 +88,15 @@ fn qp_memory() -> (u64, u64) {
     let pd = dev.alloc_pd().expect("a PD");
     let cq = dev.create_cq(64, None).expect("a CQ");
     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 0 };
-    let attr = QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+    let attr = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
     let (dma0, heap0) = (sim.device().mem().used(), heap_live());
     let qps: Vec<_> = (0..QPS).map(|_| pd.create_qp(&attr).expect("a QP")).collect();
     let dma = (sim.device().mem().used() - dma0) / QPS as u64;
@@ -129,7 +136,11 @@ fn cq_round_fresh() -> (f64, f64, u64, u64) {
     let out = std::process::Command::new(exe).env(CQ_ROUND_ENV, "1").output().expect("a child round");
     let text = String::from_utf8_lossy(&out.stdout);
     let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-    assert!(out.status.success() && v.len() == 4, "child round failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && v.len() == 4,
+        "child round failed: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (v[0], v[1], v[2] as u64, v[3] as u64)
 }
 
@@ -153,7 +164,9 @@ pub fn scale_rows() {
     let (qp_dma, qp_heap) = qp_memory();
     for (what, dma, heap) in [("CQ (one page of CQEs)", cq_dma, cq_heap), ("QP (16+16 WRs, 2 SGEs)", qp_dma, qp_heap)] {
         let objects = heap.saturating_sub(dma);
-        println!("memory per {what}: {dma} B of DMA memory; {objects} B of heap besides (driver, core and model objects)");
+        println!(
+            "memory per {what}: {dma} B of DMA memory; {objects} B of heap besides (driver, core and model objects)"
+        );
     }
     let mut cps: Vec<f64> = (0..ROUNDS).map(|_| commands_per_second(Duration::from_millis(200))).collect();
     println!("commands per second, polling (QUERY_PORT, median of {ROUNDS}): {:.0}", crate::median(&mut cps));

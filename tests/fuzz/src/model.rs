@@ -353,7 +353,10 @@ pub fn check_answer(dev: &SimDevice, opcode: u32, cookie: u64, a: &Answer, befor
     if ack == 0 {
         let broken = before == DeviceState::Broken || dev.state() == DeviceState::Broken;
         let unanswered = opcode == cmd::opcode::RESIZE_CQ && dev.config().profile == Profile::Qemu72;
-        assert!(broken || unanswered, "no response to opcode {opcode:#x} from a device that is not Broken ({before:?})");
+        assert!(
+            broken || unanswered,
+            "no response to opcode {opcode:#x} from a device that is not Broken ({before:?})"
+        );
         if !broken {
             assert_eq!(a.irqs, 1, "command interrupts for QEMU 7.2's unanswered RESIZE_CQ");
         }

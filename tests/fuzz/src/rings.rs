@@ -205,7 +205,13 @@ fn sge(u: &mut Unstructured, w: &World) -> arbitrary::Result<Sge> {
 /// Writes a send WQE at the SQ's producer slot and publishes it (no doorbell).
 fn post_send(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
     let qp = *u.choose(&w.qps)?;
-    let ops = [wr_opcode::SEND, wr_opcode::SEND_WITH_IMM, wr_opcode::RDMA_WRITE, wr_opcode::RDMA_WRITE_WITH_IMM, wr_opcode::RDMA_READ];
+    let ops = [
+        wr_opcode::SEND,
+        wr_opcode::SEND_WITH_IMM,
+        wr_opcode::RDMA_WRITE,
+        wr_opcode::RDMA_WRITE_WITH_IMM,
+        wr_opcode::RDMA_READ,
+    ];
     let opcode = if u.ratio(7u8, 8u8)? { *u.choose(&ops)? } else { u.arbitrary()? };
     let nsge = u.int_in_range(0..=3u32)?;
     let sges = (0..nsge).map(|_| sge(u, w)).collect::<arbitrary::Result<Vec<_>>>()?;

@@ -43,7 +43,10 @@ pub fn retried(var: &str, mut pick: impl FnMut(&mut Fresh) -> String, body: impl
             Some(TAKEN_EXIT) => last = format!("{var}={value}"),
             Some(0) => panic!("netlease: the test binary, run again, ran no test named {name:?}; its output:\n{text}"),
             Some(c) => panic!("netlease: {name} failed as a child (exit {c}); its output:\n{text}"),
-            None => panic!("netlease: {name} did not end within {:?} as a child (killed); its output:\n{text}", crate::rerun::LIMIT),
+            None => panic!(
+                "netlease: {name} did not end within {:?} as a child (killed); its output:\n{text}",
+                crate::rerun::LIMIT
+            ),
         }
     }
     panic!("netlease: {name}: all {} candidates were taken, the last {last}", crate::ATTEMPTS)
@@ -59,7 +62,9 @@ pub fn taken(why: &str) -> ! {
 fn test_name() -> String {
     match std::thread::current().name() {
         Some(n) if n != "main" => n.to_string(),
-        other => panic!("netlease::child::retried runs on a test's own thread (libtest names it after the test), not {other:?}"),
+        other => panic!(
+            "netlease::child::retried runs on a test's own thread (libtest names it after the test), not {other:?}"
+        ),
     }
 }
 
@@ -85,7 +90,10 @@ mod tests {
             },
             || {
                 let a: SocketAddr = std::env::var("NETLEASE_TEST_ADDR").unwrap().parse().unwrap();
-                assert_eq!(std::env::var(CHILD_ENV).as_deref(), Ok("child::tests::a_taken_candidate_is_tried_again_in_a_new_child"));
+                assert_eq!(
+                    std::env::var(CHILD_ENV).as_deref(),
+                    Ok("child::tests::a_taken_candidate_is_tried_again_in_a_new_child")
+                );
                 match UdpSocket::bind(a) {
                     Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => taken(&e.to_string()),

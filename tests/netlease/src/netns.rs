@@ -89,7 +89,9 @@ fn raw(line: &str) {
 fn test_name() -> String {
     match std::thread::current().name() {
         Some(n) if n != "main" => n.to_string(),
-        other => panic!("netlease::netns::own runs on a test's own thread (libtest names it after the test), not {other:?}"),
+        other => {
+            panic!("netlease::netns::own runs on a test's own thread (libtest names it after the test), not {other:?}")
+        }
     }
 }
 
@@ -131,7 +133,10 @@ fn set_up(marker: &str) -> Result<(), String> {
                 break;
             }
             if Instant::now() > deadline {
-                return Err(format!("no datagram from {} reached {dst} within 10 s", from.local_addr().map_err(|e| e.to_string())?));
+                return Err(format!(
+                    "no datagram from {} reached {dst} within 10 s",
+                    from.local_addr().map_err(|e| e.to_string())?
+                ));
             }
         }
     }
@@ -167,7 +172,10 @@ fn in_child(name: &str) -> Result<(), String> {
         // Captured by libtest: shown when the test fails, or with --nocapture.
         eprint!("{text}");
         let Some(status) = status else {
-            panic!("netlease: {name} did not end within {:?} in its own network namespace (killed); its output:\n{text}", crate::rerun::LIMIT);
+            panic!(
+                "netlease: {name} did not end within {:?} in its own network namespace (killed); its output:\n{text}",
+                crate::rerun::LIMIT
+            );
         };
         if !text.contains(&format!("{STARTED} {name}")) {
             if status.success() {
@@ -235,7 +243,10 @@ mod tests {
             // (In the child itself the body's own panic arrives here, and fails the child.)
             Err(e) => {
                 let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
-                assert!(msg.contains("failed in its own network namespace") && msg.contains("as a broken case panics"), "{msg}");
+                assert!(
+                    msg.contains("failed in its own network namespace") && msg.contains("as a broken case panics"),
+                    "{msg}"
+                );
             }
             Ok(()) => assert!(fallback.load(Ordering::Relaxed), "no failure, and no fallback either"),
         }

@@ -12,10 +12,15 @@ pub(crate) const LIMIT: Duration = Duration::from_secs(300);
 /// under `wrapper` (a command and its arguments before the binary, e.g. `unshare -n --`; none:
 /// the binary itself) and with `env` added, its output in a log read back. Returns its status
 /// (`None`: killed at [`LIMIT`]) and its output; `Err` if it could not be started.
-pub(crate) fn rerun(wrapper: &[&str], name: &str, env: &[(&str, &str)]) -> Result<(Option<ExitStatus>, String), String> {
+pub(crate) fn rerun(
+    wrapper: &[&str],
+    name: &str,
+    env: &[(&str, &str)],
+) -> Result<(Option<ExitStatus>, String), String> {
     static N: AtomicU64 = AtomicU64::new(0);
     let exe = std::env::current_exe().map_err(|e| format!("the test binary: {e}"))?;
-    let log = std::env::temp_dir().join(format!("netlease-{}-{}.log", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let log =
+        std::env::temp_dir().join(format!("netlease-{}-{}.log", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
     let mut cmd = match wrapper.split_first() {

@@ -44,7 +44,9 @@ impl ClosedTcpPort {
             }
         };
         // SAFETY: `ss` holds a sockaddr of `len` bytes for the socket's family.
-        let r = unsafe { libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len as libc::socklen_t) };
+        let r = unsafe {
+            libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len as libc::socklen_t)
+        };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -58,7 +60,9 @@ impl ClosedTcpPort {
             // SAFETY: the socket is AF_INET: getsockname wrote a sockaddr_in.
             IpAddr::V4(_) => unsafe { (*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>()).sin_port },
             // SAFETY: the socket is AF_INET6: getsockname wrote a sockaddr_in6.
-            IpAddr::V6(_) => unsafe { (*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()).sin6_port },
+            IpAddr::V6(_) => unsafe {
+                (*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()).sin6_port
+            },
         };
         Ok(Self { _fd: fd, addr: SocketAddr::new(ip, u16::from_be(port)) })
     }

@@ -21,8 +21,8 @@
 
 use hca::open_sim;
 use ib_core::{
-    access, AhAttr, Cq, Device, GlobalRoute, Gid, Mr, Mtu, Pd, Qp, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus, WrOpcode,
+    access, AhAttr, Cq, Device, Gid, GlobalRoute, Mr, Mtu, Pd, Qp, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 use pvrdma_sim::roce::{LinkFaults, RoceConfig};
 use pvrdma_sim::SimConfig;
@@ -127,8 +127,7 @@ fn num<T: std::str::FromStr>(s: &str) -> Result<T, String> {
 /// Byte `i` of the pattern a side with `seed` writes and serves (as `rdma_peer.c`'s).
 fn pattern(seed: u32, i: usize) -> u8 {
     let i = i as u32;
-    i.wrapping_mul(131).wrapping_add((i >> 8).wrapping_mul(7)).wrapping_add(seed.wrapping_mul(29)).wrapping_add(1)
-        as u8
+    i.wrapping_mul(131).wrapping_add((i >> 8).wrapping_mul(7)).wrapping_add(seed.wrapping_mul(29)).wrapping_add(1) as u8
 }
 
 fn filled(seed: u32, len: usize) -> Vec<u8> {
@@ -239,7 +238,11 @@ fn run(o: &Opts) -> Result<bool, String> {
     let gid = dev.query_gid(1, o.gid_idx).map_err(|e| format!("can't read sgid of index {}: {e}", o.gid_idx))?;
     let want = o.gid_idx.checked_sub(1).and_then(|i| o.roce.get(i as usize)).map(|a| ib_core::gid_from_ip(*a));
     if gid == [0; 16] || want.is_some_and(|w| w != gid) {
-        return Err(format!("GID index {} holds {}, not the --roce address open_sim binds there", o.gid_idx, Ipv6Addr::from(gid)));
+        return Err(format!(
+            "GID index {} holds {}, not the --roce address open_sim binds there",
+            o.gid_idx,
+            Ipv6Addr::from(gid)
+        ));
     }
     let me = Dest {
         qpn: side.qp.qpn(),
@@ -256,7 +259,13 @@ fn run(o: &Opts) -> Result<bool, String> {
         return Err(format!("the peer's length {} differs from ours ({})", peer.len, o.len));
     }
     println!("local  QPN {:#08x} PSN {:#08x} seed {:#06x} GID {}", me.qpn, me.psn, me.seed, Ipv6Addr::from(me.gid));
-    println!("remote QPN {:#08x} PSN {:#08x} seed {:#06x} GID {}", peer.qpn, peer.psn, peer.seed, Ipv6Addr::from(peer.gid));
+    println!(
+        "remote QPN {:#08x} PSN {:#08x} seed {:#06x} GID {}",
+        peer.qpn,
+        peer.psn,
+        peer.seed,
+        Ipv6Addr::from(peer.gid)
+    );
     side.connect(&me, &peer, o).map_err(|e| format!("to RTR/RTS: {e}"))?;
     token(&mut tcp, "ready")?;
     side.post_requests(&lay, &peer, seed).map_err(|e| format!("post_send: {e}"))?;
@@ -280,13 +289,16 @@ fn run(o: &Opts) -> Result<bool, String> {
 
 /// A value below `mask` + 1 that differs per run (as `lrand48` seeded by pid and time).
 fn initial(mask: u32) -> u32 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     (nanos ^ std::process::id().wrapping_mul(0x9e37_79b9)) & mask
 }
 
 fn connect_tcp(o: &Opts) -> Result<TcpStream, String> {
     match &o.host {
-        Some(h) => TcpStream::connect((h.as_str(), o.port)).map_err(|e| format!("cannot connect to {h} port {}: {e}", o.port)),
+        Some(h) => {
+            TcpStream::connect((h.as_str(), o.port)).map_err(|e| format!("cannot connect to {h} port {}: {e}", o.port))
+        }
         None => {
             let l = TcpListener::bind(("::", o.port))
                 .or_else(|_| TcpListener::bind(("0.0.0.0", o.port)))
@@ -334,8 +346,15 @@ impl Side {
         let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE | remote)?;
         let cq = dev.create_cq(16, None)?;
         let cap = QpCap { max_send_wr: 8, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let attr =
-            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let attr = QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         let qp = pd.create_qp(&attr)?;
         qp.modify_to_init(1, remote)?;
         let sge = Sge { addr: mr.addr() + lay.scratch() as u64, length: SCRATCH as u32, lkey: mr.lkey() };
@@ -432,7 +451,14 @@ impl Side {
 
     /// The `-a` part: three atomics on the peer's atom words, the checks of what they returned,
     /// then (after the "atomic" token) those of this side's own words.
-    fn atomics(&self, tcp: &mut TcpStream, lay: &Layout, me: &Dest, peer: &Dest, timeout: Duration) -> Result<bool, String> {
+    fn atomics(
+        &self,
+        tcp: &mut TcpStream,
+        lay: &Layout,
+        me: &Dest,
+        peer: &Dest,
+        timeout: Duration,
+    ) -> Result<bool, String> {
         let remote = peer.va + ((5 * peer.len as usize + SCRATCH + 7) & !7) as u64;
         let rkey = peer.rkey;
         let res = |i: usize| self.sge(lay.atom() + 16 + 8 * i, 8);
@@ -479,12 +505,18 @@ impl Side {
             if opcodes[1..] != [Some(WcOpcode::CompSwap); 2] {
                 Some(format!("completion opcodes {:?}", &opcodes[1..]))
             } else {
-                differs("the matching one returned", got(3)?, atom_init1(peer.seed))
-                    .or(differs("the missing one returned", got(4)?, atom_swap(me.seed)))
+                differs("the matching one returned", got(3)?, atom_init1(peer.seed)).or(differs(
+                    "the missing one returned",
+                    got(4)?,
+                    atom_swap(me.seed),
+                ))
             },
         );
         token(tcp, "atomic")?;
-        ok &= check("fetch_add_memory", differs("word 0 holds", got(0)?, atom_init0(me.seed).wrapping_add(atom_add(peer.seed))));
+        ok &= check(
+            "fetch_add_memory",
+            differs("word 0 holds", got(0)?, atom_init0(me.seed).wrapping_add(atom_add(peer.seed))),
+        );
         ok &= check("cmp_swap_memory", differs("word 1 holds", got(1)?, atom_swap(peer.seed)));
         Ok(ok)
     }
@@ -506,7 +538,10 @@ impl Side {
         let why = if wc.status != WcStatus::Success || wc.opcode != WcOpcode::RecvRdmaWithImm {
             Some(format!("receive completion {:?} {:?}", wc.status, wc.opcode))
         } else if wc.byte_len as usize != lay.len || wc.imm_data != Some(want) {
-            Some(format!("byte_len {} (want {}), immediate {:x?} (want {want:#010x})", wc.byte_len, lay.len, wc.imm_data))
+            Some(format!(
+                "byte_len {} (want {}), immediate {:x?} (want {want:#010x})",
+                wc.byte_len, lay.len, wc.imm_data
+            ))
         } else {
             None
         };
@@ -542,7 +577,15 @@ mod tests {
 
     #[test]
     fn the_message_round_trips_and_matches_the_c_format() {
-        let d = Dest { qpn: 0x11, psn: 0xabcdef, gid: [0xfd; 16], va: 0x7f00_1234_5000, rkey: 0x1234, len: 10000, seed: 0x7c5 };
+        let d = Dest {
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: [0xfd; 16],
+            va: 0x7f00_1234_5000,
+            rkey: 0x1234,
+            len: 10000,
+            seed: 0x7c5,
+        };
         let msg = d.encode();
         assert!(msg.starts_with(b"RDMAPEER1 000011 abcdef fdfdfdfd"));
         assert_eq!(Dest::decode(&msg).unwrap(), d);

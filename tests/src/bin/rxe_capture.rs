@@ -255,8 +255,7 @@ fn report(what: &str, d: &Dir) {
         few(&d.sports)
     );
     println!("OBSERVED: capture {what}: BTH M bit set in {} of {}; P_Keys {}", d.mig_req, d.icrc_ok, few(&d.pkeys));
-    let ops: Vec<String> =
-        d.opcodes.iter().map(|(op, (n, ack))| format!("{} {n} (AckReq {ack})", name(*op))).collect();
+    let ops: Vec<String> = d.opcodes.iter().map(|(op, (n, ack))| format!("{} {n} (AckReq {ack})", name(*op))).collect();
     println!("OBSERVED: capture {what}: opcodes {}", ops.join(", "));
     if !d.syndromes.is_empty() {
         println!("OBSERVED: capture {what}: AETH syndromes {:?}", d.syndromes);
@@ -267,7 +266,12 @@ fn report(what: &str, d: &Dir) {
 /// acknowledge can cover several requests: coalescing).
 fn acks_per_request(dirs: &BTreeMap<Key, Dir>) {
     let count = |dir: &str, f: &dyn Fn(u8) -> bool| -> u64 {
-        dirs.iter().filter(|((d, _), _)| *d == dir).flat_map(|(_, v)| v.opcodes.iter()).filter(|(op, _)| f(**op)).map(|(_, (n, _))| n).sum()
+        dirs.iter()
+            .filter(|((d, _), _)| *d == dir)
+            .flat_map(|(_, v)| v.opcodes.iter())
+            .filter(|(op, _)| f(**op))
+            .map(|(_, (n, _))| n)
+            .sum()
     };
     let is_request = |op: u8| op <= opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE;
     let is_ack = |op: u8| op == opcode::RC_ACKNOWLEDGE;

@@ -6,9 +6,7 @@ use crate::qemu::backend_gid;
 use crate::sge_tamper::SgeTamper;
 use hca::ProbeOptions;
 use ib_core::{Cq, WcStatus, WrOpcode};
-use pvrdma_abi::cmd::{
-    opcode as op, CreateMr, CreateQp, DestroyCq, DestroyMr, DestroyPd, DestroyQp, QueryPort,
-};
+use pvrdma_abi::cmd::{opcode as op, CreateMr, CreateQp, DestroyCq, DestroyMr, DestroyPd, DestroyQp, QueryPort};
 use pvrdma_abi::regs::REG_IMR;
 use pvrdma_abi::verbs::qp_type;
 use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride};
@@ -89,24 +87,12 @@ pub fn dsr_ring_513_pages(r: &mut Run) -> Outcome {
 
 fn spoiled_dsr(r: &mut Run, num_pages: u32) -> Outcome {
     let ignored = r.ignored_requests();
-    r.dev
-        .load_dsr(|d, dsr| dsr.cq_ring_pages = d.ring_info(num_pages, u64::from(num_pages).max(2)));
+    r.dev.load_dsr(|d, dsr| dsr.cq_ring_pages = d.ring_info(num_pages, u64::from(num_pages).max(2)));
     let err = r.dev.reg_err();
-    r.record(
-        "REG_ERR after the DSR write",
-        Obs::Reg(err),
-        Expect::Reg(0xffff),
-    )?;
+    r.record("REG_ERR after the DSR write", Obs::Reg(err), Expect::Reg(0xffff))?;
     let err = r.dev.activate();
     r.record("REG_ERR after ACTIVATE", Obs::Reg(err), Expect::Reg(0xffff))?;
-    r.post(
-        "QUERY_PORT",
-        QueryPort {
-            port_num: 1,
-            ..Default::default()
-        },
-        Expect::NoReply,
-    )?;
+    r.post("QUERY_PORT", QueryPort { port_num: 1, ..Default::default() }, Expect::NoReply)?;
     if r.is_model() {
         let n = r.ignored_requests() - ignored;
         r.record("model ignored_requests", Obs::Count(n), Expect::Count(1))?;
@@ -117,10 +103,7 @@ fn spoiled_dsr(r: &mut Run, num_pages: u32) -> Outcome {
 /// DESTROY_CQ of a handle no CQ has.
 pub fn destroy_unknown_cq(r: &mut Run) -> Outcome {
     r.up();
-    let req = DestroyCq {
-        cq_handle: NO_SUCH_HANDLE.into(),
-        ..Default::default()
-    };
+    let req = DestroyCq { cq_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
     r.post("DESTROY_CQ 0x1234", req, Expect::Refused(op::DESTROY_CQ))?;
     r.still_usable()
 }
@@ -128,10 +111,7 @@ pub fn destroy_unknown_cq(r: &mut Run) -> Outcome {
 /// DESTROY_QP of a handle no QP has.
 pub fn destroy_unknown_qp(r: &mut Run) -> Outcome {
     r.up();
-    let req = DestroyQp {
-        qp_handle: NO_SUCH_HANDLE.into(),
-        ..Default::default()
-    };
+    let req = DestroyQp { qp_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
     r.post("DESTROY_QP 0x1234", req, Expect::Refused(op::DESTROY_QP))?;
     r.still_usable()
 }
@@ -139,10 +119,7 @@ pub fn destroy_unknown_qp(r: &mut Run) -> Outcome {
 /// DESTROY_MR of a handle no MR has.
 pub fn destroy_unknown_mr(r: &mut Run) -> Outcome {
     r.up();
-    let req = DestroyMr {
-        mr_handle: NO_SUCH_HANDLE.into(),
-        ..Default::default()
-    };
+    let req = DestroyMr { mr_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
     r.post("DESTROY_MR 0x1234", req, Expect::Refused(op::DESTROY_MR))?;
     r.still_usable()
 }
@@ -150,10 +127,7 @@ pub fn destroy_unknown_mr(r: &mut Run) -> Outcome {
 /// DESTROY_PD of a handle no PD has.
 pub fn destroy_unknown_pd(r: &mut Run) -> Outcome {
     r.up();
-    let req = DestroyPd {
-        pd_handle: NO_SUCH_HANDLE.into(),
-        ..Default::default()
-    };
+    let req = DestroyPd { pd_handle: NO_SUCH_HANDLE.into(), ..Default::default() };
     r.post("DESTROY_PD 0x1234", req, Expect::Refused(op::DESTROY_PD))?;
     r.still_usable()
 }
@@ -162,11 +136,7 @@ pub fn destroy_unknown_pd(r: &mut Run) -> Outcome {
 pub fn unknown_opcode(r: &mut Run) -> Outcome {
     r.up();
     let reply = r.dev.post_opcode(UNKNOWN_OPCODE);
-    r.record(
-        "opcode 0x40",
-        Obs::Reply(reply),
-        Expect::Refused(UNKNOWN_OPCODE),
-    )?;
+    r.record("opcode 0x40", Obs::Reply(reply), Expect::Refused(UNKNOWN_OPCODE))?;
     r.still_usable()
 }
 
@@ -183,11 +153,7 @@ pub fn create_cq_cqe_over_max(r: &mut Run) -> Outcome {
     r.up();
     let cqe = (r.dev.caps().max_cqe.get() + 1).next_power_of_two();
     let req = r.create_cq(cqe, cq_chunks(cqe), u64::from(cq_chunks(cqe)));
-    r.post(
-        "CREATE_CQ cqe > max_cqe",
-        req,
-        Expect::Refused(op::CREATE_CQ),
-    )?;
+    r.post("CREATE_CQ cqe > max_cqe", req, Expect::Refused(op::CREATE_CQ))?;
     r.still_usable()
 }
 
@@ -218,11 +184,7 @@ pub fn create_qp_600_chunks(r: &mut Run) -> Outcome {
     r.up();
     let (pd, cq) = (r.pd(), r.cq());
     let req = create_qp(r, pd, cq, (1, 1), Some(600));
-    r.post(
-        "CREATE_QP total_chunks 600 send_chunks 1",
-        req,
-        Expect::Refused(op::CREATE_QP),
-    )?;
+    r.post("CREATE_QP total_chunks 600 send_chunks 1", req, Expect::Refused(op::CREATE_QP))?;
     r.still_usable()
 }
 
@@ -239,11 +201,7 @@ pub fn create_mr_two_chunks_for_one_page(r: &mut Run) -> Outcome {
         nchunks: 2.into(),
         ..Default::default()
     };
-    r.post(
-        "CREATE_MR length 4096 nchunks 2",
-        req,
-        Expect::Refused(op::CREATE_MR),
-    )?;
+    r.post("CREATE_MR length 4096 nchunks 2", req, Expect::Refused(op::CREATE_MR))?;
     r.still_usable()
 }
 
@@ -263,11 +221,7 @@ fn sge_over_caps(r: &mut Run, send: bool) -> Outcome {
     let (pd, cq) = (r.pd(), r.cq());
     let sge = if send { (over, 1) } else { (1, over) };
     let req = create_qp(r, pd, cq, sge, None);
-    let what = if send {
-        "CREATE_QP max_send_sge = max_sge + 1"
-    } else {
-        "CREATE_QP max_recv_sge = max_sge + 1"
-    };
+    let what = if send { "CREATE_QP max_send_sge = max_sge + 1" } else { "CREATE_QP max_recv_sge = max_sge + 1" };
     r.post(what, req, Expect::Refused(op::CREATE_QP))?;
     r.still_usable()
 }
@@ -279,17 +233,9 @@ const TAMPERED: u64 = 0x5ee_0bad;
 /// (the driver never writes one; [`SgeTamper`] rewrites it on its way to DMA memory). The QPs are
 /// the driver's, brought to RTS through the same platform.
 pub fn wqe_num_sge_over_qp(r: &mut Run) -> Outcome {
-    let tamper = SgeTamper {
-        inner: r.dev.platform().clone(),
-        wr_id: TAMPERED,
-        num_sge: cap().max_send_sge + 1,
-    };
-    let opts = ProbeOptions {
-        gid: Some(backend_gid()),
-        ..Default::default()
-    };
-    let dev =
-        hca::probe(Arc::new(tamper), opts).unwrap_or_else(|e| panic!("{:?}: probe: {e}", r.side));
+    let tamper = SgeTamper { inner: r.dev.platform().clone(), wr_id: TAMPERED, num_sge: cap().max_send_sge + 1 };
+    let opts = ProbeOptions { gid: Some(backend_gid()), ..Default::default() };
+    let dev = hca::probe(Arc::new(tamper), opts).unwrap_or_else(|e| panic!("{:?}: probe: {e}", r.side));
     let pd = dev.alloc_pd().expect("alloc_pd");
     let cq = dev.create_cq(32, None).expect("create_cq");
     let p = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
@@ -297,25 +243,13 @@ pub fn wqe_num_sge_over_qp(r: &mut Run) -> Outcome {
     p.send_a(TAMPERED, 0, b"three SGEs", WrOpcode::Send, false);
     let got = completions(&cq, 2);
     let status = |id: u64| got.iter().find(|w| w.0 == id).map(|w| w.1);
-    r.record(
-        "send CQE",
-        Obs::Completion(status(TAMPERED)),
-        Expect::CqeError,
-    )?;
+    r.record("send CQE", Obs::Completion(status(TAMPERED)), Expect::CqeError)?;
     let after = pair(&dev, &pd, (&cq, &cq), (&cq, &cq));
     after.recv_b(2, 0, 64);
     after.send_a(3, 0, b"after", WrOpcode::Send, false);
     let got = completions(&cq, 2);
-    let worst = got
-        .iter()
-        .map(|w| w.1)
-        .find(|s| *s != WcStatus::Success)
-        .or(got.first().map(|w| w.1));
-    r.record(
-        "then a good send on a new QP pair",
-        Obs::Completion(worst),
-        Expect::CqeSuccess,
-    )
+    let worst = got.iter().map(|w| w.1).find(|s| *s != WcStatus::Success).or(got.first().map(|w| w.1));
+    r.record("then a good send on a new QP pair", Obs::Completion(worst), Expect::CqeSuccess)
 }
 
 /// Up to `n` completions of `cq` as (wr_id, status), within 2 s.
@@ -345,33 +279,14 @@ pub fn uar_bar_read(r: &mut Run) -> Outcome {
 /// vector n only).
 pub fn imr_register(r: &mut Run) -> Outcome {
     r.up();
-    let port = QueryPort {
-        port_num: 1,
-        ..Default::default()
-    };
+    let port = QueryPort { port_num: 1, ..Default::default() };
     let p = r.dev.platform().clone();
     p.reg_write(REG_IMR, 0x1);
-    r.record(
-        "IMR after writing 0x1",
-        Obs::Reg(p.reg_read(REG_IMR)),
-        Expect::Reg(0x1),
-    )?;
-    r.post(
-        "QUERY_PORT with IMR 0x1",
-        port,
-        Expect::OkIrq(op::QUERY_PORT, false),
-    )?;
+    r.record("IMR after writing 0x1", Obs::Reg(p.reg_read(REG_IMR)), Expect::Reg(0x1))?;
+    r.post("QUERY_PORT with IMR 0x1", port, Expect::OkIrq(op::QUERY_PORT, false))?;
     p.reg_write(REG_IMR, 0x4);
-    r.record(
-        "IMR after writing 0x4",
-        Obs::Reg(p.reg_read(REG_IMR)),
-        Expect::Reg(0x4),
-    )?;
-    r.post(
-        "QUERY_PORT with IMR 0x4",
-        port,
-        Expect::OkIrq(op::QUERY_PORT, true),
-    )?;
+    r.record("IMR after writing 0x4", Obs::Reg(p.reg_read(REG_IMR)), Expect::Reg(0x4))?;
+    r.post("QUERY_PORT with IMR 0x4", port, Expect::OkIrq(op::QUERY_PORT, true))?;
     p.reg_write(REG_IMR, 0);
     r.post("QUERY_PORT with IMR 0", port, Expect::Ok(op::QUERY_PORT))
 }

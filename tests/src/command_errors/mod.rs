@@ -74,21 +74,11 @@ impl fmt::Display for Obs {
         match self {
             Obs::Reg(v) => write!(f, "{}", hex_errno(*v)),
             Obs::Reply(r) if r.ack == 0 => {
-                write!(
-                    f,
-                    "no response, REG_ERR {}, {}",
-                    hex_errno(r.reg_err),
-                    irq(r.irq)
-                )
+                write!(f, "no response, REG_ERR {}, {}", hex_errno(r.reg_err), irq(r.irq))
             }
-            Obs::Reply(r) => write!(
-                f,
-                "ack {:#x} err {} REG_ERR {}, {}",
-                r.ack,
-                r.err,
-                hex_errno(r.reg_err),
-                irq(r.irq)
-            ),
+            Obs::Reply(r) => {
+                write!(f, "ack {:#x} err {} REG_ERR {}, {}", r.ack, r.err, hex_errno(r.reg_err), irq(r.irq))
+            }
             Obs::Completion(Some(s)) => write!(f, "CQE {s:?}"),
             Obs::Completion(None) => write!(f, "no CQE"),
             Obs::Count(n) => write!(f, "+{n}"),
@@ -132,10 +122,7 @@ impl Expect {
             (Expect::Ok(o), Obs::Reply(r)) => ok(r, o) && r.irq,
             (Expect::OkIrq(o, irq), Obs::Reply(r)) => ok(r, o) && r.irq == irq,
             (Expect::Refused(o), Obs::Reply(r)) => {
-                r.ack == ack_for(o)
-                    && r.err == EINVAL
-                    && r.reg_err == (-i32::from(EINVAL)) as u32
-                    && r.irq
+                r.ack == ack_for(o) && r.err == EINVAL && r.reg_err == (-i32::from(EINVAL)) as u32 && r.irq
             }
             (Expect::NoReply, Obs::Reply(r)) => r.ack == 0 && !r.irq,
             (Expect::Count(n), Obs::Count(got)) => n == *got,
@@ -180,18 +167,9 @@ pub struct Run {
 impl Run {
     /// A fresh model with `profile`.
     pub fn model(profile: Profile) -> Run {
-        let sim = SimPlatform::new(pvrdma_sim::SimConfig {
-            profile,
-            ..Default::default()
-        });
+        let sim = SimPlatform::new(pvrdma_sim::SimConfig { profile, ..Default::default() });
         let dev = RawDevice::new(Arc::new(sim.clone())).expect("model DMA memory");
-        Run {
-            side: Side::Model(profile),
-            dev,
-            sim: Some(sim),
-            peer: None,
-            steps: Vec::new(),
-        }
+        Run { side: Side::Model(profile), dev, sim: Some(sim), peer: None, steps: Vec::new() }
     }
 
     /// A fresh QEMU 7.2 for case `name`. Panics with QEMU's output if it does not start.
@@ -199,13 +177,7 @@ impl Run {
         let peer = QemuPeer::start_bounded(name, QEMU_IO_BOUND).unwrap_or_else(|e| panic!("{e}"));
         let platform: Arc<dyn Platform> = peer.platform().clone();
         let dev = RawDevice::new(platform).unwrap_or_else(|e| panic!("QEMU DMA memory: {e}"));
-        Run {
-            side: Side::Qemu72,
-            dev,
-            sim: None,
-            peer: Some(peer),
-            steps: Vec::new(),
-        }
+        Run { side: Side::Qemu72, dev, sim: None, peer: Some(peer), steps: Vec::new() }
     }
 
     /// Whether the device is the model.
@@ -239,11 +211,7 @@ impl Run {
     pub fn record(&mut self, what: &'static str, obs: Obs, model: Expect) -> Outcome {
         match self.fault() {
             Some(f) => {
-                self.steps.push(Step {
-                    what,
-                    obs: f,
-                    model,
-                });
+                self.steps.push(Step { what, obs: f, model });
                 Err(Stopped)
             }
             None => {
@@ -261,9 +229,7 @@ impl Run {
 
     /// The model's `ignored_requests` (0 on QEMU, which has no such counter).
     pub fn ignored_requests(&self) -> u64 {
-        self.sim
-            .as_ref()
-            .map_or(0, |s| s.device().stats().ignored_requests)
+        self.sim.as_ref().map_or(0, |s| s.device().stats().ignored_requests)
     }
 
     /// Panics with `what` and the device's answer unless `reply` is a success.
@@ -280,11 +246,7 @@ impl Run {
     pub fn up(&mut self) {
         self.dev.load_dsr(|_, _| {});
         let err = self.dev.activate();
-        assert_eq!(
-            err, 0,
-            "{:?}: REG_ERR after a good DSR and ACTIVATE",
-            self.side
-        );
+        assert_eq!(err, 0, "{:?}: REG_ERR after a good DSR and ACTIVATE", self.side);
     }
 
     /// A PD of the kernel (setup).
@@ -296,9 +258,7 @@ impl Run {
 
     /// A CQ of 16 entries in exactly the pages it needs (setup).
     pub fn cq(&self) -> u32 {
-        let (r, resp) = self
-            .dev
-            .post(self.create_cq(16, cq_chunks(16), u64::from(cq_chunks(16))));
+        let (r, resp) = self.dev.post(self.create_cq(16, cq_chunks(16), u64::from(cq_chunks(16))));
         self.must("CREATE_CQ", r, op::CREATE_CQ);
         resp.map_or(0, |c| c.cq_handle.get())
     }
@@ -322,11 +282,7 @@ impl Run {
 
     /// Records that a following good command (CREATE_PD) works.
     pub fn still_usable(&mut self) -> Outcome {
-        self.post(
-            "then CREATE_PD",
-            CreatePd::default(),
-            Expect::Ok(op::CREATE_PD),
-        )
+        self.post("then CREATE_PD", CreatePd::default(), Expect::Ok(op::CREATE_PD))
     }
 
     /// Reads 32 bits at byte `offset` of BAR2: a qtest `readl` on QEMU; the model has no path.
@@ -337,21 +293,15 @@ impl Run {
         let q = peer.platform();
         let line = format!("readl {:#x}", q.bar_addresses()[2] + offset);
         match q.raw_command(&line) {
-            Ok(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16).map_or_else(
-                |_| Obs::QtestError(format!("readl answered {v:?}")),
-                Obs::Reg,
-            ),
+            Ok(v) => u32::from_str_radix(v.trim().trim_start_matches("0x"), 16)
+                .map_or_else(|_| Obs::QtestError(format!("readl answered {v:?}")), Obs::Reg),
             Err(e) => Obs::QtestError(e.to_string()),
         }
     }
 
     /// The steps as `what = answer; ...`.
     pub fn render(&self) -> String {
-        let steps: Vec<String> = self
-            .steps
-            .iter()
-            .map(|s| format!("{} = {}", s.what, s.obs))
-            .collect();
+        let steps: Vec<String> = self.steps.iter().map(|s| format!("{} = {}", s.what, s.obs)).collect();
         steps.join("; ")
     }
 
@@ -378,10 +328,7 @@ pub fn cq_chunks(cqe: u32) -> u32 {
 }
 
 fn case(name: &str) -> &'static Case {
-    CASES
-        .iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no case {name}"))
+    CASES.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"))
 }
 
 /// Runs case `name` on the model with both profiles and checks every step.
@@ -410,16 +357,10 @@ pub fn on_qemu(name: &str) -> Vec<Step> {
         (t0.elapsed() - started).as_millis(),
         r.render()
     ));
-    let fault = r
-        .steps
-        .iter()
-        .any(|s| matches!(s.obs, Obs::Crashed(_) | Obs::Hung(_)));
+    let fault = r.steps.iter().any(|s| matches!(s.obs, Obs::Crashed(_) | Obs::Hung(_)));
     if !fault {
         let got: Vec<String> = r.steps.iter().map(|s| s.obs.to_string()).collect();
-        assert_eq!(
-            got, c.qemu72,
-            "{name}: QEMU answered other than recorded (update the case table and README)"
-        );
+        assert_eq!(got, c.qemu72, "{name}: QEMU answered other than recorded (update the case table and README)");
     }
     r.steps
 }

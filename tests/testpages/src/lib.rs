@@ -21,7 +21,8 @@ pub fn fresh(n: usize) -> usize {
         let hint = NEXT.fetch_add(1 << 20, Ordering::Relaxed);
         // SAFETY: a new private anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
         // fails where anything is mapped) affects no existing memory.
-        let p = unsafe { libc::mmap(hint as *mut libc::c_void, n * PAGE, rw, flags | libc::MAP_FIXED_NOREPLACE, -1, 0) };
+        let p =
+            unsafe { libc::mmap(hint as *mut libc::c_void, n * PAGE, rw, flags | libc::MAP_FIXED_NOREPLACE, -1, 0) };
         if p != libc::MAP_FAILED {
             return p as usize;
         }

@@ -135,7 +135,12 @@ impl DeviceOps for Script {
     fn alloc_pd(&self, _uctx: Option<&dyn UcontextOps>) -> Result<Box<dyn PdOps>> {
         Ok(Box::new(Handle(self.handle())))
     }
-    fn create_cq(&self, _uctx: Option<&dyn UcontextOps>, cqe: u32, events: Arc<dyn CqEventHandler>) -> Result<Arc<dyn CqOps>> {
+    fn create_cq(
+        &self,
+        _uctx: Option<&dyn UcontextOps>,
+        cqe: u32,
+        events: Arc<dyn CqEventHandler>,
+    ) -> Result<Arc<dyn CqOps>> {
         let inner = Arc::new(SCqInner {
             handle: self.handle(),
             cqe,
@@ -148,7 +153,12 @@ impl DeviceOps for Script {
         self.cqs.lock().unwrap().push(inner.clone());
         Ok(Arc::new(SCq(inner)))
     }
-    fn create_qp(&self, _pd: &dyn PdOps, init: &QpCreate<'_>, events: Arc<dyn QpEventHandler>) -> Result<Box<dyn QpOps>> {
+    fn create_qp(
+        &self,
+        _pd: &dyn PdOps,
+        init: &QpCreate<'_>,
+        events: Arc<dyn QpEventHandler>,
+    ) -> Result<Box<dyn QpOps>> {
         let send_cq = init.send_cq.as_any().downcast_ref::<SCq>().unwrap().0.clone();
         let inner = Arc::new(SQpInner {
             num: self.handle(),

@@ -89,7 +89,8 @@ pub struct verbs_context {
     pub open_qp: Slot,
     pub create_qp_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
     pub get_srq_num: Slot,
-    pub create_srq_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut super::ibv_srq_init_attr_ex) -> *mut super::ibv_srq>,
+    pub create_srq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut super::ibv_srq_init_attr_ex) -> *mut super::ibv_srq>,
     pub open_xrcd: Slot,
     pub close_xrcd: Slot,
     pub abi_placeholder3: u64,

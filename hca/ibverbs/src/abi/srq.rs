@@ -48,6 +48,7 @@ pub const IBV_SRQT_BASIC: u32 = 0;
 const _: () = assert!(size_of::<ibv_srq_attr>() == 12 && size_of::<ibv_srq_init_attr>() == 24);
 const _: () = assert!(size_of::<ibv_srq_init_attr_ex>() == 64);
 const _: () = assert!(offset_of!(ibv_srq_init_attr, attr) == 8);
-const _: () = assert!(offset_of!(ibv_srq_init_attr_ex, comp_mask) == 20 && offset_of!(ibv_srq_init_attr_ex, srq_type) == 24);
+const _: () =
+    assert!(offset_of!(ibv_srq_init_attr_ex, comp_mask) == 20 && offset_of!(ibv_srq_init_attr_ex, srq_type) == 24);
 const _: () = assert!(offset_of!(ibv_srq_init_attr_ex, pd) == 32 && offset_of!(ibv_srq_init_attr_ex, cq) == 48);
 const _: () = assert!(offset_of!(ibv_srq_init_attr_ex, tm_cap) == 56);

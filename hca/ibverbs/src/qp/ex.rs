@@ -16,10 +16,10 @@
 //! The batch keeps its WRs, SGEs and inline bytes in vectors reused from one batch to the next,
 //! so a warm QP allocates nothing; inline bytes are taken when `wr_set_inline_data` returns.
 
-use crate::abi::{ibv_ah, ibv_data_buf, ibv_qp, ibv_qp_ex, ibv_sge, IBV_SEND_INLINE};
 use super::post::Src;
-use crate::chain::sges;
 use super::{qp, Qp};
+use crate::abi::{ibv_ah, ibv_data_buf, ibv_qp, ibv_qp_ex, ibv_sge, IBV_SEND_INLINE};
+use crate::chain::sges;
 use ib_core::{Sge, WrOpcode};
 use parking_lot::Mutex;
 use std::ops::Range;
@@ -141,7 +141,9 @@ unsafe extern "C" fn wr_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, remote
             let Some(w) = s.last() else { return };
             w.opcode = match w.opcode {
                 WrOpcode::Send => WrOpcode::UdSend { dest, imm: None },
-                WrOpcode::SendWithImm(imm) | WrOpcode::UdSend { imm: Some(imm), .. } => WrOpcode::UdSend { dest, imm: Some(imm) },
+                WrOpcode::SendWithImm(imm) | WrOpcode::UdSend { imm: Some(imm), .. } => {
+                    WrOpcode::UdSend { dest, imm: Some(imm) }
+                }
                 WrOpcode::UdSend { imm: None, .. } => WrOpcode::UdSend { dest, imm: None },
                 _ => return s.fail(libc::EINVAL),
             };

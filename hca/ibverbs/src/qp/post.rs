@@ -7,14 +7,14 @@
 //! posted. The program's SGE arrays are passed to the core as they are (`ib_core::Sge` has
 //! `ibv_sge`'s layout); one WR with few SGEs allocates nothing.
 
+use super::{qp, Qp};
 use crate::abi::{
-    ibv_qp, ibv_recv_wr, ibv_send_wr, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
-    IBV_SEND_SOLICITED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
-    IBV_WR_SEND_WITH_IMM,
+    ibv_qp, ibv_recv_wr, ibv_send_wr, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
+    IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
 };
 use crate::chain::{bad_wr, nth, post_recv_chain, sges};
 use crate::ffi::{errno_of, fail, guard};
-use super::{qp, Qp};
 use ib_core::{SendWr, Sge, WrOpcode};
 use smallvec::SmallVec;
 
@@ -70,12 +70,9 @@ fn opcode(wr: &ibv_send_wr, ud: bool) -> Result<WrOpcode, i32> {
         IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite { remote_addr, rkey },
         IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm { remote_addr, rkey, imm },
         IBV_WR_RDMA_READ => WrOpcode::RdmaRead { remote_addr, rkey },
-        IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpSwp {
-            remote_addr: a_addr,
-            rkey: a_rkey,
-            compare: atomic.compare_add,
-            swap: atomic.swap,
-        },
+        IBV_WR_ATOMIC_CMP_AND_SWP => {
+            WrOpcode::AtomicCmpSwp { remote_addr: a_addr, rkey: a_rkey, compare: atomic.compare_add, swap: atomic.swap }
+        }
         IBV_WR_ATOMIC_FETCH_AND_ADD => {
             WrOpcode::AtomicFetchAdd { remote_addr: a_addr, rkey: a_rkey, add: atomic.compare_add }
         }
@@ -196,9 +193,14 @@ impl Qp {
             // SAFETY: an inline SGE names `length` readable bytes of the program's at `addr`
             // (libibverbs's contract; no lkey is checked). Empty ones are skipped (their address
             // may be anything).
-            None => staging.copy(j, total as u32, s.sges.iter().filter(|g| g.length > 0).map(|g| unsafe {
-                std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
-            })),
+            None => staging.copy(
+                j,
+                total as u32,
+                s.sges
+                    .iter()
+                    .filter(|g| g.length > 0)
+                    .map(|g| unsafe { std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize) }),
+            ),
         };
         st.bounce = Some(copied.map_err(|e| e.errno())?);
         Ok(st)
@@ -258,4 +260,3 @@ pub(crate) unsafe extern "C" fn post_recv(qp_: *mut ibv_qp, wr: *mut ibv_recv_wr
         unsafe { post_recv_chain(wr, bad, q.cap.max_recv_wr, |wrs| q.core.post_recv_list(wrs)) }
     })
 }
-

@@ -5,8 +5,8 @@
 use crate::abi::*;
 use crate::cq::Cq;
 use crate::pd::Pd;
-use crate::qp::{post_recv, post_send};
 use crate::qp::{create_qp_ex, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, ibv_qp_to_qp_ex, ibv_query_qp};
+use crate::qp::{post_recv, post_send};
 use ib_core::{access, UserBuffer, Wc, WcOpcode, WcStatus};
 use std::ptr::{null_mut, NonNull};
 use std::time::Duration;
@@ -126,7 +126,8 @@ fn connect(qp: NonNull<ibv_qp>, remote: u32, gid: [u8; 16]) {
         ..Default::default()
     };
     assert_eq!(modify(qp, &mut a, RTR_MASK), 0, "RTR");
-    let mut a = ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    let mut a =
+        ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
     assert_eq!(modify(qp, &mut a, RTS_MASK), 0, "RTS");
 }
 
@@ -295,7 +296,10 @@ fn send_and_receive_with_sges_and_immediate() {
     assert_eq!(send(a, &mut wr), 0);
     let wcs = poll(fx.cq, 2);
     let r = wcs.iter().find(|w| w.wr_id == 11).expect("the receive");
-    assert_eq!((r.status, r.opcode, r.byte_len, r.imm_data), (WcStatus::Success, WcOpcode::Recv, 12, Some(0x1234_5678)));
+    assert_eq!(
+        (r.status, r.opcode, r.byte_len, r.imm_data),
+        (WcStatus::Success, WcOpcode::Recv, 12, Some(0x1234_5678))
+    );
     assert!(wcs.iter().any(|w| w.wr_id == 21 && w.status == WcStatus::Success && w.opcode == WcOpcode::Send));
     assert_eq!(read(&fx, 1000, 12), b"hello, world");
 }
@@ -374,11 +378,10 @@ fn inline_sends_take_the_bytes_at_post() {
         assert_eq!(recv(b, 1000 + i, &mut rsge), 0);
         let mut mine = *b"inline payload #..";
         mine[16] = b'a' + (i % 26) as u8;
-        let mut sg = [ibv_sge { addr: mine.as_ptr() as u64, length: 10, lkey: 0 }, ibv_sge {
-            addr: mine[10..].as_ptr() as u64,
-            length: 8,
-            lkey: 0xdead,
-        }];
+        let mut sg = [
+            ibv_sge { addr: mine.as_ptr() as u64, length: 10, lkey: 0 },
+            ibv_sge { addr: mine[10..].as_ptr() as u64, length: 8, lkey: 0xdead },
+        ];
         let mut wr = send_wr(i, &mut sg, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
         assert_eq!(send(a, &mut wr), 0);
         let expected = mine;
@@ -424,7 +427,8 @@ fn the_qp_ex_api_posts_batches() {
         | IBV_QP_EX_WITH_RDMA_WRITE
         | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
         | IBV_QP_EX_WITH_RDMA_READ;
-    let a = NonNull::new(create_ex(&fx, cap(8, 32), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops)).expect("qp_ex");
+    let a = NonNull::new(create_ex(&fx, cap(8, 32), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops))
+        .expect("qp_ex");
     let b = create(&fx, cap(8, 0));
     connect(a, qpn(b), fx.gid);
     connect(b, qpn(a), fx.gid);
@@ -481,7 +485,8 @@ fn the_qp_ex_api_posts_batches() {
 fn a_qp_ex_batch_with_an_error_posts_nothing() {
     let fx = fixture();
     let ops = IBV_QP_EX_WITH_SEND;
-    let a = NonNull::new(create_ex(&fx, cap(8, 16), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops)).expect("qp_ex");
+    let a = NonNull::new(create_ex(&fx, cap(8, 16), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops))
+        .expect("qp_ex");
     let b = create(&fx, cap(8, 0));
     connect(a, qpn(b), fx.gid);
     connect(b, qpn(a), fx.gid);
@@ -558,7 +563,8 @@ fn atomics_post_through_ibv_post_send_and_the_qp_ex_api() {
     let pd = unsafe { crate::pd::pd(fx.pd) }.expect("PD");
     let target = pd.core.reg_buffer(&fx.buf, access::LOCAL_WRITE | access::REMOTE_ATOMIC).expect("atomic MR");
     let ops = IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-    let a = NonNull::new(create_ex(&fx, cap(8, 0), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops)).expect("qp_ex");
+    let a = NonNull::new(create_ex(&fx, cap(8, 0), IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ops))
+        .expect("qp_ex");
     let b = create(&fx, cap(8, 0));
     connect(a, qpn(b), fx.gid);
     connect(b, qpn(a), fx.gid);
@@ -601,8 +607,12 @@ fn atomics_post_through_ibv_post_send_and_the_qp_ex_api() {
     wcs.sort_by_key(|w| w.wr_id);
     let got: Vec<(u64, u32, u32, u32)> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode, w.byte_len)).collect();
     let fadd = IBV_WC_FETCH_ADD;
-    assert_eq!(got, [(1, 0, IBV_WC_COMP_SWAP, 8), (2, 0, fadd, 8), (3, 0, fadd, 8), (4, 0, IBV_WC_COMP_SWAP, 8), (5, 0, fadd, 8)]);
-    let originals: Vec<u64> = (0..5).map(|k| u64::from_le_bytes(read(&fx, 41_000 + 8 * k, 8).try_into().unwrap())).collect();
+    assert_eq!(
+        got,
+        [(1, 0, IBV_WC_COMP_SWAP, 8), (2, 0, fadd, 8), (3, 0, fadd, 8), (4, 0, IBV_WC_COMP_SWAP, 8), (5, 0, fadd, 8)]
+    );
+    let originals: Vec<u64> =
+        (0..5).map(|k| u64::from_le_bytes(read(&fx, 41_000 + 8 * k, 8).try_into().unwrap())).collect();
     assert_eq!(originals, [100, 200, 205, 206, 205]);
     assert_eq!(read(&fx, 40_000, 8), 7u64.to_le_bytes());
 }

@@ -196,9 +196,11 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: *mut ibv_sa_path_rec, 
         let (Some(d), Some(s)) = (unsafe { (dst.as_mut(), src.as_ref()) }) else { return };
         (d.dgid.raw, d.sgid.raw, d.dlid, d.slid) = (s.dgid, s.sgid, s.dlid, s.slid);
         (d.raw_traffic, d.flow_label, d.reversible) = (s.raw_traffic as i32, s.flow_label, s.reversible as i32);
-        (d.hop_limit, d.traffic_class, d.numb_path, d.pkey, d.sl) = (s.hop_limit, s.traffic_class, s.numb_path, s.pkey, s.sl);
+        (d.hop_limit, d.traffic_class, d.numb_path, d.pkey, d.sl) =
+            (s.hop_limit, s.traffic_class, s.numb_path, s.pkey, s.sl);
         (d.mtu_selector, d.mtu, d.rate_selector, d.rate) = (s.mtu_selector, s.mtu as u8, s.rate_selector, s.rate);
-        (d.packet_life_time_selector, d.packet_life_time, d.preference) = (s.packet_life_time_selector, s.packet_life_time, s.preference);
+        (d.packet_life_time_selector, d.packet_life_time, d.preference) =
+            (s.packet_life_time_selector, s.packet_life_time, s.preference);
     })
 }
 
@@ -211,8 +213,10 @@ pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(dst: *mut ib_user_path_rec, s
         let (Some(d), Some(s)) = (unsafe { (dst.as_mut(), src.as_ref()) }) else { return };
         (d.dgid, d.sgid, d.dlid, d.slid) = (s.dgid.raw, s.sgid.raw, s.dlid, s.slid);
         (d.raw_traffic, d.flow_label, d.reversible) = (s.raw_traffic as u32, s.flow_label, s.reversible as u32);
-        (d.hop_limit, d.traffic_class, d.numb_path, d.pkey, d.sl) = (s.hop_limit, s.traffic_class, s.numb_path, s.pkey, s.sl);
+        (d.hop_limit, d.traffic_class, d.numb_path, d.pkey, d.sl) =
+            (s.hop_limit, s.traffic_class, s.numb_path, s.pkey, s.sl);
         (d.mtu_selector, d.mtu, d.rate_selector, d.rate) = (s.mtu_selector, u32::from(s.mtu), s.rate_selector, s.rate);
-        (d.packet_life_time_selector, d.packet_life_time, d.preference) = (s.packet_life_time_selector, s.packet_life_time, s.preference);
+        (d.packet_life_time_selector, d.packet_life_time, d.preference) =
+            (s.packet_life_time_selector, s.packet_life_time, s.preference);
     })
 }

@@ -96,7 +96,13 @@ pub unsafe extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
 /// `_verbs_init_and_alloc_context(device, cmd_fd, size, context, driver_id)`: NULL, `errno`
 /// `EOPNOTSUPP` (no provider device exists here to make a context for).
 #[no_mangle]
-pub unsafe extern "C" fn _verbs_init_and_alloc_context(_dev: P, _cmd_fd: c_int, _size: usize, _ctx: P, _driver_id: u32) -> P {
+pub unsafe extern "C" fn _verbs_init_and_alloc_context(
+    _dev: P,
+    _cmd_fd: c_int,
+    _size: usize,
+    _ctx: P,
+    _driver_id: u32,
+) -> P {
     crate::ffi::guard(std::ptr::null_mut(), || crate::ffi::null(EOPNOTSUPP))
 }
 

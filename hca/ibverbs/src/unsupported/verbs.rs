@@ -102,7 +102,14 @@ pub unsafe extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}
 /// `ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access)`: NULL, `errno` `EOPNOTSUPP`: the
 /// device reaches only process memory.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(_pd: *mut ibv_pd, _offset: u64, _len: usize, _iova: u64, _fd: c_int, _access: c_int) -> *mut ibv_mr {
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    _pd: *mut ibv_pd,
+    _offset: u64,
+    _len: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
     guard(std::ptr::null_mut(), || null(EOPNOTSUPP))
 }
 
@@ -117,7 +124,12 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: u32, 
 /// when no interface of this host holds the source GID's address): our RoCE ports are not
 /// netdevs, so there is no neighbour table to ask; nothing is written.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(_ctx: *mut ibv_context, _attr: *mut ibv_ah_attr, _mac: *mut u8, _vid: *mut u16) -> c_int {
+pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
+    _ctx: *mut ibv_context,
+    _attr: *mut ibv_ah_attr,
+    _mac: *mut u8,
+    _vid: *mut u16,
+) -> c_int {
     -libc::EINVAL
 }
 

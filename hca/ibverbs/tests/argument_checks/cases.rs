@@ -40,7 +40,11 @@ fn queries(m: &mut BTreeMap<&'static str, Case>) {
         let mut g = ibv_gid { raw: [1; 16] };
         // SAFETY: an open context.
         let r = int(unsafe { ibv_query_gid(fx.ctx, 1, 1, &mut g) });
-        if g.raw == [0; 16] { r } else { format!("{r} (not zeros)") }
+        if g.raw == [0; 16] {
+            r
+        } else {
+            format!("{r} (not zeros)")
+        }
     });
     m.insert("query_gid.beyond", || {
         let fx = Fx::new();
@@ -72,7 +76,11 @@ fn queries(m: &mut BTreeMap<&'static str, Case>) {
         // SAFETY: as above.
         let both = count(unsafe { _ibv_query_gid_table(fx.ctx, e.as_mut_ptr(), 2, 0, 32) });
         dev.del_gid(1, 1).expect("del_gid");
-        if both == "2" { short } else { format!("{short} (room for both: {both})") }
+        if both == "2" {
+            short
+        } else {
+            format!("{short} (room for both: {both})")
+        }
     });
     m.insert("query_gid_table.flags", || gid_table(4, 1, 32));
     m.insert("query_gid_table.size0", || gid_table(4, 0, 0));
@@ -185,7 +193,11 @@ fn cqs(m: &mut BTreeMap<&'static str, Case>) {
         let out = ptr(cq);
         // SAFETY: a live CQ when it was made.
         let cqe = if cq.is_null() { 0 } else { unsafe { (*cq).cqe } };
-        if out == "ok" && cqe != 8 { format!("ok (cqe {cqe})") } else { out }
+        if out == "ok" && cqe != 8 {
+            format!("ok (cqe {cqe})")
+        } else {
+            out
+        }
     });
 }
 
@@ -230,7 +242,9 @@ fn qp_modify(m: &mut BTreeMap<&'static str, Case>) {
     m.insert("modify_qp.av_not_global", || rtr_case(|a| a.ah_attr.is_global = 0, 0, |_| true));
     m.insert("modify_qp.sgid_beyond", || rtr_case(|a| a.ah_attr.grh.sgid_index = 200, 0, |_| true));
     m.insert("modify_qp.sgid_empty", || rtr_case(|a| a.ah_attr.grh.sgid_index = 1, 0, |_| true));
-    m.insert("modify_qp.alt_path", || rtr_case(|a| (a.alt_port_num, a.alt_ah_attr) = (1, a.ah_attr), 1 << 14, |_| true));
+    m.insert("modify_qp.alt_path", || {
+        rtr_case(|a| (a.alt_port_num, a.alt_ah_attr) = (1, a.ah_attr), 1 << 14, |_| true)
+    });
     m.insert("modify_qp.min_rnr32", || rtr_case(|a| a.min_rnr_timer = 32, 0, |_| true));
     m.insert("modify_qp.psn25", || rtr_case(|a| a.rq_psn = 1 << 24 | 5, 0, |q| q.rq_psn == 5));
     m.insert("modify_qp.dest_qpn25", || rtr_case(|a| a.dest_qp_num = 1 << 24 | 5, 0, |q| q.dest_qp_num == 5));
@@ -241,14 +255,19 @@ fn qp_modify(m: &mut BTreeMap<&'static str, Case>) {
     });
     m.insert("modify_qp.sl_rate_hop", || {
         rtr_case(
-            |a| (a.ah_attr.sl, a.ah_attr.static_rate, a.ah_attr.grh.hop_limit, a.ah_attr.src_path_bits) = (16, 200, 0, 1),
+            |a| {
+                (a.ah_attr.sl, a.ah_attr.static_rate, a.ah_attr.grh.hop_limit, a.ah_attr.src_path_bits) =
+                    (16, 200, 0, 1)
+            },
             0,
             |_| true,
         )
     });
     m.insert("modify_qp.access_unknown", || init_case(|a| a.qp_access_flags = 1 << 6 | 1 << 4, INIT_MASK));
     m.insert("modify_qp.timeout200", || rts_case(|a| a.timeout = 200, |q| q.timeout == 8));
-    m.insert("modify_qp.retry9", || rts_case(|a| (a.retry_cnt, a.rnr_retry) = (9, 15), |q| (q.retry_cnt, q.rnr_retry) == (1, 7)));
+    m.insert("modify_qp.retry9", || {
+        rts_case(|a| (a.retry_cnt, a.rnr_retry) = (9, 15), |q| (q.retry_cnt, q.rnr_retry) == (1, 7))
+    });
     m.insert("modify_qp.rd_atomic255", || rts_case(|a| a.max_rd_atomic = 255, |q| q.max_rd_atomic == 16));
     m.insert("modify_qp.mask0", || init_case(|a| a.qp_state = 99, 0));
 }
@@ -296,7 +315,8 @@ fn posting(m: &mut BTreeMap<&'static str, Case>) {
     });
     m.insert("post_recv.srq", || {
         let fx = Fx::new();
-        let mut sa = ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 4, max_sge: 1, srq_limit: 0 } };
+        let mut sa =
+            ibv_srq_init_attr { srq_context: null_mut(), attr: ibv_srq_attr { max_wr: 4, max_sge: 1, srq_limit: 0 } };
         // SAFETY: the fixture's PD.
         let srq = unsafe { ibv_create_srq(fx.pd, &mut sa) };
         let mut a = fx.qp_attr(IBV_QPT_RC);
@@ -310,7 +330,11 @@ fn posting(m: &mut BTreeMap<&'static str, Case>) {
         let mut bad = untouched;
         // SAFETY: a live QP; the WR is ours.
         let r = int(unsafe { ((*fx.ctx).ops.post_recv.unwrap())(qp, &mut w, &mut bad) });
-        if bad == untouched { r } else { format!("{r} (bad_wr written)") }
+        if bad == untouched {
+            r
+        } else {
+            format!("{r} (bad_wr written)")
+        }
     });
     m.insert("post_recv.reset", || {
         let fx = Fx::new();
@@ -346,9 +370,7 @@ fn ahs(m: &mut BTreeMap<&'static str, Case>) {
     m.insert("create_ah.sgid_beyond", || create_ah(|a| a.grh.sgid_index = 200));
     m.insert("create_ah.sgid_empty", || create_ah(|a| a.grh.sgid_index = 1));
     m.insert("create_ah.flow_label", || create_ah(|a| a.grh.flow_label = 1 << 20 | 0x1_2345));
-    m.insert("create_ah.hop_limit0", || {
-        create_ah(|a| (a.grh.hop_limit, a.sl, a.static_rate, a.dlid) = (0, 15, 3, 7))
-    });
+    m.insert("create_ah.hop_limit0", || create_ah(|a| (a.grh.hop_limit, a.sl, a.static_rate, a.dlid) = (0, 15, 3, 7)));
     m.insert("init_ah_from_wc.no_grh", || init_ah(0, |_| {}));
     m.insert("init_ah_from_wc.v1", || init_ah(IBV_WC_GRH, |_| {}));
     m.insert("init_ah_from_wc.unknown_gid", || init_ah(IBV_WC_GRH, |g| g[24..40].copy_from_slice(&[0xfd; 16])));
@@ -416,7 +438,8 @@ fn rts_case(edit: impl Fn(&mut ibv_qp_attr), check: impl Fn(&ibv_qp_attr) -> boo
     let qp = fx.init();
     let mut a = fx.rtr(qp);
     assert_eq!(modify(qp, &mut a, RTR_MASK), 0, "RTR");
-    let mut a = ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
+    let mut a =
+        ibv_qp_attr { qp_state: 3, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..Default::default() };
     edit(&mut a);
     let r = modify(qp, &mut a, RTS_MASK);
     read_back(qp, r, check)

@@ -148,14 +148,28 @@ impl Side {
 
     /// The address vector towards `to`.
     pub fn ah_attr(&self, to: &Side) -> ibv_ah_attr {
-        let grh = ibv_global_route { dgid: ibv_gid { raw: to.gid() }, sgid_index: self.gid_index, hop_limit: 64, ..Default::default() };
+        let grh = ibv_global_route {
+            dgid: ibv_gid { raw: to.gid() },
+            sgid_index: self.gid_index,
+            hop_limit: 64,
+            ..Default::default()
+        };
         ibv_ah_attr { grh, is_global: 1, port_num: 1, ..Default::default() }
     }
 
     /// A QP of `qp_type` on this side's PD and CQs; `srq` may be NULL.
     pub fn qp(&self, qp_type: u32, srq: *mut ibv_srq) -> *mut ibv_qp {
-        let cap = ibv_qp_cap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
-        let mut a = ibv_qp_init_attr { qp_context: null_mut(), send_cq: self.scq, recv_cq: self.rcq, srq, cap, qp_type, sq_sig_all: 0 };
+        let cap =
+            ibv_qp_cap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
+        let mut a = ibv_qp_init_attr {
+            qp_context: null_mut(),
+            send_cq: self.scq,
+            recv_cq: self.rcq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all: 0,
+        };
         // SAFETY: this side's PD and CQs.
         let qp = unsafe { ibv_create_qp(self.pd, &mut a) };
         assert!(!qp.is_null(), "ibv_create_qp: errno {}", errno());
@@ -204,9 +218,18 @@ pub fn connect(from: &Side, qp: *mut ibv_qp, to: &Side, remote: *mut ibv_qp) {
     // SAFETY: a live QP.
     let dest_qp_num = unsafe { (*remote).qp_num };
     let ah_attr = from.ah_attr(to);
-    let mut a = ibv_qp_attr { qp_state: 2, path_mtu: 3, dest_qp_num, max_dest_rd_atomic: 4, min_rnr_timer: 1, ah_attr, ..Default::default() };
+    let mut a = ibv_qp_attr {
+        qp_state: 2,
+        path_mtu: 3,
+        dest_qp_num,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        ah_attr,
+        ..Default::default()
+    };
     assert_eq!(modify(qp, &mut a, RTR_MASK), 0, "RTR");
-    let mut a = ibv_qp_attr { qp_state: 3, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 4, ..Default::default() };
+    let mut a =
+        ibv_qp_attr { qp_state: 3, timeout: 10, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 4, ..Default::default() };
     assert_eq!(modify(qp, &mut a, RTS_MASK), 0, "RTS");
 }
 
@@ -302,7 +325,12 @@ pub fn poll_n(cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
         out.extend_from_slice(&wc[..k as usize]);
         out.len() >= n
     });
-    assert!(done, "only {} of {n} completions: {:?}", out.len(), out.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>());
+    assert!(
+        done,
+        "only {} of {n} completions: {:?}",
+        out.len(),
+        out.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>()
+    );
     out
 }
 

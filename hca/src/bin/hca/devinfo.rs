@@ -110,32 +110,38 @@ fn cap_names(flags: u32) -> Vec<String> {
 }
 
 fn render_limits(a: &ib_core::DeviceAttr, s: &mut String) {
-    rows(s, &[
-        ("max_sge", 3, a.max_sge),
-        ("max_sge_rd", 3, a.max_sge_rd),
-        ("max_cq", 4, a.max_cq),
-        ("max_cqe", 3, a.max_cqe),
-        ("max_mr", 4, a.max_mr),
-        ("max_pd", 4, a.max_pd),
-        ("max_qp_rd_atom", 3, a.max_qp_rd_atom),
-        ("max_ee_rd_atom", 3, a.max_ee_rd_atom),
-        ("max_res_rd_atom", 2, a.max_res_rd_atom),
-        ("max_qp_init_rd_atom", 2, a.max_qp_init_rd_atom),
-        ("max_ee_init_rd_atom", 2, a.max_ee_init_rd_atom),
-    ]);
+    rows(
+        s,
+        &[
+            ("max_sge", 3, a.max_sge),
+            ("max_sge_rd", 3, a.max_sge_rd),
+            ("max_cq", 4, a.max_cq),
+            ("max_cqe", 3, a.max_cqe),
+            ("max_mr", 4, a.max_mr),
+            ("max_pd", 4, a.max_pd),
+            ("max_qp_rd_atom", 3, a.max_qp_rd_atom),
+            ("max_ee_rd_atom", 3, a.max_ee_rd_atom),
+            ("max_res_rd_atom", 2, a.max_res_rd_atom),
+            ("max_qp_init_rd_atom", 2, a.max_qp_init_rd_atom),
+            ("max_ee_init_rd_atom", 2, a.max_ee_init_rd_atom),
+        ],
+    );
     let _ = writeln!(s, "\tatomic_cap:\t\t\t{} ({})", atomic_str(a.atomic_cap), a.atomic_cap as u32);
-    rows(s, &[
-        ("max_ee", 4, a.max_ee),
-        ("max_rdd", 3, a.max_rdd),
-        ("max_mw", 4, a.max_mw),
-        ("max_raw_ipv6_qp", 2, a.max_raw_ipv6_qp),
-        ("max_raw_ethy_qp", 2, a.max_raw_ethy_qp),
-        ("max_mcast_grp", 3, a.max_mcast_grp),
-        ("max_mcast_qp_attach", 2, a.max_mcast_qp_attach),
-        ("max_total_mcast_qp_attach", 1, a.max_total_mcast_qp_attach),
-        ("max_ah", 4, a.max_ah),
-        ("max_fmr", 3, a.max_fmr),
-    ]);
+    rows(
+        s,
+        &[
+            ("max_ee", 4, a.max_ee),
+            ("max_rdd", 3, a.max_rdd),
+            ("max_mw", 4, a.max_mw),
+            ("max_raw_ipv6_qp", 2, a.max_raw_ipv6_qp),
+            ("max_raw_ethy_qp", 2, a.max_raw_ethy_qp),
+            ("max_mcast_grp", 3, a.max_mcast_grp),
+            ("max_mcast_qp_attach", 2, a.max_mcast_qp_attach),
+            ("max_total_mcast_qp_attach", 1, a.max_total_mcast_qp_attach),
+            ("max_ah", 4, a.max_ah),
+            ("max_fmr", 3, a.max_fmr),
+        ],
+    );
     if a.max_fmr != 0 {
         rows(s, &[("max_map_per_fmr", 2, a.max_map_per_fmr)]);
     }
@@ -299,10 +305,7 @@ fn phys_state_str(v: u8) -> &'static str {
 /// A GUID as `ibv_devinfo` prints it: four groups of four hex digits.
 fn guid(g: u64) -> String {
     let b = g.to_be_bytes();
-    format!(
-        "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
-        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
-    )
+    format!("{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7])
 }
 
 fn mtu_code(bytes: u32) -> u32 {
@@ -334,7 +337,10 @@ mod tests {
         v4[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 1, 7]);
         assert_eq!(gid_line(&v4, GidType::RoceV2, LinkLayer::Ethernet), "::ffff:192.168.1.7, RoCE v2");
         assert_eq!(gid_line(&v4, GidType::RoceV1, LinkLayer::InfiniBand), "0000:0000:0000:0000:0000:ffff:c0a8:0107");
-        assert_eq!(cap_names(1 << 10 | 1 << 12 | 1 << 30), ["PORT_ACTIVE_EVENT", "RC_RNR_NAK_GEN", "Unknown flags: 0x40000000"]);
+        assert_eq!(
+            cap_names(1 << 10 | 1 << 12 | 1 << 30),
+            ["PORT_ACTIVE_EVENT", "RC_RNR_NAK_GEN", "Unknown flags: 0x40000000"]
+        );
         assert_eq!((width_str(1), speed_str(1), phys_state_str(5)), ("1", "2.5 Gbps", "LINK_UP"));
     }
 }

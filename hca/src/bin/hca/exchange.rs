@@ -264,10 +264,12 @@ mod tests {
         let srv = Dest { lid: 0, qpn: 1, psn: 2, gid: [1; 16] };
         let cli = Dest { lid: 0, qpn: 3, psn: 4, gid: [2; 16] };
         let t = Duration::from_secs(5);
-        let server = std::thread::spawn(move || serve(l, &srv, t, |peer| {
-            assert_eq!(peer.qpn, 3);
-            Ok(())
-        }));
+        let server = std::thread::spawn(move || {
+            serve(l, &srv, t, |peer| {
+                assert_eq!(peer.qpn, 3);
+                Ok(())
+            })
+        });
         let got = client("127.0.0.1", port, &cli, t).expect("the server listens");
         assert_eq!(got, srv);
         assert_eq!(server.join().unwrap(), Ok(cli));

@@ -12,9 +12,9 @@ use crate::payload;
 use crate::sys::{page_size, process_cpu_time};
 use clap::Args;
 use ib_core::{
-    access, AhAttr, ArmKind, CompChannel, Cq, Device, GlobalRoute, Mr, Mtu, NotifyFlags, Pd, Qp,
-    QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UserBuffer,
-    Wc, WcOpcode, WcStatus, WrOpcode,
+    access, AhAttr, ArmKind, CompChannel, Cq, Device, GlobalRoute, Mr, Mtu, NotifyFlags, Pd, Qp, QpAttr,
+    QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus,
+    WrOpcode,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -321,10 +321,8 @@ pub(crate) fn to_rts(qp: &Qp, sq_psn: u32, dest_qp_num: u32, rq_psn: u32, ah: Ah
 
 /// A start PSN that differs per run and per QP, as `ibv_rc_pingpong` draws a random one.
 fn initial_psn(qpn: u32) -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     (nanos ^ qpn.wrapping_mul(0x9e37_79b9)) & 0x00ff_ffff
 }
 
@@ -335,9 +333,17 @@ impl End {
         let mr = pd.reg_buffer(&buf, access::LOCAL_WRITE)?;
         let channel = o.events.then(|| dev.create_comp_channel()).transpose()?;
         let cq = dev.create_cq(o.rx_depth + 1, channel.as_ref())?;
-        let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let attr =
-            QpInitAttr { send_cq: &cq, recv_cq: &cq, cap, qp_type: QpType::Rc, sq_sig_all: false, qp_context: 0, srq: None };
+        let cap =
+            QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let attr = QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+            qp_context: 0,
+            srq: None,
+        };
         let qp = pd.create_qp(&attr)?;
         let psn = initial_psn(qp.qpn());
         Ok(Self { qp, cq, mr, buf, channel, psn, abort: abort.clone(), remote, _pd: pd })

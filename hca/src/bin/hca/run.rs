@@ -38,7 +38,10 @@ pub fn run(opts: &Opts, model: &ModelOpts) -> Failure {
     let (program, args) = opts.program.split_first().expect("clap requires PROGRAM");
     if program.to_string_lossy().starts_with('-') {
         // An option clap did not know, taken as the program because hyphens are allowed there.
-        let msg = format!("hca run: unknown option {}: put the model options before `--` and the program after it", program.to_string_lossy());
+        let msg = format!(
+            "hca run: unknown option {}: put the model options before `--` and the program after it",
+            program.to_string_lossy()
+        );
         return Failure { msg, code: 1 };
     }
     let mut cmd = Command::new(program);
@@ -49,7 +52,10 @@ pub fn run(opts: &Opts, model: &ModelOpts) -> Failure {
             Err(f) => return f,
         },
         Some(set) if link_options_given(model) => {
-            eprintln!("hca run: {ENV_DEVICES}={} is set and wins over --roce and the link options", set.to_string_lossy());
+            eprintln!(
+                "hca run: {ENV_DEVICES}={} is set and wins over --roce and the link options",
+                set.to_string_lossy()
+            );
             &mut cmd
         }
         Some(_) => &mut cmd,

@@ -38,9 +38,8 @@ pub fn default_sigpipe() {
 pub fn random_psn() -> u32 {
     static SEED: std::sync::Once = std::sync::Once::new();
     let pid = std::process::id() as libc::c_long;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as libc::c_long);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as libc::c_long);
     // SAFETY: srand48 and lrand48 only touch libc's own generator state; the Once runs the seed
     // once, and this tool draws PSNs from one thread.
     SEED.call_once(|| unsafe { libc::srand48(pid.wrapping_mul(now)) });

@@ -52,30 +52,17 @@ impl ReadDone {
             && (k as u32) < self.npkts
             && reth.rkey == self.rkey
             && va >= self.va
-            && va
-                .checked_add(len)
-                .is_some_and(|end| end <= self.va.saturating_add(self.len))
+            && va.checked_add(len).is_some_and(|end| end <= self.va.saturating_add(self.len))
             && packets(len, mtu) <= self.npkts - k as u32
     }
 }
 
 impl Responder {
     /// A WRITE packet (or an opcode a responder does not take).
-    pub(super) fn on_write(
-        &mut self,
-        cx: &Ctx<'_>,
-        hdr: &Headers,
-        opcode: u8,
-        payload: &[u8],
-        fx: &mut Effects,
-    ) {
+    pub(super) fn on_write(&mut self, cx: &Ctx<'_>, hdr: &Headers, opcode: u8, payload: &[u8], fx: &mut Effects) {
         let p = hdr.bth.psn;
-        let first = matches!(
-            opcode,
-            op::RC_RDMA_WRITE_FIRST
-                | op::RC_RDMA_WRITE_ONLY
-                | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
-        );
+        let first =
+            matches!(opcode, op::RC_RDMA_WRITE_FIRST | op::RC_RDMA_WRITE_ONLY | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE);
         let last = matches!(
             opcode,
             op::RC_RDMA_WRITE_LAST
@@ -102,13 +89,7 @@ impl Responder {
             }
             (reth.rkey, reth.va, 0, len)
         } else {
-            let InMsg::Write {
-                rkey,
-                va,
-                done,
-                len,
-            } = self.msg
-            else {
+            let InMsg::Write { rkey, va, done, len } = self.msg else {
                 return self.invalid(cx, p, fx);
             };
             (rkey, va, done, len)
@@ -122,19 +103,11 @@ impl Responder {
         if imm.is_some() && cx.qp.recv_capacity(cx.core, fx).is_none() {
             return self.rnr(cx, p);
         }
-        if let Err(status) = cx
-            .qp
-            .rdma_write(cx.core, rkey, va.wrapping_add(done), payload)
-        {
+        if let Err(status) = cx.qp.rdma_write(cx.core, rkey, va.wrapping_add(done), payload) {
             return self.access_error(cx, p, status, fx);
         }
         if !last {
-            self.msg = InMsg::Write {
-                rkey,
-                va,
-                done: end,
-                len,
-            };
+            self.msg = InMsg::Write { rkey, va, done: end, len };
             self.advance(1);
             if hdr.bth.ack_req {
                 self.ack(cx, p);
@@ -146,15 +119,7 @@ impl Responder {
             Some(v) => {
                 let src = cx.path.dest_qp;
                 let solicited = hdr.bth.solicited;
-                cx.qp.receive_write_imm(
-                    cx.core,
-                    src,
-                    v.to_be_bytes(),
-                    len as u32,
-                    solicited,
-                    cx.conn,
-                    fx,
-                )
+                cx.qp.receive_write_imm(cx.core, src, v.to_be_bytes(), len as u32, solicited, cx.conn, fx)
             }
         };
         if outcome == Rx::Park {
@@ -181,10 +146,7 @@ impl Responder {
         if !new && !self.reads.iter().any(|r| r.covers(p, &reth, cx.path.mtu)) {
             return cx.core.count(|c| &c.roce_rx_dropped_psn);
         }
-        if let Err(status) = cx
-            .qp
-            .check_rdma_read(cx.core, reth.rkey, reth.va, reth.dma_len)
-        {
+        if let Err(status) = cx.qp.check_rdma_read(cx.core, reth.rkey, reth.va, reth.dma_len) {
             return self.access_error(cx, p, status, fx);
         }
         let n = packets(u64::from(reth.dma_len), cx.path.mtu);
@@ -193,14 +155,7 @@ impl Responder {
             self.advance(n);
             self.remember(p, n, &reth, cx.attrs.max_dest_rd_atomic);
         }
-        self.reading = Some(ReadReply {
-            psn: p,
-            npkts: n,
-            next: 0,
-            rkey: reth.rkey,
-            va: reth.va,
-            len: reth.dma_len,
-        });
+        self.reading = Some(ReadReply { psn: p, npkts: n, next: 0, rkey: reth.rkey, va: reth.va, len: reth.dma_len });
         self.read_responses(cx, READ_BURST, fx);
     }
 
@@ -217,10 +172,7 @@ impl Responder {
             let off = u64::from(k) * u64::from(mtu);
             let len = u64::from(r.len).saturating_sub(off).min(u64::from(mtu)) as u32;
             let p = psn::add(r.psn, k);
-            let chunk = match cx
-                .qp
-                .rdma_read(cx.core, r.rkey, r.va.wrapping_add(off), len)
-            {
+            let chunk = match cx.qp.rdma_read(cx.core, r.rkey, r.va.wrapping_add(off), len) {
                 Ok(data) => data,
                 Err(status) => return self.access_error(cx, p, status, fx),
             };
@@ -230,8 +182,7 @@ impl Responder {
                 (false, false) => op::RC_RDMA_READ_RESPONSE_MIDDLE,
                 (false, true) => op::RC_RDMA_READ_RESPONSE_LAST,
             };
-            let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE)
-                .then(|| Aeth::ack(self.msn, NO_CREDITS));
+            let aeth = (opcode != op::RC_RDMA_READ_RESPONSE_MIDDLE).then(|| Aeth::ack(self.msn, NO_CREDITS));
             cx.send_response(opcode, p, Headers { aeth, ..Default::default() }, &chunk);
             r.next += 1;
         }
@@ -244,13 +195,7 @@ impl Responder {
     /// the device's `max_qp_rd_atom`: many applications leave `max_dest_rd_atomic` at 0 while
     /// their requester (rxe's, or ours at `max_rd_atomic` 0) still has a READ outstanding.
     fn remember(&mut self, p: u32, n: u32, reth: &Reth, keep: u8) {
-        self.reads.push_back(ReadDone {
-            psn: p,
-            npkts: n,
-            rkey: reth.rkey,
-            va: reth.va,
-            len: u64::from(reth.dma_len),
-        });
+        self.reads.push_back(ReadDone { psn: p, npkts: n, rkey: reth.rkey, va: reth.va, len: u64::from(reth.dma_len) });
         while self.reads.len() > usize::from(keep.max(limits::MAX_QP_RD_ATOM as u8)) {
             self.reads.pop_front();
         }
@@ -259,11 +204,8 @@ impl Responder {
     /// A request refused by its R_Key: NAK Remote Access Error (or what `status` says) and the
     /// QP goes to ERR (IBTA 9.9.3.1.2 Class C, as Linux rxe and the loopback port).
     pub(super) fn access_error(&mut self, cx: &Ctx<'_>, p: u32, status: u32, fx: &mut Effects) {
-        let code = if status == wc_status::REM_INV_REQ_ERR {
-            NakCode::InvalidRequest
-        } else {
-            NakCode::RemoteAccessError
-        };
+        let code =
+            if status == wc_status::REM_INV_REQ_ERR { NakCode::InvalidRequest } else { NakCode::RemoteAccessError };
         cx.qp.force_error(cx.core, fx);
         self.refuse(cx, p, code);
     }

@@ -227,12 +227,18 @@ fn forged_atomic_acknowledges_are_dropped_and_counted() {
     atomic(&d, &e, 5, wr_opcode::ATOMIC_FETCH_AND_ADD, 0x9000_0000, 0x77, 3, 0, 0);
     let req = next_packet(&peer);
     let eth = req.atomic_eth.expect("an AtomicETH");
-    assert_eq!((req.bth.opcode, req.bth.psn, eth.va, eth.rkey, eth.swap_add), (op::RC_FETCH_ADD, o.sq_psn, 0x9000_0000, 0x77, 3));
+    assert_eq!(
+        (req.bth.opcode, req.bth.psn, eth.va, eth.rkey, eth.swap_add),
+        (op::RC_FETCH_ADD, o.sq_psn, 0x9000_0000, 0x77, 3)
+    );
     let s1 = d.dev.stats();
     forge(&peer, &d, ack(psn::add(o.sq_psn, 5), Aeth::ack(0, 0x1f), 1), &[]);
     assert!(counted(&d, s1.roce_rx_dropped_psn, |s| s.roce_rx_dropped_psn), "never sent");
     forge(&peer, &d, ack(o.sq_psn, Aeth::nak(0, NakCode::RemoteAccessError), 1), &[]);
-    assert!(counted(&d, s1.roce_rx_dropped_malformed, |s| s.roce_rx_dropped_malformed), "a NAK in an ATOMIC Acknowledge");
+    assert!(
+        counted(&d, s1.roce_rx_dropped_malformed, |s| s.roce_rx_dropped_malformed),
+        "a NAK in an ATOMIC Acknowledge"
+    );
     forge(&peer, &d, ack(psn::add(o.sq_psn, 0xff_ffff), Aeth::ack(0, 0x1f), 1), &[]);
     assert!(counted(&d, s1.roce_rx_duplicates, |s| s.roce_rx_duplicates), "answers no atomic");
     assert!(d.poll(&e.cq).is_none(), "nothing completed");
@@ -242,7 +248,9 @@ fn forged_atomic_acknowledges_are_dropped_and_counted() {
     assert_eq!(u64_at(&d, e.dst.iova), 0xabcd);
     let s2 = d.dev.stats();
     forge(&peer, &d, ack(o.sq_psn, Aeth::ack(1, 0x1f), 0x9999), &[]);
-    assert!(counted(&d, s2.roce_rx_duplicates.max(s2.roce_rx_dropped_psn), |s| s.roce_rx_duplicates.max(s.roce_rx_dropped_psn)));
+    assert!(counted(&d, s2.roce_rx_duplicates.max(s2.roce_rx_dropped_psn), |s| s
+        .roce_rx_duplicates
+        .max(s.roce_rx_dropped_psn)));
     assert_eq!(u64_at(&d, e.dst.iova), 0xabcd, "a late duplicate writes nothing");
     assert!(d.poll(&e.cq).is_none());
 }

@@ -20,10 +20,7 @@ fn len_of(i: u64) -> usize {
 /// Streams [`MESSAGES`] messages from one device to the other through `faults`; returns both
 /// devices' counters.
 fn exactly_once(faults: LinkFaults) -> (SimStats, SimStats) {
-    let fb = LinkFaults {
-        seed: faults.seed.wrapping_add(1),
-        ..faults.clone()
-    };
+    let fb = LinkFaults { seed: faults.seed.wrapping_add(1), ..faults.clone() };
     exactly_once_with(faults, fb)
 }
 
@@ -31,10 +28,7 @@ fn exactly_once(faults: LinkFaults) -> (SimStats, SimStats) {
 fn exactly_once_with(fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
     // A local ACK timeout of 33.5 ms: seven in a row without progress (a retry_cnt of 7
     // exhausted) take a quarter second, which a loaded test machine's scheduling does not.
-    let o = Opts {
-        timeout: 13,
-        ..Opts::default()
-    };
+    let o = Opts { timeout: 13, ..Opts::default() };
     let (a, ea, b, eb) = pair_with(&o, fa, fb);
     for i in 0..RECVS {
         recv(&b, &eb, i, (i % RECVS) * SLOT, SLOT as u32);
@@ -43,38 +37,19 @@ fn exactly_once_with(fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while (sent < MESSAGES || got < MESSAGES) && Instant::now() < deadline {
         while posted < MESSAGES && posted - sent < SENDS {
-            send(
-                &a,
-                &ea,
-                posted,
-                &pattern(posted, len_of(posted)),
-                (posted % SENDS) * SLOT,
-                None,
-            );
+            send(&a, &ea, posted, &pattern(posted, len_of(posted)), (posted % SENDS) * SLOT, None);
             posted += 1;
         }
         while let Some(c) = a.poll(&ea.cq) {
-            assert_eq!(
-                (c.wr_id.get(), c.status.get()),
-                (sent, wc_status::SUCCESS),
-                "send completions in order"
-            );
+            assert_eq!((c.wr_id.get(), c.status.get()), (sent, wc_status::SUCCESS), "send completions in order");
             sent += 1;
         }
         while let Some(c) = b.poll(&eb.cq) {
-            assert_eq!(
-                (c.wr_id.get(), c.status.get()),
-                (got, wc_status::SUCCESS),
-                "each message once, in order"
-            );
+            assert_eq!((c.wr_id.get(), c.status.get()), (got, wc_status::SUCCESS), "each message once, in order");
             assert_eq!(c.opcode.get(), wc_opcode::RECV);
             let len = len_of(got);
             assert_eq!(c.byte_len.get() as usize, len);
-            assert_eq!(
-                received(&b, &eb, (got % RECVS) * SLOT, len),
-                pattern(got, len),
-                "message {got}"
-            );
+            assert_eq!(received(&b, &eb, (got % RECVS) * SLOT, len), pattern(got, len), "message {got}");
             if got + RECVS < MESSAGES {
                 recv(&b, &eb, got + RECVS, (got % RECVS) * SLOT, SLOT as u32);
             }
@@ -82,11 +57,7 @@ fn exactly_once_with(fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
         }
         std::thread::sleep(Duration::from_micros(100));
     }
-    assert_eq!(
-        (sent, got),
-        (MESSAGES, MESSAGES),
-        "all delivered within the bound"
-    );
+    assert_eq!((sent, got), (MESSAGES, MESSAGES), "all delivered within the bound");
     // Nothing more arrives: no message was delivered twice.
     std::thread::sleep(Duration::from_millis(50));
     assert!(a.poll(&ea.cq).is_none() && b.poll(&eb.cq).is_none());
@@ -95,11 +66,7 @@ fn exactly_once_with(fa: LinkFaults, fb: LinkFaults) -> (SimStats, SimStats) {
 
 #[test]
 fn exactly_once_through_loss() {
-    let (a, b) = exactly_once(LinkFaults {
-        loss: 0.1,
-        seed: 1,
-        ..LinkFaults::default()
-    });
+    let (a, b) = exactly_once(LinkFaults { loss: 0.1, seed: 1, ..LinkFaults::default() });
     assert!(a.roce_injected_loss > 0 && b.roce_injected_loss > 0);
     assert!(a.roce_retransmits > 0, "lost packets were sent again");
 }
@@ -107,55 +74,34 @@ fn exactly_once_through_loss() {
 #[test]
 fn exactly_once_through_loss_on_the_receivers_link_alone() {
     // The receiver's faults hit what it receives (the data) as well as what it sends (ACKs).
-    let f = LinkFaults {
-        loss: 0.1,
-        seed: 6,
-        ..LinkFaults::default()
-    };
+    let f = LinkFaults { loss: 0.1, seed: 6, ..LinkFaults::default() };
     let (a, b) = exactly_once_with(LinkFaults::default(), f);
     assert_eq!(a.roce_injected_loss, 0);
     // Counted after the receiving side's faults: a tenth of what A sent never reached B's
     // transport.
-    assert!(
-        b.roce_rx_packets < a.roce_tx_packets * 95 / 100,
-        "received data was dropped too"
-    );
+    assert!(b.roce_rx_packets < a.roce_tx_packets * 95 / 100, "received data was dropped too");
     assert!(a.roce_retransmits > 0);
 }
 
 #[test]
 fn exactly_once_through_reordering() {
-    let (a, b) = exactly_once(LinkFaults {
-        reorder: 0.1,
-        seed: 2,
-        ..LinkFaults::default()
-    });
+    let (a, b) = exactly_once(LinkFaults { reorder: 0.1, seed: 2, ..LinkFaults::default() });
     assert!(a.roce_injected_reorder > 0 && b.roce_injected_reorder > 0);
     assert!(b.roce_naks_sent > 0, "a packet ahead of its turn is NAKed");
 }
 
 #[test]
 fn exactly_once_through_duplication() {
-    let (a, b) = exactly_once(LinkFaults {
-        duplicate: 0.1,
-        seed: 3,
-        ..LinkFaults::default()
-    });
+    let (a, b) = exactly_once(LinkFaults { duplicate: 0.1, seed: 3, ..LinkFaults::default() });
     assert!(a.roce_injected_duplicate > 0 && b.roce_injected_duplicate > 0);
     assert!(b.roce_rx_duplicates > 0, "duplicates were seen and dropped");
 }
 
 #[test]
 fn exactly_once_through_loss_reordering_and_duplication_together() {
-    let f = LinkFaults {
-        loss: 0.1,
-        reorder: 0.1,
-        duplicate: 0.1,
-        seed: 4,
-    };
+    let f = LinkFaults { loss: 0.1, reorder: 0.1, duplicate: 0.1, seed: 4 };
     let (a, b) = exactly_once(f);
-    let injected =
-        |s: &SimStats| s.roce_injected_loss + s.roce_injected_reorder + s.roce_injected_duplicate;
+    let injected = |s: &SimStats| s.roce_injected_loss + s.roce_injected_reorder + s.roce_injected_duplicate;
     assert!(injected(&a) > 0 && injected(&b) > 0);
 }
 
@@ -167,19 +113,8 @@ fn writes_and_reads_through_a_faulty_link() {
     // receiver's: about a tenth of the packets are lost. (A READ makes no progress when its
     // request or its first response is lost; retry_cnt = 7 gives out when eight attempts in a
     // row do, which at a fifth lost would be likely over this many READs.)
-    let f = LinkFaults {
-        loss: 0.05,
-        reorder: 0.03,
-        duplicate: 0.03,
-        seed: 5,
-    };
-    let (a, ea, b, eb) = pair(
-        &Opts {
-            timeout: 13,
-            ..Opts::default()
-        },
-        f,
-    );
+    let f = LinkFaults { loss: 0.05, reorder: 0.03, duplicate: 0.03, seed: 5 };
+    let (a, ea, b, eb) = pair(&Opts { timeout: 13, ..Opts::default() }, f);
     let remote = pattern(99, MR_LEN as usize);
     b.dev.mem().write(eb.src.iova, &remote).unwrap();
     const OPS: u64 = 300;
@@ -190,19 +125,10 @@ fn writes_and_reads_through_a_faulty_link() {
         while posted < OPS && posted - done < OUT {
             let slot = (posted % OUT) * 8192;
             let (op, local) = if posted % 2 == 0 {
-                a.dev
-                    .mem()
-                    .write(ea.src.iova + slot, &pattern(posted, 3000))
-                    .unwrap();
-                (
-                    wr_opcode::RDMA_WRITE,
-                    sge(ea.src.va + slot, 3000, ea.src.lkey),
-                )
+                a.dev.mem().write(ea.src.iova + slot, &pattern(posted, 3000)).unwrap();
+                (wr_opcode::RDMA_WRITE, sge(ea.src.va + slot, 3000, ea.src.lkey))
             } else {
-                (
-                    wr_opcode::RDMA_READ,
-                    sge(ea.dst.va + slot, 5000, ea.dst.lkey),
-                )
+                (wr_opcode::RDMA_READ, sge(ea.dst.va + slot, 5000, ea.dst.lkey))
             };
             let (raddr, rkey) = if posted % 2 == 0 {
                 (eb.dst.va + slot, eb.dst.rkey)
@@ -216,21 +142,13 @@ fn writes_and_reads_through_a_faulty_link() {
         }
         while let Some(c) = a.poll(&ea.cq) {
             let i = done;
-            assert_eq!(
-                (c.wr_id.get(), c.status.get()),
-                (i, wc_status::SUCCESS),
-                "op {i}"
-            );
+            assert_eq!((c.wr_id.get(), c.status.get()), (i, wc_status::SUCCESS), "op {i}");
             let slot = (i % OUT) * 8192;
             if i % 2 == 0 {
                 assert_eq!(received(&b, &eb, slot, 3000), pattern(i, 3000), "WRITE {i}");
             } else {
                 let at = ((i % 40) * 5000) as usize;
-                assert_eq!(
-                    received(&a, &ea, slot, 5000),
-                    remote[at..at + 5000],
-                    "READ {i}"
-                );
+                assert_eq!(received(&a, &ea, slot, 5000), remote[at..at + 5000], "READ {i}");
             }
             done += 1;
         }
@@ -243,12 +161,7 @@ fn writes_and_reads_through_a_faulty_link() {
 /// Every packet reordered and duplicated on both links: still exactly once, in order.
 #[test]
 fn exactly_once_when_every_packet_is_reordered_and_duplicated() {
-    let (a, b) = exactly_once(LinkFaults {
-        reorder: 1.0,
-        duplicate: 1.0,
-        seed: 27,
-        ..LinkFaults::default()
-    });
+    let (a, b) = exactly_once(LinkFaults { reorder: 1.0, duplicate: 1.0, seed: 27, ..LinkFaults::default() });
     assert!(a.roce_injected_duplicate > 0 && b.roce_rx_duplicates > 0);
 }
 
@@ -256,34 +169,15 @@ fn exactly_once_when_every_packet_is_reordered_and_duplicated() {
 /// nothing hangs.
 #[test]
 fn a_link_that_loses_everything_ends_in_retry_exc_err() {
-    let f = LinkFaults {
-        loss: 1.0,
-        seed: 28,
-        ..LinkFaults::default()
-    };
-    let o = Opts {
-        timeout: 13,
-        retry_cnt: 2,
-        ..Opts::default()
-    };
+    let f = LinkFaults { loss: 1.0, seed: 28, ..LinkFaults::default() };
+    let o = Opts { timeout: 13, retry_cnt: 2, ..Opts::default() };
     let (a, ea, b, eb) = pair(&o, f);
     recv(&b, &eb, 0, 0, 4096);
     for i in 0..4 {
         send(&a, &ea, i, &pattern(i, 3000), i * 4096, None);
     }
-    let got: Vec<(u64, u32)> = wait(&a, &ea, 4, LONG)
-        .iter()
-        .map(|c| (c.wr_id.get(), c.status.get()))
-        .collect();
+    let got: Vec<(u64, u32)> = wait(&a, &ea, 4, LONG).iter().map(|c| (c.wr_id.get(), c.status.get())).collect();
     let flushed = wc_status::WR_FLUSH_ERR;
-    assert_eq!(
-        got,
-        [
-            (0, wc_status::RETRY_EXC_ERR),
-            (1, flushed),
-            (2, flushed),
-            (3, flushed)
-        ]
-    );
+    assert_eq!(got, [(0, wc_status::RETRY_EXC_ERR), (1, flushed), (2, flushed), (3, flushed)]);
     assert!(b.poll(&eb.cq).is_none(), "nothing delivered");
 }

@@ -19,10 +19,7 @@ const PEER_QPN: u32 = 0x42;
 pub(super) fn device_and_peer() -> (Drv, End, UdpSocket, Opts) {
     let mut d = device(LinkFaults::default());
     let e = end(&mut d, 16);
-    let o = Opts {
-        timeout: 0,
-        ..Opts::default()
-    };
+    let o = Opts { timeout: 0, ..Opts::default() };
     let peer = peer_socket();
     connect_to_peer(&mut d, &e, &peer, &o);
     peer.set_read_timeout(Some(LONG)).unwrap();
@@ -44,14 +41,7 @@ pub(super) fn forge(peer: &UdpSocket, d: &Drv, hdr: Headers, payload: &[u8]) {
 }
 
 pub(super) fn bth(opcode: u8, qpn: u32, p: u32) -> Bth {
-    Bth {
-        opcode,
-        pkey: 0xffff,
-        dest_qp: qpn,
-        ack_req: true,
-        psn: p,
-        ..Default::default()
-    }
+    Bth { opcode, pkey: 0xffff, dest_qp: qpn, ack_req: true, psn: p, ..Default::default() }
 }
 
 /// The next packet the device sent the peer: `(opcode, psn, payload length)`.
@@ -83,50 +73,23 @@ fn acks_and_naks_for_psns_never_sent_complete_nothing() {
     let unsent = psn::add(o.sq_psn, 199);
     let next = psn::add(o.sq_psn, 200);
     let cases = [
-        (
-            "ACK of the last PSN, never sent",
-            unsent,
-            Aeth::ack(1, 0x1f),
-        ),
-        (
-            "remote access NAK of a PSN never sent",
-            unsent,
-            Aeth::nak(0, NakCode::RemoteAccessError),
-        ),
-        (
-            "invalid request NAK of the next new PSN",
-            next,
-            Aeth::nak(1, NakCode::InvalidRequest),
-        ),
-        (
-            "PSN sequence error NAK of a PSN never sent",
-            unsent,
-            Aeth::nak(0, NakCode::PsnSequenceError),
-        ),
+        ("ACK of the last PSN, never sent", unsent, Aeth::ack(1, 0x1f)),
+        ("remote access NAK of a PSN never sent", unsent, Aeth::nak(0, NakCode::RemoteAccessError)),
+        ("invalid request NAK of the next new PSN", next, Aeth::nak(1, NakCode::InvalidRequest)),
+        ("PSN sequence error NAK of a PSN never sent", unsent, Aeth::nak(0, NakCode::PsnSequenceError)),
         ("RNR NAK of a PSN never sent", unsent, Aeth::rnr_nak(0, 1)),
         (
             "remote access NAK of a PSN before the first (already acknowledged)",
             psn::add(o.sq_psn, 0xff_ffff),
             Aeth::nak(0, NakCode::RemoteAccessError),
         ),
-        (
-            "RNR NAK of a PSN far behind",
-            psn::add(o.sq_psn, 0xf0_0000),
-            Aeth::rnr_nak(0, 0),
-        ),
+        ("RNR NAK of a PSN far behind", psn::add(o.sq_psn, 0xf0_0000), Aeth::rnr_nak(0, 0)),
     ];
     for (what, p, aeth) in cases {
         let before = d.dev.stats().roce_rx_dropped_psn;
-        let hdr = Headers {
-            bth: bth(op::RC_ACKNOWLEDGE, e.qp.qpn, p),
-            aeth: Some(aeth),
-            ..Default::default()
-        };
+        let hdr = Headers { bth: bth(op::RC_ACKNOWLEDGE, e.qp.qpn, p), aeth: Some(aeth), ..Default::default() };
         forge(&peer, &d, hdr, &[]);
-        assert!(
-            counted(&d, before, |s| s.roce_rx_dropped_psn),
-            "{what}: dropped"
-        );
+        assert!(counted(&d, before, |s| s.roce_rx_dropped_psn), "{what}: dropped");
         assert!(d.poll(&e.cq).is_none(), "{what}: completes nothing");
     }
 }
@@ -138,11 +101,7 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
     let r = o.rq_psn;
     let read = |p: u32, va: u64, rkey: u32, len: u32| Headers {
         bth: bth(op::RC_RDMA_READ_REQUEST, e.qp.qpn, p),
-        reth: Some(Reth {
-            va,
-            rkey,
-            dma_len: len,
-        }),
+        reth: Some(Reth { va, rkey, dma_len: len }),
         ..Default::default()
     };
     let (va, rkey) = (e.dst.va, e.dst.rkey);
@@ -151,15 +110,9 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
         assert_eq!(next_from_device(&peer).1, psn::add(r, k), "response {k}");
     }
     let hostile = [
-        (
-            "a PSN no READ had",
-            read(psn::add(r, 0xff_ff00), va, rkey, 200 << 10),
-        ),
+        ("a PSN no READ had", read(psn::add(r, 0xff_ff00), va, rkey, 200 << 10)),
         ("the READ's PSN, longer", read(r, va, rkey, 200 << 10)),
-        (
-            "a later PSN past the end",
-            read(psn::add(r, 1), va + 1024, rkey, 8192),
-        ),
+        ("a later PSN past the end", read(psn::add(r, 1), va + 1024, rkey, 8192)),
         ("another R_Key", read(r, e.src.va, e.src.rkey, 4096)),
         ("before the READ's address", read(r, va - 1024, rkey, 4096)),
     ];
@@ -169,10 +122,7 @@ fn duplicate_read_requests_are_answered_only_within_a_read_executed() {
     // A retried READ asking for its last two responses is answered.
     forge(&peer, &d, read(psn::add(r, 2), va + 2048, rkey, 2048), &[]);
     // A duplicate SEND asking for an ACK marks the end of what the device answers.
-    let probe = Headers {
-        bth: bth(op::RC_SEND_ONLY, e.qp.qpn, psn::add(r, 0xff_ffff)),
-        ..Default::default()
-    };
+    let probe = Headers { bth: bth(op::RC_SEND_ONLY, e.qp.qpn, psn::add(r, 0xff_ffff)), ..Default::default() };
     forge(&peer, &d, probe, b"x");
     let mut got = Vec::new();
     loop {
@@ -199,17 +149,8 @@ fn a_read_response_for_a_deregistered_mr_writes_nothing() {
     d.qp_doorbell(&e.qp, UAR_QP_SEND);
     let (opcode, p, _) = next_from_device(&peer);
     assert_eq!((opcode, p), (op::RC_RDMA_READ_REQUEST, o.sq_psn));
-    d.ok(pvrdma_abi::cmd::DestroyMr {
-        mr_handle: U32::new(e.dst.handle),
-        ..Default::default()
-    });
-    for (k, opcode) in [
-        op::RC_RDMA_READ_RESPONSE_FIRST,
-        op::RC_RDMA_READ_RESPONSE_LAST,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    d.ok(pvrdma_abi::cmd::DestroyMr { mr_handle: U32::new(e.dst.handle), ..Default::default() });
+    for (k, opcode) in [op::RC_RDMA_READ_RESPONSE_FIRST, op::RC_RDMA_READ_RESPONSE_LAST].into_iter().enumerate() {
         let hdr = Headers {
             bth: bth(opcode, e.qp.qpn, psn::add(p, k as u32)),
             aeth: Some(Aeth::ack(1, 0x1f)),
@@ -218,10 +159,7 @@ fn a_read_response_for_a_deregistered_mr_writes_nothing() {
         forge(&peer, &d, hdr, &[0xee; 1024]);
     }
     let c = wait(&d, &e, 1, LONG);
-    assert_eq!(
-        (c[0].wr_id.get(), c[0].status.get()),
-        (1, wc_status::LOC_PROT_ERR)
-    );
+    assert_eq!((c[0].wr_id.get(), c[0].status.get()), (1, wc_status::LOC_PROT_ERR));
     let mut now = vec![0u8; 4096];
     d.dev.mem().read(e.dst.iova, &mut now).unwrap();
     assert_eq!(now, before, "nothing written");
@@ -241,10 +179,7 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
     // the bad one, then the bad one, NAKed at the PSN still expected.
     type Case = Vec<(u8, u32, Option<u32>, usize)>;
     let cases: [Case; 5] = [
-        vec![
-            (op::RC_RDMA_WRITE_FIRST, r, Some(2048), mtu),
-            (op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None, mtu),
-        ],
+        vec![(op::RC_RDMA_WRITE_FIRST, r, Some(2048), mtu), (op::RC_RDMA_WRITE_MIDDLE, psn::add(r, 1), None, mtu)],
         vec![(op::RC_RDMA_WRITE_LAST, r, None, mtu)],
         vec![(op::RC_RDMA_WRITE_MIDDLE, r, None, mtu)],
         vec![(op::RC_RDMA_WRITE_FIRST, r, Some(1024), mtu)],
@@ -265,11 +200,7 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
         for (opcode, p, len, bytes) in case {
             let hdr = Headers {
                 bth: bth(opcode, e.qp.qpn, p),
-                reth: len.map(|dma_len| Reth {
-                    va,
-                    rkey: e.dst.rkey,
-                    dma_len,
-                }),
+                reth: len.map(|dma_len| Reth { va, rkey: e.dst.rkey, dma_len }),
                 ..Default::default()
             };
             forge(&peer, &d, hdr, &vec![0xee; bytes]);
@@ -284,10 +215,7 @@ fn write_packets_that_disagree_with_their_reth_write_nothing() {
         d.dev.mem().read(e.dst.iova, &mut now).unwrap();
         let mut want = before;
         want[4096..4096 + (n - 1) * mtu].fill(0xee);
-        assert!(
-            now == want,
-            "case {i}: only the packets before the bad one were written"
-        );
+        assert!(now == want, "case {i}: only the packets before the bad one were written");
     }
 }
 
@@ -305,21 +233,13 @@ fn a_send_longer_than_the_max_message_size_is_refused_not_buffered() {
     let payload = vec![0x5a; mtu];
     let mut k = 0u32;
     let reply = loop {
-        let opcode = if k == 0 {
-            op::RC_SEND_FIRST
-        } else {
-            op::RC_SEND_MIDDLE
-        };
-        let hdr = Headers {
-            bth: bth(opcode, e.qp.qpn, psn::add(r, k)),
-            ..Default::default()
-        };
+        let opcode = if k == 0 { op::RC_SEND_FIRST } else { op::RC_SEND_MIDDLE };
+        let hdr = Headers { bth: bth(opcode, e.qp.qpn, psn::add(r, k)), ..Default::default() };
         forge(&peer, &d, hdr, &payload);
         let mut buf = vec![0u8; 1 << 16];
         let (n, _) = peer.recv_from(&mut buf).expect("a reply within LONG");
         let pkt = roce_wire::decode(&buf[..n], None).unwrap();
-        let nak =
-            pkt.hdr.aeth.map(|a| a.syndrome()) != Some(roce_wire::Syndrome::Ack { credits: 0x1f });
+        let nak = pkt.hdr.aeth.map(|a| a.syndrome()) != Some(roce_wire::Syndrome::Ack { credits: 0x1f });
         if nak || k as usize > most + 1 {
             break (k, pkt.hdr.aeth);
         }
@@ -338,27 +258,18 @@ fn partial_sends_on_many_qps_are_bounded_by_the_device_wire_budget() {
     // Receive WQEs that claim 8 GiB each, and a peer that starts a SEND on each QP and never
     // ends it: what the responders reassemble together stays within the device's wire budget
     // (here 32 MiB): past it, a first packet gets an RNR NAK instead of a buffer.
-    let cfg = crate::SimConfig {
-        device_bytes_in_flight: 32 << 20,
-        ..crate::SimConfig::default()
-    };
+    let cfg = crate::SimConfig { device_bytes_in_flight: 32 << 20, ..crate::SimConfig::default() };
     let mut d = device_with(LinkFaults::default(), cfg);
     let peer = peer_socket();
     peer.set_read_timeout(Some(LONG)).unwrap();
-    let o = Opts {
-        timeout: 0,
-        ..Opts::default()
-    };
+    let o = Opts { timeout: 0, ..Opts::default() };
     let mut replies = Vec::new();
     for i in 0..4 {
         let e = end(&mut d, 16);
         connect_to_peer(&mut d, &e, &peer, &o);
         let huge = sge(e.dst.va, u32::MAX, e.dst.lkey);
         d.recv(&e.qp, i, &[huge, huge]);
-        let hdr = Headers {
-            bth: bth(op::RC_SEND_FIRST, e.qp.qpn, o.rq_psn),
-            ..Default::default()
-        };
+        let hdr = Headers { bth: bth(op::RC_SEND_FIRST, e.qp.qpn, o.rq_psn), ..Default::default() };
         forge(&peer, &d, hdr, &[0x5a; 1024]);
         let mut buf = vec![0u8; 1 << 16];
         let (n, _) = peer.recv_from(&mut buf).expect("a reply within LONG");
@@ -367,8 +278,6 @@ fn partial_sends_on_many_qps_are_bounded_by_the_device_wire_budget() {
     }
     // Each message may grow to max_msg_sz (16 MiB): two fit in 32 MiB, the others wait.
     let ack = Some(roce_wire::Syndrome::Ack { credits: 0x1f });
-    let rnr = Some(roce_wire::Syndrome::RnrNak {
-        timer: o.min_rnr_timer,
-    });
+    let rnr = Some(roce_wire::Syndrome::RnrNak { timer: o.min_rnr_timer });
     assert_eq!(replies, [ack, ack, rnr, rnr]);
 }

@@ -13,33 +13,10 @@ const V6_PORT: u16 = crate::roce::ROCE_V2_UDP_PORT;
 
 /// A SEND_ONLY of `payload` to QP `qpn` at PSN `p` with P_Key `pkey`, as `from` would send it to
 /// `to`.
-fn send_only(
-    from: SocketAddr,
-    to: SocketAddr,
-    qpn: u32,
-    p: u32,
-    pkey: u16,
-    payload: &[u8],
-) -> Vec<u8> {
-    let bth = Bth {
-        opcode: op::RC_SEND_ONLY,
-        pkey,
-        dest_qp: qpn,
-        ack_req: true,
-        psn: p,
-        ..Default::default()
-    };
+fn send_only(from: SocketAddr, to: SocketAddr, qpn: u32, p: u32, pkey: u16, payload: &[u8]) -> Vec<u8> {
+    let bth = Bth { opcode: op::RC_SEND_ONLY, pkey, dest_qp: qpn, ack_req: true, psn: p, ..Default::default() };
     let mut out = Vec::new();
-    roce_wire::encode(
-        &Headers {
-            bth,
-            ..Default::default()
-        },
-        payload,
-        &IpContext::new(from, to),
-        &mut out,
-    )
-    .unwrap();
+    roce_wire::encode(&Headers { bth, ..Default::default() }, payload, &IpContext::new(from, to), &mut out).unwrap();
     out
 }
 
@@ -75,10 +52,7 @@ fn still_works(d: &Drv, x: &End, y: &End, first: u64, n: u64) {
         send(d, x, i, &pattern(i, 1500), 0, None);
         let rx = wait(d, y, 1, LONG);
         assert_eq!(rx.len(), 1, "message {i} arrives");
-        assert_eq!(
-            (rx[0].wr_id.get(), rx[0].status.get()),
-            (i, wc_status::SUCCESS)
-        );
+        assert_eq!((rx[0].wr_id.get(), rx[0].status.get()), (i, wc_status::SUCCESS));
         assert_eq!(received(d, y, 0, 1500), pattern(i, 1500));
         assert_eq!(wait(d, x, 1, LONG)[0].status.get(), wc_status::SUCCESS);
     }
@@ -88,12 +62,8 @@ fn still_works(d: &Drv, x: &End, y: &End, first: u64, n: u64) {
 #[test]
 fn hostile_datagrams_over_ipv6_are_dropped_and_counted_and_the_connection_survives() {
     netlease::netns::own(|net| {
-        let pcap =
-            std::env::temp_dir().join(format!("pvrdma-roce-hostile-{}.pcap", std::process::id()));
-        let roce = RoceConfig {
-            pcap: Some(pcap.clone()),
-            ..RoceConfig::new(vec![])
-        };
+        let pcap = std::env::temp_dir().join(format!("pvrdma-roce-hostile-{}.pcap", std::process::id()));
+        let roce = RoceConfig { pcap: Some(pcap.clone()), ..RoceConfig::new(vec![]) };
         let mut d = device_for(net, roce, crate::SimConfig::default());
         let ip = ip(&d);
         let (x, y) = (end(&mut d, 16), end(&mut d, 16));
@@ -117,26 +87,10 @@ fn hostile_datagrams_over_ipv6_are_dropped_and_counted_and_the_connection_surviv
         let n_icrc = icrc.len();
         let rest: [(&str, Vec<u8>, usize); 5] = [
             ("truncated", good[..10].to_vec(), 1),
-            (
-                "wrong P_Key",
-                send_only(from, to, y.qp.qpn, epsn, 0x7fff, b"x"),
-                2,
-            ),
-            (
-                "unknown QP",
-                send_only(from, to, 0x77_7777 & 0xff_ffff, epsn, 0xffff, b"x"),
-                3,
-            ),
-            (
-                "QP in INIT",
-                send_only(from, to, end(&mut d, 16).qp.qpn, epsn, 0xffff, b"x"),
-                3,
-            ),
-            (
-                "PSN out of window",
-                send_only(from, to, y.qp.qpn, psn::add(epsn, 1 << 22), 0xffff, b"x"),
-                4,
-            ),
+            ("wrong P_Key", send_only(from, to, y.qp.qpn, epsn, 0x7fff, b"x"), 2),
+            ("unknown QP", send_only(from, to, 0x77_7777 & 0xff_ffff, epsn, 0xffff, b"x"), 3),
+            ("QP in INIT", send_only(from, to, end(&mut d, 16).qp.qpn, epsn, 0xffff, b"x"), 3),
+            ("PSN out of window", send_only(from, to, y.qp.qpn, psn::add(epsn, 1 << 22), 0xffff, b"x"), 4),
         ];
         for (what, bytes, counter) in icrc.into_iter().chain(rest) {
             let before = drops(&d.dev.stats());
@@ -154,11 +108,7 @@ fn hostile_datagrams_over_ipv6_are_dropped_and_counted_and_the_connection_surviv
             inject(&d, &evil, to, &junk);
         }
         let s = d.dev.stats();
-        assert_eq!(
-            drops(&s).iter().sum::<u64>(),
-            before + 300,
-            "every junk datagram dropped: {s:?}"
-        );
+        assert_eq!(drops(&s).iter().sum::<u64>(), before + 300, "every junk datagram dropped: {s:?}");
         assert!(d.poll(&y.cq).is_none(), "nothing hostile was delivered");
         still_works(&d, &x, &y, 3, 3);
 
@@ -168,8 +118,7 @@ fn hostile_datagrams_over_ipv6_are_dropped_and_counted_and_the_connection_surviv
         drop(d);
         let captured = roce_wire::pcap::read(&pcap).unwrap();
         std::fs::remove_file(&pcap).ok();
-        let (own, hostile): (Vec<_>, Vec<_>) =
-            captured.iter().partition(|c| c.ip.src.port() == V6_PORT);
+        let (own, hostile): (Vec<_>, Vec<_>) = captured.iter().partition(|c| c.ip.src.port() == V6_PORT);
         assert_eq!(own.len(), 2 * (12 + 6 + 1));
         for c in own {
             roce_wire::decode(&c.udp_payload, Some(&c.ip)).expect("ICRC verifies");
@@ -184,14 +133,7 @@ fn a_sender_at_another_address_is_not_the_connected_peer() {
     // From a third address (any port), its own.
     let evil = netlease::udp_v4(0);
     let to = SocketAddr::new(ip(&b), crate::roce::ROCE_V2_UDP_PORT);
-    let pkt = send_only(
-        evil.local_addr().unwrap(),
-        to,
-        eb.qp.qpn,
-        Opts::default().rq_psn,
-        0xffff,
-        b"x",
-    );
+    let pkt = send_only(evil.local_addr().unwrap(), to, eb.qp.qpn, Opts::default().rq_psn, 0xffff, b"x");
     recv(&b, &eb, 1, 0, 64);
     let s = inject(&b, &evil, to, &pkt);
     assert_eq!(s.roce_rx_dropped_qp, 1);
@@ -204,27 +146,14 @@ fn a_sender_at_another_address_is_not_the_connected_peer() {
 #[test]
 fn a_capture_between_two_devices_verifies_every_icrc() {
     let pcap = std::env::temp_dir().join(format!("pvrdma-roce-v4-{}.pcap", std::process::id()));
-    let roce = RoceConfig {
-        pcap: Some(pcap.clone()),
-        ..RoceConfig::new(vec![])
-    };
+    let roce = RoceConfig { pcap: Some(pcap.clone()), ..RoceConfig::new(vec![]) };
     let mut a = device_from(roce, crate::SimConfig::default());
     let mut b = device(LinkFaults::default());
     let (ia, ib) = (ip(&a), ip(&b));
     let (ea, eb) = (end(&mut a, 16), end(&mut b, 16));
     let o = Opts::default();
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &o);
-    connect(
-        &mut b,
-        eb.qp.qpn,
-        ea.qp.qpn,
-        ia,
-        &Opts {
-            sq_psn: o.rq_psn,
-            rq_psn: o.sq_psn,
-            ..o
-        },
-    );
+    connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o });
     recv(&b, &eb, 1, 0, 8192);
     send(&a, &ea, 1, &pattern(1, 5000), 0, Some(7));
     assert_eq!(wait(&b, &eb, 1, LONG).len(), 1);
@@ -274,23 +203,11 @@ fn random_packet(
             | op::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE
             | op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
     );
-    let p = if rng.bool() {
-        psn::add(epsn, rng.u32(..8))
-    } else {
-        rng.u32(..1 << 24)
-    };
+    let p = if rng.bool() { psn::add(epsn, rng.u32(..8)) } else { rng.u32(..1 << 24) };
     let bth = Bth {
         opcode,
-        pkey: if rng.u8(..10) == 0 {
-            rng.u16(..)
-        } else {
-            0xffff
-        },
-        dest_qp: if rng.u8(..10) == 0 {
-            rng.u32(..1 << 24)
-        } else {
-            qpn
-        },
+        pkey: if rng.u8(..10) == 0 { rng.u16(..) } else { 0xffff },
+        dest_qp: if rng.u8(..10) == 0 { rng.u32(..1 << 24) } else { qpn },
         ack_req: rng.bool(),
         psn: p,
         ..Default::default()
@@ -299,21 +216,10 @@ fn random_packet(
         bth,
         reth: reth.then(|| match rng.u8(..5) {
             // Mostly inside the responder's MR, so WRITEs and READs get executed.
-            0 => roce_wire::Reth {
-                va: rng.u64(..),
-                rkey: rng.u32(..),
-                dma_len: rng.u32(..1 << 20),
-            },
-            _ => roce_wire::Reth {
-                va: mr.va + rng.u64(..MR_LEN - 8192),
-                rkey: mr.rkey,
-                dma_len: rng.u32(..8192),
-            },
+            0 => roce_wire::Reth { va: rng.u64(..), rkey: rng.u32(..), dma_len: rng.u32(..1 << 20) },
+            _ => roce_wire::Reth { va: mr.va + rng.u64(..MR_LEN - 8192), rkey: mr.rkey, dma_len: rng.u32(..8192) },
         }),
-        aeth: aeth.then(|| roce_wire::Aeth {
-            syndrome: rng.u8(..),
-            msn: rng.u32(..1 << 24),
-        }),
+        aeth: aeth.then(|| roce_wire::Aeth { syndrome: rng.u8(..), msn: rng.u32(..1 << 24) }),
         imm: imm.then(|| rng.u32(..)),
         // Mostly 8-aligned inside the responder's MR.
         atomic_eth: matches!(opcode, op::RC_COMPARE_SWAP | op::RC_FETCH_ADD).then(|| roce_wire::AtomicEth {
@@ -324,12 +230,14 @@ fn random_packet(
         }),
         atomic_ack: (opcode == op::RC_ATOMIC_ACKNOWLEDGE).then(|| rng.u64(..)),
     };
-    let no_payload = [op::RC_RDMA_READ_REQUEST, op::RC_ACKNOWLEDGE, op::RC_ATOMIC_ACKNOWLEDGE, op::RC_COMPARE_SWAP, op::RC_FETCH_ADD];
-    let len = if no_payload.contains(&opcode) {
-        0
-    } else {
-        [0, 1, 1023, 1024, rng.usize(..1100)][rng.usize(..5)]
-    };
+    let no_payload = [
+        op::RC_RDMA_READ_REQUEST,
+        op::RC_ACKNOWLEDGE,
+        op::RC_ATOMIC_ACKNOWLEDGE,
+        op::RC_COMPARE_SWAP,
+        op::RC_FETCH_ADD,
+    ];
+    let len = if no_payload.contains(&opcode) { 0 } else { [0, 1, 1023, 1024, rng.usize(..1100)][rng.usize(..5)] };
     let payload: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
     let mut out = Vec::new();
     roce_wire::encode(&hdr, &payload, &IpContext::new(from, to), &mut out).unwrap();
@@ -350,9 +258,7 @@ fn random_rc_packets_from_the_peer_address_never_break_the_port() {
     let mut victims = 0;
     let mut target: Option<End> = None;
     for _ in 0..3000 {
-        let live = target
-            .as_ref()
-            .is_some_and(|t| b.dev.qp_state(t.qp.qpn) == Some(qp_state::RTS));
+        let live = target.as_ref().is_some_and(|t| b.dev.qp_state(t.qp.qpn) == Some(qp_state::RTS));
         if !live {
             let t = end(&mut b, 16);
             connect(&mut b, t.qp.qpn, ea.qp.qpn, ia, &o);
@@ -368,18 +274,11 @@ fn random_rc_packets_from_the_peer_address_never_break_the_port() {
     }
     let s = b.dev.stats();
     assert_eq!(s.roce_rx_packets, 3000);
-    assert!(
-        victims > 1 && s.roce_acks_sent > 0 && s.roce_naks_sent > 0,
-        "{victims} {s:?}"
-    );
+    assert!(victims > 1 && s.roce_acks_sent > 0 && s.roce_naks_sent > 0, "{victims} {s:?}");
     // The port still works: a fresh connection between the two devices carries messages.
     let (x, y) = (end(&mut a, 16), end(&mut b, 16));
     connect(&mut a, x.qp.qpn, y.qp.qpn, ib, &o);
-    let ob = Opts {
-        sq_psn: o.rq_psn,
-        rq_psn: o.sq_psn,
-        ..o
-    };
+    let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o };
     connect(&mut b, y.qp.qpn, x.qp.qpn, ia, &ob);
     recv(&b, &y, 5, 0, 4096);
     send(&a, &x, 5, &pattern(5, 3000), 0, None);

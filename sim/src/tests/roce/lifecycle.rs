@@ -14,12 +14,7 @@ use zerocopy::little_endian::U32;
 fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
     let mut addrs = None;
     for round in 0..3u64 {
-        let f = LinkFaults {
-            loss: [1.0, 0.5, 0.0][round as usize],
-            duplicate: 1.0,
-            reorder: 1.0,
-            seed: round,
-        };
+        let f = LinkFaults { loss: [1.0, 0.5, 0.0][round as usize], duplicate: 1.0, reorder: 1.0, seed: round };
         // The first round's addresses are held again by each round's devices.
         let (a, b) = match addrs {
             None => (device(f.clone()), device(f)),
@@ -51,13 +46,7 @@ fn devices_dropped_mid_transfer_stop_and_their_addresses_bind_again() {
 
 /// A device at `ip`, which this test held before.
 fn at(ip: IpAddr, faults: LinkFaults) -> Drv {
-    device_at(
-        RoceConfig {
-            faults,
-            ..RoceConfig::new(vec![ip])
-        },
-        SimConfig::default(),
-    )
+    device_at(RoceConfig { faults, ..RoceConfig::new(vec![ip]) }, SimConfig::default())
 }
 
 /// More READs posted at once than a responder remembers (the device's `max_qp_rd_atom`), through
@@ -65,38 +54,19 @@ fn at(ip: IpAddr, faults: LinkFaults) -> Drv {
 /// requester keeps at most that many READs outstanding). Each completes once, its bytes in place.
 #[test]
 fn many_reads_posted_at_once_through_loss_each_complete_once() {
-    let f = LinkFaults {
-        loss: 0.05,
-        seed: 9,
-        ..LinkFaults::default()
-    };
-    let o = Opts {
-        timeout: 13,
-        ..Opts::default()
-    };
+    let f = LinkFaults { loss: 0.05, seed: 9, ..LinkFaults::default() };
+    let o = Opts { timeout: 13, ..Opts::default() };
     let (a, ea, b, eb) = pair(&o, f);
     let remote = pattern(63, 64 * 100);
     b.dev.mem().write(eb.src.iova, &remote).unwrap();
     for i in 0..64u64 {
         let sg = [sge(ea.dst.va + i * 100, 100, ea.dst.lkey)];
         let (op, flags) = (wr_opcode::RDMA_READ, send_flags::SIGNALED);
-        a.post_rdma_wqe(
-            &ea.qp,
-            i,
-            op,
-            flags,
-            0,
-            eb.src.va + i * 100,
-            eb.src.rkey,
-            &sg,
-        );
+        a.post_rdma_wqe(&ea.qp, i, op, flags, 0, eb.src.va + i * 100, eb.src.rkey, &sg);
     }
     a.qp_doorbell(&ea.qp, UAR_QP_SEND);
     let got = wait(&a, &ea, 64, Duration::from_secs(120));
-    let st: Vec<(u64, u32)> = got
-        .iter()
-        .map(|c| (c.wr_id.get(), c.status.get()))
-        .collect();
+    let st: Vec<(u64, u32)> = got.iter().map(|c| (c.wr_id.get(), c.status.get())).collect();
     let want: Vec<(u64, u32)> = (0..64).map(|i| (i, wc_status::SUCCESS)).collect();
     assert_eq!(st, want);
     assert_eq!(received(&a, &ea, 0, 64 * 100), remote);
@@ -107,28 +77,12 @@ fn many_reads_posted_at_once_through_loss_each_complete_once() {
 /// IPv6 address: the source of every ICRC would be wrong) fails device creation.
 #[test]
 fn a_port_address_of_no_one_interface_fails_device_creation() {
-    for ip in [
-        "0.0.0.0",
-        "::",
-        "224.0.0.1",
-        "255.255.255.255",
-        "::ffff:127.77.64.1",
-        "ff02::1",
-    ] {
+    for ip in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "::ffff:127.77.64.1", "ff02::1"] {
         let ip: IpAddr = ip.parse().unwrap();
-        let roce = RoceConfig {
-            udp_port: 47_964,
-            ..RoceConfig::new(vec![ip])
-        };
-        let got = crate::SimDevice::try_new(SimConfig {
-            roce: Some(roce),
-            ..SimConfig::default()
-        });
+        let roce = RoceConfig { udp_port: 47_964, ..RoceConfig::new(vec![ip]) };
+        let got = crate::SimDevice::try_new(SimConfig { roce: Some(roce), ..SimConfig::default() });
         let err = got.err().unwrap_or_else(|| panic!("{ip} is refused"));
-        assert!(
-            matches!(err, crate::roce::RoceError::Bind { .. }),
-            "{ip}: {err}"
-        );
+        assert!(matches!(err, crate::roce::RoceError::Bind { .. }), "{ip}: {err}");
     }
 }
 
@@ -144,21 +98,10 @@ fn move_to(d: &mut Drv, qpn: u32, state: u32) {
 /// (those not done flushed), and the QPs connect again afterwards and carry a message.
 #[test]
 fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once() {
-    let f = LinkFaults {
-        loss: 0.1,
-        duplicate: 0.1,
-        reorder: 0.1,
-        seed: 65,
-    };
-    let o = Opts {
-        timeout: 13,
-        ..Opts::default()
-    };
+    let f = LinkFaults { loss: 0.1, duplicate: 0.1, reorder: 0.1, seed: 65 };
+    let o = Opts { timeout: 13, ..Opts::default() };
     let (mut a, ea, mut b, eb) = pair(&o, f);
-    b.dev
-        .mem()
-        .write(eb.src.iova, &pattern(65, 64 << 10))
-        .unwrap();
+    b.dev.mem().write(eb.src.iova, &pattern(65, 64 << 10)).unwrap();
     for (round, state) in [qp_state::ERR, qp_state::RESET].into_iter().enumerate() {
         for i in 0..30u64 {
             recv(&b, &eb, i, (i % 8) * 4096, 4096);
@@ -166,14 +109,8 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
         for i in 0..30u64 {
             let off = (i % 8) * 4096;
             let (op, local) = match i % 3 {
-                0 => (
-                    wr_opcode::RDMA_READ,
-                    sge(ea.dst.va + off, 4000, ea.dst.lkey),
-                ),
-                1 => (
-                    wr_opcode::RDMA_WRITE,
-                    sge(ea.src.va + off, 3000, ea.src.lkey),
-                ),
+                0 => (wr_opcode::RDMA_READ, sge(ea.dst.va + off, 4000, ea.dst.lkey)),
+                1 => (wr_opcode::RDMA_WRITE, sge(ea.src.va + off, 3000, ea.src.lkey)),
                 _ => (wr_opcode::SEND, sge(ea.src.va + off, 2000, ea.src.lkey)),
             };
             let (raddr, rkey) = match i % 3 {
@@ -188,11 +125,7 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
         let first = wait(&a, &ea, 3, LONG);
         move_to(&mut a, ea.qp.qpn, state);
         let mut got: Vec<u64> = first.iter().map(|c| c.wr_id.get()).collect();
-        let more = if state == qp_state::ERR {
-            30 - got.len()
-        } else {
-            0
-        };
+        let more = if state == qp_state::ERR { 30 - got.len() } else { 0 };
         got.extend(wait(&a, &ea, more, LONG).iter().map(|c| c.wr_id.get()));
         // Whatever was still on its way has arrived, or been dropped, by now.
         std::thread::sleep(Duration::from_millis(200));
@@ -202,32 +135,16 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
         let mut once = got.clone();
         once.sort_unstable();
         once.dedup();
-        assert_eq!(
-            once.len(),
-            got.len(),
-            "round {round}: a WR completed twice: {got:?}"
-        );
+        assert_eq!(once.len(), got.len(), "round {round}: a WR completed twice: {got:?}");
         if state == qp_state::ERR {
-            assert_eq!(
-                got,
-                (0..30).collect::<Vec<_>>(),
-                "round {round}: each WR, in order"
-            );
+            assert_eq!(got, (0..30).collect::<Vec<_>>(), "round {round}: each WR, in order");
         }
         // Both ends start over with new PSNs.
         move_to(&mut a, ea.qp.qpn, qp_state::RESET);
         move_to(&mut b, eb.qp.qpn, qp_state::RESET);
         while b.poll(&eb.cq).is_some() {}
-        let p = Opts {
-            sq_psn: 0x1000 * (round as u32 + 1),
-            rq_psn: 0x8000 * (round as u32 + 1),
-            ..o
-        };
-        let pb = Opts {
-            sq_psn: p.rq_psn,
-            rq_psn: p.sq_psn,
-            ..p
-        };
+        let p = Opts { sq_psn: 0x1000 * (round as u32 + 1), rq_psn: 0x8000 * (round as u32 + 1), ..o };
+        let pb = Opts { sq_psn: p.rq_psn, rq_psn: p.sq_psn, ..p };
         let (ia, ib) = (ip(&a), ip(&b));
         connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &p);
         connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &pb);
@@ -242,10 +159,7 @@ fn a_requester_moved_to_err_or_reset_mid_transfer_completes_each_wr_at_most_once
         assert_eq!(rx[0].status.get(), wc_status::SUCCESS);
         assert_eq!(received(&b, &eb, off, 5), b"after");
         let tx = wait(&a, &ea, 1, LONG);
-        assert_eq!(
-            (tx[0].wr_id.get(), tx[0].status.get()),
-            (100, wc_status::SUCCESS)
-        );
+        assert_eq!((tx[0].wr_id.get(), tx[0].status.get()), (100, wc_status::SUCCESS));
     }
 }
 
@@ -259,25 +173,15 @@ fn zero_length_rdma_and_a_read_over_sges_of_two_mrs() {
     b.dev.mem().write(eb.src.iova, &remote).unwrap();
     recv(&b, &eb, 7, 0, 64);
     let flags = send_flags::SIGNALED;
-    let zero = [
-        (1, wr_opcode::RDMA_WRITE),
-        (2, wr_opcode::RDMA_WRITE_WITH_IMM),
-        (3, wr_opcode::RDMA_READ),
-    ];
+    let zero = [(1, wr_opcode::RDMA_WRITE), (2, wr_opcode::RDMA_WRITE_WITH_IMM), (3, wr_opcode::RDMA_READ)];
     for (id, op) in zero {
         a.post_rdma_wqe(&ea.qp, id, op, flags, 0x1234, 0xdead_0000, 0x77, &[]);
     }
-    let sg = [
-        sge(ea.dst.va + 100, 1500, ea.dst.lkey),
-        sge(ea.src.va + 9000, 3500, ea.src.lkey),
-    ];
+    let sg = [sge(ea.dst.va + 100, 1500, ea.dst.lkey), sge(ea.src.va + 9000, 3500, ea.src.lkey)];
     let (raddr, rkey) = (eb.src.va, eb.src.rkey);
     a.post_rdma_wqe(&ea.qp, 4, wr_opcode::RDMA_READ, flags, 0, raddr, rkey, &sg);
     a.qp_doorbell(&ea.qp, UAR_QP_SEND);
-    let got: Vec<(u64, u32)> = wait(&a, &ea, 4, LONG)
-        .iter()
-        .map(|c| (c.wr_id.get(), c.status.get()))
-        .collect();
+    let got: Vec<(u64, u32)> = wait(&a, &ea, 4, LONG).iter().map(|c| (c.wr_id.get(), c.status.get())).collect();
     let ok = wc_status::SUCCESS;
     assert_eq!(got, [(1, ok), (2, ok), (3, ok), (4, ok)]);
     let imm = wait(&b, &eb, 1, LONG);
@@ -294,11 +198,7 @@ fn zero_length_rdma_and_a_read_over_sges_of_two_mrs() {
 #[test]
 fn a_dgid_of_no_one_host_fails_the_send_and_sends_nothing() {
     let mut d = device(LinkFaults::default());
-    let o = Opts {
-        timeout: 13,
-        retry_cnt: 1,
-        ..Opts::default()
-    };
+    let o = Opts { timeout: 13, retry_cnt: 1, ..Opts::default() };
     let bad = ["0.0.0.0", "224.0.0.1", "239.1.2.3", "255.255.255.255"];
     for (i, dst) in bad.iter().enumerate() {
         let e = end(&mut d, 16);
@@ -319,10 +219,7 @@ fn write_imm(d: &Drv, ea: &End, eb: &End) {
 }
 
 fn destroy_qp(d: &mut Drv, qpn: u32) {
-    d.ok(pvrdma_abi::cmd::DestroyQp {
-        qp_handle: U32::new(qpn),
-        ..Default::default()
-    });
+    d.ok(pvrdma_abi::cmd::DestroyQp { qp_handle: U32::new(qpn), ..Default::default() });
 }
 
 /// A WRITE with immediate waiting on the wire for a receive WQE (RNR NAKed, `rnr_retry` 7: for
@@ -330,10 +227,7 @@ fn destroy_qp(d: &mut Drv, qpn: u32) {
 /// posted afterwards stays posted), and the requester's device carries a new message.
 #[test]
 fn a_write_with_immediate_rnr_nakked_dies_with_its_requester() {
-    let o = Opts {
-        timeout: 13,
-        ..Opts::default()
-    };
+    let o = Opts { timeout: 13, ..Opts::default() };
     let (mut a, ea, b, eb) = pair(&o, LinkFaults::default());
     write_imm(&a, &ea, &eb);
     let rnr = b.dev.stats().roce_rnr_naks_sent;

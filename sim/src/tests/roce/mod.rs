@@ -101,14 +101,7 @@ pub fn peer_socket() -> UdpSocket {
 pub fn bind_v2(d: &mut Drv, index: u32, ip: IpAddr) {
     let (mtu, vlan) = (U32::new(1024), U32::new(0xfff));
     let gid_type = GID_TYPE_FLAG_ROCE_V2;
-    d.ok(CreateBind {
-        index: U32::new(index),
-        new_gid: ip_gid(ip),
-        gid_type,
-        mtu,
-        vlan,
-        ..Default::default()
-    });
+    d.ok(CreateBind { index: U32::new(index), new_gid: ip_gid(ip), gid_type, mtu, vlan, ..Default::default() });
 }
 
 /// One end of a connection: a QP with one CQ for both queues and its MRs.
@@ -128,13 +121,7 @@ pub fn end(d: &mut Drv, wr: u32) -> End {
     let rw = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
     let src = d.create_mr(pd, 0x7000_0000_0000, MR_LEN, rw);
     let dst = d.create_mr(pd, 0x7100_0000_0000, MR_LEN, rw);
-    End {
-        pd,
-        qp,
-        cq,
-        src,
-        dst,
-    }
+    End { pd, qp, cq, src, dst }
 }
 
 /// The transport attributes of a connection.
@@ -153,15 +140,7 @@ pub struct Opts {
 impl Default for Opts {
     fn default() -> Self {
         // PSNs near the 24-bit wrap, so the tests cross it.
-        Self {
-            mtu: 3,
-            timeout: 1,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 1,
-            sq_psn: 0xff_fff0,
-            rq_psn: 0xff_fff0,
-        }
+        Self { mtu: 3, timeout: 1, retry_cnt: 7, rnr_retry: 7, min_rnr_timer: 1, sq_psn: 0xff_fff0, rq_psn: 0xff_fff0 }
     }
 }
 
@@ -170,10 +149,7 @@ impl Opts {
     /// that count the packets, ACKs or retransmissions of a lossless link: a loaded machine's
     /// scheduling (two test runs at once on two cores) must not make them time out and resend.
     pub fn steady() -> Self {
-        Self {
-            timeout: 18,
-            ..Self::default()
-        }
+        Self { timeout: 18, ..Self::default() }
     }
 }
 
@@ -196,10 +172,7 @@ pub fn init(d: &mut Drv, qp: u32) {
     a.qp_state = U32::new(qp_state::INIT);
     a.port_num = 1;
     a.qp_access_flags = U32::new(access::REMOTE_WRITE | access::REMOTE_READ);
-    assert_eq!(
-        d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a),
-        0
-    );
+    assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
 }
 
 /// INIT -> RTR -> RTS towards QP `dest` at `dest_ip`, from GID [`SGID`].
@@ -230,10 +203,7 @@ pub fn rtr_rts(d: &mut Drv, qp: u32, dest: u32, dest_ip: IpAddr, o: &Opts) {
 /// Two devices on addresses of their own, one QP each, connected with `o` (the second end's
 /// PSNs mirrored), with `faults` on both links.
 pub fn pair(o: &Opts, faults: LinkFaults) -> (Drv, End, Drv, End) {
-    let fb = LinkFaults {
-        seed: faults.seed.wrapping_add(1),
-        ..faults.clone()
-    };
+    let fb = LinkFaults { seed: faults.seed.wrapping_add(1), ..faults.clone() };
     pair_with(o, faults, fb)
 }
 
@@ -247,11 +217,7 @@ pub fn join(mut a: Drv, mut b: Drv, o: &Opts) -> (Drv, End, Drv, End) {
     let (ia, ib) = (ip(&a), ip(&b));
     let (ea, eb) = (end(&mut a, 256), end(&mut b, 256));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, o);
-    let ob = Opts {
-        sq_psn: o.rq_psn,
-        rq_psn: o.sq_psn,
-        ..*o
-    };
+    let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..*o };
     connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &ob);
     (a, ea, b, eb)
 }
@@ -296,11 +262,5 @@ pub fn wait(d: &Drv, e: &End, n: usize, limit: Duration) -> Vec<Cqe> {
 
 /// A message of `len` bytes whose content depends on `tag`.
 pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u64)
-                .wrapping_mul(31)
-                .wrapping_add(tag.wrapping_mul(7)) as u8
-        })
-        .collect()
+    (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(tag.wrapping_mul(7)) as u8).collect()
 }

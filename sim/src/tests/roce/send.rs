@@ -33,22 +33,13 @@ fn sends_of_1_4096_and_65536_bytes_arrive_whole_between_two_devices() {
 
 #[test]
 fn send_with_immediate_carries_it_and_the_solicited_flag() {
-    let (a, ea, b, eb) = pair(
-        &Opts {
-            mtu: 1,
-            ..Opts::default()
-        },
-        LinkFaults::default(),
-    );
+    let (a, ea, b, eb) = pair(&Opts { mtu: 1, ..Opts::default() }, LinkFaults::default());
     recv(&b, &eb, 1, 0, 4096);
     send(&a, &ea, 7, &pattern(3, 1000), 0, Some(0xdead_beef));
     let rx = wait(&b, &eb, 1, LONG);
     assert_eq!(rx.len(), 1);
     assert_eq!(rx[0].imm_data.get(), 0xdead_beef);
-    assert_eq!(
-        rx[0].wc_flags.get() & wc_flags::WITH_IMM,
-        wc_flags::WITH_IMM
-    );
+    assert_eq!(rx[0].wc_flags.get() & wc_flags::WITH_IMM, wc_flags::WITH_IMM);
     assert_eq!(rx[0].byte_len.get(), 1000);
     assert_eq!(received(&b, &eb, 0, 1000), pattern(3, 1000));
     assert_eq!(wait(&a, &ea, 1, LONG)[0].status.get(), wc_status::SUCCESS);
@@ -70,23 +61,14 @@ fn one_device_talks_to_itself_over_ipv6_loopback() {
         let rx = wait(&d, &y, 20, LONG);
         assert_eq!(rx.len(), 20);
         for (i, c) in rx.iter().enumerate() {
-            assert_eq!(
-                (c.wr_id.get(), c.status.get()),
-                (i as u64, wc_status::SUCCESS)
-            );
-            assert_eq!(
-                received(&d, &y, i as u64 * 3000, 2500),
-                pattern(i as u64, 2500)
-            );
+            assert_eq!((c.wr_id.get(), c.status.get()), (i as u64, wc_status::SUCCESS));
+            assert_eq!(received(&d, &y, i as u64 * 3000, 2500), pattern(i as u64, 2500));
         }
         let tx = wait(&d, &x, 20, LONG);
         assert!(tx.iter().all(|c| c.status.get() == wc_status::SUCCESS) && tx.len() == 20);
         let s = d.dev.stats();
         // Every IPv6 packet's ICRC was checked, and none failed.
-        assert_eq!(
-            (s.roce_rx_dropped_icrc, s.roce_rx_dropped_malformed),
-            (0, 0)
-        );
+        assert_eq!((s.roce_rx_dropped_icrc, s.roce_rx_dropped_malformed), (0, 0));
         assert_eq!(s.roce_rx_packets, s.roce_tx_packets);
     });
 }
@@ -114,18 +96,10 @@ fn a_connection_reset_and_reconnected_with_new_psns_starts_afresh() {
     reset.qp_state = U32::new(qp_state::RESET);
     assert_eq!(a.modify(ea.qp.qpn, m::STATE, reset), 0);
     assert_eq!(b.modify(eb.qp.qpn, m::STATE, reset), 0);
-    let o = Opts {
-        sq_psn: 0x12_3456,
-        rq_psn: 0x65_4321,
-        ..Opts::steady()
-    };
+    let o = Opts { sq_psn: 0x12_3456, rq_psn: 0x65_4321, ..Opts::steady() };
     let (ia, ib) = (ip(&a), ip(&b));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &o);
-    let ob = Opts {
-        sq_psn: o.rq_psn,
-        rq_psn: o.sq_psn,
-        ..o
-    };
+    let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o };
     connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &ob);
     round(&a, &b, 3);
     let (sa, sb) = (a.dev.stats(), b.dev.stats());
@@ -143,21 +117,11 @@ fn a_one_mebibyte_send_flows_through_the_window() {
     let msg = pattern(77, LEN as usize);
     a.dev.mem().write(src.iova, &msg).unwrap();
     b.recv(&eb.qp, 1, &[sge(dst.va, LEN as u32, dst.lkey)]);
-    a.post_send_wqe(
-        &ea.qp,
-        2,
-        wr_opcode::SEND,
-        send_flags::SIGNALED,
-        0,
-        &[sge(src.va, LEN as u32, src.lkey)],
-    );
+    a.post_send_wqe(&ea.qp, 2, wr_opcode::SEND, send_flags::SIGNALED, 0, &[sge(src.va, LEN as u32, src.lkey)]);
     a.qp_doorbell(&ea.qp, UAR_QP_SEND);
     let rx = wait(&b, &eb, 1, LONG);
     assert_eq!(rx.len(), 1);
-    assert_eq!(
-        (rx[0].status.get(), rx[0].byte_len.get()),
-        (wc_status::SUCCESS, LEN as u32)
-    );
+    assert_eq!((rx[0].status.get(), rx[0].byte_len.get()), (wc_status::SUCCESS, LEN as u32));
     assert_eq!(wait(&a, &ea, 1, LONG)[0].status.get(), wc_status::SUCCESS);
     let mut got = vec![0u8; LEN as usize];
     b.dev.mem().read(dst.iova, &mut got).unwrap();

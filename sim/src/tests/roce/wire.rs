@@ -24,8 +24,7 @@ fn parse(b: &[u8], src: Ipv4Addr) -> Option<(IpContext, Vec<u8>)> {
         Some(Ipv4Addr::from(o))
     };
     let udp = b.get(ihl..)?;
-    let port =
-        |at: usize| -> Option<u16> { Some(u16::from_be_bytes([*udp.get(at)?, *udp.get(at + 1)?])) };
+    let port = |at: usize| -> Option<u16> { Some(u16::from_be_bytes([*udp.get(at)?, *udp.get(at + 1)?])) };
     let (sport, dport, len) = (port(0)?, port(2)?, usize::from(port(4)?));
     if dport != crate::roce::ROCE_V2_UDP_PORT {
         return None;
@@ -51,31 +50,15 @@ fn ipv4_packets_leave_with_identification_0_and_df_so_the_icrc_holds_on_the_wire
             }
             Err(e) => panic!("raw socket: {e}"),
         };
-        raw.set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
+        raw.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         let (a, ea, b, eb) = pair(&Opts::default(), LinkFaults::default());
         for i in 0..3u64 {
             recv(&b, &eb, i, i * 8192, 8192);
-            send(
-                &a,
-                &ea,
-                i,
-                &pattern(i, [1, 1024, 5000][i as usize]),
-                i * 8192,
-                None,
-            );
+            send(&a, &ea, i, &pattern(i, [1, 1024, 5000][i as usize]), i * 8192, None);
         }
-        assert_eq!(
-            wait(&a, &ea, 3, LONG)
-                .iter()
-                .filter(|c| c.status.get() == wc_status::SUCCESS)
-                .count(),
-            3
-        );
+        assert_eq!(wait(&a, &ea, 3, LONG).iter().filter(|c| c.status.get() == wc_status::SUCCESS).count(), 3);
         let sent = a.dev.stats().roce_tx_packets;
-        let IpAddr::V4(src) = ip(&a) else {
-            unreachable!("an IPv4 port")
-        };
+        let IpAddr::V4(src) = ip(&a) else { unreachable!("an IPv4 port") };
         let mut seen = 0;
         let mut buf = vec![0u8; 1 << 16];
         let deadline = Instant::now() + LONG;
@@ -86,13 +69,8 @@ fn ipv4_packets_leave_with_identification_0_and_df_so_the_icrc_holds_on_the_wire
             let Some((ip, payload)) = parse(&buf[..n], src) else {
                 continue;
             };
-            assert_eq!(
-                (ip.ipv4_id, ip.ipv4_df),
-                (0, true),
-                "Identification 0 and DF"
-            );
-            roce_wire::decode(&payload, Some(&ip))
-                .expect("the ICRC holds over the real IPv4 header");
+            assert_eq!((ip.ipv4_id, ip.ipv4_df), (0, true), "Identification 0 and DF");
+            roce_wire::decode(&payload, Some(&ip)).expect("the ICRC holds over the real IPv4 header");
             seen += 1;
         }
         assert_eq!(seen, sent, "every packet the port sent was seen");
@@ -129,8 +107,7 @@ fn ipv6_datagrams_with_a_zero_udp_checksum_are_received_as_rxe_sends_them() {
         let ip = ip(&d);
         let port = crate::roce::ROCE_V2_UDP_PORT;
         // From the port's address (else the kernel picks lo's first one as the source).
-        raw.bind(&SocketAddr::new(ip, 0).into())
-            .expect("bind the raw socket");
+        raw.bind(&SocketAddr::new(ip, 0).into()).expect("bind the raw socket");
         let (x, y) = (end(&mut d, 16), end(&mut d, 16));
         let o = Opts::default();
         connect_both(&mut d, x.qp.qpn, y.qp.qpn, ip, &o);
@@ -147,10 +124,7 @@ fn ipv6_datagrams_with_a_zero_udp_checksum_are_received_as_rxe_sends_them() {
             ..Default::default()
         };
         let mut rc = Vec::new();
-        let hdr = roce_wire::Headers {
-            bth,
-            ..Default::default()
-        };
+        let hdr = roce_wire::Headers { bth, ..Default::default() };
         roce_wire::encode(&hdr, b"checksum zero", &IpContext::new(from, to), &mut rc).unwrap();
         let mut datagram = Vec::new();
         datagram.extend_from_slice(&50_000u16.to_be_bytes());
@@ -158,19 +132,10 @@ fn ipv6_datagrams_with_a_zero_udp_checksum_are_received_as_rxe_sends_them() {
         datagram.extend_from_slice(&((8 + rc.len()) as u16).to_be_bytes());
         datagram.extend_from_slice(&[0, 0]);
         datagram.extend_from_slice(&rc);
-        raw.send_to(&datagram, &SocketAddr::new(ip, 0).into())
-            .unwrap();
+        raw.send_to(&datagram, &SocketAddr::new(ip, 0).into()).unwrap();
         let rx = wait(&d, &y, 1, LONG);
-        assert_eq!(
-            rx.len(),
-            1,
-            "the zero-checksum datagram arrived: {:?}",
-            d.dev.stats()
-        );
-        assert_eq!(
-            (rx[0].status.get(), rx[0].byte_len.get()),
-            (wc_status::SUCCESS, 13)
-        );
+        assert_eq!(rx.len(), 1, "the zero-checksum datagram arrived: {:?}", d.dev.stats());
+        assert_eq!((rx[0].status.get(), rx[0].byte_len.get()), (wc_status::SUCCESS, 13));
         assert_eq!(received(&d, &y, 0, 13), b"checksum zero");
     });
 }
