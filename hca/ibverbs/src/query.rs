@@ -94,9 +94,9 @@ pub(crate) unsafe extern "C" fn query_device_ex(
     guard(libc::EIO, || {
         // SAFETY: the header passes the context it was called with.
         let Some(c) = (unsafe { context(ctx) }) else { return fail(libc::EINVAL) };
-        // SAFETY: `input` is NULL or the caller's readable input.
         if attr.is_null()
             || attr_size < size_of::<ibv_device_attr>()
+            // SAFETY: `input` is NULL or the caller's readable input.
             || unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0)
         {
             return fail(libc::EINVAL);
