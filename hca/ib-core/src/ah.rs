@@ -10,6 +10,7 @@ use crate::device_attr::GidType;
 use crate::error::{Error, Result};
 use crate::pd::{Pd, PdInner};
 use crate::provider::AhOps;
+use crate::qp::Qp;
 use crate::wr::{UdDest, Wc};
 use std::net::Ipv6Addr;
 use std::sync::Arc;
@@ -172,7 +173,7 @@ fn ipv4_sum_ok(h: &[u8]) -> bool {
     sum == 0xffff
 }
 
-impl crate::Qp {
+impl Qp {
     /// Brings a UD QP from RESET to RTS (`ibv_ud_pingpong`'s three modifies): INIT on `port`
     /// with P_Key index 0 and `qkey`, RTR, RTS sending from PSN `sq_psn`.
     pub fn modify_ud_to_rts(&self, port: u8, qkey: u32, sq_psn: u32) -> Result<()> {

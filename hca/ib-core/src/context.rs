@@ -3,21 +3,17 @@
 //! of their own: a UAR page and CREATE_UC on pvrdma). Every object belongs to one context; objects
 //! of different contexts cannot be combined. Each context has its async-event queue.
 
-use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, AsyncHandler};
 use crate::device::{ContextEvents, DeviceInner};
 use crate::error::Result;
-use crate::event_ref::next_uid;
+use crate::events::async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncEvents, AsyncHandler};
+use crate::events::channel::CompChannel;
+use crate::events::delivery::FatalSink;
+use crate::events::refs::next_uid;
 use crate::provider::UcontextOps;
 use parking_lot::Mutex;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// What must hear of a fatal device: every channel (its waiters wake) and every CQ (its notify
-/// requests and dispatcher fail) of the context.
-pub(crate) trait FatalSink: Send + Sync {
-    fn fatal(&self);
-}
 
 /// A context. Cheap to clone; its objects hold it, so it goes when the last of them does.
 #[derive(Clone)]
@@ -111,6 +107,16 @@ impl Context {
         let weak: Weak<dyn ContextEvents> = Arc::downgrade(&inner) as Weak<dyn ContextEvents>;
         inner.device.events.add(inner.uid, weak);
         Ok(Self { inner })
+    }
+
+    /// Creates a completion channel of this context (`ibv_create_comp_channel`). Waiters wake with
+    /// [`crate::Error::DeviceFatal`] if the device goes fatal.
+    ///
+    /// Errors: [`crate::Error::NoResources`] without a free file descriptor.
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        let channel = CompChannel::new(self.inner.uid)?;
+        self.inner.add_fatal_sink(channel.fatal_sink());
+        Ok(channel)
     }
 
     /// Whether this is a user context.

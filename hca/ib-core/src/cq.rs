@@ -1,7 +1,7 @@
 //! Completion queues as consumers see them: polling through the provider, and the one arm state
 //! machine per CQ (`arm.rs`) with its three clients — the completion channel
 //! ([`Cq::req_notify`]), notify requests ([`Cq::notify`]) and the upcall dispatcher
-//! (`cq_upcall.rs`). The hardware arm goes one way: the machine rings the provider's arm
+//! (`cq/upcall.rs`); destroying a CQ is in `cq/destroy.rs`. The hardware arm goes one way: the machine rings the provider's arm
 //! doorbell ([`CqOps::arm`]) when what the clients wait for grows.
 //!
 //! [`CqEvents`] is what the provider calls when the device fires the CQ's arm, loses a report or
@@ -9,16 +9,19 @@
 //! requests completed, a wake-up for the dispatcher. Once the CQ is being destroyed it delivers
 //! nothing (`retire`), so no consumer gets an event for a CQ it no longer has.
 
-use crate::arm::{ArmKind, ArmMachine, CqHw, Fired};
-use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
-use crate::channel::CompChannel;
-use crate::context::{Context, ContextInner, FatalSink};
-use crate::delivery::{Deliveries, Delivering};
+mod destroy;
+mod upcall;
+
+use crate::context::{Context, ContextInner};
 use crate::error::{Error, Result};
-use crate::event_ref::CqRef;
-use crate::notify::{NotifyKind, NotifyRequest, NotifyStatus};
+use crate::events::arm::{ArmKind, ArmMachine, CqHw, Fired};
+use crate::events::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
+use crate::events::channel::CompChannel;
+use crate::events::delivery::{CqDelivery, DeliverFired, Deliveries, Delivering, FatalSink};
+use crate::events::notify::{NotifyKind, NotifyRequest, NotifyStatus};
+use crate::events::refs::CqRef;
+use crate::events::upcall::{Dispatcher, Wake};
 use crate::provider::{CqError, CqEventHandler, CqOps};
-use crate::upcall::{Dispatcher, Wake};
 use crate::wr::{NotifyFlags, Wc};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -137,7 +140,7 @@ impl CqEvents {
         }
         let fired = spend(&self.machine);
         let _end_if_none = fired.is_none().then(|| self.deliveries.adopt());
-        Some(CqDelivery(Some((self.clone(), fired?))))
+        Some(CqDelivery::begun(self.clone(), fired?))
     }
 
     fn completion(self: &Arc<Self>) -> Option<CqDelivery> {
@@ -168,28 +171,10 @@ impl CqEvents {
     }
 }
 
-/// A CQ's fired arm on its way to the consumers ([`CqEventHandler::completion`]): the arm is
-/// spent; dropping this delivers the event (channel, notify requests, dispatcher). A provider
-/// holds it until its fence over the CQ-notification ring is released, so the consumer it wakes
-/// never finds that fence still held when it re-arms. A destroy of the CQ waits for it (as for
-/// any delivery in flight, with a bound), so drop it promptly.
-#[must_use = "dropping it delivers the event: drop it once the provider's fence is released"]
-pub struct CqDelivery(Option<(Arc<CqEvents>, Fired)>);
-
-impl CqDelivery {
-    /// A delivery that reaches no consumer: what a provider's own handler (a self-test's) returns
-    /// for a report it took.
-    pub fn none() -> Self {
-        Self(None)
-    }
-}
-
-impl Drop for CqDelivery {
-    fn drop(&mut self) {
-        if let Some((events, fired)) = self.0.take() {
-            let _end = events.deliveries.adopt();
-            events.deliver(fired);
-        }
+impl DeliverFired for CqEvents {
+    fn deliver_begun(&self, fired: Fired) {
+        let _end = self.deliveries.adopt();
+        self.deliver(fired);
     }
 }
 
@@ -242,7 +227,7 @@ impl Context {
         let ctx = &self.inner;
         ctx.live()?;
         if let Some(ch) = channel {
-            ch.attach(ctx)?;
+            ch.attach(ctx.uid)?;
         }
         let created = Cq::create(ctx, cqe, channel, cq_context);
         if created.is_err() {

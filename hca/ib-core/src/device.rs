@@ -1,8 +1,8 @@
 //! What the core keeps of a probed device: its provider, its name, and the fan-out of device and
 //! port events to every context of the device (Linux's `ib_dispatch_event`).
 
-use crate::async_event::AsyncEventType;
 use crate::error::{Error, Result};
+use crate::events::async_event::AsyncEventType;
 use crate::provider::{DeviceEventHandler, DeviceOps};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};

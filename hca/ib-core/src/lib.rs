@@ -19,26 +19,19 @@
 //!
 //! A provider implements [`provider::DeviceOps`] and the object traits beside it; it reports
 //! events up through the handler objects the core gives it.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 mod ah;
-pub mod arm;
-mod async_event;
-pub mod attr;
-mod channel;
+mod attr;
 mod context;
 mod cq;
-mod cq_destroy;
-mod cq_upcall;
-mod delivery;
 mod device;
-pub mod device_attr;
+mod device_attr;
 mod error;
-mod event_queue;
-mod event_ref;
+mod events;
 mod mr;
-pub mod notify;
 mod pd;
 pub mod provider;
 mod qp;
@@ -46,31 +39,37 @@ pub mod qp_state;
 mod registry;
 mod srq;
 mod sync;
+// The eventfd and poll(2) system calls of the event queues.
+#[allow(unsafe_code)]
 mod sys;
 pub mod time;
-pub mod upcall;
-mod user_buffer;
+// The consumer memory an MR registers, reached through raw pointers.
+#[allow(unsafe_code)]
+mod user_memory;
 mod wr;
 
+/// The per-CQ arm state machine, public for its loom model check (`tests/loom_arm.rs`).
+pub use events::arm;
+
 pub use ah::{ah_attr_from_wc, Ah, GRH_LEN};
-pub use arm::ArmKind;
-pub use async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncHandler, EventScope};
 pub use attr::{access, gid_from_ip, AhAttr, Gid, GlobalRoute, Mtu};
 pub use attr::{QpAttr, QpAttrMask, QpCap, QpState, QpType};
-pub use channel::CompChannel;
 pub use context::Context;
 pub use cq::{Cq, DROP_ACK_WAIT};
 pub use device_attr::{device_cap, port_cap, AtomicCap, DeviceAttr, GidType, LinkLayer, PortAttr, PortState};
 pub use error::{DeviceError, Error, Result};
-pub use event_ref::{CqRef, QpRef, SrqRef};
+pub use events::arm::ArmKind;
+pub use events::async_event::{AsyncElement, AsyncEvent, AsyncEventType, AsyncHandler, EventScope};
+pub use events::channel::CompChannel;
+pub use events::notify::{NotifyKind, NotifyRequest, NotifyStatus};
+pub use events::refs::{CqRef, QpRef, SrqRef};
+pub use events::upcall::UpcallPolicy;
 pub use mr::Mr;
-pub use notify::{NotifyKind, NotifyRequest, NotifyStatus};
 pub use pd::Pd;
 pub use provider::{Driver, PciFunction, PciId, UserMemory};
 pub use qp::{Qp, QpInitAttr};
 pub use registry::{add_device, device_list, open_device, register_driver, Device, DeviceInfo};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr};
 pub use time::RETIRE_WAIT;
-pub use upcall::UpcallPolicy;
-pub use user_buffer::UserBuffer;
+pub use user_memory::UserBuffer;
 pub use wr::{NotifyFlags, RecvWr, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOpcode};

@@ -6,7 +6,7 @@ use crate::attr::access;
 use crate::error::{Error, Result};
 use crate::pd::{Pd, PdInner};
 use crate::provider::{MrOps, UserMemory};
-use crate::user_buffer::UserBuffer;
+use crate::user_memory::UserBuffer;
 use std::sync::Arc;
 
 /// A registered memory region. Dropping it deregisters it. (Fields drop in order: the provider's

@@ -13,12 +13,13 @@
 //!
 //! Every method is called from any thread. None may call back into the core's object API.
 
-use crate::arm::ArmKind;
-use crate::async_event::AsyncEventType;
 use crate::attr::{AhAttr, Gid, QpAttr, QpAttrMask, QpCap, QpType};
-pub use crate::cq::CqDelivery;
 use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::error::Result;
+use crate::events::arm::ArmKind;
+use crate::events::async_event::AsyncEventType;
+pub use crate::events::delivery::CqDelivery;
+pub use crate::user_memory::UserMemory;
 use crate::wr::{RecvWr, SendWr, Wc};
 use std::any::Any;
 use std::sync::Arc;
@@ -61,47 +62,6 @@ pub trait Driver: Send + Sync + 'static {
     /// Probes `func` (one of the match table's). The core calls
     /// [`DeviceOps::set_event_handler`] on the result before any object is created.
     fn probe(&self, func: &PciFunction) -> Result<Arc<dyn DeviceOps>>;
-}
-
-/// Memory of the consumer's own to register (`ibv_reg_mr(pd, addr, length, access)`): the
-/// address range is the MR's address space. Made only with the promise of [`UserMemory::new`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UserMemory {
-    addr: usize,
-    len: usize,
-}
-
-impl UserMemory {
-    /// Describes `len` bytes at `addr`.
-    ///
-    /// # Safety
-    /// The range must be memory of this process that the consumer registers for the device and
-    /// does not free and reuse for something else until the MR registered over it is
-    /// deregistered (the device reads and writes it meanwhile, as it does an `ibv_reg_mr`
-    /// buffer). The consumer accesses it knowing the device may write it concurrently (after a
-    /// completion, the data is there). Nothing else is trusted: registration checks the pages
-    /// are mapped with the access the MR needs, and the model reaches them only through copies
-    /// the kernel makes, which fail instead of faulting on pages the program unmapped or
-    /// protected after registration (the work request then completes in error,
-    /// `docs/memory.md`); it writes only the bytes an operation names.
-    pub unsafe fn new(addr: *mut u8, len: usize) -> Self {
-        Self { addr: addr as usize, len }
-    }
-
-    /// The first byte's address.
-    pub fn addr(&self) -> usize {
-        self.addr
-    }
-
-    /// Bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the range is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// What a QP is created with, in the provider's terms.

@@ -8,18 +8,19 @@
 //! The state these rules read is the one last set or queried; [`Qp::state`] asks the device,
 //! which may have moved the QP to ERR on its own (e.g. after its CQ overflowed).
 
-use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
 use crate::attr::{AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use crate::context::ContextInner;
 use crate::cq::{Cq, CqInner, DROP_ACK_WAIT};
-use crate::delivery::Deliveries;
 use crate::error::{Error, Result};
-use crate::event_ref::QpRef;
+use crate::events::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
+use crate::events::delivery::Deliveries;
+use crate::events::refs::QpRef;
+use crate::events::upcall::in_callback;
 use crate::pd::{Pd, PdInner};
 use crate::provider::{QpCreate, QpEventHandler, QpOps};
 use crate::qp_state;
+use crate::srq::{Srq, SrqInner};
 use crate::time::deadline_after;
-use crate::upcall::in_callback;
 use crate::wr::{RecvWr, SendWr};
 use parking_lot::RwLock;
 use std::sync::atomic::Ordering;
@@ -46,7 +47,7 @@ pub struct QpInitAttr<'a> {
     /// The SRQ its receives come from (of the PD's context), or `None` for its own RQ. With an
     /// SRQ, `cap.max_recv_wr` and `cap.max_recv_sge` are ignored (libibverbs) and
     /// [`Qp::post_recv`] is refused.
-    pub srq: Option<&'a crate::Srq>,
+    pub srq: Option<&'a Srq>,
 }
 
 /// What the provider reports a QP's async events to.
@@ -75,7 +76,7 @@ pub struct Qp {
     events: Arc<QpEvents>,
     qp_type: QpType,
     /// The SRQ it receives from (held: the SRQ refuses destruction while the QP exists).
-    srq: Option<Arc<crate::srq::SrqInner>>,
+    srq: Option<Arc<SrqInner>>,
     /// The state last set by a modify or read by a query, and the port last set.
     /// Written by modify and query (held across their commands); read by posts, held across
     /// the post, so no WQE is written after a modify to RESET emptied the rings (IBTA 10.3.1).

@@ -3,12 +3,12 @@
 //! [`add_device`], which finds the provider by what the function is (its PCI ID), probes it and
 //! names it `<provider><N>`; [`open_device`] finds a live device by name.
 
-use crate::async_event::AsyncEventType;
 use crate::attr::Gid;
 use crate::context::{Context, ContextInner};
 use crate::device::DeviceInner;
 use crate::device_attr::{DeviceAttr, GidType, PortAttr};
 use crate::error::{Error, Result};
+use crate::events::async_event::AsyncEventType;
 use crate::provider::DeviceEventHandler;
 use crate::provider::{Driver, PciFunction};
 use parking_lot::Mutex;

@@ -8,18 +8,18 @@
 //! (SRQ_LIMIT_REACHED, SRQ_ERR) name it by an [`SrqRef`] and reach the consumer only while it
 //! lives (design decision 16).
 
-use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
 pub use crate::attr::{SrqAttr, SrqAttrMask};
 use crate::context::ContextInner;
-use crate::delivery::Deliveries;
+use crate::cq::DROP_ACK_WAIT;
 use crate::error::{Error, Result};
-use crate::event_ref::SrqRef;
+use crate::events::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
+use crate::events::delivery::Deliveries;
+use crate::events::refs::SrqRef;
+use crate::events::upcall::in_callback;
 use crate::pd::{Pd, PdInner};
 use crate::provider::{SrqEventHandler, SrqOps};
 use crate::time::deadline_after;
-use crate::upcall::in_callback;
 use crate::wr::RecvWr;
-use crate::DROP_ACK_WAIT;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

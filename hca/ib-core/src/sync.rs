@@ -1,5 +1,5 @@
-//! The sync primitives of the per-CQ arm state machine ([`crate::arm`]) and of notify requests
-//! ([`crate::notify`]): `std`'s in a normal build, `loom`'s under `--cfg loom`, so the model check
+//! The sync primitives of the per-CQ arm state machine (`events/arm.rs`) and of notify requests
+//! (`events/notify.rs`): `std`'s in a normal build, `loom`'s under `--cfg loom`, so the model check
 //! (`hca/ib-core/tests/loom_arm.rs`) explores the very code the driver runs. Everything else in the crate
 //! uses `parking_lot` and `std` directly; only these two modules go through here.
 

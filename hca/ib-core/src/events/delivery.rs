@@ -3,11 +3,59 @@
 //! handler) holds a [`Delivering`] guard; destroying the object retires it (nothing new is
 //! delivered) and waits, with a bound, until the deliveries in flight are over — except from
 //! inside the object's own callback, which would wait for itself.
+//!
+//! A CQ's fired arm reaches its consumers through a [`CqDelivery`] the provider holds until its
+//! fence is released; a fatal device reaches every channel and CQ of a context through its
+//! [`FatalSink`].
 
+use super::arm::Fired;
+use super::upcall::in_callback;
 use crate::time::RETIRE_WAIT;
-use crate::upcall::in_callback;
 use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// What must hear of a fatal device: every channel (its waiters wake) and every CQ (its notify
+/// requests and dispatcher fail) of the context.
+pub(crate) trait FatalSink: Send + Sync {
+    fn fatal(&self);
+}
+
+/// What a [`CqDelivery`] delivers to: the CQ's events (`cq.rs`), which began the delivery when
+/// they spent the arm.
+pub(crate) trait DeliverFired: Send + Sync {
+    /// Ends the delivery begun with [`Deliveries::begin`] by delivering `fired`.
+    fn deliver_begun(&self, fired: Fired);
+}
+
+/// A CQ's fired arm on its way to the consumers ([`crate::provider::CqEventHandler::completion`]):
+/// the arm is spent; dropping this delivers the event (channel, notify requests, dispatcher). A
+/// provider holds it until its fence over the CQ-notification ring is released, so the consumer it
+/// wakes never finds that fence still held when it re-arms. A destroy of the CQ waits for it (as
+/// for any delivery in flight, with a bound), so drop it promptly.
+#[must_use = "dropping it delivers the event: drop it once the provider's fence is released"]
+pub struct CqDelivery(Option<(Arc<dyn DeliverFired>, Fired)>);
+
+impl CqDelivery {
+    /// A delivery that reaches no consumer: what a provider's own handler (a self-test's) returns
+    /// for a report it took.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// The delivery of `fired` to `to`, whose delivery in flight it ends when dropped.
+    pub(crate) fn begun(to: Arc<dyn DeliverFired>, fired: Fired) -> Self {
+        Self(Some((to, fired)))
+    }
+}
+
+impl Drop for CqDelivery {
+    fn drop(&mut self) {
+        if let Some((to, fired)) = self.0.take() {
+            to.deliver_begun(fired);
+        }
+    }
+}
 
 /// The deliveries in flight for one object.
 #[derive(Default)]
@@ -36,7 +84,7 @@ impl Deliveries {
         self.begin().then(|| Delivering(self))
     }
 
-    /// Starts a delivery that outlives this borrow (a [`crate::provider::CqDelivery`] held
+    /// Starts a delivery that outlives this borrow (a [`CqDelivery`] held
     /// until the provider's fence is released); `false` once retired. End it by dropping
     /// [`Deliveries::adopt`].
     pub(crate) fn begin(&self) -> bool {

@@ -21,11 +21,11 @@
 //! 7. drop the CQ object: the provider destroys the CQ (after which reports for its handle find
 //!    nothing and are dropped).
 
-use crate::cq::{Cq, CqInner, DROP_ACK_WAIT};
+use super::{Cq, CqInner, DROP_ACK_WAIT};
 use crate::error::Error;
-use crate::event_ref::CqShared;
+use crate::events::refs::CqShared;
+use crate::events::upcall::in_callback;
 use crate::time::deadline_after;
-use crate::upcall::in_callback;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

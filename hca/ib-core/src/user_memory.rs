@@ -1,12 +1,54 @@
-//! A buffer of the consumer's own memory for [`crate::Pd::reg_buffer`]: page-aligned, zeroed,
-//! kept alive by every MR registered over it, and reached only by copies through raw pointers
-//! (the device writes it behind the compiler's back, as an `ibv_reg_mr` buffer in C). The
-//! allocation's unsafe code is here.
+//! The consumer's memory an MR registers: [`UserMemory`], a range of the program's own (made only
+//! with the promise of its `unsafe` constructor), and [`UserBuffer`], a buffer for
+//! [`crate::Pd::reg_buffer`]: page-aligned, zeroed, kept alive by every MR registered over it,
+//! and reached only by copies through raw pointers (the device writes it behind the compiler's
+//! back, as an `ibv_reg_mr` buffer in C). The allocation's unsafe code is here.
 
 use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+/// Memory of the consumer's own to register (`ibv_reg_mr(pd, addr, length, access)`): the
+/// address range is the MR's address space. Made only with the promise of [`UserMemory::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserMemory {
+    addr: usize,
+    len: usize,
+}
+
+impl UserMemory {
+    /// Describes `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// The range must be memory of this process that the consumer registers for the device and
+    /// does not free and reuse for something else until the MR registered over it is
+    /// deregistered (the device reads and writes it meanwhile, as it does an `ibv_reg_mr`
+    /// buffer). The consumer accesses it knowing the device may write it concurrently (after a
+    /// completion, the data is there). Nothing else is trusted: registration checks the pages
+    /// are mapped with the access the MR needs, and the model reaches them only through copies
+    /// the kernel makes, which fail instead of faulting on pages the program unmapped or
+    /// protected after registration (the work request then completes in error,
+    /// `docs/memory.md`); it writes only the bytes an operation names.
+    pub unsafe fn new(addr: *mut u8, len: usize) -> Self {
+        Self { addr: addr as usize, len }
+    }
+
+    /// The first byte's address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
 
 const PAGE: usize = 4096;
 
@@ -92,10 +134,10 @@ impl UserBuffer {
     }
 
     /// The whole buffer as memory to register; the caller keeps `self` alive with the MR.
-    pub(crate) fn memory(&self) -> crate::provider::UserMemory {
+    pub(crate) fn memory(&self) -> UserMemory {
         // SAFETY: the MR registered over it holds a clone of this buffer, so the memory stays
         // allocated until the MR is gone.
-        unsafe { crate::provider::UserMemory::new(self.0.ptr.as_ptr(), self.len()) }
+        unsafe { UserMemory::new(self.0.ptr.as_ptr(), self.len()) }
     }
 }
 

@@ -1,11 +1,11 @@
 //! The upcall dispatcher's verbs on a CQ (DAT `dat_evd_modify_upcall`): install one with a
-//! policy, change the policy, read it. The dispatcher itself is in `upcall.rs`; its policy lives
+//! policy, change the policy, read it. The dispatcher itself is in `events/upcall.rs`; its policy lives
 //! in the CQ's arm state machine.
 
-use crate::cq::Cq;
+use super::Cq;
 use crate::error::{Error, Result};
-use crate::notify::NotifyStatus;
-use crate::upcall::{contained, in_callback, CallbackScope, Dispatcher, UpcallPolicy};
+use crate::events::notify::NotifyStatus;
+use crate::events::upcall::{contained, in_callback, CallbackScope, Dispatcher, UpcallPolicy};
 
 impl Cq {
     /// Installs an upcall dispatcher on the CQ (DAT `dat_evd_modify_upcall` with a new upcall),

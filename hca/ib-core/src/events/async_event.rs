@@ -9,10 +9,10 @@
 //! are acknowledged, and waits for a handler running for it (`delivery.rs`); from inside that
 //! handler it is refused instead (`Error::WouldDeadlock`), as it would wait for itself.
 
+use super::queue::EventQueue;
+use super::refs::{Acks, CqRef, QpRef};
+use super::upcall::{contained, CallbackScope};
 use crate::error::Result;
-use crate::event_queue::EventQueue;
-use crate::event_ref::{Acks, CqRef, QpRef};
-use crate::upcall::{contained, CallbackScope};
 use parking_lot::Mutex;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,7 +136,7 @@ pub enum AsyncElement {
     /// A QP of the context.
     Qp(QpRef),
     /// An SRQ of the context.
-    Srq(crate::event_ref::SrqRef),
+    Srq(super::refs::SrqRef),
     /// A port of the device.
     Port(u8),
     /// The device.
@@ -171,7 +171,7 @@ impl AsyncEvent {
     }
 
     /// The SRQ, for an SRQ event.
-    pub fn srq(&self) -> Option<&crate::event_ref::SrqRef> {
+    pub fn srq(&self) -> Option<&super::refs::SrqRef> {
         match &self.element {
             AsyncElement::Srq(s) => Some(s),
             _ => None,

@@ -8,10 +8,10 @@
 //! queued when their CQ is destroyed are removed: no consumer gets an event for a CQ it no longer
 //! has. A channel belongs to one context: a CQ of another context cannot use it.
 
-use crate::context::{Context, ContextInner, FatalSink};
+use super::delivery::FatalSink;
+use super::queue::EventQueue;
+use super::refs::CqRef;
 use crate::error::{Error, Result};
-use crate::event_queue::EventQueue;
-use crate::event_ref::CqRef;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -36,20 +36,19 @@ impl FatalSink for ChannelInner {
     }
 }
 
-impl Context {
-    /// Creates a completion channel of this context (`ibv_create_comp_channel`). Waiters wake with
-    /// [`Error::DeviceFatal`] if the device goes fatal.
+impl CompChannel {
+    /// A new channel of the context `ctx_uid` (`Context::create_comp_channel`).
     ///
     /// Errors: [`Error::NoResources`] without a free file descriptor.
-    pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let inner =
-            Arc::new(ChannelInner { ctx_uid: self.inner.uid, queue: EventQueue::new()?, users: AtomicU32::new(0) });
-        self.inner.add_fatal_sink(inner.clone());
-        Ok(CompChannel { inner })
+    pub(crate) fn new(ctx_uid: u64) -> Result<Self> {
+        Ok(Self { inner: Arc::new(ChannelInner { ctx_uid, queue: EventQueue::new()?, users: AtomicU32::new(0) }) })
     }
-}
 
-impl CompChannel {
+    /// What the context tells when the device goes fatal (the channel's waiters wake).
+    pub(crate) fn fatal_sink(&self) -> Arc<dyn FatalSink> {
+        self.inner.clone()
+    }
+
     /// Queues one event for `cq` (the fired arm's) unless `retired` says its destroy began,
     /// asked under the queue's lock: a destroy retires the CQ, then purges the channel, so the
     /// event is either never queued or purged before any consumer can have it after the
@@ -64,8 +63,8 @@ impl CompChannel {
     }
 
     /// Records a CQ that delivers into the channel; refuses one of another context.
-    pub(crate) fn attach(&self, ctx: &ContextInner) -> Result<()> {
-        if self.inner.ctx_uid != ctx.uid {
+    pub(crate) fn attach(&self, ctx_uid: u64) -> Result<()> {
+        if self.inner.ctx_uid != ctx_uid {
             return Err(Error::InvalidArgument("completion channel of another context"));
         }
         self.inner.users.fetch_add(1, Ordering::AcqRel);
