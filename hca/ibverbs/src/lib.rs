@@ -7,7 +7,7 @@
 //!   object a program holds (`ibv_context`, `ibv_pd`, `ibv_mr`, `ibv_cq`, `ibv_comp_channel`,
 //!   `ibv_qp`/`ibv_qp_ex`) is the first field of a box that also holds the core's object.
 //! - Which devices exist is read from `HCA_DEVICES` or the file `HCA_CONFIG` names
-//!   ([`config`]); by default one model device, `vmw_pvrdma0`.
+//!   (`config.rs`); by default one model device, `vmw_pvrdma0`.
 //! - Every exported function catches panics (none crosses into C) and answers as libibverbs
 //!   does: its return conventions, its errno values, `EOPNOTSUPP`/`ENOSYS` for verbs pvrdma
 //!   lacks.
@@ -15,6 +15,7 @@
 //! `build.sh` links the staticlib into `libibverbs.so.1` with `libibverbs.map`, giving each
 //! symbol the version Debian's programs import (`IBVERBS_1.0` ... `IBVERBS_1.14`,
 //! `IBVERBS_PRIVATE_34`).
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 // Every entry point takes C pointers; each documents what it needs of them as libibverbs's
@@ -22,23 +23,43 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+mod config;
+// The rest are the C entry points (`#[no_mangle] extern "C"`) and the helpers that turn their
+// C pointers back into Rust objects: each dereferences or exports raw pointers, so each allows
+// `unsafe` (each block with its SAFETY comment); `abi` and `config` need none.
+#[allow(unsafe_code)]
 mod ah;
+#[allow(unsafe_code)]
 mod async_event;
+#[allow(unsafe_code)]
 mod chain;
+#[allow(unsafe_code)]
 mod channel;
-pub mod config;
+#[allow(unsafe_code)]
 mod context;
+#[allow(unsafe_code)]
 mod cq;
+#[allow(unsafe_code)]
 mod devices;
+#[allow(unsafe_code)]
 mod ffi;
+#[allow(unsafe_code)]
 mod mr;
+#[allow(unsafe_code)]
 mod open;
+#[allow(unsafe_code)]
 mod pd;
+#[allow(unsafe_code)]
 mod qp;
+#[allow(unsafe_code)]
 mod query;
+#[allow(unsafe_code)]
 mod srq;
+#[allow(unsafe_code)]
 mod strings;
+#[allow(unsafe_code)]
 mod sysfs;
+#[allow(unsafe_code)]
 mod unsupported;
 
 pub use ah::{ibv_create_ah, ibv_create_ah_from_wc, ibv_destroy_ah, ibv_init_ah_from_wc};

@@ -1,8 +1,11 @@
 //! QPs (`ibv_create_qp`, `ibv_create_qp_ex`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
 //! `ibv_qp_to_qp_ex`). RC and UD.
 
+// Attribute conversion and inline staging touch no C pointer.
+#[deny(unsafe_code)]
 mod attr;
 mod ex;
+#[deny(unsafe_code)]
 mod inline;
 mod post;
 
