@@ -1,5 +1,5 @@
 //! Completion queues as consumers see them: polling through the provider, and the one arm state
-//! machine per CQ (`arm.rs`) with its three clients — the completion channel
+//! machine per CQ (`events/arm.rs`) with its three clients — the completion channel
 //! ([`Cq::req_notify`]), notify requests ([`Cq::notify`]) and the upcall dispatcher
 //! (`cq/upcall.rs`); destroying a CQ is in `cq/destroy.rs`. The hardware arm goes one way: the machine rings the provider's arm
 //! doorbell ([`CqOps::arm`]) when what the clients wait for grows.
@@ -91,7 +91,7 @@ impl CqEvents {
         self.deliveries.enter()
     }
 
-    /// Waits for the deliveries in flight (see `delivery.rs`); with `retire`, none starts after.
+    /// Waits for the deliveries in flight (see `events/delivery.rs`); with `retire`, none starts after.
     pub(crate) fn quiesce(&self, retire: bool) {
         self.deliveries.quiesce(retire, self.cq.uid());
     }
@@ -374,7 +374,7 @@ impl Cq {
         Ok(flags.contains(NotifyFlags::REPORT_MISSED_EVENTS) && self.inner.ops.has_unpolled())
     }
 
-    /// Makes a notify request (winverbs `CQ::Notify`; see `notify.rs`): completes with
+    /// Makes a notify request (winverbs `CQ::Notify`; see `events/notify.rs`): completes with
     /// [`NotifyStatus::Success`] on the CQ's next completion event of `kind` (every outstanding
     /// request of the CQ completes on the same event), [`NotifyStatus::Overrun`] if the CQ
     /// overflows, [`NotifyStatus::Failure`] on a catastrophic error, [`NotifyStatus::Cancelled`]

@@ -1,6 +1,6 @@
 //! Completion channels (`ibv_comp_channel`): a queue of completion events, one per fired arm,
 //! that the CQs of one context deliver into, with a file descriptor a consumer puts in
-//! `poll`/`epoll` (readable exactly while an event is pending; see `event_queue.rs`).
+//! `poll`/`epoll` (readable exactly while an event is pending; see `queue.rs`).
 //!
 //! [`CompChannel::get_cq_event`] returns the CQ the event is for as a [`CqRef`], which carries the
 //! consumer's own `cq_context`; taking an event counts it for that CQ, and destroying the CQ waits
