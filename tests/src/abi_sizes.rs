@@ -1,7 +1,7 @@
 //! The device structures that `/usr/include/rdma/vmw_pvrdma-abi.h` does not define, in one table:
 //! the C name in the Linux driver's private headers (`pvrdma_dev_api.h`, `pvrdma_verbs.h`,
 //! `pvrdma_ring.h`; QEMU copies the same definitions), the Rust type, its size in Rust and the
-//! size those headers give. `tests/tests/abi_header.rs` checks the table; the real-device stage
+//! size those headers give. `tests/tests/device/abi_header.rs` checks the table; the real-device stage
 //! can walk the same list against a running QEMU.
 
 use core::mem::size_of;

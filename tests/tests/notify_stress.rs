@@ -13,6 +13,9 @@
 //! on any thread aborts the process with its message; a watchdog aborts it after 120 s whatever
 //! happens. (With the re-poll after arming removed from `ArmMachine::request`, this test fails
 //! with "lost wake-up (notify request)".)
+//!
+//! A test binary of its own: the panic hook it installs aborts the process, which in a binary
+//! shared with other tests would end them all at the first panic of any.
 
 use ib_core::{CompChannel, Cq, Device, Error, NotifyFlags, NotifyKind, NotifyStatus, UpcallPolicy, Wc};
 use pvrdma_sim::SimConfig;

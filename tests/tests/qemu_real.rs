@@ -1,6 +1,6 @@
 //! The real device: QEMU 7.2's pvrdma, driven by the unchanged driver over qtest
 //! (`hca::platform::qtest`), one fresh QEMU per test. The bodies are the ones
-//! `tests/tests/qemu_model.rs` runs against the model (`tests::differential`); each checks what
+//! `tests/tests/device/qemu_model.rs` runs against the model (`tests::differential`); each checks what
 //! QEMU 7.2 does and names where it differs from the model on purpose.
 //!
 //! These need QEMU 7.2 with pvrdma and a host RDMA device (`rxe0`): `tests/qemu/run.sh` boots a
@@ -55,7 +55,7 @@ fn qemu_rc_send_recv() {
 #[test]
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_srq() {
-    tests::differential_srq::srq(&Target::qemu("srq"));
+    differential::srq(&Target::qemu("srq"));
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn qemu_bad_dma_address() {
 #[test]
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_cq_resize() {
-    tests::differential_cq::cq_resize(&Target::qemu("cq_resize"));
+    differential::cq_resize(&Target::qemu("cq_resize"));
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn qemu_qp_attributes() {
 #[test]
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_atomics() {
-    tests::differential_atomics::atomics(&Target::qemu("atomics"));
+    differential::atomics(&Target::qemu("atomics"));
 }
 
 /// One test per case of `tests::command_errors`, each in a QEMU of its own: the stage prints
@@ -131,5 +131,5 @@ tests::with_command_cases!(command_cases);
 #[test]
 #[ignore = "needs QEMU 7.2's pvrdma: run tests/qemu/run.sh"]
 fn qemu_ud_send_recv() {
-    tests::differential_ud::ud_send_recv(&Target::qemu("ud_send_recv"));
+    differential::ud_send_recv(&Target::qemu("ud_send_recv"));
 }

@@ -26,7 +26,8 @@
 //! driver no user UAR page and no more DMA memory than after probe, the model's guest memory
 //! (bytes and regions) and the host memory its objects are charged are back to their baselines;
 //! with the device closed, the driver holds no DMA memory at all. (The driver's DMA count is the
-//! process's: this file must keep its one test, so that no other device allocates meanwhile.)
+//! process's: this test is a binary of its own, so that no other device allocates meanwhile; CI
+//! also runs it by name.)
 
 use pvrdma_sim::{LiveObjects, SimConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};

@@ -4,8 +4,8 @@
 //! `ibv_close_device` as libibverbs closes it; the import verbs answer `EOPNOTSUPP`, as
 //! libibverbs 44 over rdma-core's pvrdma provider (no `import_context`) does.
 //!
-//! One test: it checks that a closed descriptor is gone, which another test of this binary
-//! opening files at the same moment could blur.
+//! A test binary of its own with one test: it checks that a closed descriptor is gone, which
+//! another test of the same process opening files at the same moment could blur.
 
 use ibverbs_compat::*;
 use std::ptr::null_mut;

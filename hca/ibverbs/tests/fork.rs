@@ -5,6 +5,10 @@
 //! runs in the parent); and the child, whose devices are the parent's, gets an error from every
 //! verb at once — never a wait without end (its model's threads did not follow it) — while the
 //! verbs that touch no device (strings) still answer there.
+//!
+//! A test binary of its own: `fork()` copies the whole process at that instant; in a binary
+//! shared with other tests the child would inherit their devices, descriptors and locks held
+//! mid-operation, and what this test checks would depend on them.
 
 mod ports;
 

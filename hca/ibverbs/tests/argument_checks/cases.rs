@@ -1,5 +1,5 @@
 //! The cases of `docs/argument-checks.md`'s rows, by verb: each returns the outcome a C program
-//! sees, in the words of the table (the helpers are `argument_checks.rs`'s).
+//! sees, in the words of the table (the helpers are `main.rs`'s).
 
 use super::*;
 
