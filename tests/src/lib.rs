@@ -1,4 +1,5 @@
 //! Cross-crate integration tests live in `tests/`; helpers they share live here.
+#![deny(unsafe_code)]
 
 pub mod abi_sizes;
 pub mod command_errors;
@@ -11,12 +12,16 @@ pub mod differential_ud;
 pub mod events;
 pub mod faults;
 pub mod fixture;
+// Implements the platform interface's `unsafe fn map_user` by forwarding it.
+#[allow(unsafe_code)]
 pub mod intercept;
 pub mod lowest_free;
 pub mod notify_relay;
 pub mod qemu;
 pub mod raw_device;
 pub mod rewrite;
+// As `intercept`.
+#[allow(unsafe_code)]
 pub mod sge_tamper;
 pub mod soak;
 pub mod tshark;

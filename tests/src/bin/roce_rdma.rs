@@ -18,6 +18,7 @@
 //! With `-a` (both sides give it) it then runs `rdma_peer.c`'s atomics part: a FETCH ADD and two
 //! COMPARE SWAPs (one matching, one not) on the peer's atom words, and prints
 //! `CHECK fetch_add|cmp_swap|fetch_add_memory|cmp_swap_memory ok|FAIL`.
+#![forbid(unsafe_code)]
 
 use hca::open_sim;
 use ib_core::{
