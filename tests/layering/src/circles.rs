@@ -171,7 +171,16 @@ fn parting(krate: &Crate, a: usize, b: usize) -> Option<(usize, usize, usize)> {
 }
 
 /// Every circle among the children of every module of `krate`, outermost first.
-pub fn circles(krate: &Crate) -> Vec<Circle> {
+/// Every arrow between the children of every module: (the module, the arrow).
+pub fn arrows(krate: &Crate) -> Vec<(String, Edge)> {
+    arrow_map(krate)
+        .into_iter()
+        .flat_map(|(parent, edges)| edges.into_values().map(move |e| (krate.modules[parent].display(), e)))
+        .collect()
+}
+
+/// Per module, the arrows among its children.
+fn arrow_map(krate: &Crate) -> BTreeMap<usize, BTreeMap<(usize, usize), Edge>> {
     let resolver = Resolver { krate, known: RefCell::default(), open: RefCell::default() };
     // Per parent module: arrows child -> child.
     let mut arrows: BTreeMap<usize, BTreeMap<(usize, usize), Edge>> = BTreeMap::new();
@@ -189,6 +198,11 @@ pub fn circles(krate: &Crate) -> Vec<Circle> {
             });
         }
     }
+    arrows
+}
+
+pub fn circles(krate: &Crate) -> Vec<Circle> {
+    let arrows = arrow_map(krate);
     let mut out = Vec::new();
     for (parent, edges) in arrows {
         let nodes: Vec<usize> = krate.modules[parent].children.values().copied().collect();

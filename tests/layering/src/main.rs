@@ -1,7 +1,7 @@
 //! `layering`: the workspace's mechanical layering gates, run by `.ci/run`.
 //!
 //! ```text
-//! cargo run --release -p layering [-- [--only circles|unsafe] [DIR]]
+//! cargo run --release -p layering [-- [--only circles|unsafe] [--arrows] [DIR]]
 //! ```
 //!
 //! - **Import circles**: for every crate of the workspace (each library, binary, integration test,
@@ -15,6 +15,9 @@
 //!   on `mod` items (or as a module file's inner attribute), never on a function, an impl or a
 //!   block. The modules that allow it are listed per crate, for a reviewer to check that each is
 //!   a mapping, DMA, MMIO or FFI module.
+//!
+//! `--arrows` also prints every arrow between the children of every module (what the circles
+//! are made of, and what depends on what).
 //!
 //! Exit status 1 when either check finds something (or a file cannot be read), 0 otherwise.
 #![forbid(unsafe_code)]
@@ -33,11 +36,12 @@ use unsafe_rule::Breach;
 struct Options {
     circles: bool,
     unsafe_rule: bool,
+    arrows: bool,
     dir: PathBuf,
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options { circles: true, unsafe_rule: true, dir: PathBuf::from(".") };
+    let mut o = Options { circles: true, unsafe_rule: true, arrows: false, dir: PathBuf::from(".") };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -46,6 +50,7 @@ fn options() -> Result<Options, String> {
                 Some("unsafe") => o.circles = false,
                 _ => return Err("--only takes `circles` or `unsafe`".into()),
             },
+            "--arrows" => o.arrows = true,
             "-h" | "--help" => return Err(String::new()),
             d if !d.starts_with('-') => o.dir = PathBuf::from(d),
             other => return Err(format!("unknown option {other}")),
@@ -65,7 +70,7 @@ fn main() -> ExitCode {
             if !e.is_empty() {
                 eprintln!("layering: {e}");
             }
-            eprintln!("usage: layering [--only circles|unsafe] [DIR]");
+            eprintln!("usage: layering [--only circles|unsafe] [--arrows] [DIR]");
             return ExitCode::from(2);
         }
     };
@@ -83,6 +88,22 @@ fn main() -> ExitCode {
         for p in &k.problems {
             println!("{}: {}", k.label, p.replace(&format!("{}/", root.display()), ""));
             failed = true;
+        }
+    }
+    if o.arrows {
+        for (_, k) in &crates {
+            for (parent, e) in circles::arrows(k) {
+                println!(
+                    "{}: in {}: {} -> {}   {}:{}   {}",
+                    k.label,
+                    parent,
+                    e.from,
+                    e.to,
+                    rel(&root, &e.at.file),
+                    e.at.line,
+                    e.path
+                );
+            }
         }
     }
     if o.circles {
