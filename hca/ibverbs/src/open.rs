@@ -101,7 +101,7 @@ fn verbs_context_for(dev: &'static DeviceEntry, core: &ib_core::Context, cmd_fd:
 }
 
 /// `ibv_open_device(device)`: a new context (a user context of the device) with an open
-/// `cmd_fd` (see [`open_cmd_fd`]). NULL with errno on failure: `EINVAL` for a device not of
+/// `cmd_fd` (see `open_cmd_fd`). NULL with errno on failure: `EINVAL` for a device not of
 /// this library, `open`'s errno when no descriptor is left, the core's errno otherwise
 /// (`ENOMEM` when the device has no UAR page left, `EIO` once it is fatal).
 #[no_mangle]

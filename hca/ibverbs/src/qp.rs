@@ -173,7 +173,7 @@ unsafe fn create(
 /// provider). NULL with errno: `EINVAL` for a NULL PD, CQ or attribute, sizes beyond the
 /// device's (as Linux's `pvrdma_set_sq_size` answers; see `docs/argument-checks.md`), an SRQ of
 /// another context, a QP type libibverbs does not know; `EOPNOTSUPP` for UC, XRC and driver QPs,
-/// `EPERM` for a raw packet QP without `CAP_NET_RAW` (see [`qp_type_errno`]); the core's errno
+/// `EPERM` for a raw packet QP without `CAP_NET_RAW` (see `qp_type_errno`); the core's errno
 /// otherwise. Any `max_inline_data` is taken: up to 512 bytes are granted. With `srq`, the QP's receives come from the SRQ and its
 /// granted `max_recv_wr`/`max_recv_sge` are 0.
 #[no_mangle]

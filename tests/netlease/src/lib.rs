@@ -26,10 +26,15 @@
 //! - A test whose addresses a library binds for it, once per process (the model devices
 //!   `HCA_DEVICES` names), runs as a child told its candidates, again with fresh ones while a
 //!   child finds them taken: [`child::retried`].
+#![deny(unsafe_code)]
 
 pub mod child;
+// geteuid(2).
+#[allow(unsafe_code)]
 pub mod netns;
 mod rerun;
+// socket(2), bind(2), getsockname(2) over libc's socket address structures.
+#[allow(unsafe_code)]
 mod tcp;
 
 pub use tcp::{listens, wait_listening, ClosedTcpPort, Listening};

@@ -14,6 +14,7 @@
 //! syndromes, and request packets per acknowledge. Exit status 0 when at least one packet went
 //! each way and every packet decoded with a good ICRC; 1 otherwise; 2 when the file cannot be
 //! read.
+#![forbid(unsafe_code)]
 
 use pcap_file::pcap::PcapReader;
 use pcap_file::DataLink;

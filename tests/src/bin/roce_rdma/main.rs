@@ -20,6 +20,7 @@
 //! `CHECK fetch_add|cmp_swap|fetch_add_memory|cmp_swap_memory ok|FAIL`.
 //!
 //! The options and the TCP exchange are here; the QP's side of the case is [`side`].
+#![forbid(unsafe_code)]
 
 use hca::open_sim;
 use ib_core::{Gid, Mtu};
