@@ -58,7 +58,7 @@ fn resize_cq_charges_the_new_ring_to_the_host_budget() {
 #[test]
 fn a_held_srq_wqe_is_flushed_at_reset_and_destroy_without_overflowing_the_cq() {
     use super::srq::{create_srq, post_srq, srq_qp};
-    use crate::device::Effects;
+    use crate::ctx::Effects;
     use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
     use pvrdma_abi::wqe::{wc_status, Cqe};
     use zerocopy::FromZeros;

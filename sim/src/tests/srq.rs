@@ -3,7 +3,7 @@
 //! MODIFY_SRQ/QUERY_SRQ table as the profile reproduces it.
 
 use super::minidrv::{build_pdir, sge, Drv, TestQp, GID0, PAGE};
-use crate::device::Effects;
+use crate::ctx::Effects;
 use crate::{Profile, SimConfig};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::event::EqeType;
@@ -128,7 +128,7 @@ fn create_qp_on_an_srq_and_max_srq_are_enforced() {
     req.srq_handle = U32::new(srq);
     assert_eq!(d.err(req), 0);
     // max_srq SRQs, then ENOMEM.
-    for _ in 2..crate::dsr::limits::MAX_SRQ {
+    for _ in 2..crate::limits::MAX_SRQ {
         create_srq(&mut d, pd);
     }
     let base = d.dev.mem().alloc(2 * PAGE).unwrap();
@@ -140,5 +140,5 @@ fn create_qp_on_an_srq_and_max_srq_are_enforced() {
         ..Default::default()
     };
     assert_eq!(d.err(one_more), 12, "ENOMEM past max_srq");
-    assert_eq!(d.dev.live_objects().srqs, crate::dsr::limits::MAX_SRQ as usize);
+    assert_eq!(d.dev.live_objects().srqs, crate::limits::MAX_SRQ as usize);
 }
