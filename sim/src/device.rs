@@ -17,19 +17,19 @@
 //!
 //! # Lock order (outer to inner; never two locks of the same kind at once)
 //! 1. `Core::cmd` — serializes register writes with side effects (DSR load, CTL, REQUEST).
-//! 2. a QP's state lock (`qp.rs`) — one QP at a time; then, on the RoCE port, that QP's
+//! 2. a QP's state lock (`qp/mod.rs`) — one QP at a time; then, on the RoCE port, that QP's
 //!    requester lock (`roce/`: the SQ drain posts under the QP's lock; nobody takes a QP's lock
 //!    while holding a requester's).
 //!    An SRQ's lock (`srq.rs`) is taken under a QP's (a receive takes a WQE), never the other way.
 //! 3. a CQ's state lock (`cq.rs`) — one CQ at a time; publishing a CQE and the arm doorbell both
 //!    hold it.
-//! 4. `Core::events` — the async-event and CQ-notification rings.
-//! 5. leaves, held briefly with nothing taken inside: `Core::objects`, `Core::gids`,
-//!    `Core::regs`, `Core::stats`, the port queue, the RoCE port's requester map, link and
+//! 4. `Ctx::events` — the async-event and CQ-notification rings.
+//! 5. leaves, held briefly with nothing taken inside: `Backend::objects`, `Backend::gids`,
+//!    `Core::regs`, `Ctx::stats`, the port queue, the RoCE port's requester map, link and
 //!    capture, [`MsixVectors`]' and [`GuestMemory`]'s own locks.
 //!
 //! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
-//! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.
+//! port) is collected in [`Effects`] and done by [`Backend::settle`] once the locks are released.
 
 use crate::backend::{Backend, Transport};
 use crate::cmd;

@@ -19,7 +19,7 @@
 //! Delivery (RC): the destination QP (by `dest_qp_num`) must be in RTR or RTS and point back at the
 //! sender, expect the packet's PSN, and the destination GID must be bound on this port (the
 //! loopback wire reaches only itself); otherwise nobody answers. The sender's retry attributes
-//! then act as on the RoCE port (`port/stall.rs`; issue 21 §3: every QP attribute that changes
+//! then act as on the RoCE port (`wire/stall.rs`; issue 21 §3: every QP attribute that changes
 //! behaviour on one port changes it on the other): an unanswered packet is tried again after
 //! the sender's `timeout`, up to `retry_cnt` times, then completes `RETRY_EXC_ERR` (`timeout` 0:
 //! it waits until its sender is flushed); a packet that finds no receive WQE (RNR) is tried again
@@ -35,7 +35,7 @@
 //! # How much the wire holds
 //! Every packet is a copy of its message, so what the wire holds is bounded, as RC flow control
 //! bounds it on a real link (a send WQE stays on the sender's SQ until it is delivered):
-//! - per QP, by the sender (`qp.rs`): at most its SQ depth of sends outstanding (consumed, not yet
+//! - per QP, by the sender (`backend/send.rs`): at most its SQ depth of sends outstanding (consumed, not yet
 //!   completed) and at most [`crate::SimConfig::qp_bytes_in_flight`] payload bytes; past either,
 //!   the device stops consuming that SQ until one of its sends completes;
 //! - per device, here: at most [`crate::SimConfig::device_packets_in_flight`] packets and

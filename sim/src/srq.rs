@@ -24,7 +24,7 @@
 //!   indexed by opcode, so opcode 18 (MODIFY_SRQ) runs the query and answers QUERY_SRQ's ack, and
 //!   opcode 19 (QUERY_SRQ) runs the modify on the query's bytes (its `attr_mask` the request's
 //!   reserved word: `EINVAL` unless it has `LIMIT`) and answers MODIFY_SRQ's ack
-//!   ([`table_opcode`]). Its modify refuses `srq_limit` 0. QEMU's backend reads no async events
+//!   (`table_opcode` in `cmd/srq.rs`). Its modify refuses `srq_limit` 0. QEMU's backend reads no async events
 //!   of its host device, so SRQ_LIMIT_REACHED never reaches the guest: the limit is kept but
 //!   never fires. Not reproduced (it would misroute a correct consumer's completions): QEMU 7.2
 //!   completes every SRQ receive on the receive CQ of the last QP created on the SRQ (its

@@ -1,5 +1,5 @@
 //! The object tables: every live UC, PD, MR, CQ and QP by handle, the MR key maps, and which user
-//! context owns which UAR page. Guarded by `Core::objects`, a leaf lock: it is held only to look
+//! context owns which UAR page. Guarded by `Backend::objects`, a leaf lock: it is held only to look
 //! up, insert or remove, never across guest-memory work or another object's lock.
 
 use crate::cq::Cq;

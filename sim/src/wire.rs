@@ -269,7 +269,7 @@ impl PortQueue {
     }
 
     /// Claims the port for the calling thread and takes a job due now, if nobody else holds the
-    /// port and one is due. The caller delivers it with [`super::run_job`] and then calls
+    /// port and one is due. The caller delivers it with `port::run_job` and then calls
     /// [`PortQueue::give_back`].
     pub(crate) fn claim_due(&self) -> Option<Job> {
         let mut w = self.wire.lock();

@@ -118,7 +118,7 @@ pub fn remote_read(core: &Backend, pd: u32, rkey: u32, addr: u64, len: u32) -> R
 /// Executes the atomic `op` on the 8 bytes at `addr` of the MR `rkey` names (the responder side of
 /// COMPARE SWAP and FETCH ADD, IBTA 9.4.5) and returns the value they held before, after the
 /// checks of [`remote`] with `REMOTE_ATOMIC`. The operation is one atomic step on the memory
-/// ([`GuestMemory::atomic_u64`]). Errors: `REM_ACCESS_ERR` (bad R_Key, PD, access or bounds, or
+/// ([`crate::mem::GuestMemory::atomic_u64`]). Errors: `REM_ACCESS_ERR` (bad R_Key, PD, access or bounds, or
 /// memory that is gone or no longer writable);
 /// `REM_INV_REQ_ERR` for 8 bytes not 8-byte aligned (IBTA C9-28 misaligned atomic; Linux rxe's
 /// `RESPST_ERR_MISALIGNED_ATOMIC`, NAK Invalid Request), nothing changed.

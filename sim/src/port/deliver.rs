@@ -12,7 +12,7 @@ use crate::wire::{Job, INLINE_JOBS};
 use pvrdma_abi::wqe::wc_status;
 use std::sync::Arc;
 
-/// The port thread's body: runs until [`super::PortQueue::stop`].
+/// The port thread's body: runs until [`crate::wire::PortQueue::stop`].
 pub fn run(core: Arc<Backend>) {
     while let Some(job) = core.port.next_job() {
         let mut fx = Effects::default();
@@ -239,7 +239,7 @@ fn respond(core: &Backend, src: &Qp, dest: &Qp, pkt: &Packet, conn: u64, fx: &mu
 /// [`Backend::settle`] for a QP doorbell; with a link latency of 0 it first delivers the packets
 /// now due on this thread, up to [`INLINE_JOBS`] jobs, if the port is free (`port.rs`).
 /// Only a QP doorbell does: a driver may ring a CQ's arm doorbell while it holds its
-/// CQ-notification ring, which a delivery's interrupt handler takes (`intr.rs`). Interrupts
+/// CQ-notification ring, which a delivery's interrupt handler takes (`eq/msix.rs`). Interrupts
 /// are raised once the port is given back: the handler may wake a consumer that preempts
 /// this thread, and that consumer's own doorbell then finds the port free.
 pub(crate) fn settle_and_deliver(b: &Backend, mut fx: Effects) {

@@ -1,5 +1,6 @@
-//! Queue pairs: CREATE_QP / MODIFY_QP / QUERY_QP / DESTROY_QP, the send and receive doorbells,
-//! and the QP's half of the data path (drain the SQ, receive into the RQ, complete, flush).
+//! Queue pairs: the object and its state. Its commands (CREATE_QP / MODIFY_QP / QUERY_QP /
+//! DESTROY_QP) are in `cmd/qp.rs`; its half of the data path (the send and receive doorbells,
+//! drain the SQ, receive into the RQ, complete, flush) in `backend/`.
 //!
 //! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
@@ -16,7 +17,7 @@
 //! is known. The SQ drain stops consuming (leaving the WQEs posted, as RC flow control keeps them
 //! on the SQ until delivered) while the QP has its SQ depth of entries in flight, while
 //! `qp_bytes_in_flight` payload bytes are on the wire, or while the device's wire budget is
-//! spent (`port.rs`); so a QP never has more than its SQ depth (at most `MAX_QP_WR`) packets in
+//! spent (`wire.rs`); so a QP never has more than its SQ depth (at most `MAX_QP_WR`) packets in
 //! flight or parked, zero-length sends included. A QP in the error state flushes every posted and
 //! in-flight WQE with `WR_FLUSH_ERR` (completions with an error status are always written,
 //! signaled or not).
