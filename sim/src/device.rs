@@ -449,7 +449,7 @@ impl Core {
         let mut fx = Effects::default();
         let out = cmd::execute(self, &dsr, &req, &mut fx);
         self.settle(fx);
-        let err_reg = if out.err == 0 { 0 } else { (-i32::from(out.err)) as u32 };
+        let err_reg = pvrdma_abi::errno::reg_value(out.err);
         let ack_at = dsr.resp_slot + core::mem::offset_of!(RespHdr, ack) as u64;
         // The slot was checked at DSR load; if the driver freed it since, the response is lost,
         // and ERR says so rather than the command's success.

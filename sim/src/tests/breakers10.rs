@@ -10,8 +10,8 @@ use pvrdma_abi::wqe::{wc_status, wr_opcode};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
-const EINVAL: u8 = 22;
-const ENOMEM: u8 = 12;
+use pvrdma_abi::errno::EINVAL;
+use pvrdma_abi::errno::ENOMEM;
 
 // ---- Kind 1: counts must mean exactly one thing ----------------------------------------------
 

@@ -10,7 +10,7 @@ use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, send_flags, QpAttr}
 use pvrdma_abi::wqe::*;
 use zerocopy::little_endian::{U16, U32, U64};
 
-const EINVAL: u8 = 22;
+use pvrdma_abi::errno::EINVAL;
 
 // ---- Kind 1: every field of CREATE_QP means what it says ------------------------------------
 

@@ -8,7 +8,7 @@ use pvrdma_abi::dsr::Dsr;
 use pvrdma_abi::regs::*;
 use zerocopy::little_endian::{U16, U32, U64};
 
-const EINVAL: u8 = 22;
+use pvrdma_abi::errno::EINVAL;
 
 #[test]
 fn dsr_rings_past_one_page_table_or_qemus_511_pages_are_refused() {

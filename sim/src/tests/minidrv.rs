@@ -164,7 +164,7 @@ impl Drv {
         let mut resp = vec![0u8; len.max(16)];
         mem.read(self.resp_slot, &mut resp).unwrap();
         let hdr = RespHdr::read_from_prefix(&resp).unwrap().0;
-        let expect_err = if hdr.err == 0 { 0 } else { (-i32::from(hdr.err)) as u32 };
+        let expect_err = pvrdma_abi::errno::reg_value(hdr.err);
         assert_eq!(self.dev.reg_read(REG_ERR), expect_err);
         (resp, hdr)
     }
