@@ -35,7 +35,7 @@ mod device;
 mod dsr;
 mod eq;
 mod errno;
-pub mod limits;
+mod limits;
 pub mod mem;
 mod mr;
 mod packet;
