@@ -63,5 +63,8 @@ pub use errno::Errno;
 pub use stats::SimStats;
 pub use table::LiveObjects;
 
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testutil;
+
 #[cfg(test)]
 mod tests;

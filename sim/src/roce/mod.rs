@@ -45,7 +45,7 @@ mod capture;
 mod error;
 mod link;
 mod message;
-mod path;
+pub(crate) mod path;
 mod requester;
 mod responder;
 mod rx;
@@ -71,7 +71,6 @@ use std::time::Instant;
 
 pub use crate::config::{LinkFaults, RoceConfig};
 pub use error::RoceError;
-pub use path::{gid_ip, ip_gid};
 pub(crate) use rx::run;
 
 /// The UDP destination port of RoCE v2 (IBTA A17.4.3).

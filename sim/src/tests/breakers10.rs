@@ -1,7 +1,7 @@
 //! Issue 10, second round of attacks (breaker): counts that must agree exactly, registers that
 //! must not read success for what did not happen, and host memory the guest cannot inflate.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::{DeviceState, SimConfig, SimDevice};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::regs::*;

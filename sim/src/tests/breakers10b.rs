@@ -1,7 +1,7 @@
 //! Issue 10, third round of attacks (breaker): new inputs of the kinds the first round fixed.
 //! Each test names the kind.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::{SimConfig, UAR_BASE_PFN};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::regs::*;

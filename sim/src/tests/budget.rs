@@ -1,6 +1,6 @@
 //! The host-memory budget: guest input cannot make the host pay more than the guest did.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::cmd::*;
 use zerocopy::little_endian::{U32, U64};

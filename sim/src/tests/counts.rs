@@ -1,7 +1,7 @@
 //! Issue 10's count and register inputs: every count a driver gives must agree exactly with the
 //! size it describes, and ERR never reads success for what did not happen.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::{DeviceState, SimConfig, SimDevice};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::dsr::Dsr;

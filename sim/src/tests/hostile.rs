@@ -1,6 +1,6 @@
 //! Hostile input: garbage ring indices and random commands never panic or wedge the device.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::{DeviceState, SimConfig};
 use pvrdma_abi::cmd::{opcode, QueryPort};
 use pvrdma_abi::event::EqeType;

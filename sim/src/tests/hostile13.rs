@@ -1,6 +1,6 @@
 //! Issue 13's commands from a hostile driver: each test a bug once found here.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::cmd::*;
 use zerocopy::little_endian::U32;

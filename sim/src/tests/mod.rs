@@ -11,7 +11,7 @@ mod datapath;
 mod hostile;
 mod hostile13;
 mod inline;
-mod minidrv;
+
 mod modify_values;
 mod rdma;
 mod retry;

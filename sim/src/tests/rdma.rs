@@ -1,7 +1,7 @@
 //! RDMA WRITE, WRITE with immediate and READ over the loopback port (IBTA 9.4.3, 9.4.4): data
 //! placement, completions, remote access checks by R_Key and what the responder does on them.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::uar::UAR_QP_SEND;
 use pvrdma_abi::verbs::{access, qp_state, send_flags};

@@ -2,8 +2,8 @@
 //! packet) is the only one flushed when the QP goes to ERR, and QEMU 7.2's swapped
 //! MODIFY_SRQ/QUERY_SRQ table as the profile reproduces it.
 
-use super::minidrv::{build_pdir, sge, Drv, TestQp, GID0, PAGE};
 use crate::ctx::Effects;
+use crate::testutil::minidrv::{build_pdir, sge, Drv, TestQp, GID0, PAGE};
 use crate::{Profile, SimConfig};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::event::EqeType;

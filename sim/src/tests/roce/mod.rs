@@ -14,8 +14,9 @@ mod rdma;
 mod send;
 mod wire;
 
-use super::minidrv::*;
-use crate::roce::{ip_gid, LinkFaults, RoceConfig};
+use crate::roce::path::ip_gid;
+use crate::roce::{LinkFaults, RoceConfig};
+use crate::testutil::minidrv::*;
 use crate::{SimConfig, SimDevice};
 use netlease::netns::Netns;
 use pvrdma_abi::cmd::CreateBind;

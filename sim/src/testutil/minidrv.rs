@@ -1,6 +1,7 @@
-//! A test-only mini-driver: allocates guest memory, writes a DSR, posts raw commands through the
+//! A mini-driver for tests: allocates guest memory, writes a DSR, posts raw commands through the
 //! command slot and REQUEST, builds page directories, posts WQEs and rings UAR doorbells. It uses
-//! only the device's public surface and the ABI, as a driver would.
+//! only the device's public surface and the ABI, as a driver would. Its waits are bounded
+//! ([`WAIT`]); it panics on what a test must not see (it is for tests only).
 
 use crate::{SimConfig, SimDevice, UAR_BASE_PFN};
 use pvrdma_abi::cmd::*;
@@ -17,7 +18,9 @@ use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+/// The page size of guest memory.
 pub const PAGE: u64 = 4096;
+/// The bound of every wait.
 pub const WAIT: Duration = Duration::from_secs(2);
 /// The GID the mini-driver binds at index 0.
 pub const GID0: Gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56];
@@ -31,11 +34,14 @@ pub struct DevRing {
     pub size: u64,
 }
 
+/// A CQ the mini-driver created: its handle and its ring.
 pub struct TestCq {
     pub handle: u32,
     pub ring: DevRing,
 }
 
+/// A QP the mini-driver created: its QPN, its ring-state page, its SQ and RQ (first page,
+/// depth, stride) and its doorbell page.
 #[derive(Clone, Copy, Debug)]
 pub struct TestQp {
     pub qpn: u32,
@@ -50,6 +56,7 @@ pub struct TestQp {
     pub page: u32,
 }
 
+/// An MR the mini-driver registered.
 #[derive(Clone, Copy, Debug)]
 pub struct TestMr {
     pub handle: u32,
@@ -71,6 +78,7 @@ pub struct Retries {
     pub min_rnr_timer: u8,
 }
 
+/// The mini-driver: a device, its DSR, its command and response slots and its device rings.
 pub struct Drv {
     pub dev: Arc<SimDevice>,
     pub dsr: u64,
