@@ -10,7 +10,7 @@ use pvrdma_abi::event::Eqe;
 use pvrdma_abi::regs::*;
 use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::uar::*;
-use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state, qp_type, send_flags, Gid, QpAttr};
+use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, qp_type, send_flags, Gid, QpAttr};
 use pvrdma_abi::wqe::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +93,14 @@ impl Drv {
     /// A device with a loaded, activated DSR whose device rings have 2 pages each.
     pub fn new(cfg: SimConfig) -> Self {
         Self::with_device(SimDevice::new(cfg))
+    }
+
+    /// Loads a fresh DSR on `dev` (after a RESET) and activates it.
+    pub fn new_on(dev: Arc<SimDevice>) -> Self {
+        let d = Self::load(dev, 2);
+        d.dev.reg_write(REG_CTL, DeviceCtl::Activate as u32);
+        assert_eq!(d.dev.reg_read(REG_ERR), 0);
+        d
     }
 
     /// [`Drv::new`] on a device already made.
@@ -298,6 +306,21 @@ impl Drv {
         (a.timeout, a.retry_cnt, a.rnr_retry) = (r.timeout, r.retry_cnt, r.rnr_retry);
         let mask = m::STATE | m::SQ_PSN | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY;
         assert_eq!(self.modify(qp, mask, a), 0);
+    }
+
+    /// A `len`-byte MR over one page ([`aliased_pdir`]), with LOCAL_WRITE; returns its lkey.
+    pub fn aliased_mr(&mut self, pd: u32, len: u64) -> u32 {
+        let (dir, _) = aliased_pdir(&self.dev);
+        self.ok(CreateMr {
+            length: U64::new(len),
+            pdir_dma: U64::new(dir),
+            pd_handle: U32::new(pd),
+            access_flags: U32::new(access::LOCAL_WRITE),
+            nchunks: U32::new((len / PAGE) as u32),
+            ..Default::default()
+        })
+        .lkey
+        .get()
     }
 
     /// An MR of `len` bytes whose first byte is at virtual address `va` (any alignment).
@@ -521,6 +544,16 @@ pub fn init_qp(d: &mut Drv) -> u32 {
     a.port_num = 1;
     assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
     qp
+}
+
+/// A page directory naming one table 512 times, whose 512 entries name one page: 12 KiB of guest
+/// memory that describes 1 GiB. Returns the directory and the page.
+pub fn aliased_pdir(dev: &SimDevice) -> (u64, u64) {
+    let mem = dev.mem();
+    let (dir, table, page) = (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
+    mem.write(dir, &table.to_le_bytes().repeat(512)).unwrap();
+    mem.write(table, &page.to_le_bytes().repeat(512)).unwrap();
+    (dir, page)
 }
 
 /// Builds a page directory (directory page plus table pages) listing `pages`.

@@ -7,11 +7,11 @@ mod atomic;
 mod errors;
 mod faults;
 mod forged;
-mod hostile;
 mod lifecycle;
 mod many;
 mod rdma;
 mod send;
+mod untrusted_peer;
 mod wire;
 
 use crate::roce::path::ip_gid;
