@@ -1,4 +1,5 @@
-//! The device: BAR1 registers, BAR2 doorbells, MSI-X, and the [`Core`] every module works on.
+//! The device: BAR1 registers, BAR2 doorbells, MSI-X, and [`Core`], the registers and the RoCE
+//! port on top of the data path's [`Backend`] (which the port threads share).
 //!
 //! # Time and threads (design decision 2)
 //! A register or UAR write takes effect before it returns, as in QEMU (which runs MMIO under its
