@@ -87,41 +87,41 @@ impl Cq {
     /// Publishes `cqe`, then runs the arm check. `solicited` says the CQE is a responder's receive
     /// completion of a message sent with the solicited flag. A CQ that overflows (or whose
     /// `cons_head` is out of range) is reported in `fx` so its QPs go to the error state.
-    pub fn publish(&self, core: &Ctx, cqe: &Cqe, solicited: bool, fx: &mut Effects) {
-        self.publish_with(core, cqe, solicited, false, fx);
+    pub fn publish(&self, ctx: &Ctx, cqe: &Cqe, solicited: bool, fx: &mut Effects) {
+        self.publish_with(ctx, cqe, solicited, false, fx);
     }
 
     /// As [`Cq::publish`] (not solicited), but a CQE the CQ has no room for is dropped instead
     /// of overflowing it: a completion no verb owes (an SRQ WQE a QP held when it was reset or
     /// destroyed, which the driver removes with that QP's other CQEs) never errs the CQ.
-    pub(crate) fn publish_if_room(&self, core: &Ctx, cqe: &Cqe, fx: &mut Effects) {
-        self.publish_with(core, cqe, false, true, fx);
+    pub(crate) fn publish_if_room(&self, ctx: &Ctx, cqe: &Cqe, fx: &mut Effects) {
+        self.publish_with(ctx, cqe, false, true, fx);
     }
 
-    pub(crate) fn publish_with(&self, core: &Ctx, cqe: &Cqe, solicited: bool, if_room: bool, fx: &mut Effects) {
-        let profile = core.cfg.profile;
+    pub(crate) fn publish_with(&self, ctx: &Ctx, cqe: &Cqe, solicited: bool, if_room: bool, fx: &mut Effects) {
+        let profile = ctx.cfg.profile;
         let mut st = self.st.lock();
         if st.dead {
             return;
         }
-        if if_room && st.ring.queued(&core.mem).map_or(true, |q| q >= st.ring.elems()) {
+        if if_room && st.ring.queued(&ctx.mem).map_or(true, |q| q >= st.ring.elems()) {
             return;
         }
         if st.error {
-            core.count(|c| &c.cqes_dropped_overflow);
+            ctx.count(|c| &c.cqes_dropped_overflow);
             return;
         }
-        match (st.ring.push(&core.mem, cqe.as_bytes()), profile) {
-            (Push::Written, _) => core.count(|c| &c.cqes_written),
+        match (st.ring.push(&ctx.mem, cqe.as_bytes()), profile) {
+            (Push::Written, _) => ctx.count(|c| &c.cqes_written),
             (Push::Full | Push::Fault, Profile::Qemu72) => {
-                core.count(|c| &c.cqes_dropped_overflow);
+                ctx.count(|c| &c.cqes_dropped_overflow);
                 return;
             }
             (Push::Full, Profile::Ibta) => {
                 st.error = true;
-                core.count(|c| &c.cq_overflows);
-                core.count(|c| &c.cqes_dropped_overflow);
-                core.post_async_event(EqeType::CqErr, self.handle);
+                ctx.count(|c| &c.cq_overflows);
+                ctx.count(|c| &c.cqes_dropped_overflow);
+                ctx.post_async_event(EqeType::CqErr, self.handle);
                 fx.errored_cqs.push(self.uid);
                 return;
             }
@@ -129,8 +129,8 @@ impl Cq {
                 // The driver's cons_head is garbage: the CQ is unusable, but this is not an
                 // overflow, so no CQ_ERR (design decision 7).
                 st.error = true;
-                core.count(|c| &c.cq_ring_faults);
-                core.count(|c| &c.cqes_dropped_overflow);
+                ctx.count(|c| &c.cq_ring_faults);
+                ctx.count(|c| &c.cqes_dropped_overflow);
                 fx.errored_cqs.push(self.uid);
                 return;
             }
@@ -145,12 +145,12 @@ impl Cq {
                 };
                 if fire {
                     st.arm = ArmState::Disarmed;
-                    core.post_cq_notification(self.handle);
+                    ctx.post_cq_notification(self.handle);
                     fx.raise_cq = true;
                 }
             }
             Profile::Qemu72 => {
-                let written = core.post_cq_notification(self.handle);
+                let written = ctx.post_cq_notification(self.handle);
                 if written && st.arm != ArmState::Disarmed {
                     st.arm = ArmState::Disarmed;
                     fx.raise_cq = true;
@@ -161,9 +161,9 @@ impl Cq {
 
     /// The CQ doorbell's arm request as the profile's device decoded it (already checked for
     /// ownership). `POLL` only counts.
-    pub fn doorbell(&self, core: &Ctx, arm: Option<CqArmRequest>, poll: bool) {
+    pub fn doorbell(&self, ctx: &Ctx, arm: Option<CqArmRequest>, poll: bool) {
         if poll {
-            core.count(|c| &c.cq_polls);
+            ctx.count(|c| &c.cq_polls);
         }
         let mut st = self.st.lock();
         match arm {

@@ -85,35 +85,35 @@ impl Srq {
     /// `Ok(None)` if none is posted. Then, if the limit is armed and fewer than it stay posted,
     /// disarms it and raises SRQ_LIMIT_REACHED (IBTA profile). Errors: a ring fault (an index out
     /// of range, ring memory gone): the SRQ goes into error with SRQ_ERR, once.
-    pub(crate) fn take(&self, core: &Ctx) -> Result<Option<(RqWqeHdr, Sges)>, ()> {
+    pub(crate) fn take(&self, ctx: &Ctx) -> Result<Option<(RqWqeHdr, Sges)>, ()> {
         let mut st = self.st.lock();
         if st.broken {
             return Err(());
         }
-        let wqe = match self.ring.next(&core.mem) {
+        let wqe = match self.ring.next(&ctx.mem) {
             Ok(None) => return Ok(None),
-            Ok(Some(slot)) => self.read(core, slot).filter(|_| self.ring.consume(&core.mem, slot).is_ok()),
+            Ok(Some(slot)) => self.read(ctx, slot).filter(|_| self.ring.consume(&ctx.mem, slot).is_ok()),
             Err(_) => None,
         };
         let Some(wqe) = wqe else {
             st.broken = true;
-            core.count(|c| &c.qp_ring_faults);
-            core.post_async_event(EqeType::SrqErr, self.handle);
+            ctx.count(|c| &c.qp_ring_faults);
+            ctx.post_async_event(EqeType::SrqErr, self.handle);
             return Err(());
         };
-        let left = self.ring.posted(&core.mem).unwrap_or(0);
-        if st.limit > 0 && left < st.limit && core.cfg.profile == Profile::Ibta {
+        let left = self.ring.posted(&ctx.mem).unwrap_or(0);
+        if st.limit > 0 && left < st.limit && ctx.cfg.profile == Profile::Ibta {
             st.limit = 0;
-            core.post_async_event(EqeType::SrqLimitReached, self.handle);
+            ctx.post_async_event(EqeType::SrqLimitReached, self.handle);
         }
         Ok(Some(wqe))
     }
 
-    pub(crate) fn read(&self, core: &Ctx, slot: crate::ring::Slot) -> Option<(RqWqeHdr, Sges)> {
+    pub(crate) fn read(&self, ctx: &Ctx, slot: crate::ring::Slot) -> Option<(RqWqeHdr, Sges)> {
         let mut hdr = RqWqeHdr::new_zeroed();
-        self.ring.read(&core.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
+        self.ring.read(&ctx.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
         let n = hdr.num_sge.get().min(self.max_sge) as usize;
-        let sges = read_sges(&core.mem, &self.ring, slot, size_of::<RqWqeHdr>(), n)?;
+        let sges = read_sges(&ctx.mem, &self.ring, slot, size_of::<RqWqeHdr>(), n)?;
         Some((hdr, sges))
     }
 
