@@ -1,5 +1,6 @@
-//! Issue 10's count and register inputs: every count a driver gives must agree exactly with the
-//! size it describes, and ERR never reads success for what did not happen.
+//! Counts and indices a driver gives: every count must agree exactly with the size it describes
+//! (chunk counts, ring pages, queue and SGE counts, MR lengths), every index must lie inside its
+//! table (P_Key, GID, path), and a refused count answers EINVAL in the response and in ERR.
 
 use crate::testutil::minidrv::*;
 use crate::{DeviceState, SimConfig, SimDevice};

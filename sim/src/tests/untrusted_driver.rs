@@ -1,4 +1,4 @@
-//! Hostile input: garbage ring indices and random commands never panic or wedge the device.
+//! An untrusted driver: garbage ring indices and random commands never panic or wedge the device.
 
 use crate::testutil::minidrv::*;
 use crate::{DeviceState, SimConfig};
