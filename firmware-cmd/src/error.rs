@@ -94,19 +94,8 @@ pub enum DeviceStatus {
     Other(u8),
 }
 
-/// errno values as Linux defines them.
-pub mod errno {
-    pub const EPERM: u8 = 1;
-    pub const ENOENT: u8 = 2;
-    pub const EIO: u8 = 5;
-    pub const ENOMEM: u8 = 12;
-    pub const EACCES: u8 = 13;
-    pub const EFAULT: u8 = 14;
-    pub const EBUSY: u8 = 16;
-    pub const EINVAL: u8 = 22;
-    pub const ENOSYS: u8 = 38;
-    pub const EOPNOTSUPP: u8 = 95;
-}
+/// The command error codes (one table, in the device ABI).
+pub use pvrdma_abi::errno;
 
 impl DeviceStatus {
     /// The status for a response's `err` byte; `None` for 0 (success).

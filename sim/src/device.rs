@@ -1,4 +1,5 @@
-//! The device: BAR1 registers, BAR2 doorbells, MSI-X, and the [`Core`] every module works on.
+//! The device: BAR1 registers, BAR2 doorbells, MSI-X, and [`Core`], the registers and the RoCE
+//! port on top of the data path's [`Backend`] (which the port threads share).
 //!
 //! # Time and threads (design decision 2)
 //! A register or UAR write takes effect before it returns, as in QEMU (which runs MMIO under its
@@ -17,37 +18,40 @@
 //!
 //! # Lock order (outer to inner; never two locks of the same kind at once)
 //! 1. `Core::cmd` — serializes register writes with side effects (DSR load, CTL, REQUEST).
-//! 2. a QP's state lock (`qp.rs`) — one QP at a time; then, on the RoCE port, that QP's
+//! 2. a QP's state lock (`qp/mod.rs`) — one QP at a time; then, on the RoCE port, that QP's
 //!    requester lock (`roce/`: the SQ drain posts under the QP's lock; nobody takes a QP's lock
 //!    while holding a requester's).
 //!    An SRQ's lock (`srq.rs`) is taken under a QP's (a receive takes a WQE), never the other way.
 //! 3. a CQ's state lock (`cq.rs`) — one CQ at a time; publishing a CQE and the arm doorbell both
 //!    hold it.
-//! 4. `Core::events` — the async-event and CQ-notification rings.
-//! 5. leaves, held briefly with nothing taken inside: `Core::objects`, `Core::gids`,
-//!    `Core::regs`, `Core::stats`, the port queue, the RoCE port's requester map, link and
+//! 4. `Ctx::events` — the async-event and CQ-notification rings.
+//! 5. leaves, held briefly with nothing taken inside: `Backend::objects`, `Backend::gids`,
+//!    `Core::regs`, `Ctx::stats`, the port queue, the RoCE port's requester map, link and
 //!    capture, [`MsixVectors`]' and [`GuestMemory`]'s own locks.
 //!
 //! Work that needs another QP's lock (moving a CQ's QPs to ERR after an overflow, waking the
-//! port) is collected in [`Effects`] and done by [`Core::settle`] once the locks are released.
+//! port) is collected in [`Effects`] and done by [`Backend::settle`] once the locks are released.
 
-use crate::budget::HostBudget;
+use crate::backend::{Backend, Transport};
 use crate::cmd;
+use crate::config::SimConfig;
 use crate::cq::CqStatus;
+use crate::ctx::{Ctx, Effects};
 use crate::dsr::{self, DsrInfo, DEFAULT_MAC};
-use crate::event::EventRings;
-use crate::intr::MsixVectors;
+use crate::eq::MsixVectors;
 use crate::mem::GuestMemory;
-use crate::port::{self, GidEntry, PortQueue};
-use crate::qp::Qp;
+use crate::port;
+use crate::roce::RocePort;
+use crate::stats::SimStats;
 use crate::table::Objects;
+use crate::wire::PortQueue;
 use parking_lot::Mutex;
 use pvrdma_abi::cmd::RespHdr;
 use pvrdma_abi::event::EqeType;
 use pvrdma_abi::regs::*;
 use pvrdma_abi::wqe::Cqe;
 use pvrdma_abi::PVRDMA_ROCEV1_VERSION;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -58,227 +62,6 @@ pub const UAR_BASE_PFN: u64 = 0xfe000;
 
 /// `REG_ERR` before `ACTIVATE` (as QEMU initializes it).
 const ERR_INACTIVE: u32 = 0xffff;
-
-/// Which observable behaviour the model follows where QEMU 7.2 departs from IBTA.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Profile {
-    /// IBTA semantics (the default): one-shot NEXT and SOLICITED arms, a notification only when an
-    /// arm fires, CQ overflow reported as CQ_ERR.
-    #[default]
-    Ibta,
-    /// QEMU 7.2's quirks where they are safe: `ARM|ARM_SOL` is the only arm (one-shot, any
-    /// completion), `ARM` alone disarms, a notification entry for every CQE, overflow drops the
-    /// newest CQE silently.
-    Qemu72,
-}
-
-/// Model configuration.
-#[derive(Clone, Debug)]
-pub struct SimConfig {
-    /// Conformance profile.
-    pub profile: Profile,
-    /// Modelled one-way wire latency of the loopback port. Zero: the thread that rings the send
-    /// doorbell delivers the packet before the write returns (`port.rs`).
-    pub link_latency: Duration,
-    /// Bytes of guest memory the driver may allocate.
-    pub mem_limit: u64,
-    /// Most payload bytes one QP may have on the wire (sent, not yet completed). Past it the
-    /// device stops consuming that QP's SQ until a send completes (one message is always
-    /// allowed), so a hostile driver cannot make the model buffer unbounded memory. Default
-    /// 64 MiB. (A QP also never has more sends outstanding than its SQ depth, whatever their
-    /// size: zero-length sends are bounded by count.)
-    pub qp_bytes_in_flight: u64,
-    /// Most packets the whole device holds on its wire (in flight, parked for a receive WQE, or
-    /// being delivered). Past it every QP's SQ drain pauses until a packet leaves the wire (an
-    /// empty wire always takes one). Default 16384. On the RoCE port a message counts, as one
-    /// packet, from its post until it is acknowledged or failed (its requester keeps a copy).
-    pub device_packets_in_flight: usize,
-    /// Most payload bytes on the whole device's wire, likewise. Default 256 MiB, a quarter of
-    /// the default `mem_limit`: what the model buffers for all QPs together stays well under the
-    /// guest memory the driver may allocate.
-    pub device_bytes_in_flight: u64,
-    /// Most host memory the device's objects may cost (`budget.rs`): page lists, resolved ring
-    /// pages, queues and the structures themselves. A create that would pass it fails with
-    /// `ENOMEM`. Default 256 MiB, a quarter of the default `mem_limit`.
-    pub host_budget: u64,
-    /// RoCE v2 on the wire instead of the in-process loopback (`roce/`); `None` (the default):
-    /// the loopback.
-    pub roce: Option<crate::roce::RoceConfig>,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        Self {
-            profile: Profile::Ibta,
-            link_latency: Duration::ZERO,
-            mem_limit: 1 << 30,
-            qp_bytes_in_flight: 64 << 20,
-            device_packets_in_flight: 16 << 10,
-            device_bytes_in_flight: 256 << 20,
-            host_budget: 256 << 20,
-            roce: None,
-        }
-    }
-}
-
-/// Declares the device's counters once: [`SimStats`], the snapshot a test reads, and the live
-/// atomic counters behind it (no lock on the data path).
-macro_rules! sim_stats {
-    ($($(#[$doc:meta])* $name:ident,)*) => {
-        /// Counters a test can read (all since the device was created; RESET does not clear
-        /// them).
-        #[derive(Clone, Debug, Default, PartialEq, Eq)]
-        pub struct SimStats {
-            $($(#[$doc])* pub $name: u64,)*
-            /// Interrupts raised per vector (0 command, 1 async, 2 CQ).
-            pub interrupts: [u64; MAX_INTERRUPTS as usize],
-            /// Host bytes the device's objects cost now (`SimConfig::host_budget`).
-            pub host_bytes: u64,
-            /// The host-memory budget in bytes.
-            pub host_budget: u64,
-        }
-
-        /// The live counters, one atomic each.
-        #[derive(Default)]
-        pub(crate) struct Counters {
-            $(pub $name: AtomicU64,)*
-            pub interrupts: [AtomicU64; MAX_INTERRUPTS as usize],
-        }
-
-        impl Counters {
-            fn snapshot(&self) -> SimStats {
-                SimStats {
-                    $($name: self.$name.load(Ordering::Relaxed),)*
-                    interrupts: std::array::from_fn(|v| self.interrupts[v].load(Ordering::Relaxed)),
-                    host_bytes: 0,
-                    host_budget: 0,
-                }
-            }
-        }
-    };
-}
-
-sim_stats! {
-    /// Commands executed (`REQUEST` writes of 0 with a DSR loaded).
-    commands,
-    /// Commands that answered a nonzero `err` (or whose slot was unreadable).
-    failed_commands,
-    /// `REQUEST` writes ignored: a value other than 0, no DSR, or the device is broken.
-    ignored_requests,
-    /// BAR2 writes.
-    doorbells,
-    /// BAR2 writes refused: unowned page, foreign or unknown handle, unknown offset,
-    /// broken device.
-    refused_doorbells,
-    /// CQ doorbells with the POLL bit.
-    cq_polls,
-    /// CQEs written to CQ rings.
-    cqes_written,
-    /// CQEs dropped: the CQ was full (overflow) or already in error.
-    cqes_dropped_overflow,
-    /// CQ overflows (IBTA profile: each puts a CQ in error and posts CQ_ERR).
-    cq_overflows,
-    /// CQs put in error by an out-of-range `cons_head`.
-    cq_ring_faults,
-    /// CQ-notification entries written.
-    cq_notifications,
-    /// CQ-notification entries dropped (ring full or broken).
-    notifications_dropped,
-    /// Async events written.
-    async_events,
-    /// Async events dropped (ring full or broken).
-    async_events_dropped,
-    /// Interrupts suppressed by `REG_IMR`.
-    interrupts_masked,
-    /// QP ring faults (an index out of range or ring memory gone): the QP went to ERR.
-    qp_ring_faults,
-    /// Packets put on the wire.
-    packets_sent,
-    /// Packets delivered into a receive WQE.
-    packets_delivered,
-    /// Packets that found no receive WQE (RNR) when first tried, or first tried after an
-    /// unanswered try: each then waits (or fails at once with `rnr_retry` 0).
-    packets_parked,
-    /// Packets whose delivery failed (the sender completed with an error: the responder's, or
-    /// its retries ran out).
-    packets_failed,
-    /// Tries of a packet no responder answered (loopback port; tried again after its sender's
-    /// `timeout`).
-    packets_unanswered,
-    /// Local ACK timeouts of unanswered packets (loopback port: each costs one of the sender's
-    /// `retry_cnt`, the one past it fails the packet `RETRY_EXC_ERR`).
-    packets_timeouts,
-    /// Packets tried again once the RNR timer (the responder's `min_rnr_timer`) ran out
-    /// (loopback port).
-    packets_rnr_retries,
-    /// Packets dropped because their sender was gone or had flushed them.
-    packets_dropped,
-    /// Times a QP's SQ drain paused: its SQ depth of sends outstanding, `qp_bytes_in_flight`, or
-    /// the device's wire budget (`device_packets_in_flight`, `device_bytes_in_flight`) reached.
-    sq_throttled,
-    /// RoCE port: UDP datagrams sent (after the link's faults: a duplicate counts twice).
-    roce_tx_packets,
-    /// RoCE port: packets that could not be encoded or whose `send_to` failed (lost).
-    roce_tx_errors,
-    /// RoCE port: UDP datagrams received.
-    roce_rx_packets,
-    /// RoCE port: receive errors of a socket.
-    roce_rx_errors,
-    /// RoCE port: packets dropped for a bad ICRC (IPv6; IPv4 ICRCs cannot be checked).
-    roce_rx_dropped_icrc,
-    /// RoCE port: packets dropped as truncated or malformed (bad version, opcode, headers,
-    /// pad, lengths).
-    roce_rx_dropped_malformed,
-    /// RoCE port: packets dropped for a P_Key other than 0xffff.
-    roce_rx_dropped_pkey,
-    /// RoCE port: packets dropped for their destination QP: unknown, not in RTR/RTS, not
-    /// connected to the sender's address, or with no requester for an ACK.
-    roce_rx_dropped_qp,
-    /// RoCE port: requests with a PSN ahead of the expected one, ACKs, NAKs and READ responses
-    /// of PSNs never sent, NAKs of PSNs already acknowledged, and duplicate READ requests
-    /// outside every READ executed.
-    roce_rx_dropped_psn,
-    /// RoCE port: duplicate requests (acknowledged again) and duplicate READ responses.
-    roce_rx_duplicates,
-    /// RoCE port: ACKs sent by responders.
-    roce_acks_sent,
-    /// RoCE port: NAKs sent (PSN sequence errors and fatal NAKs).
-    roce_naks_sent,
-    /// RoCE port: RNR NAKs sent (a SEND found no receive WQE).
-    roce_rnr_naks_sent,
-    /// RoCE port: NAKs received by requesters (RNR NAKs not included).
-    roce_naks_received,
-    /// RoCE port: RNR NAKs received by requesters.
-    roce_rnr_naks_received,
-    /// RoCE port: local ACK timeouts of requesters.
-    roce_timeouts,
-    /// RoCE port: packets sent again (after a timeout, a NAK or an RNR wait).
-    roce_retransmits,
-    /// RoCE port: packets the link dropped ([`crate::roce::LinkFaults::loss`]).
-    roce_injected_loss,
-    /// RoCE port: packets the link held back behind the next one.
-    roce_injected_reorder,
-    /// RoCE port: packets the link sent twice.
-    roce_injected_duplicate,
-    /// RoCE port: packets the capture file could not take.
-    roce_pcap_errors,
-    /// UD sends longer than the port's MTU: no packet sent, completed `SUCCESS` (IBTA
-    /// C10-93.1.1, as Linux rxe).
-    ud_oversize_dropped,
-    /// UD datagrams dropped for their destination: no such QP, not UD, not in RTR/RTS, or a
-    /// destination GID not on the port.
-    ud_dropped_qp,
-    /// UD datagrams dropped for a Q_Key other than the receiver's (IBTA 10.2.5).
-    ud_dropped_qkey,
-    /// UD datagrams dropped because the receiver had no receive WQE posted.
-    ud_dropped_no_recv,
-    /// UD datagrams delivered into a receive WQE.
-    ud_delivered,
-    /// Atomics (COMPARE SWAP, FETCH ADD) executed by responders, on either port.
-    atomics_executed,
-    /// RoCE port: duplicate atomic requests answered from the saved result, not executed again.
-    roce_atomic_replays,
-}
 
 /// The device's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -291,20 +74,6 @@ pub enum DeviceState {
     /// The DSR failed to load or a fatal error was injected: requests are ignored, doorbells
     /// refused, until RESET.
     Broken,
-}
-
-/// Work deferred until the current locks are released (see the module docs).
-#[derive(Default)]
-pub(crate) struct Effects {
-    /// QPNs whose parked packets the port should retry or fail.
-    pub kicks: Vec<u32>,
-    /// Unique ids of CQs that went into error: their QPs go to ERR.
-    pub errored_cqs: Vec<u64>,
-    /// A packet left the wire while QPs waited for the device's wire budget: resume them.
-    pub resume_starved: bool,
-    /// A CQ's arm fired: raise the CQ-notification vector once the locks are released (its
-    /// handler may run on this thread, and may ring an arm doorbell).
-    pub raise_cq: bool,
 }
 
 /// BAR1 register values.
@@ -322,24 +91,21 @@ pub(crate) struct CmdState {
     dsr: Option<DsrInfo>,
 }
 
-/// The device's shared state, owned jointly by [`SimDevice`] and the port thread.
+/// The device's shared state: the data path's [`Backend`] (shared with the port threads), the
+/// RoCE port, and the registers. Dereferences to the [`Backend`] it extends.
 pub(crate) struct Core {
-    pub cfg: SimConfig,
-    pub mem: GuestMemory,
-    pub vectors: MsixVectors,
+    backend: Arc<Backend>,
+    /// The RoCE v2 port, when [`SimConfig::roce`] is set (also `backend.roce`).
+    roce: Option<Arc<RocePort>>,
     regs: Mutex<Regs>,
-    dead: AtomicBool,
-    imr: AtomicU32,
     cmd: Mutex<CmdState>,
-    pub events: Mutex<Option<EventRings>>,
-    pub objects: Mutex<Objects>,
-    pub gids: Mutex<Vec<Option<GidEntry>>>,
-    pub port: PortQueue,
-    /// The RoCE v2 port, when [`SimConfig::roce`] is set.
-    pub roce: Option<crate::roce::RocePort>,
-    pub budget: Arc<HostBudget>,
-    stats: Counters,
-    uids: AtomicU64,
+}
+
+impl std::ops::Deref for Core {
+    type Target = Backend;
+    fn deref(&self) -> &Backend {
+        &self.backend
+    }
 }
 
 /// The pvrdma PCI function: a read/write(offset) surface for BAR1 and BAR2, guest memory, and
@@ -372,18 +138,33 @@ impl SimDevice {
         let seed =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0x5eed, |d| d.as_nanos() as u64);
         let port = PortQueue::new(cfg.device_packets_in_flight, cfg.device_bytes_in_flight, cfg.link_latency.is_zero());
-        let budget = HostBudget::new(cfg.host_budget);
         let (roce, roce_error) = match &cfg.roce {
             None => (None, None),
-            Some(rc) => match crate::roce::RocePort::open(rc) {
-                Ok(p) => (Some(p), None),
-                Err(e) => (Some(crate::roce::RocePort::unbound(rc)), Some(e)),
+            Some(rc) => match RocePort::open(rc) {
+                Ok(p) => (Some(Arc::new(p)), None),
+                Err(e) => (Some(Arc::new(RocePort::unbound(rc))), Some(e)),
             },
         };
+        let backend = Arc::new(Backend {
+            ctx: Ctx::new(cfg),
+            objects: Mutex::new(Objects::new(seed)),
+            gids: Mutex::new(vec![None; crate::limits::GID_TBL_LEN as usize]),
+            port,
+            roce: roce.clone().map(|r| r as Arc<dyn Transport>),
+        });
+        let thread_backend = backend.clone();
+        let port_thread =
+            std::thread::Builder::new().name("pvrdma-port".into()).spawn(move || port::run(thread_backend)).ok();
+        let roce_thread = match &roce {
+            Some(r) if r.is_bound() => {
+                let (b, r) = (backend.clone(), r.clone());
+                std::thread::Builder::new().name("pvrdma-roce".into()).spawn(move || crate::roce::run(b, r)).ok()
+            }
+            _ => None,
+        };
         let core = Arc::new(Core {
-            mem: GuestMemory::new(cfg.mem_limit),
-            cfg,
-            vectors: MsixVectors::default(),
+            backend,
+            roce,
             regs: Mutex::new(Regs {
                 dsr_low: 0,
                 dsr_high: 0,
@@ -391,28 +172,8 @@ impl SimDevice {
                 mac: DEFAULT_MAC,
                 state: DeviceState::Inactive,
             }),
-            dead: AtomicBool::new(false),
-            imr: AtomicU32::new(0),
             cmd: Mutex::new(CmdState::default()),
-            events: Mutex::new(None),
-            objects: Mutex::new(Objects::new(seed)),
-            gids: Mutex::new(vec![None; dsr::limits::GID_TBL_LEN as usize]),
-            port,
-            roce,
-            budget,
-            stats: Counters::default(),
-            uids: AtomicU64::new(1),
         });
-        let thread_core = core.clone();
-        let port_thread =
-            std::thread::Builder::new().name("pvrdma-port".into()).spawn(move || port::run(thread_core)).ok();
-        let roce_thread = match &core.roce {
-            Some(r) if r.is_bound() => {
-                let thread_core = core.clone();
-                std::thread::Builder::new().name("pvrdma-roce".into()).spawn(move || crate::roce::run(thread_core)).ok()
-            }
-            _ => None,
-        };
         Arc::new(Self { core, port_thread, roce_thread, roce_error })
     }
 
@@ -499,8 +260,7 @@ impl SimDevice {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
-        let budget = &self.core.budget;
-        SimStats { host_bytes: budget.used(), host_budget: budget.limit(), ..self.core.stats.snapshot() }
+        self.core.stats()
     }
 
     /// The configuration the device was created with.
@@ -603,133 +363,6 @@ impl Core {
         self.regs.lock().state
     }
 
-    /// Bumps counters.
-    pub(crate) fn count(&self, counter: impl FnOnce(&Counters) -> &AtomicU64) {
-        counter(&self.stats).fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A number unique over the device's life (objects' `uid`).
-    pub(crate) fn next_uid(&self) -> u64 {
-        self.uids.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Reserves room for a message of `len` bytes of QP `qpn` on the device's wire (the loopback's
-    /// or the RoCE port's: [`PortQueue::try_reserve`] keeps the budget of both).
-    pub(crate) fn wire_reserve(&self, qpn: u32, len: u64) -> bool {
-        self.port.try_reserve(qpn, len)
-    }
-
-    /// Returns a reservation of [`Core::wire_reserve`] whose message was not sent.
-    pub(crate) fn wire_unreserve(&self, len: u64, fx: &mut Effects) {
-        self.port.unreserve(len, fx);
-    }
-
-    /// Puts the message `pkt` of QP `qp` (attributes `a`, its state lock held) on the port's
-    /// wire: the loopback, or the RoCE port. Errors: the completion status of a message the
-    /// RoCE port cannot send (no usable source address).
-    pub(crate) fn transmit(
-        &self,
-        qp: &Qp,
-        a: &pvrdma_abi::verbs::QpAttr,
-        pkt: port::Packet,
-        fx: &mut Effects,
-    ) -> Result<(), u32> {
-        match &self.roce {
-            Some(r) => r.post(self, qp, a, pkt, fx),
-            None => {
-                self.port.transmit(pkt, self.cfg.link_latency);
-                Ok(())
-            }
-        }
-    }
-
-    /// The QP named `handle`.
-    pub(crate) fn qp(&self, handle: u32) -> Option<Arc<Qp>> {
-        self.objects.lock().qps.get(handle).cloned()
-    }
-
-    /// Raises `vector` unless the device is dead or `REG_IMR` masks it.
-    pub(crate) fn raise(&self, vector: IntrVector) {
-        let v = vector as u16;
-        if self.dead.load(Ordering::Acquire) {
-            return;
-        }
-        if self.imr.load(Ordering::Acquire) & (1 << v) != 0 {
-            self.count(|c| &c.interrupts_masked);
-            return;
-        }
-        self.count(|c| &c.interrupts[v as usize]);
-        self.vectors.raise(v);
-    }
-
-    /// Does the deferred work ([`Core::settle_effects`]), hands any packet it sent to the port
-    /// thread and raises the CQ-notification vector if an arm fired. Call with no lock held
-    /// but `cmd`.
-    pub(crate) fn settle(&self, mut fx: Effects) {
-        self.settle_effects(&mut fx);
-        self.port.hand_off();
-        self.raise_fired(&mut fx);
-    }
-
-    /// [`Core::settle`] for a QP doorbell; with a link latency of 0 it first delivers the packets
-    /// now due on this thread, up to [`port::INLINE_JOBS`] jobs, if the port is free (`port.rs`).
-    /// Only a QP doorbell does: a driver may ring a CQ's arm doorbell while it holds its
-    /// CQ-notification ring, which a delivery's interrupt handler takes (`intr.rs`). Interrupts
-    /// are raised once the port is given back: the handler may wake a consumer that preempts
-    /// this thread, and that consumer's own doorbell then finds the port free.
-    pub(crate) fn settle_and_deliver(&self, mut fx: Effects) {
-        self.settle_effects(&mut fx);
-        if self.cfg.link_latency.is_zero() {
-            for _ in 0..port::INLINE_JOBS {
-                let Some(job) = self.port.claim_due() else { break };
-                port::run_job(self, job, &mut fx);
-                self.settle_effects(&mut fx);
-                self.port.give_back();
-                self.raise_fired(&mut fx);
-            }
-        }
-        self.settle(fx);
-    }
-
-    /// Moves the QPs of CQs that went into error to ERR (which may put more CQs in error),
-    /// resumes the SQ drains the wire budget paused once a packet left the wire, then wakes the
-    /// port for kicked QPs.
-    pub(crate) fn settle_effects(&self, fx: &mut Effects) {
-        while !fx.errored_cqs.is_empty() || fx.resume_starved {
-            let uids = std::mem::take(&mut fx.errored_cqs);
-            let qps: Vec<Arc<Qp>> = self
-                .objects
-                .lock()
-                .qps
-                .values()
-                .filter(|q| uids.contains(&q.send_cq.uid) || uids.contains(&q.recv_cq.uid))
-                .cloned()
-                .collect();
-            for qp in qps {
-                qp.force_error(self, fx);
-            }
-            if std::mem::take(&mut fx.resume_starved) {
-                // Each resumed QP takes what room there is and, if refused again, waits for the
-                // next packet to leave: resume_starved is set only when one did.
-                for qpn in self.port.take_starved() {
-                    if let Some(qp) = self.qp(qpn) {
-                        qp.resume_send(self, fx);
-                    }
-                }
-            }
-        }
-        for qpn in std::mem::take(&mut fx.kicks) {
-            self.port.kick_if_parked(qpn);
-        }
-    }
-
-    /// Raises the CQ-notification vector if an arm fired (its handler may run on this thread).
-    pub(crate) fn raise_fired(&self, fx: &mut Effects) {
-        if std::mem::take(&mut fx.raise_cq) {
-            self.raise(IntrVector::Cq);
-        }
-    }
-
     /// REG_DSRHIGH: loads the DSR and writes its caps; a failure leaves the device Broken with
     /// ERR reading 0xffff (even after an earlier ACTIVATE), so ACTIVATE and REQUEST are refused
     /// visibly until RESET.
@@ -817,7 +450,7 @@ impl Core {
         let mut fx = Effects::default();
         let out = cmd::execute(self, &dsr, &req, &mut fx);
         self.settle(fx);
-        let err_reg = if out.err == 0 { 0 } else { (-i32::from(out.err)) as u32 };
+        let err_reg = pvrdma_abi::errno::reg_value(out.err);
         let ack_at = dsr.resp_slot + core::mem::offset_of!(RespHdr, ack) as u64;
         // The slot was checked at DSR load; if the driver freed it since, the response is lost,
         // and ERR says so rather than the command's success.

@@ -2,10 +2,6 @@
 //! and an MR belong to the context of their PD.
 
 use crate::budget::Charge;
-use crate::device::Core;
-use crate::errno::{CmdResult, Errno};
-use pvrdma_abi::cmd::{CreatePd, CreatePdResp, DestroyPd, NoopResp};
-use zerocopy::little_endian::U32;
 
 /// A protection domain.
 #[derive(Debug)]
@@ -14,33 +10,5 @@ pub struct Pd {
     pub handle: u32,
     /// Owning context handle, 0 for the kernel.
     pub ctx: u32,
-    _charge: Charge,
-}
-
-/// CREATE_PD. Errors: `EINVAL` for an unknown context; `ENOMEM` when `max_pd` exist or the
-/// host budget is spent.
-pub fn create(core: &Core, req: &CreatePd) -> CmdResult<CreatePdResp> {
-    let ctx = req.ctx_handle.get();
-    let charge = core.budget.charge_object::<Pd>(0)?;
-    let mut objs = core.objects.lock();
-    if ctx != 0 && objs.ucs.get(ctx).is_none() {
-        return Err(Errno::EINVAL);
-    }
-    let handle = objs.pds.alloc().ok_or(Errno::ENOMEM)?;
-    objs.pds.insert(handle, Pd { handle, ctx, _charge: charge });
-    Ok(CreatePdResp { pd_handle: U32::new(handle), ..Default::default() })
-}
-
-/// DESTROY_PD. Errors: `EINVAL` for an unknown handle; `EBUSY` while a QP or MR uses it (QEMU
-/// destroys it anyway).
-pub fn destroy(core: &Core, req: &DestroyPd) -> CmdResult<NoopResp> {
-    let h = req.pd_handle.get();
-    let mut objs = core.objects.lock();
-    objs.pds.get(h).ok_or(Errno::EINVAL)?;
-    let srq_uses = objs.srqs.values().any(|s| s.pd == h);
-    if objs.qps.values().any(|q| q.pd == h) || objs.mrs.values().any(|m| m.pd == h) || srq_uses {
-        return Err(Errno::EBUSY);
-    }
-    objs.pds.remove(h);
-    Ok(NoopResp::default())
+    pub(crate) _charge: Charge,
 }

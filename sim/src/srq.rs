@@ -24,7 +24,7 @@
 //!   indexed by opcode, so opcode 18 (MODIFY_SRQ) runs the query and answers QUERY_SRQ's ack, and
 //!   opcode 19 (QUERY_SRQ) runs the modify on the query's bytes (its `attr_mask` the request's
 //!   reserved word: `EINVAL` unless it has `LIMIT`) and answers MODIFY_SRQ's ack
-//!   ([`table_opcode`]). Its modify refuses `srq_limit` 0. QEMU's backend reads no async events
+//!   (`table_opcode` in `cmd/srq.rs`). Its modify refuses `srq_limit` 0. QEMU's backend reads no async events
 //!   of its host device, so SRQ_LIMIT_REACHED never reaches the guest: the limit is kept but
 //!   never fires. Not reproduced (it would misroute a correct consumer's completions): QEMU 7.2
 //!   completes every SRQ receive on the receive CQ of the last QP created on the SRQ (its
@@ -39,20 +39,13 @@
 //! decision 5 (a user page rings only its own context's SRQs).
 
 use crate::budget::Charge;
-use crate::device::{Core, Effects};
-use crate::dsr::limits;
-use crate::errno::{CmdResult, Errno};
-use crate::pdir;
-use crate::qp::Sges;
-use crate::ring::{Consumer, Half, RingPages};
+use crate::ctx::{Ctx, Effects};
+use crate::ring::Consumer;
+use crate::wqe::{read_sges, Sges};
 use crate::Profile;
 use parking_lot::Mutex;
-use pvrdma_abi::cmd::{opcode, CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, NoopResp, QuerySrq, QuerySrqResp};
 use pvrdma_abi::event::EqeType;
-use pvrdma_abi::verbs::{srq_attr_mask as mask, srq_type, SrqAttr};
-use pvrdma_abi::wqe::{rq_wqe_stride, RqWqeHdr};
-use std::sync::Arc;
-use zerocopy::little_endian::U32;
+use pvrdma_abi::wqe::RqWqeHdr;
 use zerocopy::{FromZeros, IntoBytes};
 
 /// A shared receive queue.
@@ -64,122 +57,22 @@ pub struct Srq {
     pub ctx: u32,
     /// Its PD.
     pub pd: u32,
-    max_wr: u32,
-    max_sge: u32,
-    ring: Consumer,
-    st: Mutex<SrqState>,
+    pub(crate) max_wr: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) ring: Consumer,
+    pub(crate) st: Mutex<SrqState>,
     /// Handles of the QPs created on it (a leaf lock): the doorbell kicks them, DESTROY_SRQ
     /// refuses while there are any.
-    qps: Mutex<Vec<u32>>,
-    _charge: Charge,
+    pub(crate) qps: Mutex<Vec<u32>>,
+    pub(crate) _charge: Charge,
 }
 
 #[derive(Debug, Default)]
-struct SrqState {
+pub(crate) struct SrqState {
     /// The armed limit, 0 when disarmed.
-    limit: u32,
+    pub(crate) limit: u32,
     /// A ring fault put the SRQ in error (SRQ_ERR raised): nothing more is taken from it.
-    broken: bool,
-}
-
-/// The opcode whose handler a device of `profile` runs for `op` (QEMU 7.2 swaps MODIFY_SRQ and
-/// QUERY_SRQ, see the module docs); the response carries that opcode's ack.
-pub fn table_opcode(profile: Profile, op: u32) -> u32 {
-    match (profile, op) {
-        (Profile::Qemu72, opcode::MODIFY_SRQ) => opcode::QUERY_SRQ,
-        (Profile::Qemu72, opcode::QUERY_SRQ) => opcode::MODIFY_SRQ,
-        _ => op,
-    }
-}
-
-/// CREATE_SRQ.
-///
-/// Errors: `EINVAL` for a type other than basic, a `max_wr` that is no power of two up to
-/// `MAX_SRQ_WR`, a `max_sge` outside 1 ..= `MAX_SRQ_SGE`, an `nchunks` other than one ring-state
-/// page plus the WQE pages (QEMU: 1 ..= 128), an unknown PD, or a page outside guest memory;
-/// `ENOMEM` when `max_srq` exist or the host budget is spent.
-pub fn create(core: &Core, req: &CreateSrq) -> CmdResult<CreateSrqResp> {
-    let (wr, sge) = (req.attrs.max_wr.get(), req.attrs.max_sge.get());
-    let geometry = req.srq_type == srq_type::BASIC
-        && wr.is_power_of_two()
-        && wr <= limits::MAX_SRQ_WR
-        && (1..=limits::MAX_SRQ_SGE).contains(&sge);
-    let stride = rq_wqe_stride(sge).filter(|_| geometry).ok_or(Errno::EINVAL)?;
-    let pages = pdir::pages_for(u64::from(wr) * u64::from(stride)).ok_or(Errno::EINVAL)?;
-    if u64::from(req.nchunks.get()) != 1 + pages {
-        return Err(Errno::EINVAL);
-    }
-    let (pd, ctx) = {
-        let objs = core.objects.lock();
-        let pd = objs.pds.get(req.pd_handle.get()).ok_or(Errno::EINVAL)?;
-        (pd.handle, pd.ctx)
-    };
-    let dir = req.pdir_dma.get();
-    let state_page = pdir::resolve(&core.mem, dir, 0, 1)?[0];
-    let wqes = pdir::resolve(&core.mem, dir, 1, pages as usize)?;
-    let wqes = RingPages::new(&core.mem, wqes, stride, wr).ok_or(Errno::EINVAL)?;
-    let charge = core.budget.charge_object::<Srq>(wqes.host_bytes())?;
-    let mut objs = core.objects.lock();
-    let handle = objs.srqs.alloc().ok_or(Errno::ENOMEM)?;
-    let srq = Srq {
-        handle,
-        ctx,
-        pd,
-        max_wr: wr,
-        max_sge: sge,
-        ring: Consumer::new(&core.mem, wqes, state_page, Half::Rx),
-        st: Mutex::new(SrqState::default()),
-        qps: Mutex::new(Vec::new()),
-        _charge: charge,
-    };
-    objs.srqs.insert(handle, Arc::new(srq));
-    Ok(CreateSrqResp { srqn: U32::new(handle), ..Default::default() })
-}
-
-/// MODIFY_SRQ: arms (or, IBTA profile, with 0 disarms) the limit.
-///
-/// Errors: `EINVAL` for an unknown handle, `MAX_WR` in the mask (Linux's vmw_pvrdma and QEMU 7.2
-/// refuse a resize), an unknown mask bit, a limit above `max_wr`; QEMU 7.2 profile also for a
-/// mask without `LIMIT` or a limit of 0.
-pub fn modify(core: &Core, req: &ModifySrq) -> CmdResult<NoopResp> {
-    let srq = core.srq(req.srq_handle.get()).ok_or(Errno::EINVAL)?;
-    let (m, limit) = (req.attr_mask.get(), req.attrs.srq_limit.get());
-    let qemu = core.cfg.profile == Profile::Qemu72;
-    let refused = m & !(mask::MAX_WR | mask::LIMIT) != 0
-        || m & mask::MAX_WR != 0
-        || (qemu && (m & mask::LIMIT == 0 || limit == 0))
-        || (m & mask::LIMIT != 0 && limit > srq.max_wr);
-    if refused {
-        return Err(Errno::EINVAL);
-    }
-    if m & mask::LIMIT != 0 {
-        srq.st.lock().limit = limit;
-    }
-    Ok(NoopResp::default())
-}
-
-/// QUERY_SRQ: `max_wr`, `max_sge` and the armed limit (0 once it fired). Errors: `EINVAL` for an
-/// unknown handle.
-pub fn query(core: &Core, req: &QuerySrq) -> CmdResult<QuerySrqResp> {
-    let srq = core.srq(req.srq_handle.get()).ok_or(Errno::EINVAL)?;
-    let attrs = SrqAttr {
-        max_wr: U32::new(srq.max_wr),
-        max_sge: U32::new(srq.max_sge),
-        srq_limit: U32::new(srq.st.lock().limit),
-        reserved: U32::new(0),
-    };
-    Ok(QuerySrqResp { attrs, ..Default::default() })
-}
-
-/// DESTROY_SRQ. Errors: `EINVAL` for an unknown handle; `EBUSY` while a QP uses it.
-pub fn destroy(core: &Core, req: &DestroySrq) -> CmdResult<NoopResp> {
-    // Commands run one at a time (`Core::cmd`): no QP is created on it between check and removal.
-    let h = req.srq_handle.get();
-    if !core.srq(h).ok_or(Errno::EINVAL)?.qps.lock().is_empty() {
-        return Err(Errno::EBUSY);
-    }
-    core.objects.lock().srqs.remove(h);
-    Ok(NoopResp::default())
+    pub(crate) broken: bool,
 }
 
 impl Srq {
@@ -192,35 +85,35 @@ impl Srq {
     /// `Ok(None)` if none is posted. Then, if the limit is armed and fewer than it stay posted,
     /// disarms it and raises SRQ_LIMIT_REACHED (IBTA profile). Errors: a ring fault (an index out
     /// of range, ring memory gone): the SRQ goes into error with SRQ_ERR, once.
-    pub(crate) fn take(&self, core: &Core) -> Result<Option<(RqWqeHdr, Sges)>, ()> {
+    pub(crate) fn take(&self, ctx: &Ctx) -> Result<Option<(RqWqeHdr, Sges)>, ()> {
         let mut st = self.st.lock();
         if st.broken {
             return Err(());
         }
-        let wqe = match self.ring.next(&core.mem) {
+        let wqe = match self.ring.next(&ctx.mem) {
             Ok(None) => return Ok(None),
-            Ok(Some(slot)) => self.read(core, slot).filter(|_| self.ring.consume(&core.mem, slot).is_ok()),
+            Ok(Some(slot)) => self.read(ctx, slot).filter(|_| self.ring.consume(&ctx.mem, slot).is_ok()),
             Err(_) => None,
         };
         let Some(wqe) = wqe else {
             st.broken = true;
-            core.count(|c| &c.qp_ring_faults);
-            core.post_async_event(EqeType::SrqErr, self.handle);
+            ctx.count(|c| &c.qp_ring_faults);
+            ctx.post_async_event(EqeType::SrqErr, self.handle);
             return Err(());
         };
-        let left = self.ring.posted(&core.mem).unwrap_or(0);
-        if st.limit > 0 && left < st.limit && core.cfg.profile == Profile::Ibta {
+        let left = self.ring.posted(&ctx.mem).unwrap_or(0);
+        if st.limit > 0 && left < st.limit && ctx.cfg.profile == Profile::Ibta {
             st.limit = 0;
-            core.post_async_event(EqeType::SrqLimitReached, self.handle);
+            ctx.post_async_event(EqeType::SrqLimitReached, self.handle);
         }
         Ok(Some(wqe))
     }
 
-    fn read(&self, core: &Core, slot: crate::ring::Slot) -> Option<(RqWqeHdr, Sges)> {
+    pub(crate) fn read(&self, ctx: &Ctx, slot: crate::ring::Slot) -> Option<(RqWqeHdr, Sges)> {
         let mut hdr = RqWqeHdr::new_zeroed();
-        self.ring.read(&core.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
+        self.ring.read(&ctx.mem, slot, 0, hdr.as_mut_bytes()).ok()?;
         let n = hdr.num_sge.get().min(self.max_sge) as usize;
-        let sges = crate::qp::read_sges(&core.mem, &self.ring, slot, size_of::<RqWqeHdr>(), n)?;
+        let sges = read_sges(&ctx.mem, &self.ring, slot, size_of::<RqWqeHdr>(), n)?;
         Some((hdr, sges))
     }
 
@@ -238,24 +131,4 @@ impl Srq {
     pub(crate) fn detach(&self, qp: u32) {
         self.qps.lock().retain(|&q| q != qp);
     }
-}
-
-impl Core {
-    /// The SRQ named `handle`.
-    pub(crate) fn srq(&self, handle: u32) -> Option<Arc<Srq>> {
-        self.objects.lock().srqs.get(handle).cloned()
-    }
-}
-
-/// The SRQ a new QP receives from: `None` without `is_srq`. Errors: `EINVAL` for an unknown SRQ,
-/// `EPERM` for another context's.
-pub(crate) fn for_new_qp(core: &Core, is_srq: bool, handle: u32, ctx: u32) -> CmdResult<Option<Arc<Srq>>> {
-    if !is_srq {
-        return Ok(None);
-    }
-    let srq = core.srq(handle).ok_or(Errno::EINVAL)?;
-    if srq.ctx != ctx {
-        return Err(Errno::EPERM);
-    }
-    Ok(Some(srq))
 }

@@ -1,5 +1,5 @@
 //! The object tables: every live UC, PD, MR, CQ and QP by handle, the MR key maps, and which user
-//! context owns which UAR page. Guarded by `Core::objects`, a leaf lock: it is held only to look
+//! context owns which UAR page. Guarded by `Backend::objects`, a leaf lock: it is held only to look
 //! up, insert or remove, never across guest-memory work or another object's lock.
 
 use crate::cq::Cq;
@@ -7,7 +7,8 @@ use crate::mr::Mr;
 use crate::pd::Pd;
 use crate::qp::Qp;
 use crate::srq::Srq;
-use crate::uc::Uc;
+use crate::uctx::Uctx;
+use pvrdma_abi::verbs::Gid;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -97,7 +98,7 @@ pub struct LiveObjects {
 
 /// All objects of the device.
 pub struct Objects {
-    pub ucs: Table<Uc>,
+    pub ucs: Table<Uctx>,
     pub pds: Table<Pd>,
     pub mrs: Table<Arc<Mr>>,
     /// lkey -> MR handle.
@@ -115,7 +116,7 @@ pub struct Objects {
 impl Objects {
     /// Empty tables; `seed` seeds MR key generation.
     pub fn new(seed: u64) -> Self {
-        use crate::dsr::limits::*;
+        use crate::limits::*;
         Self {
             ucs: Table::new(1, MAX_UAR - 1),
             pds: Table::new(1, MAX_PD),
@@ -158,6 +159,15 @@ impl Objects {
             }
         }
     }
+}
+
+/// One entry of the port's GID table, as CREATE_BIND set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its type: one `PVRDMA_GID_TYPE_FLAG_*` bit (RoCE v1 or v2).
+    pub gid_type: u8,
 }
 
 #[cfg(test)]

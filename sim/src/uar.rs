@@ -9,7 +9,8 @@
 //! that context's QPs, CQs and SRQs; anything else (an unowned page, a foreign or unknown handle,
 //! an unknown offset) is refused and counted in `SimStats::refused_doorbells`.
 
-use crate::device::{Core, DeviceState, Effects};
+use crate::ctx::Effects;
+use crate::device::{Core, DeviceState};
 use crate::Profile;
 use doorbell::encoding::{decode, split_bar_offset, ArmEncoding, Decoded};
 
@@ -70,7 +71,7 @@ impl Core {
                 if recv {
                     qp.recv_doorbell(self, &mut fx);
                 }
-                self.settle_and_deliver(fx);
+                crate::port::settle_and_deliver(self, fx);
             }
             Decoded::Cq { handle, arm, poll } => {
                 let cq = self.objects.lock().cqs.get(handle).cloned();
@@ -86,7 +87,7 @@ impl Core {
                 if recv {
                     let mut fx = Effects::default();
                     srq.doorbell(&mut fx);
-                    self.settle_and_deliver(fx);
+                    crate::port::settle_and_deliver(self, fx);
                 }
             }
             Decoded::Unknown => return false,

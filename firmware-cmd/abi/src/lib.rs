@@ -11,6 +11,7 @@
 
 pub mod cmd;
 pub mod dsr;
+pub mod errno;
 pub mod event;
 pub mod pdir;
 pub mod regs;

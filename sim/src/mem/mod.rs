@@ -12,7 +12,7 @@
 //! registered over a buffer at its own address). The consumer's pages are never dereferenced:
 //! the program may unmap them or change their protection at any time, which user space cannot
 //! prevent, so every access to them is a copy the kernel makes and fails instead of faulting
-//! (`user`, `docs/memory.md`): the device sees [`MemError::Fault`] and completes the work
+//! (`mem/user.rs`, `docs/memory.md`): the device sees [`MemError::Fault`] and completes the work
 //! request in error. Registration checks the pages as Linux's pinning does ([`MemError::NotMapped`]).
 //! Every access holds the map's read lock, so unmapping (the write lock) waits for accesses in
 //! flight, and none starts afterwards.
@@ -24,7 +24,7 @@
 //! 64-bit atomic instruction on the memory itself; otherwise the device's atomics on that region
 //! take one lock of the map. On the consumer's pages there is no fault-safe 64-bit atomic from
 //! user space: the read, the operation and the write take one lock of the whole process
-//! (`user::Access::atomic_u64`). Each way is atomic against every other device atomic on the
+//! (`Access::atomic_u64` in `mem/user.rs`). Each way is atomic against every other device atomic on the
 //! same bytes (other QPs, the loopback port, the RoCE receive thread, another device of the
 //! process that mapped the same pages), which is what the device's `ATOMIC_HCA` promises
 //! (`ibv_query_device(3)`: atomic between the HCA's own operations; Linux rxe reports the same),
@@ -34,11 +34,13 @@
 //! requester's SGE, written by the device), so a platform without shared memory (qtest) needs
 //! nothing of this; and over qtest the device is QEMU 7.2's, which carries an atomic WQE as a SEND
 //! anyway.
-#![allow(unsafe_code)]
 
+// The tests map memory of their own (and fork) to check the fault-safe accesses.
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod fault_tests;
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests;
 mod user;
 mod view;
@@ -80,7 +82,7 @@ pub enum MemError {
     /// (Linux's `ib_umem_get` fails the same pin with `EFAULT`).
     #[error("{addr:#x}+{len} is not mapped {} in this process", if *.writable { "writable" } else { "readable" })]
     NotMapped { addr: u64, len: u64, writable: bool },
-    /// The process has no fault-safe way to reach its own memory (`user`'s detection found
+    /// The process has no fault-safe way to reach its own memory (`mem/user.rs`'s detection found
     /// none), so the consumer's memory cannot be mapped.
     #[error("no fault-safe access to this process's memory: {0}")]
     Unsupported(&'static str),
@@ -212,6 +214,7 @@ impl GuestMemory {
     /// Errors: [`MemError::Misaligned`] for an address or length that is not page-aligned or a
     /// length of 0; [`MemError::NotMapped`] for a page missing or without the protection;
     /// [`MemError::Unsupported`] where the process has no fault-safe way to reach its memory.
+    #[allow(unsafe_code)] // the caller vouches for the host memory the device may reach
     pub unsafe fn map_external(&self, addr: usize, len: usize, writable: bool) -> Result<u64, MemError> {
         if (addr | len) & (PAGE as usize - 1) != 0 || len == 0 {
             return Err(MemError::Misaligned(addr as u64));
@@ -280,7 +283,7 @@ impl GuestMemory {
 
     /// Copies the pieces `(iova, len)`, one after another, into `buf` (as long as their sum):
     /// the gather of an SGE list, under one lock, the consumer's pieces in one system call per
-    /// `user`'s iovec limit. Errors: as [`GuestMemory::read`]; what was copied before a
+    /// `mem/user.rs`'s iovec limit. Errors: as [`GuestMemory::read`]; what was copied before a
     /// failure may have landed.
     pub fn read_pieces(&self, pieces: &[(u64, usize)], buf: &mut [u8]) -> Result<(), MemError> {
         let regions = self.regions.read();

@@ -2,16 +2,18 @@
 //! stalls, a stall whose timer ran out) carried to its responder and its sender completed, or
 //! held back to be tried again (`stall.rs`).
 
-use super::stall::{Attempt, Stall, Wait};
-use super::{Job, Op, Packet};
-use crate::device::{Core, Effects};
+use crate::backend::Backend;
+use crate::ctx::Effects;
+use crate::packet::{Op, Packet};
 use crate::qp::{Qp, Rx};
 use crate::timers::Retry;
+use crate::wire::stall::{Attempt, Stall, Wait};
+use crate::wire::{Job, INLINE_JOBS};
 use pvrdma_abi::wqe::wc_status;
 use std::sync::Arc;
 
-/// The port thread's body: runs until [`super::PortQueue::stop`].
-pub fn run(core: Arc<Core>) {
+/// The port thread's body: runs until [`crate::wire::PortQueue::stop`].
+pub fn run(core: Arc<Backend>) {
     while let Some(job) = core.port.next_job() {
         let mut fx = Effects::default();
         run_job(&core, job, &mut fx);
@@ -23,7 +25,7 @@ pub fn run(core: Arc<Core>) {
 
 /// Runs one job (by the thread holding the port): delivers a packet (behind its sender's held
 /// packets, if any), or tries a kicked or timed-out stall's packets again in order.
-pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
+pub(crate) fn run_job(core: &Backend, job: Job, fx: &mut Effects) {
     match job {
         Job::Packet(pkt) => {
             let Some(pkt) = core.port.hold_behind(pkt) else { return };
@@ -47,7 +49,7 @@ pub(crate) fn run_job(core: &Core, job: Job, fx: &mut Effects) {
 
 /// Tries `stall`'s packets in order, the first for reason `why`, until one must wait again (the
 /// stall is then held back) or none is left.
-fn retry(core: &Core, mut stall: Stall, mut why: Attempt, fx: &mut Effects) {
+fn retry(core: &Backend, mut stall: Stall, mut why: Attempt, fx: &mut Effects) {
     while let Some(pkt) = stall.pkts.pop_front() {
         if !retry_head(core, &mut stall, pkt, why, fx) {
             return core.port.hold(stall);
@@ -58,7 +60,7 @@ fn retry(core: &Core, mut stall: Stall, mut why: Attempt, fx: &mut Effects) {
 
 /// A kicked sender's stall: the packets it no longer waits for (it flushed, was reset or
 /// destroyed) leave the wire, and the first it still waits for is tried if it never was.
-fn prune(core: &Core, stall: Stall, fx: &mut Effects) {
+fn prune(core: &Backend, stall: Stall, fx: &mut Effects) {
     let waits = |p: &Packet| {
         let src = core.qp(p.src).filter(|q| q.uid == p.src_uid);
         src.is_some_and(|q| q.send_pending(p.seq))
@@ -72,7 +74,7 @@ fn prune(core: &Core, stall: Stall, fx: &mut Effects) {
 /// Tries `pkt`, the head of `stall`, for reason `why`. Returns whether it left the wire
 /// (delivered, failed or dropped: the next packet is then the head); otherwise it is back at
 /// the front of `stall`, waiting.
-fn retry_head(core: &Core, stall: &mut Stall, pkt: Packet, why: Attempt, fx: &mut Effects) -> bool {
+fn retry_head(core: &Backend, stall: &mut Stall, pkt: Packet, why: Attempt, fx: &mut Effects) -> bool {
     if why == Attempt::Timer && stall.wait == Wait::Answer {
         core.count(|c| &c.packets_timeouts);
         if let Err(status) = stall.timed_out() {
@@ -109,7 +111,7 @@ fn retry_head(core: &Core, stall: &mut Stall, pkt: Packet, why: Attempt, fx: &mu
 
 /// The head of `stall` (`pkt`) failed with `status` (its sender's retries ran out): its sender
 /// completes it so (and goes to ERR, flushing the rest), and it leaves the wire. Returns `true`.
-fn exhausted(core: &Core, stall: &mut Stall, pkt: &Packet, status: u32, fx: &mut Effects) -> bool {
+fn exhausted(core: &Backend, stall: &mut Stall, pkt: &Packet, status: u32, fx: &mut Effects) -> bool {
     core.count(|c| &c.packets_failed);
     if let Some(src) = core.qp(pkt.src).filter(|q| q.uid == pkt.src_uid) {
         src.complete_send(core, pkt.seq, status, fx);
@@ -132,9 +134,9 @@ enum Outcome {
 }
 
 /// Delivers `pkt` and completes its sender, or gives the packet back with why it must wait.
-fn deliver(core: &Core, pkt: Packet, fx: &mut Effects) -> Outcome {
+fn deliver(core: &Backend, pkt: Packet, fx: &mut Effects) -> Outcome {
     if pkt.ud.is_some() {
-        crate::qp::ud::deliver(core, pkt, fx);
+        crate::backend::ud::deliver(core, pkt, fx);
         return Outcome::Gone;
     }
     let Some(src) = core.qp(pkt.src).filter(|q| q.uid == pkt.src_uid) else {
@@ -201,7 +203,7 @@ fn retry_of(src: &Qp) -> Retry {
 /// WQE (a SEND, or a WRITE with immediate once its data is placed: placing it again on the retry
 /// writes the same bytes, as a retried WRITE does on a wire). A remote access error moves the
 /// responder to ERR (IBTA Class C; Linux rxe's responder does the same).
-fn respond(core: &Core, src: &Qp, dest: &Qp, pkt: &Packet, conn: u64, fx: &mut Effects) -> Rx {
+fn respond(core: &Backend, src: &Qp, dest: &Qp, pkt: &Packet, conn: u64, fx: &mut Effects) -> Rx {
     let remote_error = |status: u32, fx: &mut Effects| {
         dest.force_error(core, fx);
         Rx::Fail(status)
@@ -232,4 +234,24 @@ fn respond(core: &Core, src: &Qp, dest: &Qp, pkt: &Packet, conn: u64, fx: &mut E
             },
         },
     }
+}
+
+/// [`Backend::settle`] for a QP doorbell; with a link latency of 0 it first delivers the packets
+/// now due on this thread, up to [`INLINE_JOBS`] jobs, if the port is free (`port.rs`).
+/// Only a QP doorbell does: a driver may ring a CQ's arm doorbell while it holds its
+/// CQ-notification ring, which a delivery's interrupt handler takes (`eq/msix.rs`). Interrupts
+/// are raised once the port is given back: the handler may wake a consumer that preempts
+/// this thread, and that consumer's own doorbell then finds the port free.
+pub(crate) fn settle_and_deliver(b: &Backend, mut fx: Effects) {
+    b.settle_effects(&mut fx);
+    if b.cfg.link_latency.is_zero() {
+        for _ in 0..INLINE_JOBS {
+            let Some(job) = b.port.claim_due() else { break };
+            run_job(b, job, &mut fx);
+            b.settle_effects(&mut fx);
+            b.port.give_back();
+            b.raise_fired(&mut fx);
+        }
+    }
+    b.settle(fx);
 }

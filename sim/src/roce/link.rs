@@ -4,7 +4,7 @@
 //! so a run can be repeated).
 
 use super::LinkFaults;
-use crate::device::Core;
+use crate::backend::Backend;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 
@@ -47,7 +47,7 @@ impl<T: Clone> Faults<T> {
 
     /// Decides the fate of `pkt`: appends to `out` what goes on now, in order (nothing if lost
     /// or held; twice if duplicated; a packet held earlier after it). Counts each fault.
-    pub fn pass(&mut self, core: &Core, pkt: T, out: &mut Vec<T>) {
+    pub fn pass(&mut self, core: &Backend, pkt: T, out: &mut Vec<T>) {
         let f = &self.faults;
         let rng = &mut self.rng;
         let mut hit = |p: f64| p > 0.0 && rng.f64() < p;
@@ -92,7 +92,7 @@ impl Link {
     }
 
     /// [`Faults::pass`] for a packet sent.
-    pub fn pass(&self, core: &Core, pkt: Outgoing, out: &mut Vec<Outgoing>) {
+    pub fn pass(&self, core: &Backend, pkt: Outgoing, out: &mut Vec<Outgoing>) {
         if self.active {
             self.faults.lock().pass(core, pkt, out);
         } else {

@@ -45,7 +45,7 @@ mod capture;
 mod error;
 mod link;
 mod message;
-mod path;
+pub(crate) mod path;
 mod requester;
 mod responder;
 mod rx;
@@ -53,8 +53,9 @@ mod socket;
 pub(crate) mod sys;
 mod ud;
 
-use crate::device::{Core, Effects};
-use crate::port::{Op, Packet};
+use crate::backend::{Backend, Transport};
+use crate::ctx::Effects;
+use crate::packet::{Op, Packet};
 use crate::qp::Qp;
 use link::{Link, Outgoing};
 use message::Kind;
@@ -63,55 +64,17 @@ use pvrdma_abi::verbs::QpAttr;
 use requester::{Done, Requester};
 use roce_wire::{Headers, IpContext};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use crate::config::{LinkFaults, RoceConfig};
 pub use error::RoceError;
-pub use path::{gid_ip, ip_gid};
 pub(crate) use rx::run;
 
 /// The UDP destination port of RoCE v2 (IBTA A17.4.3).
 pub use roce_wire::ROCE_V2_UDP_PORT;
-
-/// How the port speaks RoCE v2.
-#[derive(Clone, Debug)]
-pub struct RoceConfig {
-    /// The port's addresses (a netdev's, as Linux's RoCE GID management sees them): the port binds
-    /// UDP `udp_port` on each, and each becomes a RoCE v2 GID (an IPv4 address IPv4-mapped,
-    /// `::ffff:a.b.c.d`). At least one.
-    pub addrs: Vec<IpAddr>,
-    /// The UDP port bound and sent to: [`ROCE_V2_UDP_PORT`] (another only for tests that cannot
-    /// bind it).
-    pub udp_port: u16,
-    /// Faults injected on the link (both directions).
-    pub faults: LinkFaults,
-    /// Write every packet sent and received to this pcap file.
-    pub pcap: Option<PathBuf>,
-}
-
-impl RoceConfig {
-    /// RoCE v2 on `addrs`, UDP 4791, no faults, no capture.
-    pub fn new(addrs: Vec<IpAddr>) -> Self {
-        Self { addrs, udp_port: ROCE_V2_UDP_PORT, faults: LinkFaults::default(), pcap: None }
-    }
-}
-
-/// Faults the port injects, each a probability in `[0, 1]` per packet, drawn from a generator
-/// seeded with `seed` (so a run can be repeated).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LinkFaults {
-    /// A packet is dropped.
-    pub loss: f64,
-    /// A packet is held back and sent after the next one.
-    pub reorder: f64,
-    /// A packet is sent twice.
-    pub duplicate: f64,
-    /// Seed of the fault generator.
-    pub seed: u64,
-}
 
 /// The port of a device whose [`crate::SimConfig::roce`] is set.
 pub(crate) struct RocePort {
@@ -171,27 +134,14 @@ impl RocePort {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// Sends the message `pkt` of QP `qp` (with attributes `a`, in RTS, its state lock held by
-    /// the caller). Errors: the completion status of a WQE whose path the port cannot serve
-    /// (`path::resolve`).
-    pub fn post(&self, core: &Core, qp: &Qp, a: &QpAttr, pkt: Packet, fx: &mut Effects) -> Result<(), u32> {
-        if let Some(d) = pkt.ud.as_deref() {
-            return ud::send(self, core, &pkt, d);
-        }
-        let req = self.requester_for(core, qp, a, fx)?;
-        let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
-        let kind = match pkt.op {
-            Op::Send { imm: i } => Kind::Send { imm: imm(i) },
-            Op::Write { remote_addr, rkey, imm: i } => Kind::Write { va: remote_addr, rkey, imm: imm(i) },
-            Op::Read { remote_addr, rkey, len } => Kind::Read { va: remote_addr, rkey, len },
-            Op::Atomic { remote_addr, rkey, op } => Kind::Atomic { va: remote_addr, rkey, op },
-        };
-        req.lock().post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
-        Ok(())
-    }
-
     /// QP `qp`'s requester for its current connection, created on its first message.
-    fn requester_for(&self, core: &Core, qp: &Qp, a: &QpAttr, fx: &mut Effects) -> Result<Arc<Mutex<Requester>>, u32> {
+    fn requester_for(
+        &self,
+        core: &Backend,
+        qp: &Qp,
+        a: &QpAttr,
+        fx: &mut Effects,
+    ) -> Result<Arc<Mutex<Requester>>, u32> {
         let key = (qp.uid, qp.connection());
         let mut map = self.requesters.lock();
         match map.get(&qp.handle) {
@@ -211,14 +161,6 @@ impl RocePort {
         }
     }
 
-    /// Hands QP `qp`'s requester (if it has one in its current connection) the attributes `a`
-    /// MODIFY_QP just changed in SQD ([`Requester::reconfigure`]). Called under the QP's lock.
-    pub fn reconfigure(&self, core: &Core, qp: &Qp, a: &QpAttr) {
-        let Some(req) = self.requester(qp, qp.connection()) else { return };
-        let path = path::resolve(core, &self.socks, self.udp_port, a).ok();
-        req.lock().reconfigure(a, path);
-    }
-
     /// The requester of QP `qp` in connection `conn`, if it has one.
     fn requester(&self, qp: &Qp, conn: u64) -> Option<Arc<Mutex<Requester>>> {
         let map = self.requesters.lock();
@@ -229,7 +171,7 @@ impl RocePort {
     /// Encodes one packet for `path` and puts it through the link's faults onto the wire (and
     /// into the capture). A packet that cannot be encoded or sent is counted
     /// (`roce_tx_errors`): the peer sees a loss, which the transport recovers from.
-    pub fn send(&self, core: &Core, path: &path::Path, hdr: &Headers, payload: &[u8]) {
+    pub fn send(&self, core: &Backend, path: &path::Path, hdr: &Headers, payload: &[u8]) {
         let Some(sock) = self.socks.get(path.sock) else {
             return;
         };
@@ -244,7 +186,7 @@ impl RocePort {
     }
 
     /// Writes packets the link let through to their sockets.
-    fn transmit(&self, core: &Core, out: Vec<Outgoing>) {
+    fn transmit(&self, core: &Backend, out: Vec<Outgoing>) {
         for o in out {
             let Some(sock) = self.socks.get(o.sock) else {
                 continue;
@@ -262,7 +204,7 @@ impl RocePort {
     }
 
     /// Sends the packet the link held back, if any (the link went idle).
-    fn release_held(&self, core: &Core) {
+    fn release_held(&self, core: &Backend) {
         let mut out = Vec::new();
         self.link.release_held(&mut out);
         self.transmit(core, out);
@@ -270,7 +212,7 @@ impl RocePort {
 
     /// Runs every requester's timers; forgets the requesters of QPs that are gone, reset or no
     /// longer in RTS or SQD (a draining QP finishes what it sent). Returns the earliest instant a timer is due next.
-    fn tick(&self, core: &Core, fx: &mut Effects) -> Option<Instant> {
+    fn tick(&self, core: &Backend, fx: &mut Effects) -> Option<Instant> {
         let all: Vec<(u32, u64, u64, Arc<Mutex<Requester>>)> =
             self.requesters.lock().iter().map(|(k, e)| (*k, e.uid, e.conn, e.req.clone())).collect();
         let now = Instant::now();
@@ -300,7 +242,7 @@ impl RocePort {
     }
 
     /// Removes requester `req` of QP `qpn` (unless another replaced it meanwhile).
-    fn forget(&self, core: &Core, qpn: u32, req: &Arc<Mutex<Requester>>, fx: &mut Effects) {
+    fn forget(&self, core: &Backend, qpn: u32, req: &Arc<Mutex<Requester>>, fx: &mut Effects) {
         let mut map = self.requesters.lock();
         if map.get(&qpn).is_some_and(|e| Arc::ptr_eq(&e.req, req)) {
             map.remove(&qpn);
@@ -312,9 +254,38 @@ impl RocePort {
     }
 }
 
+impl Transport for RocePort {
+    /// Sends the message `pkt` of QP `qp` (with attributes `a`, in RTS, its state lock held by
+    /// the caller). Errors: the completion status of a WQE whose path the port cannot serve
+    /// (`path::resolve`).
+    fn post(&self, core: &Backend, qp: &Qp, a: &QpAttr, pkt: Packet, fx: &mut Effects) -> Result<(), u32> {
+        if let Some(d) = pkt.ud.as_deref() {
+            return ud::send(self, core, &pkt, d);
+        }
+        let req = self.requester_for(core, qp, a, fx)?;
+        let imm = |b: Option<[u8; 4]>| b.map(u32::from_be_bytes);
+        let kind = match pkt.op {
+            Op::Send { imm: i } => Kind::Send { imm: imm(i) },
+            Op::Write { remote_addr, rkey, imm: i } => Kind::Write { va: remote_addr, rkey, imm: imm(i) },
+            Op::Read { remote_addr, rkey, len } => Kind::Read { va: remote_addr, rkey, len },
+            Op::Atomic { remote_addr, rkey, op } => Kind::Atomic { va: remote_addr, rkey, op },
+        };
+        req.lock().post(self, core, pkt.seq, kind, pkt.payload, pkt.solicited);
+        Ok(())
+    }
+
+    /// Hands QP `qp`'s requester (if it has one in its current connection) the attributes `a`
+    /// MODIFY_QP just changed in SQD ([`Requester::reconfigure`]). Called under the QP's lock.
+    fn reconfigure(&self, core: &Backend, qp: &Qp, a: &QpAttr) {
+        let Some(req) = self.requester(qp, qp.connection()) else { return };
+        let path = path::resolve(core, &self.socks, self.udp_port, a).ok();
+        req.lock().reconfigure(a, path);
+    }
+}
+
 /// Scatters a READ response's `data` at `offset` of the READ `seq`'s local buffers; a local
 /// error completes the READ with it (the QP then goes to ERR).
-fn read_response(core: &Core, qp: &Qp, seq: u64, offset: u32, data: &[u8], fx: &mut Effects) {
+fn read_response(core: &Backend, qp: &Qp, seq: u64, offset: u32, data: &[u8], fx: &mut Effects) {
     if let Err(status) = qp.read_response(core, seq, offset, data) {
         qp.complete_send(core, seq, status, fx);
     }
@@ -322,14 +293,14 @@ fn read_response(core: &Core, qp: &Qp, seq: u64, offset: u32, data: &[u8], fx: &
 
 /// Returns the device's wire budget of messages a requester let go (the loopback's budget,
 /// `PortQueue::try_reserve`, bounds the RoCE port's memory too).
-fn release(core: &Core, freed: Vec<u64>, fx: &mut Effects) {
+fn release(core: &Backend, freed: Vec<u64>, fx: &mut Effects) {
     for len in freed {
         core.port.unreserve(len, fx);
     }
 }
 
 /// Hands the requester's decisions to the QP (its lock taken here, the requester's released).
-fn complete(core: &Core, qp: &Qp, done: Done, fx: &mut Effects) {
+fn complete(core: &Backend, qp: &Qp, done: Done, fx: &mut Effects) {
     for (seq, status) in done {
         qp.complete_send(core, seq, status, fx);
     }

@@ -2,7 +2,7 @@
 //! to (its `dgid`), from its address vector (IBTA A17.4: a RoCE v2 GID is an IP address).
 
 use super::socket::Socket;
-use crate::device::Core;
+use crate::backend::Backend;
 use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
 use pvrdma_abi::verbs::{mtu, Gid, QpAttr};
 use pvrdma_abi::wqe::wc_status;
@@ -43,7 +43,7 @@ pub fn ip_gid(ip: IpAddr) -> Gid {
 /// bound (a RoCE v1 GID, as the link-local index 0, has no UDP socket to send from), when the
 /// `dgid` is of the other IP family or names no one host (unspecified, multicast, broadcast: an
 /// RC connection has one peer, IBTA 10.5 and A17), or when the path MTU is no IB MTU.
-pub fn resolve(core: &Core, socks: &[Socket], udp_port: u16, a: &QpAttr) -> Result<Path, u32> {
+pub fn resolve(core: &Backend, socks: &[Socket], udp_port: u16, a: &QpAttr) -> Result<Path, u32> {
     let grh = &a.ah_attr.grh;
     let entry = core.gid_entry(grh.sgid_index).ok_or(wc_status::LOC_QP_OP_ERR)?;
     if entry.gid_type != GID_TYPE_FLAG_ROCE_V2 {

@@ -17,8 +17,8 @@
 use super::message::{Kind, Message};
 use super::path::Path;
 use super::RocePort;
-use crate::device::Core;
-use crate::dsr::limits;
+use crate::backend::Backend;
+use crate::limits;
 use crate::timers::{rnr_delay, Retry, RNR_RETRY_INFINITE};
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
@@ -108,7 +108,7 @@ impl Requester {
 
     /// Queues a new message and sends what the window allows of it (nothing while an RNR NAK's
     /// timer runs: it goes out with the retransmission).
-    pub fn post(&mut self, port: &RocePort, core: &Core, seq: u64, kind: Kind, payload: Vec<u8>, solicited: bool) {
+    pub fn post(&mut self, port: &RocePort, core: &Backend, seq: u64, kind: Kind, payload: Vec<u8>, solicited: bool) {
         let m = Message::new(seq, self.next_psn, kind, payload, solicited, self.path.mtu);
         self.next_psn = psn::add(m.psn, m.npkts);
         self.msgs.push_back(m);
@@ -123,7 +123,7 @@ impl Requester {
     }
 
     /// Runs the timers due at `now`: the RNR wait's end, the local ACK timeout.
-    pub fn tick(&mut self, port: &RocePort, core: &Core, now: Instant, done: &mut Done) {
+    pub fn tick(&mut self, port: &RocePort, core: &Backend, now: Instant, done: &mut Done) {
         if let Some(t) = self.rnr_until {
             if now >= t {
                 self.rnr_until = None;
@@ -146,7 +146,7 @@ impl Requester {
     }
 
     /// An ACKNOWLEDGE packet with PSN `p`: an ACK, an RNR NAK or a NAK (IBTA 9.7.5.2).
-    pub fn on_ack(&mut self, port: &RocePort, core: &Core, p: u32, aeth: Aeth, done: &mut Done) {
+    pub fn on_ack(&mut self, port: &RocePort, core: &Backend, p: u32, aeth: Aeth, done: &mut Done) {
         // Only PSNs this requester sent can be acknowledged, and a NAK names a PSN sent and not
         // yet acknowledged (one already acknowledged is stale: the loss it reports was
         // recovered, and it must cost neither a retry nor a work request). A PSN sequence error
@@ -208,7 +208,7 @@ impl Requester {
     pub fn on_read_response(
         &mut self,
         port: &RocePort,
-        core: &Core,
+        core: &Backend,
         hdr: &Headers,
         len: usize,
         done: &mut Done,
@@ -283,7 +283,7 @@ impl Requester {
     pub fn on_atomic_ack(
         &mut self,
         port: &RocePort,
-        core: &Core,
+        core: &Backend,
         hdr: &Headers,
         done: &mut Done,
     ) -> Option<(u64, u64)> {
@@ -409,7 +409,7 @@ impl Requester {
 
     /// Sends again from PSN `from` on (what the window allows), and restarts the local ACK
     /// timer.
-    fn resend(&mut self, port: &RocePort, core: &Core, from: u32, now: Instant) {
+    fn resend(&mut self, port: &RocePort, core: &Backend, from: u32, now: Instant) {
         let first = self.first_unacked();
         self.sent_to = match self.pending_read() {
             _ if psn::diff(from, first) < 0 => first,
@@ -423,7 +423,7 @@ impl Requester {
     /// Sends packets from `sent_to` on while fewer than [`WINDOW`] PSNs are unacknowledged (a
     /// READ request goes whole: its responses are the responder's to pace). Starts the local
     /// ACK timer if it is not running.
-    fn pump(&mut self, port: &RocePort, core: &Core, now: Instant) {
+    fn pump(&mut self, port: &RocePort, core: &Backend, now: Instant) {
         if psn::diff(self.sent_to, self.acked) <= 0 {
             self.sent_to = psn::add(self.acked, 1);
         }

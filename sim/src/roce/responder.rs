@@ -16,9 +16,10 @@
 
 use super::path::Path;
 use super::{message::PKEY, RocePort};
-use crate::device::{Core, Effects};
-use crate::dsr::limits;
-use crate::port::{Op, Packet};
+use crate::backend::Backend;
+use crate::ctx::Effects;
+use crate::limits;
+use crate::packet::{Op, Packet};
 use crate::qp::{Qp, Rx};
 use pvrdma_abi::verbs::QpAttr;
 use pvrdma_abi::wqe::wc_status;
@@ -37,7 +38,7 @@ pub(super) const NO_CREDITS: u8 = 0x1f;
 /// attributes and path it had when the packet arrived.
 pub struct Ctx<'a> {
     pub port: &'a RocePort,
-    pub core: &'a Core,
+    pub core: &'a Backend,
     pub qp: &'a Qp,
     pub attrs: &'a QpAttr,
     pub path: Path,

@@ -8,7 +8,8 @@ use super::path::{self, Path};
 use super::requester::Done;
 use super::responder::{Ctx, Responder};
 use super::{complete, release, sys, RocePort};
-use crate::device::{Core, Effects};
+use crate::backend::Backend;
+use crate::ctx::Effects;
 use crate::qp::Qp;
 use pvrdma_abi::verbs::qp_state;
 use roce_wire::{opcode as op, IpContext, Packet, WireError};
@@ -31,10 +32,8 @@ const RX_STREAM: u64 = 0x5278_5278_5278_5278;
 const MAX_DATAGRAM: usize = 1 << 16;
 
 /// The thread's body: runs until the device is dropped ([`RocePort::stop`]).
-pub fn run(core: Arc<Core>) {
-    let Some(port) = core.roce.as_ref() else {
-        return;
-    };
+pub fn run(core: Arc<Backend>, port: Arc<RocePort>) {
+    let port = &*port;
     let faults = core.cfg.roce.as_ref().map(|r| r.faults.clone()).unwrap_or_default();
     let mut rx = Receiver {
         responders: HashMap::new(),
@@ -87,7 +86,7 @@ struct Receiver {
 impl Receiver {
     /// Drops the responder state of QPs destroyed or reset since (a message in progress holds
     /// up to a receive WQE's length), as [`RocePort::tick`] drops their requesters.
-    fn forget_gone(&mut self, core: &Core) {
+    fn forget_gone(&mut self, core: &Backend) {
         let reserved = &self.reserved;
         self.responders.retain(|&qpn, r| {
             let live = core.qp(qpn).is_some_and(|q| (q.uid, q.connection()) == (r.uid, r.conn));
@@ -100,7 +99,7 @@ impl Receiver {
 
     /// Sends the next burst of every READ being answered (a QP no longer connected stops
     /// answering). Returns whether any responses remain.
-    fn pump_reads(&mut self, core: &Core, port: &RocePort, fx: &mut Effects) -> bool {
+    fn pump_reads(&mut self, core: &Backend, port: &RocePort, fx: &mut Effects) -> bool {
         let mut more = false;
         for (&qpn, r) in self.responders.iter_mut().filter(|(_, r)| r.is_reading()) {
             let Some((qp, attrs, path)) = responding_qp(core, port, qpn, r) else {
@@ -114,7 +113,7 @@ impl Receiver {
     }
 
     /// Reads up to [`BATCH`] datagrams from socket `i`.
-    fn drain(&mut self, core: &Core, port: &RocePort, i: usize, fx: &mut Effects) {
+    fn drain(&mut self, core: &Backend, port: &RocePort, i: usize, fx: &mut Effects) {
         let sock = &port.socks[i];
         for _ in 0..BATCH {
             let (n, peer) = match sock.udp.recv_from(&mut self.buf) {
@@ -136,14 +135,14 @@ impl Receiver {
     }
 
     /// Handles the datagram the receiving direction's faults held back, if any.
-    fn release_held(&mut self, core: &Core, port: &RocePort, fx: &mut Effects) {
+    fn release_held(&mut self, core: &Backend, port: &RocePort, fx: &mut Effects) {
         let mut out = Vec::new();
         self.faults.release_held(&mut out);
         self.handle_all(core, port, out, fx);
     }
 
     /// Handles datagrams the receiving direction's faults let through.
-    fn handle_all(&mut self, core: &Core, port: &RocePort, got: Vec<Incoming>, fx: &mut Effects) {
+    fn handle_all(&mut self, core: &Backend, port: &RocePort, got: Vec<Incoming>, fx: &mut Effects) {
         for g in got {
             if let Some(sock) = port.socks.get(g.sock) {
                 self.handle(core, port, sock.local, g.peer, &g.bytes, fx);
@@ -154,7 +153,7 @@ impl Receiver {
     /// Checks one datagram from `peer` to `local` and dispatches it.
     fn handle(
         &mut self,
-        core: &Core,
+        core: &Backend,
         port: &RocePort,
         local: SocketAddr,
         peer: SocketAddr,
@@ -209,7 +208,7 @@ impl Receiver {
 /// The QP `qpn` if it is in RTR or RTS and connected to `peer` (its `dgid` is the sender's
 /// address), with its attributes and path.
 fn connected_qp(
-    core: &Core,
+    core: &Backend,
     port: &RocePort,
     qpn: u32,
     peer: SocketAddr,
@@ -226,7 +225,7 @@ fn connected_qp(
 /// The QP responder `r` answers for, if it is still the same QP and connection, in RTR or RTS,
 /// with its attributes and path.
 fn responding_qp(
-    core: &Core,
+    core: &Backend,
     port: &RocePort,
     qpn: u32,
     r: &Responder,
@@ -242,7 +241,7 @@ fn responding_qp(
 
 /// An ACKNOWLEDGE, ATOMIC Acknowledge or READ response for QP `qp`'s requester (an atomic's
 /// original value is placed as a READ response's data is, little-endian as in host memory).
-fn on_response(core: &Core, port: &RocePort, qp: &Qp, conn: u64, pkt: &Packet<'_>, fx: &mut Effects) {
+fn on_response(core: &Backend, port: &RocePort, qp: &Qp, conn: u64, pkt: &Packet<'_>, fx: &mut Effects) {
     let Some(req) = port.requester(qp, conn) else {
         return core.count(|c| &c.roce_rx_dropped_qp);
     };

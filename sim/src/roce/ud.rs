@@ -7,9 +7,12 @@
 use super::message::PKEY;
 use super::path::{gid_ip, ip_gid};
 use super::{tx_context, Outgoing, RocePort};
-use crate::device::{Core, Effects};
-use crate::port::{Op, Packet};
-use crate::qp::ud::{self, Datagram, Route, IBA_BYTES};
+use crate::backend::ud;
+use crate::backend::Backend;
+use crate::ctx::Effects;
+use crate::packet::ud::{grh, network, Datagram, Route, IBA_BYTES};
+use crate::packet::{Op, Packet};
+use crate::qp::ud::Dropped;
 use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
 use pvrdma_abi::wqe::wc_status;
 use roce_wire::ud::{decode_ud, encode_ud, UdPacket, UD_SEND_ONLY, UD_SEND_ONLY_WITH_IMMEDIATE};
@@ -23,7 +26,7 @@ const RX_HOP_LIMIT: u8 = 64;
 /// Sends the UD datagram `pkt` (`d`) now, from the socket of its source GID to its destination
 /// GID's address. Errors: `LOC_QP_OP_ERR` when the source GID is no RoCE v2 GID the port has
 /// bound, or the destination is of the other IP family or names no one host.
-pub(super) fn send(port: &RocePort, core: &Core, pkt: &Packet, d: &Datagram) -> Result<(), u32> {
+pub(super) fn send(port: &RocePort, core: &Backend, pkt: &Packet, d: &Datagram) -> Result<(), u32> {
     let entry = core.gid_entry(d.sgid_index).ok_or(wc_status::LOC_QP_OP_ERR)?;
     let src = gid_ip(&entry.gid);
     let sock = port.socks.iter().position(|s| s.local.ip() == src);
@@ -57,7 +60,7 @@ pub(super) fn send(port: &RocePort, core: &Core, pkt: &Packet, d: &Datagram) -> 
 /// against, for IPv6). Malformed, bad-ICRC and wrong-P_Key packets are counted as the RC path
 /// counts them; the rest under the UD drop reasons.
 pub(super) fn receive(
-    core: &Core,
+    core: &Backend,
     local: SocketAddr,
     peer: SocketAddr,
     bytes: &[u8],
@@ -82,8 +85,8 @@ pub(super) fn receive(
     let imm_len = if p.imm.is_some() { 4 } else { 0 };
     let d = Datagram {
         qkey: p.qkey,
-        grh: ud::grh(&route, p.payload.len() + p.bth.pad as usize + IBA_BYTES + imm_len, true),
-        network: ud::network(&route.sgid),
+        grh: grh(&route, p.payload.len() + p.bth.pad as usize + IBA_BYTES + imm_len, true),
+        network: network(&route.sgid),
         sgid_index: 0,
     };
     let pkt = Packet {
@@ -101,7 +104,7 @@ pub(super) fn receive(
     };
     let outcome = match core.qp(p.bth.dest_qp) {
         Some(qp) => qp.receive_ud(core, &pkt, &d, fx),
-        None => Err(ud::Dropped::Qp),
+        None => Err(Dropped::Qp),
     };
     ud::count(core, outcome);
 }

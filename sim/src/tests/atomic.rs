@@ -3,7 +3,7 @@
 //! responder makes (R_Key, access, alignment, bounds) and the requester's (one 8-byte SGE), the
 //! `max_rd_atomic` window. (The 64-bit atomicity of guest memory under threads: `mem.rs`.)
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use pvrdma_abi::verbs::{access, qp_state};
 use pvrdma_abi::wqe::{wc_opcode, wc_status, wr_opcode, Cqe, Sge};
 

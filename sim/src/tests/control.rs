@@ -1,6 +1,6 @@
 //! Registers, DSR load, and the command channel.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::{DeviceState, SimConfig, SimDevice, UAR_BASE_PFN};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::dsr::Dsr;

@@ -2,8 +2,8 @@
 //! directory lists now, the ring state is rewritten; every refusal leaves the old ring working;
 //! the QEMU 7.2 profile answers nothing, as QEMU 7.2.
 
-use super::minidrv::*;
-use crate::dsr::limits::MAX_CQE;
+use crate::limits::MAX_CQE;
+use crate::testutil::minidrv::*;
 use crate::{Profile, SimConfig};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::regs::{REG_ERR, REG_REQUEST};

@@ -1,6 +1,6 @@
 //! The data path: RC SEND over the loopback port, CQ arming, ownership, overflow, errors.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::{ArmState, Profile, SimConfig};
 use pvrdma_abi::uar::*;
 use pvrdma_abi::verbs::{access, qp_state, send_flags};

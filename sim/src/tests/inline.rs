@@ -2,7 +2,7 @@
 //! carries the packet to the receiver and runs the CQ vector's handler; with a latency the port
 //! thread does.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::uar::UAR_CQ_ARM;
 use std::sync::{Arc, Mutex};

@@ -1,20 +1,21 @@
 //! Tests that drive the model through a mini-driver, as a driver would.
 
 mod atomic;
-mod breakers10;
-mod breakers10b;
 mod budget;
 mod control;
 mod counts;
 mod cq_resize;
+mod create_fields;
 mod datapath;
-mod hostile;
-mod hostile13;
+mod gid_table;
 mod inline;
-mod minidrv;
+mod modify_refusals;
 mod modify_values;
 mod rdma;
+mod registers;
 mod retry;
 mod roce;
 mod srq;
 mod ud;
+mod untrusted_driver;
+mod wqe_fields;

@@ -4,7 +4,7 @@
 //! SQ-drained flag and the address vector's SL, rate, path bits and flow label — each kept as the
 //! device's field holds it (QUERY_QP reads that back).
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::cmd::QueryQp;
 use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};

@@ -1,7 +1,7 @@
 //! RDMA WRITE, WRITE with immediate and READ over the loopback port (IBTA 9.4.3, 9.4.4): data
 //! placement, completions, remote access checks by R_Key and what the responder does on them.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::uar::UAR_QP_SEND;
 use pvrdma_abi::verbs::{access, qp_state, send_flags};
@@ -296,7 +296,7 @@ fn a_read_response_lands_at_its_offset_across_sges() {
     assert_eq!(r.bytes(&r.la, 1100, 10), vec![0; 10], "nothing between the SGEs");
     assert_eq!(qp.read_response(core, 0, 2999, &[1, 2]), Err(wc_status::LOC_LEN_ERR));
     assert_eq!(qp.read_response(core, 1, 0, &[1]), Err(wc_status::BAD_RESP_ERR), "no such READ");
-    let mut fx = crate::device::Effects::default();
+    let mut fx = crate::ctx::Effects::default();
     qp.complete_send(core, 0, wc_status::SUCCESS, &mut fx);
     assert_eq!(qp.read_response(core, 0, 0, &[1]), Err(wc_status::BAD_RESP_ERR), "completed");
     core.settle_effects(&mut fx);

@@ -4,9 +4,9 @@
 //! on the loopback port (one device, both QPs) and on the RoCE v2 port (two devices, each on a
 //! 127/8 address it holds), and must end with the same completions on both.
 
-use super::minidrv::*;
 use super::roce::{self, connect, end, init, received, recv, rtr_rts, send, wait};
 use super::roce::{End, Opts, LONG, SGID};
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state, QpAttr};
 use pvrdma_abi::wqe::wc_status::*;

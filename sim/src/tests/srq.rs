@@ -2,8 +2,8 @@
 //! packet) is the only one flushed when the QP goes to ERR, and QEMU 7.2's swapped
 //! MODIFY_SRQ/QUERY_SRQ table as the profile reproduces it.
 
-use super::minidrv::{build_pdir, sge, Drv, TestQp, GID0, PAGE};
-use crate::device::Effects;
+use crate::ctx::Effects;
+use crate::testutil::minidrv::{build_pdir, sge, Drv, TestQp, GID0, PAGE};
 use crate::{Profile, SimConfig};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::event::EqeType;
@@ -128,7 +128,7 @@ fn create_qp_on_an_srq_and_max_srq_are_enforced() {
     req.srq_handle = U32::new(srq);
     assert_eq!(d.err(req), 0);
     // max_srq SRQs, then ENOMEM.
-    for _ in 2..crate::dsr::limits::MAX_SRQ {
+    for _ in 2..crate::limits::MAX_SRQ {
         create_srq(&mut d, pd);
     }
     let base = d.dev.mem().alloc(2 * PAGE).unwrap();
@@ -140,5 +140,63 @@ fn create_qp_on_an_srq_and_max_srq_are_enforced() {
         ..Default::default()
     };
     assert_eq!(d.err(one_more), 12, "ENOMEM past max_srq");
-    assert_eq!(d.dev.live_objects().srqs, crate::dsr::limits::MAX_SRQ as usize);
+    assert_eq!(d.dev.live_objects().srqs, crate::limits::MAX_SRQ as usize);
+}
+
+/// A QP of an SRQ holding a WQE for a message in progress (the RoCE responder's first packet)
+/// and then reset or destroyed completes that WQE with WR_FLUSH_ERR, so the driver (which
+/// removes the QP's CQEs) retires it rather than owing it a completion forever; before the fix
+/// the device dropped it silently. A full CQ gets no such CQE: it is owed to no verb, and must
+/// not overflow the CQ (and fail its other QPs).
+///
+/// From issue 13's hostile-driver review of its commands.
+#[test]
+fn a_held_srq_wqe_is_flushed_at_reset_and_destroy_without_overflowing_the_cq() {
+    use super::srq::{create_srq, post_srq, srq_qp};
+    use crate::ctx::Effects;
+    use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
+    use pvrdma_abi::wqe::{wc_status, Cqe};
+    use zerocopy::FromZeros;
+    let mut d = Drv::new(SimConfig::default());
+    d.bind_gid(0, GID0);
+    let pd = d.create_pd(0);
+    let cq = d.create_cq(0, 2);
+    let (srq, state) = create_srq(&mut d, pd);
+    let a = d.create_qp(pd, cq.handle, cq.handle, 8);
+    let mut reset = QpAttr::new_zeroed();
+    reset.qp_state = U32::new(qp_state::RESET);
+    for w in 0..4 {
+        post_srq(&d, state, w, 100);
+    }
+    let hold = |d: &mut Drv| {
+        let b = srq_qp(d, pd, cq.handle, srq);
+        d.connect_access(b.qpn, a.qpn, access::LOCAL_WRITE);
+        let qp = d.dev.core().qp(b.qpn).unwrap();
+        assert_eq!(qp.recv_capacity(d.dev.core(), &mut Effects::default()), Some(100));
+        b
+    };
+    // Reset with room: the held WQE completes with WR_FLUSH_ERR.
+    let b = hold(&mut d);
+    assert_eq!(d.modify(b.qpn, m::STATE, reset), 0);
+    let got = d.wait_cqes(&cq, 1);
+    assert_eq!((got[0].wr_id.get(), got[0].status.get()), (0, wc_status::WR_FLUSH_ERR));
+    // Destroy with room: the same.
+    let b = hold(&mut d);
+    d.ok(DestroyQp { qp_handle: U32::new(b.qpn), ..Default::default() });
+    let got = d.wait_cqes(&cq, 1);
+    assert_eq!((got[0].wr_id.get(), got[0].status.get()), (1, wc_status::WR_FLUSH_ERR));
+    // A full CQ (2 of 2): nothing is published, and the CQ does not overflow.
+    let b = hold(&mut d);
+    for id in [50, 51] {
+        assert!(d.dev.post_cqe(
+            cq.handle,
+            &Cqe { wr_id: zerocopy::little_endian::U64::new(id), ..Cqe::new_zeroed() },
+            false
+        ));
+    }
+    assert_eq!(d.modify(b.qpn, m::STATE, reset), 0);
+    d.ok(DestroyQp { qp_handle: U32::new(b.qpn), ..Default::default() });
+    let status = d.dev.cq_status(cq.handle).unwrap();
+    assert!(!status.error, "a reset or destroy never overflows the CQ");
+    assert_eq!(d.dev.stats().cq_overflows, 0);
 }

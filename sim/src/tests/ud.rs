@@ -2,7 +2,7 @@
 //! (a Q_Key, no path), what a UD send WQE's `wr.ud` must hold (a bound source GID, port 1, a SEND
 //! opcode), and the receive completion's fields.
 
-use super::minidrv::*;
+use crate::testutil::minidrv::*;
 use crate::SimConfig;
 use pvrdma_abi::cmd::QueryQp;
 use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state, qp_type, send_flags, QpAttr};

@@ -9,8 +9,8 @@
 //! by replaying PSNs.
 
 use super::{Ctx, InMsg, Responder, NO_CREDITS};
-use crate::device::Effects;
-use crate::dsr::limits;
+use crate::ctx::Effects;
+use crate::limits;
 use crate::mem::Atomic64;
 use roce_wire::{opcode as op, psn, Aeth, AtomicEth, Headers};
 

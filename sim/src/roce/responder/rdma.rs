@@ -8,8 +8,8 @@
 //! what no READ asked for.
 
 use super::{Ctx, InMsg, Responder, NO_CREDITS};
-use crate::device::Effects;
-use crate::dsr::limits;
+use crate::ctx::Effects;
+use crate::limits;
 use crate::qp::Rx;
 use crate::roce::message::packets;
 use pvrdma_abi::wqe::wc_status;

@@ -229,7 +229,7 @@ fn a_send_longer_than_the_max_message_size_is_refused_not_buffered() {
     d.recv(&e.qp, 1, &[huge, huge]);
     let r = o.rq_psn;
     let mtu = 1024;
-    let most = crate::dsr::limits::MAX_MSG_SZ as usize / mtu;
+    let most = crate::limits::MAX_MSG_SZ as usize / mtu;
     let payload = vec![0x5a; mtu];
     let mut k = 0u32;
     let reply = loop {

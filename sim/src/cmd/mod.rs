@@ -8,10 +8,18 @@
 //! response at all, as QEMU 7.2's table entry has no handler: the slot stays as the driver left
 //! it, `ERR` reads 0xffff, vector 0 is raised.
 
-use crate::device::{Core, Effects};
+mod cq;
+mod mr;
+mod pd;
+mod port;
+mod qp;
+mod srq;
+mod uctx;
+
+use crate::backend::Backend;
+use crate::ctx::Effects;
 use crate::dsr::DsrInfo;
 use crate::errno::{CmdResult, Errno};
-use crate::{cq, mr, pd, port, qp, srq, uc};
 use pvrdma_abi::cmd::{opcode as op, CmdRequest, NoopResp, RespHdr};
 use zerocopy::IntoBytes;
 
@@ -30,14 +38,14 @@ pub struct Outcome {
 }
 
 /// Runs the request in `req` (the first [`MAX_REQUEST`] bytes of the command slot).
-pub fn execute(core: &Core, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outcome {
+pub fn execute(core: &Backend, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outcome {
     let opcode = u32::from_le_bytes([req[8], req[9], req[10], req[11]]);
     let opcode = srq::table_opcode(core.cfg.profile, opcode);
     let (mut resp, err) = match opcode {
         op::QUERY_PORT => run(req, |r| port::query_port(core, r)),
         op::QUERY_PKEY => run(req, |r| port::query_pkey(core, r)),
-        op::CREATE_UC => run(req, |r| uc::create(core, dsr.uar_pfn, r)),
-        op::DESTROY_UC => run(req, |r| uc::destroy(core, r)),
+        op::CREATE_UC => run(req, |r| uctx::create(core, dsr.uar_pfn, r)),
+        op::DESTROY_UC => run(req, |r| uctx::destroy(core, r)),
         op::CREATE_PD => run(req, |r| pd::create(core, r)),
         op::DESTROY_PD => run(req, |r| pd::destroy(core, r)),
         op::CREATE_MR => run(req, |r| mr::create(core, r)),
@@ -66,7 +74,7 @@ pub fn execute(core: &Core, dsr: &DsrInfo, req: &[u8], fx: &mut Effects) -> Outc
 /// Whether the profile's device leaves the request in `req` without any response: on
 /// [`crate::Profile::Qemu72`], RESIZE_CQ (QEMU 7.2's table names it without a handler, so it writes
 /// no response, sets `ERR` to 0xffff and raises vector 0).
-pub fn unanswered(core: &Core, req: &[u8]) -> bool {
+pub fn unanswered(core: &Backend, req: &[u8]) -> bool {
     let opcode = u32::from_le_bytes([req[8], req[9], req[10], req[11]]);
     core.cfg.profile == crate::Profile::Qemu72 && opcode == op::RESIZE_CQ
 }

@@ -3,10 +3,12 @@
 //! budget, and who holds the port (a doorbell's thread at link latency 0, else the port thread).
 //! Its lock is a leaf.
 
-use super::stall::Stall;
-use super::Packet;
-use crate::device::Effects;
+pub(crate) mod stall;
+
+use crate::ctx::Effects;
+use crate::packet::Packet;
 use parking_lot::{Condvar, Mutex};
+use stall::Stall;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -106,7 +108,7 @@ impl PortQueue {
     }
 
     /// A packet of `len` bytes left the wire (delivered, failed or dropped).
-    pub(super) fn release(&self, len: u64, fx: &mut Effects) {
+    pub(crate) fn release(&self, len: u64, fx: &mut Effects) {
         let mut w = self.wire.lock();
         w.packets = w.packets.saturating_sub(1);
         w.bytes = w.bytes.saturating_sub(len);
@@ -194,7 +196,7 @@ impl PortQueue {
     /// it is empty or the wire was cleared since the port was claimed (its packets then leave
     /// the wire). The port thread, which runs the timers, is woken to wait for its timer (a
     /// doorbell's thread may be holding it, with the port thread asleep for longer).
-    pub(super) fn hold(&self, stall: Stall) {
+    pub(crate) fn hold(&self, stall: Stall) {
         let mut w = self.wire.lock();
         if stall.pkts.is_empty() {
             return;
@@ -210,7 +212,7 @@ impl PortQueue {
 
     /// Holds `pkt` back behind its sender's packets already held, if any; gives it back if none
     /// are.
-    pub(super) fn hold_behind(&self, pkt: Packet) -> Option<Packet> {
+    pub(crate) fn hold_behind(&self, pkt: Packet) -> Option<Packet> {
         let mut w = self.wire.lock();
         match w.stalls.get_mut(&pkt.src_uid) {
             Some(s) => {
@@ -230,7 +232,7 @@ impl PortQueue {
 
     /// The port thread's next job, waiting for one (and for the port to be free). `None` once
     /// stopped.
-    pub(super) fn next_job(&self) -> Option<Job> {
+    pub(crate) fn next_job(&self) -> Option<Job> {
         let mut w = self.wire.lock();
         loop {
             if w.stop {
@@ -267,7 +269,7 @@ impl PortQueue {
     }
 
     /// Claims the port for the calling thread and takes a job due now, if nobody else holds the
-    /// port and one is due. The caller delivers it with [`super::run_job`] and then calls
+    /// port and one is due. The caller delivers it with `port::run_job` and then calls
     /// [`PortQueue::give_back`].
     pub(crate) fn claim_due(&self) -> Option<Job> {
         let mut w = self.wire.lock();

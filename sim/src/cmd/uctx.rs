@@ -1,37 +1,28 @@
-//! User contexts (CREATE_UC / DESTROY_UC): each owns one UAR page of BAR2, the page whose pfn the
-//! command carries. Doorbells on that page are honoured only for the context's own QPs and CQs.
+//! CREATE_UC, DESTROY_UC.
 
-use crate::budget::Charge;
-use crate::device::Core;
+use crate::backend::Backend;
 use crate::errno::{CmdResult, Errno};
+use crate::uctx::*;
 use pvrdma_abi::cmd::{CreateUc, CreateUcResp, DestroyUc, NoopResp};
 use zerocopy::little_endian::U32;
-
-/// A user context.
-#[derive(Debug)]
-pub struct Uc {
-    /// Index of its UAR page in BAR2 (never 0, the kernel's page).
-    pub page: u32,
-    _charge: Charge,
-}
 
 /// CREATE_UC: the context owns UAR page `pfn - dsr.uar_pfn`.
 ///
 /// Errors: `EINVAL` if that page is the kernel's or outside BAR2; `EBUSY` if another context owns
 /// it; `ENOMEM` if every page is taken or the host budget is spent.
-pub fn create(core: &Core, uar_pfn: u64, req: &CreateUc) -> CmdResult<CreateUcResp> {
+pub fn create(core: &Backend, uar_pfn: u64, req: &CreateUc) -> CmdResult<CreateUcResp> {
     let page = u64::from(req.pfn.get()).checked_sub(uar_pfn).ok_or(Errno::EINVAL)?;
-    if page == 0 || page >= u64::from(crate::dsr::limits::MAX_UAR) {
+    if page == 0 || page >= u64::from(crate::limits::MAX_UAR) {
         return Err(Errno::EINVAL);
     }
     let page = page as u32;
-    let charge = core.budget.charge_object::<Uc>(0)?;
+    let charge = core.budget.charge_object::<Uctx>(0)?;
     let mut objs = core.objects.lock();
     if objs.uar_pages.contains_key(&page) {
         return Err(Errno::EBUSY);
     }
     let handle = objs.ucs.alloc().ok_or(Errno::ENOMEM)?;
-    objs.ucs.insert(handle, Uc { page, _charge: charge });
+    objs.ucs.insert(handle, Uctx { page, _charge: charge });
     objs.uar_pages.insert(page, handle);
     Ok(CreateUcResp { ctx_handle: U32::new(handle), ..Default::default() })
 }
@@ -40,7 +31,7 @@ pub fn create(core: &Core, uar_pfn: u64, req: &CreateUc) -> CmdResult<CreateUcRe
 ///
 /// Errors: `EINVAL` for an unknown handle; `EBUSY` while a PD or CQ of the context exists (the
 /// model does not tear down a context's objects behind the driver's back).
-pub fn destroy(core: &Core, req: &DestroyUc) -> CmdResult<NoopResp> {
+pub fn destroy(core: &Backend, req: &DestroyUc) -> CmdResult<NoopResp> {
     let h = req.ctx_handle.get();
     let mut objs = core.objects.lock();
     let page = objs.ucs.get(h).ok_or(Errno::EINVAL)?.page;

@@ -1,23 +1,25 @@
-//! A test-only mini-driver: allocates guest memory, writes a DSR, posts raw commands through the
+//! A mini-driver for tests: allocates guest memory, writes a DSR, posts raw commands through the
 //! command slot and REQUEST, builds page directories, posts WQEs and rings UAR doorbells. It uses
-//! only the device's public surface and the ABI, as a driver would.
+//! only the device's public surface and the ABI, as a driver would. Its waits are bounded
+//! ([`WAIT`]); it panics on what a test must not see (it is for tests only).
 
 use crate::{SimConfig, SimDevice, UAR_BASE_PFN};
 use pvrdma_abi::cmd::*;
 use pvrdma_abi::dsr::{Dsr, RingPageInfo};
-use pvrdma_abi::event::Eqe;
 use pvrdma_abi::regs::*;
-use pvrdma_abi::ring::{idx_inc, idx_slot};
 use pvrdma_abi::uar::*;
-use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state, qp_type, send_flags, Gid, QpAttr};
+use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, qp_type, Gid, QpAttr};
 use pvrdma_abi::wqe::*;
+mod datapath;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use zerocopy::big_endian::U32 as Be32;
+use std::time::Duration;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+/// The page size of guest memory.
 pub const PAGE: u64 = 4096;
+/// The bound of every wait.
 pub const WAIT: Duration = Duration::from_secs(2);
 /// The GID the mini-driver binds at index 0.
 pub const GID0: Gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56];
@@ -31,11 +33,14 @@ pub struct DevRing {
     pub size: u64,
 }
 
+/// A CQ the mini-driver created: its handle and its ring.
 pub struct TestCq {
     pub handle: u32,
     pub ring: DevRing,
 }
 
+/// A QP the mini-driver created: its QPN, its ring-state page, its SQ and RQ (first page,
+/// depth, stride) and its doorbell page.
 #[derive(Clone, Copy, Debug)]
 pub struct TestQp {
     pub qpn: u32,
@@ -50,6 +55,7 @@ pub struct TestQp {
     pub page: u32,
 }
 
+/// An MR the mini-driver registered.
 #[derive(Clone, Copy, Debug)]
 pub struct TestMr {
     pub handle: u32,
@@ -71,6 +77,7 @@ pub struct Retries {
     pub min_rnr_timer: u8,
 }
 
+/// The mini-driver: a device, its DSR, its command and response slots and its device rings.
 pub struct Drv {
     pub dev: Arc<SimDevice>,
     pub dsr: u64,
@@ -85,6 +92,14 @@ impl Drv {
     /// A device with a loaded, activated DSR whose device rings have 2 pages each.
     pub fn new(cfg: SimConfig) -> Self {
         Self::with_device(SimDevice::new(cfg))
+    }
+
+    /// Loads a fresh DSR on `dev` (after a RESET) and activates it.
+    pub fn new_on(dev: Arc<SimDevice>) -> Self {
+        let d = Self::load(dev, 2);
+        d.dev.reg_write(REG_CTL, DeviceCtl::Activate as u32);
+        assert_eq!(d.dev.reg_read(REG_ERR), 0);
+        d
     }
 
     /// [`Drv::new`] on a device already made.
@@ -164,7 +179,7 @@ impl Drv {
         let mut resp = vec![0u8; len.max(16)];
         mem.read(self.resp_slot, &mut resp).unwrap();
         let hdr = RespHdr::read_from_prefix(&resp).unwrap().0;
-        let expect_err = if hdr.err == 0 { 0 } else { (-i32::from(hdr.err)) as u32 };
+        let expect_err = pvrdma_abi::errno::reg_value(hdr.err);
         assert_eq!(self.dev.reg_read(REG_ERR), expect_err);
         (resp, hdr)
     }
@@ -292,6 +307,21 @@ impl Drv {
         assert_eq!(self.modify(qp, mask, a), 0);
     }
 
+    /// A `len`-byte MR over one page ([`aliased_pdir`]), with LOCAL_WRITE; returns its lkey.
+    pub fn aliased_mr(&mut self, pd: u32, len: u64) -> u32 {
+        let (dir, _) = aliased_pdir(&self.dev);
+        self.ok(CreateMr {
+            length: U64::new(len),
+            pdir_dma: U64::new(dir),
+            pd_handle: U32::new(pd),
+            access_flags: U32::new(access::LOCAL_WRITE),
+            nchunks: U32::new((len / PAGE) as u32),
+            ..Default::default()
+        })
+        .lkey
+        .get()
+    }
+
     /// An MR of `len` bytes whose first byte is at virtual address `va` (any alignment).
     pub fn create_mr(&mut self, pd: u32, va: u64, len: u64, access: u32) -> TestMr {
         let off = va % PAGE;
@@ -310,178 +340,6 @@ impl Drv {
         assert_ne!(resp.lkey.get(), resp.rkey.get());
         let (handle, lkey, rkey) = (resp.mr_handle.get(), resp.lkey.get(), resp.rkey.get());
         TestMr { handle, lkey, rkey, va, iova: base + off }
-    }
-
-    /// Writes a send WQE at the SQ's producer slot and publishes it (no doorbell).
-    pub fn post_send_wqe(&self, qp: &TestQp, wr_id: u64, op: u32, flags: u32, imm: u32, sges: &[Sge]) {
-        let hdr = SqWqeHdr {
-            wr_id: U64::new(wr_id),
-            num_sge: U32::new(sges.len() as u32),
-            opcode: U32::new(op),
-            send_flags: U32::new(flags),
-            ex: Be32::new(imm),
-            ..Default::default()
-        };
-        self.post_wqe(qp, &hdr, sges);
-    }
-
-    /// Writes an RDMA WQE (`wr.rdma` = `remote_addr`, `rkey`) and publishes it (no doorbell).
-    #[allow(clippy::too_many_arguments)]
-    pub fn post_rdma_wqe(
-        &self,
-        qp: &TestQp,
-        wr_id: u64,
-        op: u32,
-        flags: u32,
-        imm: u32,
-        remote_addr: u64,
-        rkey: u32,
-        sges: &[Sge],
-    ) {
-        let mut hdr = SqWqeHdr {
-            wr_id: U64::new(wr_id),
-            num_sge: U32::new(sges.len() as u32),
-            opcode: U32::new(op),
-            send_flags: U32::new(flags),
-            ex: Be32::new(imm),
-            ..Default::default()
-        };
-        hdr.wr[..8].copy_from_slice(&remote_addr.to_le_bytes());
-        hdr.wr[8..12].copy_from_slice(&rkey.to_le_bytes());
-        self.post_wqe(qp, &hdr, sges);
-    }
-
-    /// Writes a signaled atomic WQE `op` (`wr.atomic` as Linux's `pvrdma_post_send` fills it:
-    /// `remote_addr`, `compare_add`, `swap`, `rkey`), publishes it and rings the SQ doorbell.
-    #[allow(clippy::too_many_arguments)]
-    pub fn post_atomic_wqe(
-        &self,
-        qp: &TestQp,
-        wr_id: u64,
-        op: u32,
-        remote_addr: u64,
-        rkey: u32,
-        compare_add: u64,
-        swap: u64,
-        sges: &[Sge],
-    ) {
-        let mut wr = pvrdma_abi::wqe::WrAtomic::new_zeroed();
-        (wr.remote_addr, wr.rkey) = (U64::new(remote_addr), U32::new(rkey));
-        (wr.compare_add, wr.swap) = (U64::new(compare_add), U64::new(swap));
-        let mut hdr = SqWqeHdr {
-            wr_id: U64::new(wr_id),
-            num_sge: U32::new(sges.len() as u32),
-            opcode: U32::new(op),
-            send_flags: U32::new(send_flags::SIGNALED),
-            ..Default::default()
-        };
-        hdr.wr.copy_from_slice(wr.as_bytes());
-        self.post_wqe(qp, &hdr, sges);
-        self.qp_doorbell(qp, pvrdma_abi::uar::UAR_QP_SEND);
-    }
-
-    /// Writes `hdr` and `sges` at the SQ's producer slot and publishes it.
-    pub fn post_wqe(&self, qp: &TestQp, hdr: &SqWqeHdr, sges: &[Sge]) {
-        let mem = self.dev.mem();
-        let prod = mem.load_u32(qp.state).unwrap();
-        let slot = idx_slot(prod, qp.swr).expect("SQ index");
-        let at = qp.sq + u64::from(slot) * qp.sstride;
-        mem.write(at, hdr.as_bytes()).unwrap();
-        mem.write(at + 80, sges.as_bytes()).unwrap();
-        mem.store_u32(qp.state, idx_inc(prod, qp.swr)).unwrap();
-    }
-
-    /// Posts a signaled SEND and rings the SQ doorbell.
-    pub fn send(&self, qp: &TestQp, wr_id: u64, flags: u32, sges: &[Sge]) {
-        self.post_send_wqe(qp, wr_id, wr_opcode::SEND, flags | send_flags::SIGNALED, 0, sges);
-        self.qp_doorbell(qp, UAR_QP_SEND);
-    }
-
-    /// Writes a receive WQE and rings the RQ doorbell.
-    pub fn recv(&self, qp: &TestQp, wr_id: u64, sges: &[Sge]) {
-        let mem = self.dev.mem();
-        let prod = mem.load_u32(qp.state + 8).unwrap();
-        let slot = idx_slot(prod, qp.rwr).expect("RQ index");
-        let hdr = RqWqeHdr { wr_id: U64::new(wr_id), num_sge: U32::new(sges.len() as u32), total_len: U32::ZERO };
-        let at = qp.rq + u64::from(slot) * qp.rstride;
-        mem.write(at, hdr.as_bytes()).unwrap();
-        mem.write(at + 16, sges.as_bytes()).unwrap();
-        mem.store_u32(qp.state + 8, idx_inc(prod, qp.rwr)).unwrap();
-        self.qp_doorbell(qp, UAR_QP_RECV);
-    }
-
-    pub fn qp_doorbell(&self, qp: &TestQp, bits: u32) {
-        self.dev.uar_write(u64::from(qp.page) * PAGE + u64::from(UAR_QP_OFFSET), bits | qp.qpn);
-    }
-
-    /// Rings the CQ doorbell of `cq` with `bits` on UAR page `page`.
-    pub fn cq_doorbell(&self, page: u32, cq: u32, bits: u32) {
-        self.dev.uar_write(u64::from(page) * PAGE + u64::from(UAR_CQ_OFFSET), bits | cq);
-    }
-
-    /// Takes the next CQE, if any.
-    pub fn poll(&self, cq: &TestCq) -> Option<Cqe> {
-        let raw = self.take(&cq.ring)?;
-        Some(Cqe::read_from_bytes(&raw).unwrap())
-    }
-
-    /// Waits for `n` CQEs (bounded).
-    pub fn wait_cqes(&self, cq: &TestCq, n: usize) -> Vec<Cqe> {
-        let deadline = Instant::now() + WAIT;
-        let mut out = Vec::new();
-        while out.len() < n && Instant::now() < deadline {
-            match self.poll(cq) {
-                Some(c) => out.push(c),
-                None => std::thread::sleep(Duration::from_micros(100)),
-            }
-        }
-        out
-    }
-
-    /// Drains the CQ-notification ring.
-    pub fn notifications(&self) -> Vec<u32> {
-        std::iter::from_fn(|| self.take(&self.cq_ring)).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-    }
-
-    /// Drains the async-event ring.
-    pub fn async_events(&self) -> Vec<(u32, u32)> {
-        std::iter::from_fn(|| self.take(&self.async_ring))
-            .map(|b| Eqe::read_from_bytes(&b).unwrap())
-            .map(|e| (e.type_.get(), e.info.get()))
-            .collect()
-    }
-
-    /// Consumes one entry of a device-produced ring.
-    fn take(&self, r: &DevRing) -> Option<Vec<u8>> {
-        let mem = self.dev.mem();
-        let prod = mem.load_u32(r.state + 8).unwrap();
-        let cons = mem.load_u32(r.state + 12).unwrap();
-        if prod == cons {
-            return None;
-        }
-        let slot = idx_slot(cons, r.elems).unwrap();
-        let mut raw = vec![0u8; r.size as usize];
-        mem.read(r.entries + u64::from(slot) * r.size, &mut raw).unwrap();
-        mem.store_u32(r.state + 12, idx_inc(cons, r.elems)).unwrap();
-        Some(raw)
-    }
-
-    /// Entries queued in `cq` without consuming them.
-    pub fn queued(&self, r: &DevRing) -> u32 {
-        let mem = self.dev.mem();
-        let prod = mem.load_u32(r.state + 8).unwrap();
-        let cons = mem.load_u32(r.state + 12).unwrap();
-        pvrdma_abi::ring::ring_count(prod, cons, r.elems).unwrap()
-    }
-
-    /// Takes every pending interrupt of `vector` without waiting.
-    pub fn irqs(&self, vector: u16) -> u32 {
-        self.dev.vectors().wait(vector, Duration::ZERO)
-    }
-
-    /// Waits until the port has nothing in flight.
-    pub fn settle(&self) {
-        assert!(self.dev.wait_port_idle(WAIT), "port did not go idle");
     }
 }
 
@@ -513,6 +371,16 @@ pub fn init_qp(d: &mut Drv) -> u32 {
     a.port_num = 1;
     assert_eq!(d.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
     qp
+}
+
+/// A page directory naming one table 512 times, whose 512 entries name one page: 12 KiB of guest
+/// memory that describes 1 GiB. Returns the directory and the page.
+pub fn aliased_pdir(dev: &SimDevice) -> (u64, u64) {
+    let mem = dev.mem();
+    let (dir, table, page) = (mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap(), mem.alloc(PAGE).unwrap());
+    mem.write(dir, &table.to_le_bytes().repeat(512)).unwrap();
+    mem.write(table, &page.to_le_bytes().repeat(512)).unwrap();
+    (dir, page)
 }
 
 /// Builds a page directory (directory page plus table pages) listing `pages`.

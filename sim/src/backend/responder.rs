@@ -2,12 +2,20 @@
 //! the atomics — and the requester's READ or atomic response: what the loopback port and the RoCE
 //! responder both call, knowing no transport.
 
-use super::*;
+use crate::backend::mr;
+use crate::limits;
+use crate::packet::{Op, Packet};
+use pvrdma_abi::verbs::access;
+use pvrdma_abi::wqe::{wc_opcode, wc_status};
+
+use crate::backend::Backend;
+use crate::ctx::Effects;
+use crate::qp::*;
 
 impl Qp {
     /// A SEND: takes the next receive WQE for `pkt`, scatters the payload and publishes the
     /// receive CQE, if the QP [`accepts`](Qp::accepts) the packet. Called by the port thread.
-    pub(crate) fn receive(&self, core: &Core, pkt: &Packet, connection: u64, fx: &mut Effects) -> Rx {
+    pub(crate) fn receive(&self, core: &Backend, pkt: &Packet, connection: u64, fx: &mut Effects) -> Rx {
         let mut st = self.st.lock();
         if !self.accepting(&st, pkt.src, connection) {
             return Rx::Fail(wc_status::RETRY_EXC_ERR);
@@ -34,7 +42,7 @@ impl Qp {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn receive_write_imm(
         &self,
-        core: &Core,
+        core: &Backend,
         src_qp: u32,
         imm: [u8; 4],
         byte_len: u32,
@@ -68,7 +76,7 @@ impl Qp {
     /// (a Class C responder error of IBTA 9.9, as Linux rxe's `RESPST_ERR_RKEY_VIOLATION` does).
     /// Linux rxe answers a QP without the access bit with Invalid Request instead
     /// (`check_op_valid`); the model reports it as the access error it is.
-    pub(crate) fn rdma_write(&self, core: &Core, rkey: u32, remote_addr: u64, data: &[u8]) -> Result<(), u32> {
+    pub(crate) fn rdma_write(&self, core: &Backend, rkey: u32, remote_addr: u64, data: &[u8]) -> Result<(), u32> {
         self.check_remote_access(access::REMOTE_WRITE)?;
         mr::remote_write(core, self.pd, rkey, remote_addr, data)
     }
@@ -76,7 +84,7 @@ impl Qp {
     /// The responder side of an RDMA READ: the `len` bytes at `remote_addr` of the MR `rkey`
     /// names, checked as [`Qp::rdma_write`] with `REMOTE_READ`. Errors: as `rdma_write`, and
     /// `REM_INV_REQ_ERR` for a length past `MAX_MSG_SZ`.
-    pub(crate) fn rdma_read(&self, core: &Core, rkey: u32, remote_addr: u64, len: u32) -> Result<Vec<u8>, u32> {
+    pub(crate) fn rdma_read(&self, core: &Backend, rkey: u32, remote_addr: u64, len: u32) -> Result<Vec<u8>, u32> {
         self.check_remote_access(access::REMOTE_READ)?;
         mr::remote_read(core, self.pd, rkey, remote_addr, len)
     }
@@ -88,7 +96,7 @@ impl Qp {
     /// the caller moves this QP to ERR (Class C, as for [`Qp::rdma_write`]).
     pub(crate) fn atomic(
         &self,
-        core: &Core,
+        core: &Backend,
         rkey: u32,
         remote_addr: u64,
         op: crate::mem::Atomic64,
@@ -102,7 +110,7 @@ impl Qp {
     /// Checks a whole RDMA READ's RETH (`len` bytes at `remote_addr` under `rkey`) before its
     /// first response is sent, as [`Qp::rdma_read`] checks each response's part: a READ the
     /// responder refuses sends nothing. Errors: as `rdma_read`.
-    pub(crate) fn check_rdma_read(&self, core: &Core, rkey: u32, remote_addr: u64, len: u32) -> Result<(), u32> {
+    pub(crate) fn check_rdma_read(&self, core: &Backend, rkey: u32, remote_addr: u64, len: u32) -> Result<(), u32> {
         self.check_remote_access(access::REMOTE_READ)?;
         if len > limits::MAX_MSG_SZ {
             return Err(wc_status::REM_INV_REQ_ERR);
@@ -116,7 +124,7 @@ impl Qp {
     /// Checks a whole RDMA WRITE's RETH (`len` bytes at `remote_addr` under `rkey`) before its
     /// first packet is written, as [`Qp::rdma_write`] checks each packet: a multi-packet WRITE
     /// the responder refuses writes nothing. Errors: `REM_ACCESS_ERR`.
-    pub(crate) fn check_rdma_write(&self, core: &Core, rkey: u32, remote_addr: u64, len: u64) -> Result<(), u32> {
+    pub(crate) fn check_rdma_write(&self, core: &Backend, rkey: u32, remote_addr: u64, len: u64) -> Result<(), u32> {
         self.check_remote_access(access::REMOTE_WRITE)?;
         if len == 0 {
             return Ok(());
@@ -140,7 +148,7 @@ impl Qp {
     ///
     /// Errors: `LOC_PROT_ERR` for a bad local SGE, `LOC_LEN_ERR` for data past the SGEs, and
     /// `BAD_RESP_ERR` if `seq` is no READ waiting for its response.
-    pub(crate) fn read_response(&self, core: &Core, seq: u64, offset: u32, data: &[u8]) -> Result<(), u32> {
+    pub(crate) fn read_response(&self, core: &Backend, seq: u64, offset: u32, data: &[u8]) -> Result<(), u32> {
         let st = self.st.lock();
         let read = st.inflight.iter().find(|e| e.seq == seq && e.status.is_none() && e.is_read());
         let entry = read.filter(|_| !st.dead).ok_or(wc_status::BAD_RESP_ERR)?;

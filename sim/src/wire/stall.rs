@@ -20,7 +20,7 @@
 //! packets behind the head were never tried: they keep the sender's order (a responder that
 //! becomes ready takes them after the head).
 
-use super::Packet;
+use crate::packet::Packet;
 use crate::timers::{rnr_delay, Retry, RNR_RETRY_INFINITE};
 use pvrdma_abi::wqe::wc_status;
 use std::collections::VecDeque;
@@ -28,7 +28,7 @@ use std::time::Instant;
 
 /// What the head of a stall waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Wait {
+pub(crate) enum Wait {
     /// Not tried yet (the stall's previous head left the wire).
     Untried,
     /// A receive WQE at QP `dest` (RNR).
@@ -39,7 +39,7 @@ pub(super) enum Wait {
 
 /// Why the head of a stall is tried now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Attempt {
+pub(crate) enum Attempt {
     /// Its first try, or the first since the packet before it left the wire.
     First,
     /// Its timer ran out.
@@ -52,13 +52,13 @@ pub(super) enum Attempt {
 #[derive(Debug)]
 pub(crate) struct Stall {
     /// The sender's uid (every packet's `src_uid`).
-    pub(super) uid: u64,
+    pub(crate) uid: u64,
     /// The sender's QPN.
-    pub(super) src: u32,
-    pub(super) pkts: VecDeque<Packet>,
-    pub(super) wait: Wait,
+    pub(crate) src: u32,
+    pub(crate) pkts: VecDeque<Packet>,
+    pub(crate) wait: Wait,
     /// When the head is tried again (`None`: only when kicked, or never).
-    pub(super) due: Option<Instant>,
+    pub(crate) due: Option<Instant>,
     /// What is left of `retry_cnt` and of `rnr_retry` since the last progress (`None`: all).
     retries: Option<u8>,
     rnr_retries: Option<u8>,
@@ -66,7 +66,7 @@ pub(crate) struct Stall {
 
 impl Stall {
     /// An empty stall of the sender of `pkt` (allocates nothing until a packet is held).
-    pub(super) fn of(pkt: &Packet) -> Self {
+    pub(crate) fn of(pkt: &Packet) -> Self {
         Self {
             uid: pkt.src_uid,
             src: pkt.src,
@@ -79,20 +79,20 @@ impl Stall {
     }
 
     /// Whether the head waits for a receive WQE at QP `qpn`.
-    pub(super) fn waits_at(&self, qpn: u32) -> bool {
+    pub(crate) fn waits_at(&self, qpn: u32) -> bool {
         self.wait == (Wait::Receive { dest: qpn })
     }
 
     /// Whether a kick of QP `qpn` concerns the stall: the head waits for a receive WQE there, or
     /// `qpn` is the sender (which may have flushed or been reset or destroyed).
-    pub(super) fn kicked_by(&self, qpn: u32) -> bool {
+    pub(crate) fn kicked_by(&self, qpn: u32) -> bool {
         self.src == qpn || self.waits_at(qpn)
     }
 
     /// The head, tried for reason `why`, found no receive WQE at `dest`, whose `min_rnr_timer`
     /// is `timer`. `Err(RNR_RETRY_EXC_ERR)` once the sender's `rnr_retry` (`retry`) is spent;
     /// else the head waits.
-    pub(super) fn rnr(&mut self, retry: &Retry, dest: u32, timer: u8, why: Attempt) -> Result<(), u32> {
+    pub(crate) fn rnr(&mut self, retry: &Retry, dest: u32, timer: u8, why: Attempt) -> Result<(), u32> {
         if why == Attempt::Kick && self.waits_at(dest) {
             return Ok(());
         }
@@ -109,7 +109,7 @@ impl Stall {
     }
 
     /// The head went unanswered: it waits the sender's local ACK timeout (`retry`).
-    pub(super) fn unanswered(&mut self, retry: &Retry) {
+    pub(crate) fn unanswered(&mut self, retry: &Retry) {
         self.retries.get_or_insert(retry.retry_cnt);
         self.wait = Wait::Answer;
         self.due = retry.timeout.map(osdep::deadline_after);
@@ -117,7 +117,7 @@ impl Stall {
 
     /// The timer of an unanswered head ran out: `Ok` to send it again (one retry spent),
     /// `Err(RETRY_EXC_ERR)` if none is left.
-    pub(super) fn timed_out(&mut self) -> Result<(), u32> {
+    pub(crate) fn timed_out(&mut self) -> Result<(), u32> {
         match &mut self.retries {
             Some(0) => Err(wc_status::RETRY_EXC_ERR),
             Some(left) => {
@@ -129,7 +129,7 @@ impl Stall {
     }
 
     /// The head left the wire: the next one is untried and the counts start over.
-    pub(super) fn progress(&mut self) {
+    pub(crate) fn progress(&mut self) {
         self.wait = Wait::Untried;
         self.due = None;
         self.retries = None;
