@@ -8,6 +8,8 @@ pub mod differential_atomics;
 pub mod differential_cq;
 pub mod differential_srq;
 pub mod differential_ud;
+#[cfg(test)]
+mod doc_tables;
 pub mod events;
 pub mod faults;
 pub mod fixture;
