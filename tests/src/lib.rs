@@ -8,6 +8,8 @@ pub mod abi_sizes;
 pub mod command_errors;
 pub mod cprobe;
 pub mod differential;
+#[cfg(test)]
+mod doc_tables;
 pub mod events;
 pub mod faults;
 pub mod fixture;
