@@ -2,7 +2,7 @@
 //! one generic [`CmdChannel::post`] runs the protocol for every typed command of
 //! [`pvrdma_abi::cmd`].
 //!
-//! Protocol (`../shared/design.md`, decision 10): zero the response slot, write the request with a
+//! Protocol (`docs/decisions.md`, decision 10): zero the response slot, write the request with a
 //! fresh cookie, write `REG_REQUEST`, wait for the response (one vector-0 interrupt, or by polling
 //! the `ack` word), then accept only a response whose `ack` is the opcode with bit 31 set and whose
 //! cookie matches. A device status becomes [`CmdError::Device`]; a transport fault (timeout, wrong

@@ -2,7 +2,7 @@
 # The soft-RoCE interop cases; run inside L1 by l1-stage2.sh after the real-device tests (sourced
 # environment: $WORK/l1-env). Linux's rdma_rxe on one end of a veth pair in the initial network
 # namespace (rxe's UDP sockets live only there), the model's processes under `ip netns exec` on
-# the other end (../shared/rxe-peer/README.md, facts 1-2). Each case prints one line
+# the other end (docs/rxe.md, facts 1-2). Each case prints one line
 #     test rxe::<name> ... ok | FAILED (<why>)
 # into $WORK/out/rxe.log (run.sh checks them against expected-rxe.txt); every process's own
 # output is kept in $WORK/out/rxe/<case>.*.log. Figures go to the same log as `NUMBERS: TCG ...`

@@ -54,7 +54,7 @@ fn ah_to_device(a: &AhAttr) -> abi::AhAttr {
 const MAX_24BIT: u32 = (1 << 24) - 1;
 
 /// Checks the fields of a QUERY_QP answer that every device answers at their offsets (QEMU 7.2
-/// lays its backend's `ibv_qp_attr` over the rest, `QueryQpLayout` in the README, so those carry
+/// lays its backend's `ibv_qp_attr` over the rest, `QueryQpLayout` in docs/qemu.md, so those carry
 /// no rule; [`from_device`] refuses an unknown state as it maps it): `path_mtu` is 0 (not set yet) or an MTU
 /// code, `path_mig_state` one of MIGRATED/REARM/ARMED, and the PSNs and destination QPN fit
 /// their 24 bits.

@@ -13,7 +13,7 @@
 //! successful CQE completes the oldest *signaled* WQE with its `wr_id` (IBTA: a successful
 //! unsignaled WQE has no CQE, so a consumer reusing one `wr_id` for every send, as perftest
 //! does, is matched right), or, if none is owed, the oldest unsignaled one: QEMU 7.2 completes
-//! unsignaled sends as well (`SendWqeFlattened` in the README). An error CQE (a flush completes
+//! unsignaled sends as well (`SendWqeFlattened`, docs/qemu.md). An error CQE (a flush completes
 //! everything) completes the oldest WQE with its `wr_id`.
 //!
 //! Where a device drops CQEs silently (QEMU 7.2 on a full CQ) or completes unsignaled sends

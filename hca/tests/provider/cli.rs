@@ -278,7 +278,7 @@ fn args(a: &[&str]) -> Vec<String> {
 }
 
 /// Server and client as two processes of the tool, each with its own model and a RoCE v2 port
-/// on its own loopback address, as the README shows them: the connection data goes over TCP as
+/// on its own loopback address, as docs/roce.md shows them: the connection data goes over TCP as
 /// `ibv_rc_pingpong` sends it, the messages over UDP 4791, and each end checks every payload.
 /// Busy and event mode; one-packet, one-page and 64-packet messages (MTU 1024). Addresses and the
 /// server's port are the test's own: tried until the tool binds them, and the client starts only

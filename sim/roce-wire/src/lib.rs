@@ -16,7 +16,7 @@
 //! never reports. An IPv4 packet read from a UDP socket therefore cannot have its ICRC checked;
 //! its reader passes `ip: None` to [`decode`]. IPv6 has no such field, so IPv6 packets read from
 //! a UDP socket are checked (and peers such as Linux rxe are best reached over IPv6 GIDs).
-//! Facts about rxe as a peer: `shared/rxe-peer/README.md`.
+//! Facts about rxe as a peer: `docs/rxe.md` (Facts about rxe as a peer).
 #![forbid(unsafe_code)]
 
 mod codec;

@@ -23,7 +23,7 @@ fn hex(s: &str) -> Vec<u8> {
 
 /// Computed offline with Python's `zlib.crc32` over 8 x 0xFF, the IPv4 header with TOS, TTL and
 /// checksum all-ones (ID 0x1234, DF), the UDP header with checksum 0xFFFF, and the BTH with
-/// resv8a 0xFF (the recipe of shared/rxe-peer, verified against rxe).
+/// resv8a 0xFF (the recipe of `docs/rxe.md`, fact 3, verified against rxe).
 const V4_SEND_ONLY_IMM: (&str, u32) = ("05f0ffff00000011800001001234567868656c6c6f000000", 0x6606_2181);
 /// Likewise over IPv6 (traffic class, flow label, hop limit all-ones), RDMA WRITE Only.
 const V6_WRITE_ONLY: (&str, u32) =

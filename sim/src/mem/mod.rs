@@ -4,7 +4,7 @@
 //! every address the driver gives it here, bounds-checked: an address outside every region is an
 //! error, never a panic. Nobody holds a Rust reference over memory the other side writes: data is
 //! copied in and out, and ring indices and ownership words are 32-bit atomics with acquire/release
-//! ordering (`../shared/design.md`, decision 4).
+//! ordering (`docs/decisions.md`, decision 4).
 //!
 //! A region is either memory the map owns ([`GuestMemory::alloc`]: the rings, `alloc_mr`), reached
 //! directly as `AtomicU32` words, or pages of the consumer's own memory mapped in

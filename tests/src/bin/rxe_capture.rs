@@ -1,5 +1,5 @@
 //! `rxe_capture`: what a capture of the soft-RoCE interop traffic shows, for the VM stage
-//! (`tests/qemu/l1-rxe.sh`) and the README's table of rxe's behaviour.
+//! (`tests/qemu/l1-rxe.sh`) and docs/rxe.md's table of rxe's behaviour.
 //!
 //! ```text
 //! rxe_capture FILE --rxe ADDR [--rxe ADDR]...

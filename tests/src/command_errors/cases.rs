@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A case: its name (the test's, on both sides), its body, and what QEMU 7.2 answered at each
-/// step when it was recorded (the README table's QEMU column).
+/// step when it was recorded (the QEMU 7.2 column of docs/qemu.md's command-error table, checked by `doc_tables`).
 pub struct Case {
     /// The test name (`cmd::<name>` in `qemu_model` and `qemu_real`).
     pub name: &'static str,
@@ -43,7 +43,7 @@ const NO_RESPONSE: &str = "no response, REG_ERR 0xffff, irq";
 
 macro_rules! cases {
     ($($name:ident => [$($qemu:expr),* $(,)?]),* $(,)?) => {
-        /// Every case, in the README table's order.
+        /// Every case, in the order of docs/qemu.md's command-error table.
         pub const CASES: &[Case] = &[$(
             Case { name: stringify!($name), run: $name, qemu72: &[$($qemu),*] }
         ),*];

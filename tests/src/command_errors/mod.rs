@@ -360,7 +360,7 @@ pub fn on_qemu(name: &str) -> Vec<Step> {
     let fault = r.steps.iter().any(|s| matches!(s.obs, Obs::Crashed(_) | Obs::Hung(_)));
     if !fault {
         let got: Vec<String> = r.steps.iter().map(|s| s.obs.to_string()).collect();
-        assert_eq!(got, c.qemu72, "{name}: QEMU answered other than recorded (update the case table and README)");
+        assert_eq!(got, c.qemu72, "{name}: QEMU answered other than recorded (update the case table and docs/qemu.md)");
     }
     r.steps
 }

@@ -3,7 +3,7 @@
 //! checks what every side does; where the sides differ on purpose the body says so by name
 //! ([`Difference`]) and checks each side's own behaviour. Any other disagreement is a model bug.
 //!
-//! Rules these bodies follow (`shared/design.md`, decision 13): interrupts are the driver's count
+//! Rules these bodies follow (`docs/decisions.md`, decision 13): interrupts are the driver's count
 //! (`Pvrdma::stats`), never a sticky mailbox; "no event" is asserted only after the CQE has been
 //! polled from the ring; capabilities are compared by rule, not by value (QEMU's come from rxe).
 //! Every target is probed the default way: how the device arms CQs is found by the driver's

@@ -1,5 +1,5 @@
 //! The Rust device ABI (`pvrdma-abi`) against the real uapi header
-//! `/usr/include/rdma/vmw_pvrdma-abi.h` (`../shared/design.md`, decision 11).
+//! `/usr/include/rdma/vmw_pvrdma-abi.h` (`docs/decisions.md`, decision 11).
 //!
 //! A C program compiled at test time prints, for `pvrdma_cqe`, `pvrdma_sq_wqe_hdr` (with the
 //! `rdma`, `atomic` and `ud` members of its `wr` union), `pvrdma_rq_wqe_hdr`, `pvrdma_sge` and

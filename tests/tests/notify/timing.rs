@@ -36,7 +36,7 @@ fn bounded<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T
 /// `Cq::modify_upcall`) arms the CQ through `ArmMachine::ensure` **without draining the
 /// notification ring first** — unlike `Cq::notify` and every arm doorbell the driver rings, which
 /// call `EventRings::drain_notifications` before arming — so the stale entry then fires the new
-/// arm. Violates IBTA 11.4.2.5 / README ("Enabling with CQEs queued gives no upcall") and
+/// arm. Violates IBTA 11.4.2.5 / docs/event-loop.md ("Enabling with CQEs queued gives no upcall") and
 /// design decision 3 ("raises at most one event per arm" — here an event for a CQE from before
 /// the arm). Same hole: the MANY_INSTANCE re-arm in `ArmMachine::take_upcall` and
 /// `ArmMachine::rearm`. The IBTA-profile twin of this test passes (`upcall.rs`).
@@ -53,7 +53,7 @@ fn qemu72_enabling_an_upcall_with_a_cqe_queued_gives_no_upcall() {
         cq.set_upcall(UpcallPolicy::Disable, move |cq: &Cq, st| drop(tx.send((st, drain(cq))))).unwrap();
         // A CQE while disabled (unarmed): QEMU still writes its notification entry.
         assert!(d.post_cqe(cq.handle(), &cqe(round), false));
-        // Enable, then poll once more (the README's pattern).
+        // Enable, then poll once more (the pattern of docs/event-loop.md).
         cq.modify_upcall(UpcallPolicy::ManyInstance).unwrap();
         let polled = drain(&cq);
         if let Ok(r) = rx.recv_timeout(SETTLE) {
@@ -79,8 +79,8 @@ fn qemu72_enabling_an_upcall_with_a_cqe_queued_gives_no_upcall() {
 /// second time when the dispatcher takes that upcall. A `modify_upcall(SingleInstance)` between
 /// the two (the consumer's "enable, then poll once more", from any thread) is undone by the second
 /// mark, and the arm it made fires into a disabled dispatcher. Violates DAT SINGLE_INSTANCE ("one
-/// upcall for the next completion event after enabling"), README "policy changes never lose a
-/// completion" and IBTA's rule that a CQE queued before an enable raises nothing (here that
+/// upcall for the next completion event after enabling"), `docs/decisions.md`, decision 9 (a policy change never loses a
+/// completion), and IBTA's rule that a CQE queued before an enable raises nothing (here that
 /// old CQE's upcall consumes the new enable instead).
 #[test]
 fn single_instance_reenabled_while_an_old_upcall_is_pending_upcalls_for_the_next_completion() {

@@ -438,7 +438,7 @@ fn sq_sig_all_sends_are_owed_whatever_their_flag() {
 }
 
 /// Input 14: QEMU 7.2 posts every send WQE to its backend signaled, so unsignaled sends complete
-/// too (README `SendWqeFlattened`; the model does not write those CQEs, so they are written here
+/// too (`SendWqeFlattened`, docs/qemu.md; the model does not write those CQEs, so they are written here
 /// as QEMU would, in SQ order, after the burst). A burst of five unsignaled sends on a 2-slot SQ
 /// (each slot consumed before the next post) whose CQEs the consumer polls afterwards: all five
 /// are sends it posted and must be success.
