@@ -73,7 +73,7 @@
 //!   backend writes a mapped BAR2 through it); why it fits there and nowhere else is in
 //!   [`mapped`]'s docs.
 //! - `zerocopy` and `memoffset`: the ABI's structures (`pvrdma-abi`) and their checks against the
-//!   C header (`tests/tests/abi_header.rs`, with `memoffset::span_of!`).
+//!   C header (`tests/tests/device/abi_header.rs`, with `memoffset::span_of!`).
 //! - `pci-driver`: the VFIO backend (`hca::platform::vfio`), which fences through [`barrier`].
 #![no_std]
 #![warn(missing_docs)]

@@ -11,7 +11,7 @@
 # them printed `ok`. A run in which a test did not run, or none ran, fails.
 #
 # In the same boot, after those tests, the soft-RoCE interop cases run (l1-rxe.sh): the model's
-# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma.rs, and Debian's ibv_ud_pingpong /
+# RoCE v2 port (`hca pingpong --roce`, tests/src/bin/roce_rdma/main.rs, and Debian's ibv_ud_pingpong /
 # ibv_srq_pingpong and tests/rxe/ud_peer.c over our libibverbs.so.1) against Linux's rdma_rxe over
 # a veth pair, with Debian's unmodified ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong and
 # small C programs built here against the system's libibverbs (tests/rxe/rdma_peer.c, ud_peer.c)

@@ -2,7 +2,7 @@
  * rdma_peer: the soft-RoCE (rxe) side of the VM stage's RDMA WRITE / READ interop case
  * (tests/qemu/l1-rxe.sh), built in the stage against the system's libibverbs:
  *     cc -O2 -o rdma_peer rdma_peer.c -libverbs
- * Its counterpart on the model's side is tests/src/bin/roce_rdma.rs; the two speak the same
+ * Its counterpart on the model's side is tests/src/bin/roce_rdma/main.rs; the two speak the same
  * TCP exchange (below), and either can face a copy of itself.
  *
  *   rdma_peer -d DEV -g GIDIDX [-p PORT] [-s LEN] [-m MTU] [-t SECONDS] [-a]          (server)

@@ -5,7 +5,7 @@
 //! little-endian integer types (so it has alignment 1 and no implicit padding: every reserved byte is
 //! spelled out), and carries a compile-time size assert plus an assert for every field offset.
 //! The structures also found in `/usr/include/rdma/vmw_pvrdma-abi.h` are checked against that header
-//! by `tests/tests/abi_header.rs`.
+//! by `tests/tests/device/abi_header.rs`.
 #![no_std]
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,7 @@
 //! The headers as they lie on the wire: `#[repr(C)]`, big-endian (network order) zerocopy types,
 //! alignment 1, every reserved bit spelled out, size and field offsets asserted at compile time.
 //! The IPv4, IPv6 and UDP layouts are also checked against `<netinet/ip.h>`, `<netinet/ip6.h>`
-//! and `<netinet/udp.h>` by `tests/tests/roce_wire.rs`.
+//! and `<netinet/udp.h>` by `tests/tests/wire/roce_wire.rs`.
 
 use zerocopy::byteorder::network_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};

@@ -1,7 +1,7 @@
 //! libibverbs's ABI: the structures of `<infiniband/verbs.h>` (rdma-core 44, package
 //! `libibverbs-dev`) that programs see, `#[repr(C)]` with their C names and field names. Sizes and
 //! the offsets programs and the header's inline functions use are asserted at compile time here,
-//! and every field's offset is checked against the installed header by `tests/tests/ibverbs_abi.rs`.
+//! and every field's offset is checked against the installed header by `tests/tests/verbs/ibverbs_abi.rs`.
 //!
 //! Anonymous C unions become named fields: a union whose members share one type is that type
 //! under its first member's name (`ibv_wc::imm_data`, `ibv_send_wr::imm_data`); the others are
