@@ -3,7 +3,7 @@
 
 use super::host::{page_size, HostMemory};
 use super::iova::{DmaTable, Extent, IovaAllocator};
-use super::{Iova, PlatformError};
+use crate::platform::{Iova, PlatformError};
 use parking_lot::{Mutex, RwLock};
 use pci_driver::backends::vfio::VfioContainer;
 use pci_driver::regions::Permissions;

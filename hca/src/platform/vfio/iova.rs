@@ -1,7 +1,7 @@
 //! DMA memory, pure logic: the IOVA allocator over the IOMMU's ranges and the table from IOVA to
 //! mapping.
 
-use super::PlatformError;
+use crate::platform::PlatformError;
 use std::collections::BTreeMap;
 use std::ops::Range;
 

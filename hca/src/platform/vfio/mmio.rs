@@ -1,7 +1,7 @@
 //! The BARs: decoding a memory BAR's bus address, and 32-bit MMIO to the mapped registers (BAR1)
 //! and UAR pages (BAR2).
 
-use super::PlatformError;
+use crate::platform::PlatformError;
 use pci_driver::backends::vfio::VfioPciDevice;
 use pci_driver::device::PciDevice;
 use pci_driver::regions::{MappedOwningPciRegion, OwningPciRegion, PciRegion, Permissions};

@@ -65,7 +65,7 @@
 //! and the DMA space), `irq` (the vector eventfds); this file opens the function and is the
 //! [`Platform`].
 
-use super::{words, Iova, Platform, PlatformError};
+use super::{Iova, Platform, PlatformError};
 use bdf::resolve_device;
 use dma::{DmaMapping, DmaSpace};
 use iova::{choose_floor, IovaAllocator};
