@@ -37,7 +37,9 @@ pub mod uctx;
 pub mod wc;
 
 pub use device::{fw_ver_string, Pvrdma};
-pub use driver::{function, open_sim, open_sim_with, probe, pvrdma, register, PvrdmaDriver, Target};
+pub use driver::{function, probe, pvrdma, register, PvrdmaDriver, Target};
+#[cfg(feature = "model")]
+pub use driver::{open_sim, open_sim_with};
 pub use error::device_status;
 pub use firmware_cmd::WaitMode;
 pub use health::DriverStats;

@@ -11,6 +11,8 @@
 //! accessors.
 
 pub mod qtest;
+// The unit tests of the other modules run on the model whatever the features (a dev-dependency).
+#[cfg(any(feature = "model", test))]
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod vfio;
