@@ -19,7 +19,6 @@ mod devinfo;
 mod exchange;
 mod payload;
 mod pingpong;
-mod remote;
 mod run;
 mod sys;
 
