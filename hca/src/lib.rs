@@ -11,6 +11,9 @@
 //!   of the core's interface. The arm state, channels, notify requests and upcalls are the core's.
 //! - Nothing the device writes is trusted: ring indices, handles and CQEs are validated.
 #![deny(unsafe_op_in_unsafe_fn)]
+// `unsafe` only where memory is mapped for the device, MMIO, DMA or a system call: see the
+// `allow(unsafe_code)` items (the platform interface and backends, `mr::register_user`).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cmd;

@@ -154,6 +154,7 @@ pub trait Platform: Send + Sync + 'static {
     /// [`PlatformError::Unsupported`] where the device cannot reach this process's memory
     /// (qtest, or a process the model has no fault-safe access to); [`PlatformError::NoMemory`]
     /// when out of IOVA space.
+    #[allow(unsafe_code)] // maps host memory for the device
     unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError>;
     /// Removes a mapping made by [`Platform::map_user`].
     fn unmap_user(&self, iova: Iova);

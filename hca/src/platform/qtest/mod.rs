@@ -115,6 +115,8 @@ impl QtestOptions {
 
 mod alloc;
 mod pci;
+// Maps QEMU's guest-RAM file (mmap).
+#[allow(unsafe_code)]
 mod ram;
 #[cfg(test)]
 mod tests;
@@ -438,6 +440,7 @@ impl Platform for QtestPlatform {
         }
     }
 
+    #[allow(unsafe_code)] // the interface's signature; maps nothing
     unsafe fn map_user(&self, _addr: usize, _len: usize, _writable: bool) -> Result<Iova, PlatformError> {
         Err(PlatformError::Unsupported("qtest reaches guest RAM only, not this process's memory"))
     }
