@@ -16,27 +16,27 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cmd;
+pub(crate) mod cmd;
 pub mod cq;
-pub mod device;
+pub(crate) mod device;
 pub mod dma;
 mod driver;
 pub mod eq;
 mod error;
 mod gid;
-pub mod health;
-pub mod mr;
+pub(crate) mod health;
+pub(crate) mod mr;
 mod ops;
-pub mod pd;
-pub mod pdir;
+pub(crate) mod pd;
+pub(crate) mod pdir;
 pub mod platform;
-pub mod probe;
+pub(crate) mod probe;
 pub mod qp;
-pub mod ring;
+pub(crate) mod ring;
 mod selftest;
 pub mod srq;
-pub mod uar;
-pub mod uctx;
+pub(crate) mod uar;
+pub(crate) mod uctx;
 pub mod wc;
 
 pub use device::{fw_ver_string, Pvrdma};
