@@ -10,6 +10,10 @@
 //!   interrupt vectors and reports events up to the core by object; `ops` is the provider's side
 //!   of the core's interface. The arm state, channels, notify requests and upcalls are the core's.
 //! - Nothing the device writes is trusted: ring indices, handles and CQEs are validated.
+//!
+//! Features (both default): `model`, the in-process device model as a backend (`platform::sim`,
+//! `open_sim`); `cli`, the `hca` tool's own dependencies (it needs `model` too). A VFIO-only
+//! build is `--no-default-features`.
 #![deny(unsafe_op_in_unsafe_fn)]
 // `unsafe` only where memory is mapped for the device, MMIO, DMA or a system call: see the
 // `allow(unsafe_code)` items (the platform interface and backends, `mr::register_user`).

@@ -1,6 +1,6 @@
 //! The platform interface: everything the driver needs from a device and nothing more — BAR1
 //! register access, BAR2 (UAR) writes, DMA memory by device address, and interrupt vectors.
-//! Backends: the in-process model ([`sim::SimPlatform`]), QEMU's own device driven over its qtest
+//! Backends: the in-process model (`sim::SimPlatform`, with the default feature `model`), QEMU's own device driven over its qtest
 //! protocol ([`qtest::QtestPlatform`]), and VFIO ([`vfio`], on `pci-driver`).
 //!
 //! DMA memory is reached only through copy-in/copy-out accessors and 32-bit atomic words, never
