@@ -316,7 +316,7 @@ impl Platform for VfioPlatform {
 /// The platform as a whole, and what the tests of each part share.
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{PlatformError, VfioPlatform};
 
     /// A page, as the tests count addresses.
     pub(super) const PAGE: u64 = 4096;
