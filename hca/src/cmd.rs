@@ -126,11 +126,6 @@ impl Commands {
         Self { chan: CmdChannel::with_timeout(transport, StdClock, mode, timeout), health }
     }
 
-    /// The transport (for the slot addresses).
-    pub fn transport(&self) -> &PlatformTransport {
-        self.chan.transport()
-    }
-
     /// Posts `req` and returns the device's response.
     ///
     /// Errors: [`Error::DeviceFatal`] if the device is or went fatal; [`Error::Device`] holding

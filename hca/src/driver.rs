@@ -4,6 +4,7 @@
 //! ID and names the device `vmw_pvrdma<N>`.
 
 use crate::device::Pvrdma;
+#[cfg(feature = "model")]
 use crate::platform::sim::SimPlatform;
 use crate::platform::Platform;
 use crate::probe::{probe as probe_device, ProbeOptions};
@@ -77,11 +78,13 @@ pub fn probe(platform: Arc<dyn Platform>, opts: ProbeOptions) -> Result<Device> 
 /// Errors: the model's RoCE port cannot open ([`SimPlatform::try_new`]); the probe's;
 /// [`Error::InvalidArgument`] for more addresses than the GID table has entries after index 0;
 /// the device's refusal of a bind.
+#[cfg(feature = "model")]
 pub fn open_sim(cfg: pvrdma_sim::SimConfig) -> Result<(Device, SimPlatform)> {
     open_sim_with(cfg, ProbeOptions::default())
 }
 
 /// [`open_sim`] with probe options.
+#[cfg(feature = "model")]
 pub fn open_sim_with(cfg: pvrdma_sim::SimConfig, opts: ProbeOptions) -> Result<(Device, SimPlatform)> {
     let mut opts = opts;
     if let Some(roce) = &cfg.roce {

@@ -10,34 +10,43 @@
 //!   interrupt vectors and reports events up to the core by object; `ops` is the provider's side
 //!   of the core's interface. The arm state, channels, notify requests and upcalls are the core's.
 //! - Nothing the device writes is trusted: ring indices, handles and CQEs are validated.
+//!
+//! Features (both default): `model`, the in-process device model as a backend (`platform::sim`,
+//! `open_sim`); `cli`, the `hca` tool's own dependencies (it needs `model` too). A VFIO-only
+//! build is `--no-default-features`.
 #![deny(unsafe_op_in_unsafe_fn)]
+// `unsafe` only where memory is mapped for the device, MMIO, DMA or a system call: see the
+// `allow(unsafe_code)` items (the platform interface and backends, `mr::register_user`).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cmd;
+pub(crate) mod cmd;
 pub mod cq;
-pub mod device;
+pub(crate) mod device;
 pub mod dma;
 mod driver;
 pub mod eq;
 mod error;
 mod gid;
-pub mod health;
-pub mod mr;
+pub(crate) mod health;
+pub(crate) mod mr;
 mod ops;
-pub mod pd;
-pub mod pdir;
+pub(crate) mod pd;
+pub(crate) mod pdir;
 pub mod platform;
-pub mod probe;
+pub(crate) mod probe;
 pub mod qp;
-pub mod ring;
+pub(crate) mod ring;
 mod selftest;
 pub mod srq;
-pub mod uar;
-pub mod uctx;
+pub(crate) mod uar;
+pub(crate) mod uctx;
 pub mod wc;
 
 pub use device::{fw_ver_string, Pvrdma};
-pub use driver::{function, open_sim, open_sim_with, probe, pvrdma, register, PvrdmaDriver, Target};
+pub use driver::{function, probe, pvrdma, register, PvrdmaDriver, Target};
+#[cfg(feature = "model")]
+pub use driver::{open_sim, open_sim_with};
 pub use error::device_status;
 pub use firmware_cmd::WaitMode;
 pub use health::DriverStats;

@@ -75,6 +75,8 @@ impl Mr {
     /// be, or not readable when it is only read (EFAULT); [`Error::Unsupported`] where the platform cannot map
     /// host memory (qtest); [`Error::InvalidArgument`] for a range that wraps or needs more pages
     /// than a directory holds; those of [`register`]; DMA and command errors.
+    // Maps the consumer's pages for the device (`Platform::map_user`).
+    #[allow(unsafe_code)]
     pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {
         let first = mem.addr() & !(PAGE - 1);
         let end = mem.addr().checked_add(mem.len()).ok_or(Error::InvalidArgument("MR wraps"))?;

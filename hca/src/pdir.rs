@@ -6,7 +6,7 @@
 use crate::dma::{Abandon, DmaBuf};
 use crate::platform::{Iova, Platform};
 use ib_core::{Error, Result};
-use pvrdma_abi::pdir::{dir_index, table_index, PAGE_DIR_MAX_PAGES, PDIR_ENTRIES};
+use pvrdma_abi::pdir::{PAGE_DIR_MAX_PAGES, PDIR_ENTRIES};
 use std::sync::Arc;
 
 /// A page directory over a list of data pages. Owns its directory and table pages, not the data.
@@ -66,11 +66,6 @@ impl PageDir {
 /// The entries of each table page for `pages`: table `t` holds pages `t*512 ..`.
 pub fn table_contents(pages: &[Iova]) -> Vec<Vec<u64>> {
     pages.chunks(PDIR_ENTRIES).map(<[u64]>::to_vec).collect()
-}
-
-/// Where data page `i` is listed: (directory index, table index).
-pub fn locate(i: usize) -> (usize, usize) {
-    (dir_index(i), table_index(i))
 }
 
 fn encode(entries: &[u64]) -> Vec<u8> {
@@ -141,7 +136,13 @@ impl PagedBuf {
 mod tests {
     use super::*;
     use crate::platform::sim::SimPlatform;
+    use pvrdma_abi::pdir::{dir_index, table_index};
     use pvrdma_sim::SimConfig;
+
+    /// Where data page `i` is listed: (directory index, table index).
+    fn locate(i: usize) -> (usize, usize) {
+        (dir_index(i), table_index(i))
+    }
 
     fn read_u64(p: &dyn Platform, at: Iova) -> u64 {
         let mut b = [0u8; 8];

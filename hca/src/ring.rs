@@ -150,6 +150,7 @@ impl DevRing {
     }
 
     /// The driver's consumer index.
+    #[cfg(test)]
     pub fn cons(&self) -> u32 {
         self.cons
     }

@@ -9,17 +9,24 @@
 //! - [`Mutex`]: `spin::Mutex` where no OS is there (without `std`); `parking_lot::Mutex` with
 //!   `std`, because a lock that spins loses badly to preemption on a 2-core machine (a holder
 //!   descheduled mid-section keeps the other core spinning for a whole time slice).
+//! - With `std` on Linux, [`EventFd`] (an `eventfd(2)` counter: MSI-X vectors under VFIO, the
+//!   verbs core's completion channels) and [`poll_readable`], the one bounded `poll(2)` wait of
+//!   the stack (the eventfds and the device model's RoCE sockets).
 #![no_std]
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 #[cfg(feature = "std")]
 extern crate std;
 
 mod clock;
 mod lock;
+#[cfg(all(feature = "std", target_os = "linux"))]
+mod sys;
 
 #[cfg(feature = "std")]
 pub use clock::{deadline_after, StdClock, FAR_FUTURE};
 pub use clock::{poll_until, Clock, STALL_POLLS};
 pub use lock::{Mutex, MutexGuard};
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub use sys::{poll_readable, EventFd, EventFdOptions};

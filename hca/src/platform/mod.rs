@@ -1,6 +1,6 @@
 //! The platform interface: everything the driver needs from a device and nothing more — BAR1
 //! register access, BAR2 (UAR) writes, DMA memory by device address, and interrupt vectors.
-//! Backends: the in-process model ([`sim::SimPlatform`]), QEMU's own device driven over its qtest
+//! Backends: the in-process model (`sim::SimPlatform`, with the default feature `model`), QEMU's own device driven over its qtest
 //! protocol ([`qtest::QtestPlatform`]), and VFIO ([`vfio`], on `pci-driver`).
 //!
 //! DMA memory is reached only through copy-in/copy-out accessors and 32-bit atomic words, never
@@ -11,6 +11,8 @@
 //! accessors.
 
 pub mod qtest;
+// The unit tests of the other modules run on the model whatever the features (a dev-dependency).
+#[cfg(any(feature = "model", test))]
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod vfio;
@@ -152,6 +154,7 @@ pub trait Platform: Send + Sync + 'static {
     /// [`PlatformError::Unsupported`] where the device cannot reach this process's memory
     /// (qtest, or a process the model has no fault-safe access to); [`PlatformError::NoMemory`]
     /// when out of IOVA space.
+    #[allow(unsafe_code)] // maps host memory for the device
     unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError>;
     /// Removes a mapping made by [`Platform::map_user`].
     fn unmap_user(&self, iova: Iova);

@@ -1,10 +1,10 @@
-//! The socket options and the wait std does not expose, through libc: the one FFI module of the
-//! RoCE port.
+//! The socket options std does not expose, through libc: the one FFI module of the RoCE port;
+//! and its wait for the sockets, the host's bounded `poll(2)` ([`osdep::poll_readable`]).
 #![allow(unsafe_code)]
 
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 /// `UDP_NO_CHECK6_RX` (`include/uapi/linux/udp.h`): accept IPv6 UDP datagrams whose checksum is 0.
@@ -44,23 +44,11 @@ pub fn set_buffers(sock: &UdpSocket, bytes: libc::c_int) -> io::Result<()> {
     set_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)
 }
 
-/// Waits up to `timeout` until one of `socks` is readable; `ready[i]` tells which. An
-/// interrupted wait returns with nothing ready.
+/// Waits up to `timeout` until one of `socks` is readable; `ready[i]` tells which (the host's
+/// bounded wait, [`osdep::poll_readable`]).
 pub fn poll_readable(socks: &[&UdpSocket], timeout: Duration, ready: &mut Vec<bool>) -> io::Result<()> {
-    let mut fds: Vec<libc::pollfd> =
-        socks.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
-    // Rounded up: a wait shorter than poll's millisecond would spin.
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd entries whose
-    // descriptors stay open for the borrow of `socks`; poll(2) writes only their `revents`.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    let fds: Vec<BorrowedFd<'_>> = socks.iter().map(|s| s.as_fd()).collect();
     ready.clear();
-    ready.extend(fds.iter().map(|f| f.revents != 0));
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
+    ready.resize(fds.len(), false);
+    osdep::poll_readable(&fds, timeout, ready).map(drop)
 }

@@ -13,14 +13,17 @@
 //! `--roce ADDR` gives the model a RoCE v2 port on ADDR instead of its in-process loopback, with
 //! link faults (`--link-loss`, `--link-reorder`, `--link-duplicate`, `--link-seed`) and a packet
 //! capture (`--pcap`).
+// `unsafe` only in `sys`, the libc calls.
+#![deny(unsafe_code)]
 
 mod args;
 mod devinfo;
 mod exchange;
 mod payload;
 mod pingpong;
-mod remote;
 mod run;
+// libc calls (getrusage, sysconf, signal).
+#[allow(unsafe_code)]
 mod sys;
 
 use args::number;

@@ -1,77 +1,18 @@
-//! `hca pingpong`: RC SEND/RECV ping-pong shaped like `ibv_rc_pingpong` (same options, same
-//! result lines), checking every payload. Without `--roce` both ends are QPs of the built-in
-//! model in this process: the client end sends first, each end sends its next message only when
-//! its previous send has completed and the peer's message has arrived. With `--roce` this process
-//! is one end (`remote.rs`): the server without a HOST argument, the client with one, the
-//! connection data exchanged over TCP as `ibv_rc_pingpong` does. As `ibv_rc_pingpong`, each end
-//! registers a buffer of its own memory (`ibv_reg_mr`) and connects through the GID at `-g` of
-//! port `-i`.
+//! One end of the ping-pong: its verbs objects and message buffer, its loop, what it measured,
+//! and the steps both modes share (the options checked, the GID read, the QP to RTS, the result
+//! lines).
 
-use crate::args::{number, Failure as ToolFailure};
+use super::Opts;
 use crate::payload;
-use crate::sys::{page_size, process_cpu_time};
-use clap::Args;
+use crate::sys::page_size;
 use ib_core::{
-    access, AhAttr, ArmKind, CompChannel, Cq, Device, GlobalRoute, Mr, Mtu, NotifyFlags, Pd, Qp, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus,
-    WrOpcode,
+    access, AhAttr, ArmKind, CompChannel, Cq, Device, Mr, Mtu, NotifyFlags, Pd, Qp, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UserBuffer, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Options, named as `ibv_rc_pingpong` names them; a repeated option keeps its last value
-/// (getopt).
-#[derive(Args, Clone)]
-#[command(args_override_self = true)]
-pub struct Opts {
-    /// Use this IB device (default: the first device found).
-    #[arg(short = 'd', long = "ib-dev")]
-    pub(crate) ib_dev: Option<String>,
-    /// Use this port of the device (at least 1).
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = port)]
-    pub(crate) ib_port: u8,
-    /// Local port GID index (ibv_rc_pingpong needs it on RoCE). Default: 0; with --roce, the
-    /// index of the port's first RoCE v2 GID (the first --roce address). A negative one,
-    /// ibv_rc_pingpong's "none", cannot connect on RoCE.
-    #[arg(short = 'g', long = "gid-idx", value_parser = gid_index, allow_negative_numbers = true)]
-    pub(crate) gid_idx: Option<u32>,
-    /// With --roce: listen on (server) or connect to (client) this TCP port for the connection
-    /// data, as ibv_rc_pingpong.
-    #[arg(short = 'p', long = "port", default_value_t = crate::exchange::DEFAULT_PORT, value_parser = number::<u16>)]
-    pub(crate) port: u16,
-    /// With --roce: the server to connect to (this process is then the client); without it,
-    /// this process is the server and waits for a client.
-    #[arg(value_name = "HOST")]
-    pub(crate) host: Option<String>,
-    /// Service level of the address vector.
-    #[arg(short = 'l', long = "sl", default_value_t = 0, value_parser = number::<u8>)]
-    pub(crate) sl: u8,
-    /// Size of each message, in bytes (at most the port's max_msg_sz).
-    #[arg(short = 's', long = "size", default_value_t = 4096, value_parser = number::<usize>)]
-    pub(crate) size: usize,
-    /// Number of exchanges (each end sends and receives this many messages).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000, value_parser = number::<u32>)]
-    pub(crate) iters: u32,
-    /// Number of receives to keep posted (at most the device's max_qp_wr).
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500, value_parser = number::<u32>)]
-    pub(crate) rx_depth: u32,
-    /// Path MTU in bytes: 256, 512, 1024, 2048 or 4096, at most the port's active MTU.
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024, value_parser = number::<u32>)]
-    pub(crate) mtu: u32,
-    /// Sleep on CQ events instead of busy polling.
-    #[arg(short = 'e', long = "events")]
-    pub(crate) events: bool,
-    /// Give up when no completion arrives for this many seconds (1 .. 3600).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub(crate) timeout_s: u64,
-    /// Run both ends' threads on this CPU (as `taskset -c CPU`): a hand-off between them is
-    /// then a context switch on one CPU rather than a wake-up of an idle second one (slow in a
-    /// VM), so the figure counts the hand-offs themselves.
-    #[arg(long = "pin", value_name = "CPU", value_parser = number::<usize>)]
-    pub(crate) pin: Option<usize>,
-}
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -106,82 +47,13 @@ pub(crate) struct EndReport {
 pub(crate) struct Failure {
     pub(crate) msg: String,
     /// It stopped only because the other end had failed.
-    peer_gone: bool,
+    pub(super) peer_gone: bool,
 }
 
 impl From<String> for Failure {
     fn from(msg: String) -> Self {
         Self { msg, peer_gone: false }
     }
-}
-
-/// `-i`: a port number, at least 1 (`ibv_rc_pingpong` prints its usage below that).
-fn port(s: &str) -> Result<u8, String> {
-    match number::<i64>(s)? {
-        p if p < 1 => Err("the port is at least 1".into()),
-        p => u8::try_from(p).map_err(|_| "Couldn't get port info".into()),
-    }
-}
-
-/// `-g`: a GID index. A negative one is `ibv_rc_pingpong`'s "no GID", with which a RoCE QP
-/// cannot reach RTR.
-fn gid_index(s: &str) -> Result<u32, String> {
-    u32::try_from(number::<i64>(s)?).map_err(|_| "Failed to modify QP to RTR: RoCE needs a GID index".into())
-}
-
-/// Opens the device `-d` names (or the first one) and runs the ping-pong on it: both ends here,
-/// or with `roce` (the model has a RoCE port) one end of two processes. Failures as
-/// `ibv_rc_pingpong` words them, with exit status 1.
-/// With `roce`, `linger` runs after the ping-pong while its QP still exists.
-pub fn run(o: &Opts, roce: bool, linger: &dyn Fn()) -> Result<(), ToolFailure> {
-    if o.host.is_some() && !roce {
-        return Err("a HOST needs --roce: the model's loopback port runs both ends in this process".into());
-    }
-    let dev = match &o.ib_dev {
-        Some(name) => ib_core::open_device(name).map_err(|_| format!("IB device {name} not found"))?,
-        None => {
-            let first = ib_core::device_list().into_iter().next().ok_or("No IB devices found")?;
-            ib_core::open_device(&first.name).map_err(|e| e.to_string())?
-        }
-    };
-    if roce {
-        return crate::remote::run(&dev, o, linger).map_err(ToolFailure::from);
-    }
-    pingpong(&dev, o).map_err(ToolFailure::from)
-}
-
-/// Runs the ping-pong on `dev` and prints the result; `Err` (non-zero exit) on any failure.
-fn pingpong(dev: &Device, o: &Opts) -> Result<(), String> {
-    let gid_idx = o.gid_idx.unwrap_or(0);
-    let gid = local_gid(dev, o, gid_idx)?;
-    let abort = Arc::new(AtomicBool::new(false));
-    let server = Arc::new(End::new(dev, o, &abort, false).map_err(|e| format!("server setup: {e}"))?);
-    let client = Arc::new(End::new(dev, o, &abort, false).map_err(|e| format!("client setup: {e}"))?);
-    connect(&server, &client, gid, gid_idx, o).map_err(|e| format!("connect: {e}"))?;
-    for (what, end) in [("local address: ", &client), ("remote address:", &server)] {
-        let (qpn, psn, gid) = (end.qp.qpn(), end.psn, gid_str(&gid));
-        println!("  {what} LID 0x0000, QPN {qpn:#08x}, PSN {psn:#08x}, GID {gid}");
-    }
-
-    for (side, end) in [("server", &server), ("client", &client)] {
-        end.prepare(o).map_err(|f| format!("{side}: {}", f.msg))?;
-    }
-    let cpu0 = process_cpu_time();
-    let start = Instant::now();
-    let (s, c) = (server.clone(), client.clone());
-    let (o1, o2) = (o.clone(), o.clone());
-    let srv = thread::spawn(move || pinned(o1.pin, || s.run(&o1, false)));
-    let cli = thread::spawn(move || pinned(o2.pin, || c.run(&o2, true)));
-    let cr = cli.join().map_err(|_| "client thread panicked".to_string())?;
-    let sr = srv.join().map_err(|_| "server thread panicked".to_string())?;
-    let (sr, cr) = match (sr, cr) {
-        (Ok(s), Ok(c)) => (s, c),
-        (s, c) => return Err(first_failure(s.err(), c.err())),
-    };
-    let wall = start.elapsed();
-    let cpu = process_cpu_time().saturating_sub(cpu0);
-    print_report(o, wall, cpu, &sr, &cr);
-    Ok(())
 }
 
 /// Checks the options against the device and reads the GID at `gid_idx`, which must hold one.
@@ -203,14 +75,6 @@ pub(crate) fn pinned(cpu: Option<usize>, f: impl FnOnce() -> Result<EndReport, F
         }
     }
     f()
-}
-
-/// The errors, the one that stopped the run first: an end that only stopped because its peer
-/// failed comes second.
-fn first_failure(server: Option<Failure>, client: Option<Failure>) -> String {
-    let mut errs: Vec<Failure> = [server, client].into_iter().flatten().collect();
-    errs.sort_by_key(|f| f.peer_gone);
-    errs.into_iter().map(|f| f.msg).collect::<Vec<_>>().join("; ")
 }
 
 /// Checks the options against the device's limits.
@@ -251,24 +115,6 @@ fn validate(dev: &Device, o: &Opts, gid_idx: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Prints what this tool adds (payloads checked; with `-e`, events and CPU time), then
-/// `ibv_rc_pingpong`'s two result lines, last, so scripts that read those find them as they do
-/// with the C tool.
-fn print_report(o: &Opts, wall: Duration, cpu: Duration, s: &EndReport, c: &EndReport) {
-    let secs = wall.as_secs_f64();
-    println!("payload verified: {} messages of {} bytes", s.verified + c.verified, o.size);
-    if o.events {
-        let (cpu, pct) = (cpu.as_secs_f64(), 100.0 * cpu.as_secs_f64() / secs);
-        println!(
-            "completion events waited for: {} (server {}, client {}); process CPU time {cpu:.3} s = {pct:.0}% of wall time {secs:.3} s",
-            s.events + c.events,
-            s.events,
-            c.events
-        );
-    }
-    print_result_lines(o, wall);
-}
-
 /// `ibv_rc_pingpong`'s two result lines: bytes both ways, and iterations, over `wall`.
 pub(crate) fn print_result_lines(o: &Opts, wall: Duration) {
     let secs = wall.as_secs_f64();
@@ -276,19 +122,6 @@ pub(crate) fn print_result_lines(o: &Opts, wall: Duration) {
     let iters = o.iters;
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / secs / 1e6);
     println!("{iters} iters in {secs:.2} seconds = {:.2} usec/iter", secs * 1e6 / f64::from(iters));
-}
-
-/// Each end to RTS towards the other, with the attributes `ibv_rc_pingpong` sets: port `-i`,
-/// GID index `-g`, hop limit 1, min RNR timer 12, timeout 14, 7 retries, 7 RNR retries.
-fn connect(a: &End, b: &End, gid: [u8; 16], gid_idx: u32, o: &Opts) -> ib_core::Result<()> {
-    let access = access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ;
-    for (me, peer) in [(a, b), (b, a)] {
-        me.qp.modify_to_init(o.ib_port, access)?;
-        let grh = GlobalRoute { dgid: gid, sgid_index: gid_idx as u8, hop_limit: 1, ..Default::default() };
-        let ah = AhAttr { grh, is_global: true, port_num: o.ib_port, sl: o.sl, ..Default::default() };
-        to_rts(&me.qp, me.psn, peer.qp.qpn(), peer.psn, ah, o)?;
-    }
-    Ok(())
 }
 
 /// `pp_connect_ctx`: the QP to RTR towards `dest_qpn` (its first PSN `rq_psn`, through `ah`),
@@ -516,16 +349,4 @@ impl End {
 
 pub(crate) fn gid_str(g: &[u8; 16]) -> String {
     std::net::Ipv6Addr::from(*g).to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_root_failure_is_reported_first() {
-        let gone = Failure { msg: "server: stopped".into(), peer_gone: true };
-        let root = Failure::from("client: LocLenErr".to_string());
-        assert_eq!(first_failure(Some(gone), Some(root)), "client: LocLenErr; server: stopped");
-    }
 }

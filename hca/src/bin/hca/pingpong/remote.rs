@@ -5,8 +5,9 @@
 //! before it replies, the client after), `remote address` printed, then the ping-pong (the
 //! client sends first) and the result lines. Payloads are checked on this side (`payload.rs`).
 
+use super::end::{gid_str, local_gid, pinned, print_result_lines, to_rts, End, EndReport};
+use super::Opts;
 use crate::exchange::{self, Dest};
-use crate::pingpong::{gid_str, local_gid, pinned, print_result_lines, to_rts, End, EndReport, Opts};
 use crate::sys::{process_cpu_time, random_psn};
 use ib_core::{AhAttr, Device, GidType, GlobalRoute};
 use std::sync::atomic::AtomicBool;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 /// words it where it has the case. `linger` runs after the ping-pong, before the QP goes: a
 /// peer whose last acknowledgement was lost resends into a QP that still answers (rxe treats
 /// retry_cnt 7 as "retry forever", so it would otherwise never finish).
-pub fn run(dev: &Device, o: &Opts, linger: &dyn Fn()) -> Result<(), String> {
+pub(super) fn run(dev: &Device, o: &Opts, linger: &dyn Fn()) -> Result<(), String> {
     let gid_idx = match o.gid_idx {
         Some(i) => i,
         None => first_roce_v2(dev, o.ib_port)?,
