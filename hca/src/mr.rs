@@ -12,7 +12,7 @@ use crate::dma::Abandon;
 use crate::error::from_platform;
 use crate::pd::Pd;
 use crate::pdir::{PageDir, PagedBuf};
-use crate::platform::{Iova, Platform};
+use crate::platform::{map_user_memory, Iova, Platform, UserMapping};
 use ib_core::provider::{MrOps, UserMemory};
 use ib_core::{Error, Result};
 use pvrdma_abi::cmd::{CreateMr, DestroyMr};
@@ -75,16 +75,11 @@ impl Mr {
     /// be, or not readable when it is only read (EFAULT); [`Error::Unsupported`] where the platform cannot map
     /// host memory (qtest); [`Error::InvalidArgument`] for a range that wraps or needs more pages
     /// than a directory holds; those of [`register`]; DMA and command errors.
-    // Maps the consumer's pages for the device (`Platform::map_user`).
-    #[allow(unsafe_code)]
     pub(crate) fn register_user(pd: &Pd, mem: UserMemory, access: u32) -> Result<Mr> {
-        let first = mem.addr() & !(PAGE - 1);
-        let end = mem.addr().checked_add(mem.len()).ok_or(Error::InvalidArgument("MR wraps"))?;
-        let span = end.checked_next_multiple_of(PAGE).ok_or(Error::InvalidArgument("MR wraps"))? - first;
         let platform = &pd.dev.platform;
-        // SAFETY: `UserMemory`'s contract: the consumer registers memory it keeps for the device
-        // (and so the whole pages holding it) until the MR is deregistered; Drop unmaps then.
-        let iova = unsafe { platform.map_user(first, span, pins_for_write(access)) }.map_err(from_platform)?;
+        let mapped = map_user_memory(platform.as_ref(), &mem, pins_for_write(access));
+        let UserMapping { first, span, iova } =
+            mapped.ok_or(Error::InvalidArgument("MR wraps"))?.map_err(from_platform)?;
         let user = UserPages { platform: platform.clone(), iova, unmap_on_drop: true };
         let npages = pages(span)?;
         let list: Vec<Iova> = (0..npages).map(|i| iova + (i * PAGE) as u64).collect();

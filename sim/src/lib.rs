@@ -36,6 +36,7 @@ mod dsr;
 mod eq;
 mod errno;
 mod limits;
+#[allow(unsafe_code)] // guest memory: the device's DMA into it and the program's pages mapped for it
 pub mod mem;
 mod mr;
 mod packet;

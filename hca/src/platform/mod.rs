@@ -154,8 +154,39 @@ pub trait Platform: Send + Sync + 'static {
     /// [`PlatformError::Unsupported`] where the device cannot reach this process's memory
     /// (qtest, or a process the model has no fault-safe access to); [`PlatformError::NoMemory`]
     /// when out of IOVA space.
-    #[allow(unsafe_code)] // maps host memory for the device
     unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError>;
     /// Removes a mapping made by [`Platform::map_user`].
     fn unmap_user(&self, iova: Iova);
+}
+
+/// The program's pages mapped for the device by [`map_user_memory`]: the whole pages holding the
+/// registered range (`first`, `span` bytes, both page-aligned) and their device address.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UserMapping {
+    /// The first page's address.
+    pub first: usize,
+    /// Bytes of whole pages.
+    pub span: usize,
+    /// Their device address.
+    pub iova: Iova,
+}
+
+/// Maps the whole pages holding `mem` for the device ([`Platform::map_user`]; writable if
+/// `writable`), on the promise [`UserMemory`] carries: the program keeps the memory for the
+/// device until the mapping goes ([`Platform::unmap_user`]). `None` for a range whose pages run
+/// past the end of the address space.
+pub(crate) fn map_user_memory(
+    platform: &dyn Platform,
+    mem: &ib_core::provider::UserMemory,
+    writable: bool,
+) -> Option<Result<UserMapping, PlatformError>> {
+    let page = pvrdma_abi::PAGE_SIZE;
+    let first = mem.addr() & !(page - 1);
+    let end = mem.addr().checked_add(mem.len())?.checked_next_multiple_of(page)?;
+    let span = end - first;
+    // SAFETY: `UserMemory`'s contract (its `new` is unsafe): the program registers memory it keeps
+    // for the device, and so the whole pages holding it, until the MR is deregistered, which
+    // unmaps them first.
+    let mapped = unsafe { platform.map_user(first, span, writable) };
+    Some(mapped.map(|iova| UserMapping { first, span, iova }))
 }

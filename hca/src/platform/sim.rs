@@ -163,7 +163,6 @@ impl Platform for SimPlatform {
     fn set_vector_handler(&self, vector: u16, handler: Option<VectorHandler>) -> bool {
         self.dev.vectors().set_handler(vector, handler)
     }
-    #[allow(unsafe_code)] // maps host memory for the model's DMA
     unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError> {
         // SAFETY: the caller's promise (memory registered for the device, not reused until
         // `unmap_user`) is `map_external`'s contract.

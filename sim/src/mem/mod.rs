@@ -37,10 +37,8 @@
 
 // The tests map memory of their own (and fork) to check the fault-safe accesses.
 #[cfg(test)]
-#[allow(unsafe_code)]
 mod fault_tests;
 #[cfg(test)]
-#[allow(unsafe_code)]
 mod tests;
 mod user;
 mod view;
@@ -214,7 +212,6 @@ impl GuestMemory {
     /// Errors: [`MemError::Misaligned`] for an address or length that is not page-aligned or a
     /// length of 0; [`MemError::NotMapped`] for a page missing or without the protection;
     /// [`MemError::Unsupported`] where the process has no fault-safe way to reach its memory.
-    #[allow(unsafe_code)] // the caller vouches for the host memory the device may reach
     pub unsafe fn map_external(&self, addr: usize, len: usize, writable: bool) -> Result<u64, MemError> {
         if (addr | len) & (PAGE as usize - 1) != 0 || len == 0 {
             return Err(MemError::Misaligned(addr as u64));

@@ -27,7 +27,6 @@
 //! under one lock of the whole process: atomic against every other device atomic of the process
 //! (two devices mapping the same pages included), which is what `IBV_ATOMIC_HCA` promises, and
 //! not against the CPU's own atomics.
-#![allow(unsafe_code)]
 
 use super::Atomic64;
 use parking_lot::Mutex;

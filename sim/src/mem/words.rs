@@ -1,7 +1,6 @@
 //! Word-level copies into and out of memory the map owns (its regions' `AtomicU32` words), and
 //! the 64-bit view of two words for the device's atomics. No unsafe code but the one cast of
 //! [`as_atomic_u64`].
-#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use zerocopy::little_endian::U32;

@@ -116,7 +116,6 @@ impl QtestOptions {
 mod alloc;
 mod pci;
 // Maps QEMU's guest-RAM file (mmap).
-#[allow(unsafe_code)]
 mod ram;
 #[cfg(test)]
 mod tests;
@@ -440,7 +439,6 @@ impl Platform for QtestPlatform {
         }
     }
 
-    #[allow(unsafe_code)] // the interface's signature; maps nothing
     unsafe fn map_user(&self, _addr: usize, _len: usize, _writable: bool) -> Result<Iova, PlatformError> {
         Err(PlatformError::Unsupported("qtest reaches guest RAM only, not this process's memory"))
     }

@@ -90,10 +90,8 @@ const UAR_PAGE_SHIFT: u32 = 12;
 
 mod bdf;
 // IOMMU mappings (VFIO_IOMMU_MAP_DMA of host memory).
-#[allow(unsafe_code)]
 mod dma;
 // Anonymous memory for DMA (mmap, madvise), accessed as atomic words.
-#[allow(unsafe_code)]
 mod host;
 mod iova;
 mod irq;
@@ -241,7 +239,6 @@ impl Platform for VfioPlatform {
     /// A mapped BAR2 is written through `doorbell::MappedUar` (volatile stores into the
     /// `volatile-register` cells of its pages; writes at offsets that hold no doorbell are
     /// dropped); an unmapped one through `pwrite`.
-    #[allow(unsafe_code)] // MMIO through the mapped BAR2
     fn uar_write(&self, offset: u64, value: u32) {
         if let MmioBacking::Mapped(m) = &self.uar.backing {
             let pages = m.len() >> UAR_PAGE_SHIFT;
@@ -276,7 +273,6 @@ impl Platform for VfioPlatform {
         }
     }
 
-    #[allow(unsafe_code)] // maps host memory into the IOMMU
     unsafe fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<Iova, PlatformError> {
         let container = self.dev.container();
         self.dma.alloc_with(len as u64, |iova, _size| {
