@@ -56,9 +56,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Page frame number of BAR2 (the UAR pages) as the model places it: the kernel's UAR page (index
-/// 0) has this pfn, page `i` has `UAR_BASE_PFN + i`.
-pub const UAR_BASE_PFN: u64 = 0xfe000;
+pub use crate::limits::UAR_BASE_PFN;
 
 /// `REG_ERR` before `ACTIVATE` (as QEMU initializes it).
 const ERR_INACTIVE: u32 = 0xffff;

@@ -67,7 +67,7 @@ pub fn load(mem: &GuestMemory, addr: u64) -> Result<(DsrInfo, EventRings), DsrEr
         load_ring(mem, &dsr.async_ring_pages, size_of::<Eqe>() as u32).ok_or(DsrError::Ring("async-event"))?;
     // The kernel's UAR page is BAR2's page 0; a user context owns page `pfn - uar_pfn`, so any
     // other value would hand the kernel's page to a context.
-    if dsr.uar_pfn.get() != crate::UAR_BASE_PFN {
+    if dsr.uar_pfn.get() != crate::limits::UAR_BASE_PFN {
         return Err(DsrError::UarPfn(dsr.uar_pfn.get()));
     }
     let info = DsrInfo { addr, cmd_slot, resp_slot, uar_pfn: dsr.uar_pfn.get() };

@@ -55,3 +55,6 @@ pub const MAX_MSG_SZ: u32 = 1 << 24;
 /// Most pages (ring-state page included) a DSR ring may have. The ring lives in one page
 /// table (512 entries), and QEMU 7.2 refuses more than 511, so the model does too.
 pub const MAX_DSR_RING_PAGES: u32 = 511;
+/// Page frame number of BAR2 (the UAR pages) as the model places it: the kernel's UAR page (index
+/// 0) has this pfn, page `i` has `UAR_BASE_PFN + i`.
+pub const UAR_BASE_PFN: u64 = 0xfe000;

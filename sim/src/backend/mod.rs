@@ -47,6 +47,22 @@ pub(crate) struct Backend {
     pub roce: Option<Arc<dyn Transport>>,
 }
 
+#[cfg(test)]
+impl Backend {
+    /// A backend on its own, without a device above it, ports or threads: for the unit tests of
+    /// the layers that take one (the RoCE port's receiver).
+    pub(crate) fn for_tests(cfg: crate::SimConfig) -> Backend {
+        let port = PortQueue::new(cfg.device_packets_in_flight, cfg.device_bytes_in_flight, cfg.link_latency.is_zero());
+        Backend {
+            ctx: Ctx::new(cfg),
+            objects: Mutex::new(Objects::new(0x5eed)),
+            gids: Mutex::new(vec![None; crate::limits::GID_TBL_LEN as usize]),
+            port,
+            roce: None,
+        }
+    }
+}
+
 impl std::ops::Deref for Backend {
     type Target = Ctx;
     fn deref(&self) -> &Ctx {

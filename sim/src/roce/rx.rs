@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_responder_state_of_a_qp_that_is_gone_is_forgotten() {
-        let dev = crate::SimDevice::new(crate::SimConfig::default());
+        let core = Backend::for_tests(crate::SimConfig::default());
         let mut rx = Receiver {
             responders: HashMap::new(),
             reserved: Cell::new(0),
@@ -296,7 +296,7 @@ mod tests {
             faults: Faults::new(&crate::roce::LinkFaults::default(), 0),
         };
         rx.responders.insert(0x99, Responder::new(7, 0, &QpAttr::new_zeroed()));
-        rx.forget_gone(dev.core());
+        rx.forget_gone(&core);
         assert!(rx.responders.is_empty());
     }
 }
