@@ -1,5 +1,5 @@
 //! DMA buffers: RAII ownership of memory the platform allocated, reached only by device address
-//! through the platform's copy and atomic-word accessors (`../shared/design.md`, decision 4).
+//! through the platform's copy and atomic-word accessors (`docs/decisions.md`, decision 4).
 //! Every access is bounds-checked against the buffer before it reaches the platform.
 
 use crate::error::from_platform;

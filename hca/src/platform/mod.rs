@@ -5,7 +5,7 @@
 //!
 //! DMA memory is reached only through copy-in/copy-out accessors and 32-bit atomic words, never
 //! through a Rust reference, so a backend whose memory is not mapped into this process (QEMU over
-//! qtest) fits unchanged (`../shared/design.md`, decision 4). A backend that can reach an
+//! qtest) fits unchanged (`docs/decisions.md`, decision 4). A backend that can reach an
 //! allocation directly hands back a [`DmaWindow`] on it, resolved once at allocation (the model
 //! does), so hot paths make no lookup per access (decision 20); the others keep the by-address
 //! accessors.

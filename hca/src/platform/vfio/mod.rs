@@ -20,7 +20,7 @@
 //! register read returns all-ones (the driver's "device gone" value); failed writes are counted
 //! ([`VfioPlatform::mmio_faults`]) and logged.
 //!
-//! **DMA memory** (`../shared/design.md`, decision 4): each allocation is fresh anonymous memory
+//! **DMA memory** (`docs/decisions.md`, decision 4): each allocation is fresh anonymous memory
 //! (`mmap`, page-aligned, zeroed, `MADV_DONTFORK`) mapped into the IOMMU read/write at an IOVA
 //! from a bump allocator (`IovaAllocator`) over the IOMMU's valid ranges. IOVAs start at 4 GiB
 //! when the IOMMU allows it (as the model's do, so device addresses always need both halves of
