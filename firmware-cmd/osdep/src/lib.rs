@@ -12,6 +12,8 @@
 //! - With `std` on Linux, [`EventFd`] (an `eventfd(2)` counter: MSI-X vectors under VFIO, the
 //!   verbs core's completion channels) and [`poll_readable`], the one bounded `poll(2)` wait of
 //!   the stack (the eventfds and the device model's RoCE sockets).
+//! - [`words`]: the one byte copy over memory seen as 32-bit atomic words (the model's guest
+//!   memory, the VFIO and qtest backends' DMA memory).
 #![no_std]
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -23,6 +25,7 @@ mod clock;
 mod lock;
 #[cfg(all(feature = "std", target_os = "linux"))]
 mod sys;
+pub mod words;
 
 #[cfg(feature = "std")]
 pub use clock::{deadline_after, StdClock, FAR_FUTURE};

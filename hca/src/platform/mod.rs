@@ -16,7 +16,6 @@ pub mod qtest;
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod vfio;
-mod words;
 
 use std::sync::Arc;
 use std::time::Duration;

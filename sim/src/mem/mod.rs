@@ -44,6 +44,7 @@ mod user;
 mod view;
 mod words;
 
+use osdep::words::{read as read_words, write as write_words, zero as zero_words};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -52,7 +53,7 @@ use thiserror::Error;
 use user::{Access, Piece, Pieces};
 use view::SpanKind;
 pub use view::{Span, Window};
-use words::{as_atomic_u64, read_words, write_words, zero_words};
+use words::as_atomic_u64;
 
 /// Device addresses start here, so that 0 and small values are never valid.
 pub const IOVA_BASE: u64 = 0x1_0000_0000;

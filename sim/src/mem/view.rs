@@ -1,8 +1,8 @@
 //! Guest memory resolved once: a region the model allocated ([`Window`]) and a span of the map
 //! ([`Span`]), reached without a lookup per access where the memory is the model's own.
 
-use super::words::{read_words, write_words};
 use super::{GuestMemory, MemError, OwnedWords};
+use osdep::words::{read as read_words, write as write_words};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Guest RAM mapped from QEMU's `memory-backend-file`, touched only as `AtomicU32` words (the
 //! backend's only unsafe code).
 
-use crate::platform::words;
+use osdep::words;
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsRawFd;

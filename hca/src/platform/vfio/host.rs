@@ -2,7 +2,7 @@
 //! `AtomicU32` words (the only unsafe code of the backend for memory).
 
 use super::iova::Extent;
-use crate::platform::words;
+use osdep::words;
 use std::io::{self};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
