@@ -37,7 +37,7 @@ pub const NO_SUCH_HANDLE: u32 = 0x1234;
 /// An opcode past every command either device knows.
 pub const UNKNOWN_OPCODE: u32 = 0x40;
 /// `errno` EINVAL, the model's answer to every refused command.
-pub const EINVAL: u8 = 22;
+pub use pvrdma_abi::errno::EINVAL;
 
 /// What the device did at one step.
 #[derive(Clone, Debug, PartialEq, Eq)]

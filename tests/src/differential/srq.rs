@@ -19,7 +19,7 @@ use ib_core::{SendWr, WcOpcode, WcStatus, WrOpcode};
 use pvrdma_abi::cmd::DestroySrq;
 
 const MSG: u32 = 256;
-const EINVAL: i32 = 22;
+use libc::EINVAL;
 
 fn payload(sender: usize, k: u64) -> Vec<u8> {
     (0..MSG).map(|i| (sender as u32 * 37 + k as u32 * 11 + i) as u8).collect()

@@ -16,8 +16,7 @@ use pvrdma_sim::{Profile, SimConfig};
 use std::time::Duration;
 use tests::fixture::{connect, connect_roce, gid, open, open_with, poll_n, pv, rc_qp, uar_page, SETTLE, WAIT};
 
-const EINVAL: i32 = 22;
-const EBUSY: i32 = 16;
+use libc::{EBUSY, EINVAL};
 const MSG: u32 = 64;
 
 fn srq(pd: &Pd, max_wr: u32, max_sge: u32) -> Srq {
