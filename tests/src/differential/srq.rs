@@ -19,7 +19,7 @@ use ib_core::{SendWr, WcOpcode, WcStatus, WrOpcode};
 use pvrdma_abi::cmd::DestroySrq;
 
 const MSG: u32 = 256;
-use libc::EINVAL;
+const EINVAL: i32 = pvrdma_abi::errno::EINVAL as i32;
 
 fn payload(sender: usize, k: u64) -> Vec<u8> {
     (0..MSG).map(|i| (sender as u32 * 37 + k as u32 * 11 + i) as u8).collect()
