@@ -5,7 +5,7 @@
 //! compare-exchange, so its neighbouring bytes, which the other side may be writing, are kept.
 //! Bytes are in memory order (the host's own byte order within a word).
 //!
-//! [`read`], [`write`] and [`zero`] leave the bounds to the caller (they panic past the end);
+//! [`read`], [`write()`] and [`zero`] leave the bounds to the caller (they panic past the end);
 //! [`copy_out`], [`copy_in`] and [`word`] check them.
 
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -85,7 +85,7 @@ pub fn copy_out(words: &[AtomicU32], off: usize, buf: &mut [u8]) -> bool {
     inside
 }
 
-/// [`write`], or `false` (nothing written) if the range is not inside `words`.
+/// [`write()`], or `false` (nothing written) if the range is not inside `words`.
 pub fn copy_in(words: &[AtomicU32], off: usize, data: &[u8]) -> bool {
     let inside = in_bounds(words, off, data.len());
     if inside {

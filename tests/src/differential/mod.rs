@@ -9,9 +9,9 @@
 //! Every target is probed the default way: how the device arms CQs is found by the driver's
 //! self-test, never declared.
 //!
-//! The bodies, by subject: [`objects`] (bring-up, the objects and their limits, QP attributes, a
+//! The bodies, by subject: [`objects`](mod@objects) (bring-up, the objects and their limits, QP attributes, a
 //! bad DMA address), [`data_path`] (RC SEND/RECV, a user context's data path), [`arming`] (CQ
-//! arming and overflow), [`atomics`], [`cq`] (RESIZE_CQ), [`srq`] and [`ud`]; each is re-exported
+//! arming and overflow), [`atomics`](mod@atomics), [`cq`] (RESIZE_CQ), [`srq`](mod@srq) and [`ud`]; each is re-exported
 //! here.
 
 use crate::fixture::{stats, Pair};

@@ -8,9 +8,9 @@
 //!
 //! - the **completion channel** client: arms with `Cq::req_notify` ([`ArmMachine::arm_channel`]);
 //!   one event into the channel per fired arm;
-//! - **notify requests** ([`super::notify`]): every outstanding NEXT or SOLICITED request joins
+//! - **notify requests** (`super::notify`): every outstanding NEXT or SOLICITED request joins
 //!   its kind into the arm; the event completes all of them; ERROR_ONLY requests never arm;
-//! - the **upcall dispatcher** ([`super::upcall`]): SINGLE_INSTANCE or MANY_INSTANCE arms for the
+//! - the **upcall dispatcher** (`super::upcall`): SINGLE_INSTANCE or MANY_INSTANCE arms for the
 //!   next completion; after the event the driver re-arms for MANY_INSTANCE before the upcall runs.
 //!
 //! The hardware arm is the union (NEXT dominates SOLICITED) of what the waiting clients need;
@@ -224,7 +224,7 @@ impl<H: CqHw> ArmMachine<H> {
         })
     }
 
-    /// A notify request of `kind` (see [`super::notify`]). NEXT and SOLICITED join the hardware
+    /// A notify request of `kind` (see `super::notify`). NEXT and SOLICITED join the hardware
     /// arm; ERROR_ONLY does not arm. A CQ already in error completes the request at once with
     /// its error; a closed CQ with [`NotifyStatus::Cancelled`].
     ///
