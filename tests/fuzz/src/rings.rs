@@ -51,14 +51,18 @@ struct Wq {
     prod: u64,
     /// Device address of entry 0.
     entries: u64,
+    /// Entries.
     elems: u32,
+    /// Bytes per entry.
     stride: u64,
 }
 
+/// `qp`'s send queue.
 fn sq(qp: &TestQp) -> Wq {
     Wq { prod: qp.state, entries: qp.sq, elems: qp.swr, stride: qp.sstride }
 }
 
+/// `qp`'s receive queue.
 fn rq(qp: &TestQp) -> Wq {
     Wq { prod: qp.state + 8, entries: qp.rq, elems: qp.rwr, stride: qp.rstride }
 }
