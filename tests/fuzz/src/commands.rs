@@ -16,6 +16,7 @@ use arbitrary::Unstructured;
 use pvrdma_abi::cmd::opcode as op;
 use pvrdma_abi::cmd::{CmdHdr, RespHdr};
 use pvrdma_abi::wqe::{rq_wqe_stride, sq_wqe_stride};
+use pvrdma_sim::testutil::minidrv::paged;
 use pvrdma_sim::Profile;
 use zerocopy::FromBytes;
 
@@ -54,11 +55,11 @@ pub fn run(data: &[u8]) {
             break;
         }
         let Ok(req) = request(&mut u, &mut model, &h) else { break };
-        let before = model.dev.state();
+        let before = model.dev().state();
         let opcode = u32::from_le_bytes([req[8], req[9], req[10], req[11]]);
         let cookie = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
         let a = model.post_raw(&req);
-        check_answer(&model.dev, opcode, cookie, &a, before);
+        check_answer(model.dev(), opcode, cookie, &a, before);
         if a.hdr.ack.get() != 0 && a.hdr.err == 0 {
             remember(&mut h, opcode, &a.bytes);
         }
@@ -75,28 +76,28 @@ pub fn run(data: &[u8]) {
 fn set_up(model: &mut Model, setup: u8) -> Handles {
     let mut h = Handles { ctxs: vec![0], ..Default::default() };
     if setup & 0x01 != 0 {
-        model.bind_gid(0, GID0);
+        model.drv.bind_gid(0, GID0);
     }
     if setup & 0x02 != 0 {
-        h.ctxs.push(model.create_uc(1));
+        h.ctxs.push(model.drv.create_uc(1));
     }
     if setup & 0x04 == 0 {
         return h;
     }
-    let pd = model.create_pd(0);
+    let pd = model.drv.create_pd(0);
     h.pds.push(pd);
     if setup & 0x08 != 0 {
-        h.mrs.push(model.create_mr(pd, 0x7000_0000_0123, 2 * PAGE, 1).handle);
+        h.mrs.push(model.drv.create_mr(pd, 0x7000_0000_0123, 2 * PAGE, 1).handle);
     }
     if setup & 0x10 == 0 {
         return h;
     }
-    let (a, _) = model.create_cq(0, 16);
-    let (b, _) = model.create_cq(0, 16);
+    let a = model.drv.create_cq(0, 16).handle;
+    let b = model.drv.create_cq(0, 16).handle;
     h.cqs.extend([a, b]);
     if setup & 0x20 != 0 {
-        let qa = model.create_qp(pd, a, a, 4);
-        let qb = model.create_qp(pd, b, b, 4);
+        let qa = model.drv.create_qp(pd, a, a, 4);
+        let qb = model.drv.create_qp(pd, b, b, 4);
         if setup & 0x41 == 0x41 {
             model.connect(qa.qpn, qb.qpn);
             model.connect(qb.qpn, qa.qpn);
@@ -116,7 +117,7 @@ fn request(u: &mut Unstructured, model: &mut Model, h: &Handles) -> arbitrary::R
     let hdr = core::mem::size_of::<CmdHdr>();
     let mut req = vec![0u8; hdr + 256];
     req[hdr..hdr + body.len()].copy_from_slice(body);
-    req[..8].copy_from_slice(&model.next_cookie().to_le_bytes());
+    req[..8].copy_from_slice(&model.drv.next_cookie().to_le_bytes());
     req[8..12].copy_from_slice(&opcode.to_le_bytes());
     if patch & 1 != 0 {
         patch_handles(u, &mut req, opcode, h)?;
@@ -161,7 +162,7 @@ fn patch_handles(u: &mut Unstructured, req: &mut [u8], opcode: u32, h: &Handles)
 
 /// Consistent sizes and a real page directory for the creating commands (and small indices for
 /// the port's).
-fn patch_geometry(u: &mut Unstructured, req: &mut [u8], opcode: u32, model: &mut Model) -> arbitrary::Result<()> {
+fn patch_geometry(u: &mut Unstructured, req: &mut [u8], opcode: u32, model: &Model) -> arbitrary::Result<()> {
     let put32 = |req: &mut [u8], at: usize, v: u32| req[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let put16 = |req: &mut [u8], at: usize, v: u16| req[at..at + 2].copy_from_slice(&v.to_le_bytes());
     let put64 = |req: &mut [u8], at: usize, v: u64| req[at..at + 8].copy_from_slice(&v.to_le_bytes());
@@ -169,7 +170,7 @@ fn patch_geometry(u: &mut Unstructured, req: &mut [u8], opcode: u32, model: &mut
         op::CREATE_CQ => {
             let cqe = 1u32 << u.int_in_range(0..=8)?;
             let pages = 1 + (u64::from(cqe) * 64).div_ceil(PAGE);
-            put64(req, 16, model.paged(pages).0);
+            put64(req, 16, paged(model.dev(), pages).0);
             put32(req, 28, cqe);
             put32(req, 32, pages as u32);
         }
@@ -178,7 +179,7 @@ fn patch_geometry(u: &mut Unstructured, req: &mut [u8], opcode: u32, model: &mut
             let sge: u32 = u.int_in_range(1..=4)?;
             let sp = (u64::from(wr) * u64::from(sq_wqe_stride(sge).unwrap_or(128))).div_ceil(PAGE);
             let rp = (u64::from(wr) * u64::from(rq_wqe_stride(sge).unwrap_or(64))).div_ceil(PAGE);
-            put64(req, 16, model.paged(1 + sp + rp).0);
+            put64(req, 16, paged(model.dev(), 1 + sp + rp).0);
             for at in [40, 44] {
                 put32(req, at, wr);
             }
@@ -194,7 +195,7 @@ fn patch_geometry(u: &mut Unstructured, req: &mut [u8], opcode: u32, model: &mut
             let len: u64 = u.int_in_range(0..=pages * PAGE)?;
             put64(req, 16, 0x7000_0000_0000 + u64::from(u.arbitrary::<u16>()?));
             put64(req, 24, len);
-            put64(req, 32, model.paged(pages + 1).0);
+            put64(req, 32, paged(model.dev(), pages + 1).0);
             put32(req, 52, pages as u32 + 1);
         }
         op::CREATE_UC => put32(req, 16, (pvrdma_sim::UAR_BASE_PFN + u64::from(u.arbitrary::<u8>()?)) as u32),

@@ -16,13 +16,14 @@
 //! limit, the indices the device writes in range (in ring-state pages the input did not write),
 //! every command answered, RESET leaves the device Inactive.
 
-use crate::model::{Model, Mr, Qp, Ring, GID0, PAGE};
+use crate::model::{Model, GID0, PAGE};
 use arbitrary::Unstructured;
 use pvrdma_abi::cmd;
 use pvrdma_abi::ring::{idx_inc, idx_slot, idx_valid, ring_count};
 use pvrdma_abi::uar::{UAR_BAR_SIZE, UAR_CQ_OFFSET, UAR_PAGE_SIZE, UAR_QP_OFFSET};
 use pvrdma_abi::verbs::{access, qp_attr_mask as m, qp_state, QpAttr};
 use pvrdma_abi::wqe::{wr_opcode, RqWqeHdr, Sge, SqWqeHdr};
+use pvrdma_sim::testutil::minidrv::{TestCq, TestMr, TestQp};
 use pvrdma_sim::{Profile, SimConfig};
 use std::time::Duration;
 use zerocopy::little_endian::{U32, U64};
@@ -34,13 +35,36 @@ const MAX_ACTIONS: usize = 64;
 /// The objects set-up made.
 struct World {
     model: Model,
-    cqs: Vec<(u32, Ring)>,
-    qps: Vec<Qp>,
-    mrs: Vec<Mr>,
+    cqs: Vec<TestCq>,
+    qps: Vec<TestQp>,
+    mrs: Vec<TestMr>,
     /// UAR pages in use (0: the kernel's; 1: the user context's).
     pages: [u32; 2],
     /// Ring-state pages whose words the input wrote (the device's words there prove nothing).
     tainted: Vec<u64>,
+}
+
+/// A work queue as the driver fills it: its producer word, its entries, their count and stride.
+#[derive(Clone, Copy)]
+struct Wq {
+    /// Device address of the producer index (the QP's ring-state page: SQ at 0, RQ at 8).
+    prod: u64,
+    /// Device address of entry 0.
+    entries: u64,
+    /// Entries.
+    elems: u32,
+    /// Bytes per entry.
+    stride: u64,
+}
+
+/// `qp`'s send queue.
+fn sq(qp: &TestQp) -> Wq {
+    Wq { prod: qp.state, entries: qp.sq, elems: qp.swr, stride: qp.sstride }
+}
+
+/// `qp`'s receive queue.
+fn rq(qp: &TestQp) -> Wq {
+    Wq { prod: qp.state + 8, entries: qp.rq, elems: qp.rwr, stride: qp.rstride }
 }
 
 /// Runs one input.
@@ -71,14 +95,14 @@ pub fn run(data: &[u8]) {
 fn check_device_words(w: &World) {
     let mem = w.model.mem();
     let word = |at: u64| mem.load_u32(at).expect("ring-state page");
-    let [async_page, notify_page] = w.model.event_rings;
-    let produced = w.cqs.iter().map(|(_, r)| (r.state, r.elems)).chain([(async_page, 512), (notify_page, 1024)]);
+    let d = &w.model.drv;
+    let produced = w.cqs.iter().map(|c| c.ring).chain([d.async_ring, d.cq_ring]).map(|r| (r.state, r.elems));
     for (page, elems) in produced.filter(|(p, _)| !w.tainted.contains(p)) {
         let (prod, cons) = (word(page + 8), word(page + 12));
         assert!(ring_count(prod, cons, elems).is_some(), "device wrote prod {prod} (cons {cons}, {elems} entries)");
     }
     for qp in w.qps.iter().filter(|q| !w.tainted.contains(&q.state)) {
-        for (at, elems) in [(4, qp.sq.elems), (12, qp.rq.elems)] {
+        for (at, elems) in [(4, qp.swr), (12, qp.rwr)] {
             let cons = word(qp.state + at);
             assert!(idx_valid(cons, elems), "device wrote QP {} cons {cons} at +{at}", qp.qpn);
         }
@@ -93,8 +117,8 @@ fn destroy_all(w: &mut World) {
     for mr in w.mrs.clone() {
         w.model.post(cmd::DestroyMr { mr_handle: U32::new(mr.handle), ..Default::default() });
     }
-    for (cq, _) in w.cqs.clone() {
-        w.model.post(cmd::DestroyCq { cq_handle: U32::new(cq), ..Default::default() });
+    for cq in w.cqs.clone() {
+        w.model.post(cmd::DestroyCq { cq_handle: U32::new(cq.handle), ..Default::default() });
     }
     w.model.settle();
 }
@@ -104,18 +128,20 @@ fn set_up(setup: u8) -> World {
     // A link latency moves delivery from the ringing thread to the port's own thread.
     let link_latency = Duration::from_micros(if setup & 8 != 0 { 20 } else { 0 });
     let mut model = Model::with_config(SimConfig { profile, link_latency, ..crate::model::config() });
-    model.bind_gid(0, GID0);
-    let pd = model.create_pd(0);
-    let a = model.create_cq(0, 8);
-    let b = model.create_cq(0, 8);
-    let qa = model.create_qp(pd, a.0, a.0, 4);
-    let qb = model.create_qp(pd, b.0, b.0, 4);
+    let d = &mut model.drv;
+    d.bind_gid(0, GID0);
+    let pd = d.create_pd(0);
+    let a = d.create_cq(0, 8);
+    let b = d.create_cq(0, 8);
+    let qa = d.create_qp(pd, a.handle, a.handle, 4);
+    let qb = d.create_qp(pd, b.handle, b.handle, 4);
     model.connect(qa.qpn, qb.qpn);
     model.connect(qb.qpn, qa.qpn);
-    let src = model.create_mr(pd, 0x7000_0000_0123, 2 * PAGE, 0);
-    let dst = model.create_mr(pd, 0x7100_0000_0456, 2 * PAGE, access::LOCAL_WRITE | access::REMOTE_WRITE);
-    let uc = model.create_uc(1);
-    let c = model.create_cq(uc, 4);
+    let d = &mut model.drv;
+    let src = d.create_mr(pd, 0x7000_0000_0123, 2 * PAGE, 0);
+    let dst = d.create_mr(pd, 0x7100_0000_0456, 2 * PAGE, access::LOCAL_WRITE | access::REMOTE_WRITE);
+    let uc = d.create_uc(1);
+    let c = d.create_cq(uc, 4);
     World { model, cqs: vec![a, b, c], qps: vec![qa, qb], mrs: vec![src, dst], pages: [0, 1], tainted: Vec::new() }
 }
 
@@ -130,7 +156,7 @@ fn act(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
         }
         1 => {
             let qp = *u.choose(&w.qps)?;
-            let ring = if u.arbitrary()? { qp.sq } else { qp.rq };
+            let ring = if u.arbitrary()? { sq(&qp) } else { rq(&qp) };
             let span = u64::from(ring.elems) * ring.stride;
             let at = u.int_in_range(0..=span - 1)?;
             let len = u.int_in_range(1..=64usize)?;
@@ -143,23 +169,23 @@ fn act(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
             let qpn = pick_handle(u, w.qps.iter().map(|q| q.qpn))?;
             let bits = u32::from(u.int_in_range(0..=3u8)?) << 30;
             let page = pick_page(u, w)?;
-            w.model.dev.uar_write(page + u64::from(UAR_QP_OFFSET), bits | qpn);
+            w.model.dev().uar_write(page + u64::from(UAR_QP_OFFSET), bits | qpn);
         }
         5 => {
-            let cq = pick_handle(u, w.cqs.iter().map(|c| c.0))?;
+            let cq = pick_handle(u, w.cqs.iter().map(|c| c.handle))?;
             let bits = u32::from(u.int_in_range(0..=7u8)?) << 29;
             let page = pick_page(u, w)?;
-            w.model.dev.uar_write(page + u64::from(UAR_CQ_OFFSET), bits | cq);
+            w.model.dev().uar_write(page + u64::from(UAR_CQ_OFFSET), bits | cq);
         }
         6 => {
             let at = u.int_in_range(0..=UAR_BAR_SIZE + 64)?;
-            w.model.dev.uar_write(at, u.arbitrary()?);
+            w.model.dev().uar_write(at, u.arbitrary()?);
         }
         7 => consume(u, w)?,
         8 => {
             // Any word of a device-produced ring's state page: a CQ's or the DSR's event rings'.
-            let mut pages: Vec<u64> = w.cqs.iter().map(|c| c.1.state).collect();
-            pages.extend(w.model.event_rings);
+            let mut pages: Vec<u64> = w.cqs.iter().map(|c| c.ring.state).collect();
+            pages.extend([w.model.drv.async_ring.state, w.model.drv.cq_ring.state]);
             let page = *u.choose(&pages)?;
             let at = u64::from(u.int_in_range(0..=3u8)?) * 4;
             let _ = w.model.mem().store_u32(page + at, u.arbitrary()?);
@@ -229,7 +255,7 @@ fn post_send(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
     };
     hdr.wr[..8].copy_from_slice(&addr.to_le_bytes());
     hdr.wr[8..12].copy_from_slice(&rkey.to_le_bytes());
-    publish(w, qp.sq, hdr.as_bytes(), sges.as_bytes())
+    publish(w, sq(&qp), hdr.as_bytes(), sges.as_bytes())
 }
 
 /// Writes a receive WQE at the RQ's producer slot and publishes it (no doorbell).
@@ -242,26 +268,26 @@ fn post_recv(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
         num_sge: U32::new(if u.ratio(15u8, 16u8)? { nsge } else { u.arbitrary()? }),
         total_len: U32::new(u.arbitrary()?),
     };
-    publish(w, qp.rq, hdr.as_bytes(), sges.as_bytes())
+    publish(w, rq(&qp), hdr.as_bytes(), sges.as_bytes())
 }
 
 /// Puts `hdr` and `sges` into the producer's slot of `ring` and advances its producer index
-/// (the driver's word: `ring.state`). A producer index the input made invalid stays as it is.
-fn publish(w: &World, ring: Ring, hdr: &[u8], sges: &[u8]) -> arbitrary::Result<()> {
+/// (the driver's word: `ring.prod`). A producer index the input made invalid stays as it is.
+fn publish(w: &World, ring: Wq, hdr: &[u8], sges: &[u8]) -> arbitrary::Result<()> {
     let mem = w.model.mem();
-    let Ok(prod) = mem.load_u32(ring.state) else { return Ok(()) };
+    let Ok(prod) = mem.load_u32(ring.prod) else { return Ok(()) };
     let Some(slot) = idx_slot(prod, ring.elems) else { return Ok(()) };
     let at = ring.entries + u64::from(slot) * ring.stride;
     let room = (ring.stride as usize).saturating_sub(hdr.len());
     let _ = mem.write(at, hdr);
     let _ = mem.write(at + hdr.len() as u64, &sges[..sges.len().min(room)]);
-    let _ = mem.store_u32(ring.state, idx_inc(prod, ring.elems));
+    let _ = mem.store_u32(ring.prod, idx_inc(prod, ring.elems));
     Ok(())
 }
 
 /// Consumes up to a fuzzed number of CQEs of a CQ as a driver does (validated indices).
 fn consume(u: &mut Unstructured, w: &mut World) -> arbitrary::Result<()> {
-    let (_, r) = *u.choose(&w.cqs)?;
+    let r = u.choose(&w.cqs)?.ring;
     let n = u.int_in_range(0..=8u32)?;
     let mem = w.model.mem();
     let (Ok(prod), Ok(cons)) = (mem.load_u32(r.state + 8), mem.load_u32(r.state + 12)) else { return Ok(()) };

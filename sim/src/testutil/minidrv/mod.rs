@@ -34,6 +34,7 @@ pub struct DevRing {
 }
 
 /// A CQ the mini-driver created: its handle and its ring.
+#[derive(Clone, Copy, Debug)]
 pub struct TestCq {
     pub handle: u32,
     pub ring: DevRing,
@@ -65,6 +66,8 @@ pub struct TestMr {
     pub va: u64,
     /// Device address of the first byte.
     pub iova: u64,
+    /// Bytes.
+    pub len: u64,
 }
 
 /// The retry attributes of a connection: the requester's `timeout`, `retry_cnt`, `rnr_retry`
@@ -119,7 +122,7 @@ impl Drv {
         let (async_info, async_ring) = Self::dev_ring(&dev, ring_pages, 8);
         let (cq_info, cq_ring) = Self::dev_ring(&dev, ring_pages, 4);
         let mut d = Dsr::new_zeroed();
-        d.driver_version = U32::new(17);
+        d.driver_version = U32::new(pvrdma_abi::PVRDMA_ROCEV1_VERSION);
         d.cmd_slot_dma = U64::new(cmd_slot);
         d.resp_slot_dma = U64::new(resp_slot);
         d.async_ring_pages = async_info;
@@ -132,19 +135,22 @@ impl Drv {
     }
 
     fn dev_ring(dev: &SimDevice, pages: u32, size: u64) -> (RingPageInfo, DevRing) {
-        let base = dev.mem().alloc(u64::from(pages) * PAGE).unwrap();
-        let list: Vec<u64> = (0..u64::from(pages)).map(|i| base + i * PAGE).collect();
-        let dir = build_pdir(dev, &list);
+        let (dir, base) = paged(dev, u64::from(pages));
         let info = RingPageInfo { num_pages: U32::new(pages), reserved: U32::ZERO, pdir_dma: U64::new(dir) };
         let elems = ((u64::from(pages) - 1) * PAGE / size) as u32;
         (info, DevRing { state: base, entries: base + PAGE, elems, size })
     }
 
+    /// A fresh cookie (the request header's `response`, which the device echoes).
+    pub fn next_cookie(&mut self) -> u64 {
+        self.cookie += 1;
+        self.cookie
+    }
+
     /// Posts `req` and returns its response and the `err` byte, checking ack, cookie, one
     /// vector-0 interrupt, and ERR = -err.
     pub fn post<C: CmdRequest>(&mut self, mut req: C) -> (C::Response, u8) {
-        self.cookie += 1;
-        let cookie = self.cookie;
+        let cookie = self.next_cookie();
         req.hdr_mut().response = U64::new(cookie);
         req.hdr_mut().cmd = U32::new(C::OPCODE);
         let (resp, hdr) = self.post_raw(req.as_bytes(), core::mem::size_of::<C::Response>());
@@ -169,19 +175,31 @@ impl Drv {
     /// Writes raw bytes to the command slot, rings REQUEST, and returns `len` response bytes and
     /// the response header.
     pub fn post_raw(&mut self, bytes: &[u8], len: usize) -> (Vec<u8>, RespHdr) {
-        let mem = self.dev.mem();
-        mem.zero(self.resp_slot, 64).unwrap();
-        mem.write(self.cmd_slot, bytes).unwrap();
-        let before = self.dev.vectors().raised(0);
-        self.dev.reg_write(REG_REQUEST, 0);
-        assert_eq!(self.dev.vectors().raised(0), before + 1, "one command interrupt");
-        assert_eq!(self.dev.vectors().wait(0, WAIT), 1);
-        let mut resp = vec![0u8; len.max(16)];
-        mem.read(self.resp_slot, &mut resp).unwrap();
+        let (resp, irqs) = self.post_unchecked(bytes, len);
+        assert_eq!(irqs, 1, "one command interrupt");
         let hdr = RespHdr::read_from_prefix(&resp).unwrap().0;
         let expect_err = pvrdma_abi::errno::reg_value(hdr.err);
         assert_eq!(self.dev.reg_read(REG_ERR), expect_err);
         (resp, hdr)
+    }
+
+    /// Zeroes both slots, writes `bytes` (at most a slot's) to the command slot, rings REQUEST
+    /// and takes the command interrupts; returns the response slot's first `len` bytes (at least
+    /// a header's) and the command interrupts the REQUEST raised, checking nothing: for requests
+    /// a device may leave unanswered (a Broken device, a hostile request).
+    pub fn post_unchecked(&self, bytes: &[u8], len: usize) -> (Vec<u8>, u64) {
+        let mem = self.dev.mem();
+        let len = len.max(core::mem::size_of::<RespHdr>());
+        mem.zero(self.resp_slot, len.max(64) as u64).unwrap();
+        mem.zero(self.cmd_slot, SLOT_SIZE as u64).unwrap();
+        mem.write(self.cmd_slot, &bytes[..bytes.len().min(SLOT_SIZE)]).unwrap();
+        let before = self.dev.vectors().raised(0);
+        self.dev.reg_write(REG_REQUEST, 0);
+        let irqs = self.dev.vectors().raised(0) - before;
+        self.dev.vectors().wait(0, Duration::ZERO);
+        let mut resp = vec![0u8; len];
+        mem.read(self.resp_slot, &mut resp).unwrap();
+        (resp, irqs)
     }
 
     pub fn bind_gid(&mut self, index: u32, gid: Gid) {
@@ -202,10 +220,9 @@ impl Drv {
     /// A CQ request for `cqe` entries over freshly allocated pages (not posted).
     pub fn cq_request(&self, ctx: u32, cqe: u32) -> (CreateCq, DevRing) {
         let pages = 1 + (u64::from(cqe) * 64).div_ceil(PAGE);
-        let base = self.dev.mem().alloc(pages * PAGE).unwrap();
-        let list: Vec<u64> = (0..pages).map(|i| base + i * PAGE).collect();
+        let (dir, base) = paged(&self.dev, pages);
         let req = CreateCq {
-            pdir_dma: U64::new(build_pdir(&self.dev, &list)),
+            pdir_dma: U64::new(dir),
             ctx_handle: U32::new(ctx),
             cqe: U32::new(cqe),
             nchunks: U32::new(pages as u32),
@@ -228,10 +245,9 @@ impl Drv {
         let sp = (u64::from(wr) * sstride).div_ceil(PAGE);
         let rp = (u64::from(wr) * rstride).div_ceil(PAGE);
         let total = 1 + sp + rp;
-        let base = self.dev.mem().alloc(total * PAGE).unwrap();
-        let list: Vec<u64> = (0..total).map(|i| base + i * PAGE).collect();
+        let (dir, base) = paged(&self.dev, total);
         let req = CreateQp {
-            pdir_dma: U64::new(build_pdir(&self.dev, &list)),
+            pdir_dma: U64::new(dir),
             pd_handle: U32::new(pd),
             send_cq_handle: U32::new(scq),
             recv_cq_handle: U32::new(rcq),
@@ -286,25 +302,9 @@ impl Drv {
 
     /// [`Drv::connect`] with `qp_access_flags` `access` and the retry attributes `r`.
     pub fn connect_with(&mut self, qp: u32, dest: u32, access: u32, r: Retries) {
-        let mut a = QpAttr::new_zeroed();
-        a.qp_access_flags = U32::new(access);
-        a.qp_state = U32::new(qp_state::INIT);
-        a.port_num = 1;
-        assert_eq!(self.modify(qp, m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a), 0);
-        a.qp_state = U32::new(qp_state::RTR);
-        a.dest_qp_num = U32::new(dest);
-        a.path_mtu = U32::new(3);
-        a.ah_attr.grh.dgid = GID0;
-        a.ah_attr.grh.sgid_index = 0;
-        a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
-        a.ah_attr.port_num = 1;
-        a.min_rnr_timer = r.min_rnr_timer;
-        let mask = m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN | m::MIN_RNR_TIMER;
-        assert_eq!(self.modify(qp, mask, a), 0);
-        a.qp_state = U32::new(qp_state::RTS);
-        (a.timeout, a.retry_cnt, a.rnr_retry) = (r.timeout, r.retry_cnt, r.rnr_retry);
-        let mask = m::STATE | m::SQ_PSN | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY;
-        assert_eq!(self.modify(qp, mask, a), 0);
+        for (mask, attrs) in connect_steps(dest, access, r) {
+            assert_eq!(self.modify(qp, mask, attrs), 0);
+        }
     }
 
     /// A `len`-byte MR over one page ([`aliased_pdir`]), with LOCAL_WRITE; returns its lkey.
@@ -326,12 +326,11 @@ impl Drv {
     pub fn create_mr(&mut self, pd: u32, va: u64, len: u64, access: u32) -> TestMr {
         let off = va % PAGE;
         let pages = (off + len).div_ceil(PAGE);
-        let base = self.dev.mem().alloc(pages * PAGE).unwrap();
-        let list: Vec<u64> = (0..pages).map(|i| base + i * PAGE).collect();
+        let (dir, base) = paged(&self.dev, pages);
         let resp = self.ok(CreateMr {
             start: U64::new(va),
             length: U64::new(len),
-            pdir_dma: U64::new(build_pdir(&self.dev, &list)),
+            pdir_dma: U64::new(dir),
             pd_handle: U32::new(pd),
             access_flags: U32::new(access),
             nchunks: U32::new(pages as u32),
@@ -339,7 +338,7 @@ impl Drv {
         });
         assert_ne!(resp.lkey.get(), resp.rkey.get());
         let (handle, lkey, rkey) = (resp.mr_handle.get(), resp.lkey.get(), resp.rkey.get());
-        TestMr { handle, lkey, rkey, va, iova: base + off }
+        TestMr { handle, lkey, rkey, va, iova: base + off, len }
     }
 }
 
@@ -355,6 +354,30 @@ pub fn rtr(dest: u32) -> QpAttr {
     a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
     a.ah_attr.port_num = 1;
     a
+}
+
+/// The three MODIFY_QPs (attribute mask, attributes) of [`Drv::connect_with`]: RESET -> INIT
+/// with `qp_access_flags` `access`, INIT -> RTR towards `dest` with GID index 0 and
+/// `min_rnr_timer`, RTR -> RTS with the requester's retry attributes of `r`.
+pub fn connect_steps(dest: u32, access: u32, r: Retries) -> [(u32, QpAttr); 3] {
+    let mut a = QpAttr::new_zeroed();
+    a.qp_access_flags = U32::new(access);
+    a.qp_state = U32::new(qp_state::INIT);
+    a.port_num = 1;
+    let init = (m::STATE | m::PORT | m::PKEY_INDEX | m::ACCESS_FLAGS, a);
+    a.qp_state = U32::new(qp_state::RTR);
+    a.dest_qp_num = U32::new(dest);
+    a.path_mtu = U32::new(3);
+    a.ah_attr.grh.dgid = GID0;
+    a.ah_attr.grh.sgid_index = 0;
+    a.ah_attr.ah_flags = pvrdma_abi::verbs::AH_GRH;
+    a.ah_attr.port_num = 1;
+    a.min_rnr_timer = r.min_rnr_timer;
+    let rtr = (m::STATE | m::AV | m::DEST_QPN | m::PATH_MTU | m::RQ_PSN | m::MIN_RNR_TIMER, a);
+    a.qp_state = U32::new(qp_state::RTS);
+    (a.timeout, a.retry_cnt, a.rnr_retry) = (r.timeout, r.retry_cnt, r.rnr_retry);
+    let rts = (m::STATE | m::SQ_PSN | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY, a);
+    [init, rtr, rts]
 }
 
 /// The attributes [`rtr`] sets.
@@ -381,6 +404,14 @@ pub fn aliased_pdir(dev: &SimDevice) -> (u64, u64) {
     mem.write(dir, &table.to_le_bytes().repeat(512)).unwrap();
     mem.write(table, &page.to_le_bytes().repeat(512)).unwrap();
     (dir, page)
+}
+
+/// Allocates `pages` contiguous pages and a page directory listing them; returns (directory,
+/// first page).
+pub fn paged(dev: &SimDevice, pages: u64) -> (u64, u64) {
+    let base = dev.mem().alloc(pages * PAGE).unwrap();
+    let list: Vec<u64> = (0..pages).map(|i| base + i * PAGE).collect();
+    (build_pdir(dev, &list), base)
 }
 
 /// Builds a page directory (directory page plus table pages) listing `pages`.
