@@ -61,7 +61,7 @@ pub fn device_from(roce: RoceConfig, base: SimConfig) -> Drv {
         let roce = RoceConfig { addrs: vec![IpAddr::V4(a)], ..roce.clone() };
         netlease::Attempt::of(SimDevice::try_new(SimConfig { roce: Some(roce), ..base.clone() }))
     });
-    ready(Drv::with_device(dev))
+    ready(Drv::new_on(dev))
 }
 
 /// A device whose RoCE port is `roce` at its own addresses (the first bound as GID [`SGID`]):
@@ -70,7 +70,7 @@ pub fn device_at(roce: RoceConfig, base: SimConfig) -> Drv {
     let ip = roce.addrs[0];
     let dev = SimDevice::try_new(SimConfig { roce: Some(roce), ..base })
         .unwrap_or_else(|e| panic!("the RoCE port cannot open {ip}: {e}"));
-    ready(Drv::with_device(dev))
+    ready(Drv::new_on(dev))
 }
 
 /// A device for an IPv6 case ([`netlease::netns::own`]): in the test's own network namespace

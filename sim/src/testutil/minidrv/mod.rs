@@ -94,19 +94,11 @@ pub struct Drv {
 impl Drv {
     /// A device with a loaded, activated DSR whose device rings have 2 pages each.
     pub fn new(cfg: SimConfig) -> Self {
-        Self::with_device(SimDevice::new(cfg))
+        Self::new_on(SimDevice::new(cfg))
     }
 
     /// Loads a fresh DSR on `dev` (after a RESET) and activates it.
     pub fn new_on(dev: Arc<SimDevice>) -> Self {
-        let d = Self::load(dev, 2);
-        d.dev.reg_write(REG_CTL, DeviceCtl::Activate as u32);
-        assert_eq!(d.dev.reg_read(REG_ERR), 0);
-        d
-    }
-
-    /// [`Drv::new`] on a device already made.
-    pub fn with_device(dev: Arc<SimDevice>) -> Self {
         let d = Self::load(dev, 2);
         d.dev.reg_write(REG_CTL, DeviceCtl::Activate as u32);
         assert_eq!(d.dev.reg_read(REG_ERR), 0);
