@@ -190,17 +190,15 @@ impl Qp {
         st.sges = &[];
         let copied = match s.data {
             Some(d) => staging.copy(j, total as u32, std::iter::once(d)),
-            // SAFETY: an inline SGE names `length` readable bytes of the program's at `addr`
-            // (libibverbs's contract; no lkey is checked). Empty ones are skipped (their address
-            // may be anything).
-            None => staging.copy(
-                j,
-                total as u32,
-                s.sges
-                    .iter()
-                    .filter(|g| g.length > 0)
-                    .map(|g| unsafe { std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize) }),
-            ),
+            None => {
+                // Empty SGEs are skipped: their address may be anything.
+                let bytes = s.sges.iter().filter(|g| g.length > 0).map(|g| {
+                    // SAFETY: an inline SGE names `length` readable bytes of the program's at
+                    // `addr` (libibverbs's contract; no lkey is checked).
+                    unsafe { std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize) }
+                });
+                staging.copy(j, total as u32, bytes)
+            }
         };
         st.bounce = Some(copied.map_err(|e| e.errno())?);
         Ok(st)
