@@ -311,11 +311,10 @@ unsafe fn vm_rw(local: *mut u8, pieces: &[Piece], write: bool) -> Result<(), Fau
         let want: usize = chunk.iter().map(|p| p.len).sum();
         let n = locals.len() as libc::c_ulong;
         let pid = pid();
-        // SAFETY: the local iovecs cover bytes of the caller's buffer (the function's contract:
-        // writable for a read, which the kernel writes; readable for a write), both arrays hold
-        // `n` entries and live across the call. The remote iovecs are only addresses: the kernel
-        // checks them against this process's mappings and fails instead of faulting. `pid` is
-        // this process's (a forked child's own: see `pid`).
+        // The remote iovecs are only addresses: the kernel checks them against the mappings of
+        // process `pid`, this one (a forked child's own: see `pid`), and fails instead of faulting.
+        // SAFETY: the local iovecs cover the caller's buffer (writable for a read, readable for a
+        // write: the function's contract); both arrays hold `n` entries and outlive the call.
         let done = unsafe {
             if write {
                 libc::process_vm_writev(pid, locals.as_ptr(), n, remotes.as_ptr(), n, 0)
