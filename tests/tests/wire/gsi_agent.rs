@@ -174,3 +174,26 @@ fn a_datagram_for_qp1_of_a_device_without_a_gsi_qp_is_dropped_and_counted() {
     peer.send(&peer.datagram(0xffff, GSI_QKEY, &mad(9)));
     assert_eq!(next(&gb).1, mad(9).to_vec());
 }
+
+#[test]
+fn the_gsi_qp_is_the_kernels_and_one_per_port() {
+    let b = End::new();
+    let _gb = GsiAgent::open(&b.dev, 1).expect("the GSI agent");
+    let cq = b.dev.create_cq(8, None).unwrap();
+    let cap = ib_core::QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let attr = |cq| ib_core::QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap,
+        qp_type: ib_core::QpType::Gsi,
+        sq_sig_all: false,
+        qp_context: 0,
+        srq: None,
+    };
+    let second = b.dev.alloc_pd().unwrap().create_qp(&attr(&cq));
+    assert_eq!(second.map(|q| q.qpn()).unwrap_err().errno(), libc::EBUSY, "QP1 exists: the device's EBUSY");
+    let user = b.dev.alloc_ucontext().unwrap();
+    let ucq = user.create_cq(8, None).unwrap();
+    let refused = user.alloc_pd().unwrap().create_qp(&attr(&ucq));
+    assert!(matches!(refused.map(|q| q.qpn()), Err(Error::InvalidArgument(_))), "not in a user context");
+}
