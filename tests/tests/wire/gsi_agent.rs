@@ -1,12 +1,15 @@
 //! The verbs core's GSI agent (QP1) between two devices of one process over their RoCE v2 ports,
 //! each on a leased 127/8 address: MADs both ways, with where each came from (source GID and QP,
-//! the local GID index it arrived at), one agent per port however often it is opened. Datagrams a
-//! plain UDP socket sends to a port's QP1 — cut inside their headers, of another P_Key, with a
-//! Q_Key other than the GSI's, longer than a MAD — are dropped and counted, and the GSI answers
-//! the next good one; a datagram for QP1 of a device without a GSI QP is dropped and counted.
+//! the local GID index it arrived at), one agent per port however often it is opened, QP1 the
+//! kernel's and one per port. Datagrams a plain UDP socket sends to a port's QP1 — cut inside
+//! their headers, of another P_Key, with a Q_Key other than the GSI's, longer than a MAD — are
+//! dropped and counted, and the GSI answers the next good one; a datagram for QP1 of a device
+//! without a GSI QP is dropped and counted. On the loopback port the agent hears its own MADs; a
+//! full send queue answers `QueueFull` at once; a send the device fails restarts QP1.
 
 use ib_core::gsi::{GsiAddr, GsiAgent, GSI_QKEY, GSI_QPN, MAD_SIZE};
 use ib_core::{gid_from_ip, Device, Error};
+use pvrdma_abi::verbs::qp_state;
 use pvrdma_sim::roce::RoceConfig;
 use pvrdma_sim::{SimConfig, SimStats};
 use roce_wire::ud::{decode_ud, encode_ud, UdPacket, UD_SEND_ONLY};
@@ -196,4 +199,46 @@ fn the_gsi_qp_is_the_kernels_and_one_per_port() {
     let ucq = user.create_cq(8, None).unwrap();
     let refused = user.alloc_pd().unwrap().create_qp(&attr(&ucq));
     assert!(matches!(refused.map(|q| q.qpn()), Err(Error::InvalidArgument(_))), "not in a user context");
+}
+
+#[test]
+fn on_the_loopback_port_the_gsi_agent_hears_its_own_mads() {
+    let dev = tests::fixture::open();
+    let agent = GsiAgent::open(&dev, 1).expect("the GSI agent");
+    let gid0 = dev.query_gid(1, 0).expect("GID 0");
+    let to = GsiAddr { gid: gid0, qpn: GSI_QPN, qkey: GSI_QKEY, sgid_index: 0, hop_limit: 64, ..Default::default() };
+    agent.send(&to, &mad(5)).expect("send to its own QP1");
+    let (from, got) = next(&agent);
+    assert_eq!((got, from.gid, from.qpn, from.sgid_index), (mad(5).to_vec(), gid0, GSI_QPN, 0));
+}
+
+#[test]
+fn a_full_send_queue_is_an_error_not_a_wait() {
+    // On the loopback port with a wire latency of 200 ms, each send stays in flight that long.
+    let cfg = SimConfig { link_latency: Duration::from_millis(200), ..SimConfig::default() };
+    let dev = tests::fixture::open_with(cfg);
+    let agent = GsiAgent::open(&dev, 1).expect("the GSI agent");
+    let to = GsiAddr { gid: dev.query_gid(1, 0).unwrap(), qpn: GSI_QPN, qkey: GSI_QKEY, ..Default::default() };
+    let start = std::time::Instant::now();
+    for i in 0..ib_core::gsi::SEND_SLOTS {
+        agent.send(&to, &mad(i as u8)).unwrap_or_else(|e| panic!("send {i}: {e}"));
+    }
+    assert_eq!(agent.send(&to, &mad(0)), Err(Error::QueueFull), "every slot in flight");
+    assert!(start.elapsed() < Duration::from_millis(200), "no send waited for the wire");
+    // Once they have gone, there is room again.
+    assert!(ib_core::time::poll_until(WAIT, || agent.send(&to, &mad(1)).is_ok()), "the slots come back");
+}
+
+#[test]
+fn a_send_the_device_fails_restarts_qp1_and_the_agent_goes_on() {
+    let (a, b) = (End::new(), End::new());
+    let (ga, gb) = (GsiAgent::open(&a.dev, 1).unwrap(), GsiAgent::open(&b.dev, 1).unwrap());
+    // GID 0 is the link-local RoCE v1 GID, which the RoCE v2 port cannot send from: the send
+    // completes in error and moves QP1 to ERR.
+    ga.send(&b.gsi_addr(0), &mad(1)).expect("posted");
+    let in_err = ib_core::time::poll_until(WAIT, || a.sim.device().qp_state(GSI_QPN) == Some(qp_state::ERR));
+    assert!(in_err, "QP1 in ERR: {:?}", a.sim.device().qp_state(GSI_QPN));
+    ga.send(&b.gsi_addr(a.sgid_index), &mad(2)).expect("sent after the restart");
+    assert_eq!(next(&gb).1, mad(2).to_vec());
+    assert_eq!(a.sim.device().qp_state(GSI_QPN), Some(qp_state::RTS), "QP1 back in RTS");
 }
