@@ -1,15 +1,15 @@
-//! The port's GSI QP (QP1, IBTA 13.5.1): the one QP of a port that carries General Services MADs.
+//! The port's GSI QP (QP1, IBTA 13.5): the one QP of a port that carries General Services MADs.
 //! Linux's `vmw_pvrdma` creates it with `PVRDMA_QPT_GSI` in CREATE_QP (`pvrdma_create_qp` for
 //! `IB_QPT_GSI`) and QEMU 7.2 answers QPN 1 for it (`hw/rdma/rdma_backend.c`: QP1 has no backend
 //! QP; its MADs go through rdmacm-mux). The model makes it a UD QP whose QPN is 1: its sends leave
 //! as UD datagrams with DETH source QP 1, and datagrams for QP 1 are delivered to it, checked
-//! against the GSI Q_Key (IBTA 13.4.4 / C13-3: `0x80010000`, whatever Q_Key the QP was given) and
+//! against the GSI Q_Key (IBTA 13.4.4: `0x80010000`, whatever Q_Key the QP was given) and
 //! bounded to one MAD. One per port: a second CREATE_QP of a GSI QP while one lives is `EBUSY`.
 
 use super::Qp;
 use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state};
 
-/// The QPN of the GSI QP (IBTA 13.5.1).
+/// The QPN of the GSI QP (IBTA 13.5).
 pub const GSI_QPN: u32 = 1;
 /// The Q_Key every MAD to QP1 carries (IBTA 13.4.4, `IB_QP1_QKEY` in Linux).
 pub const GSI_QKEY: u32 = 0x8001_0000;

@@ -1,4 +1,4 @@
-//! The GSI agent: a port's GSI QP (QP1, IBTA 13.5.1) with its buffers, for the consumers of
+//! The GSI agent: a port's GSI QP (QP1, IBTA 13.5) with its buffers, for the consumers of
 //! General Services MADs in this process (the communication manager's among them) — what Linux's
 //! MAD layer (`drivers/infiniband/core/mad.c`) is to its agents, without its class dispatch: every
 //! received MAD goes to whoever calls [`GsiAgent::recv`].
@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Weak};
 
-/// The GSI QP's number (IBTA 13.5.1).
+/// The GSI QP's number (IBTA 13.5).
 pub const GSI_QPN: u32 = 1;
 /// The Q_Key of every MAD to QP1 (IBTA 13.4.4; Linux `IB_QP1_QKEY`).
 pub const GSI_QKEY: u32 = 0x8001_0000;
