@@ -3,7 +3,6 @@
 //! only when a test says so (`Net::at`, `Net::run_until`): no sleeping, every wait a bound.
 
 use rdma_cm::cm::{Path, RepParam, ReqParam};
-use rdma_cm::mad::header::attr;
 use rdma_cm::transport::{MadAddr, GSI_QKEY, GSI_QPN};
 use rdma_cm::{Cm, CmEvent, CmId, MadTransport, ReceivedMad};
 use std::collections::VecDeque;
@@ -261,15 +260,3 @@ pub fn connected() -> (Net, CmId, CmId, CmId) {
     });
     (net, a, listen, b)
 }
-
-pub const ATTRS: [(u16, &str); 9] = [
-    (attr::REQ, "REQ"),
-    (attr::MRA, "MRA"),
-    (attr::REJ, "REJ"),
-    (attr::REP, "REP"),
-    (attr::RTU, "RTU"),
-    (attr::DREQ, "DREQ"),
-    (attr::DREP, "DREP"),
-    (attr::SIDR_REQ, "SIDR_REQ"),
-    (attr::SIDR_REP, "SIDR_REP"),
-];
