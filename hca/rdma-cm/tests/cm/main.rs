@@ -3,6 +3,7 @@
 mod harness;
 
 mod bounds;
+mod capture;
 mod connection;
 mod duplicates;
 mod malformed;
