@@ -4,8 +4,10 @@
 //! `ib_cm_listen` [`Cm::listen`], `ib_send_cm_req` [`Cm::send_req`], and so on; the events
 //! are `enum ib_cm_event_type`'s ([`CmEvent`]).
 //!
-//! H2 (the CM helper) owns this module: the signatures below are the contract with the RDMA
-//! CM above (hca/rdmacm); their bodies and the private modules under `cm/` are the helper's.
+//! Below [`Cm`]: `types` and `params` (the vocabulary), `timing` (IBTA times and the bounds),
+//! `conn` (one ID's record), `table` (the tables under the lock), `format` (the MADs sent),
+//! `verbs` (the consumer's calls), `recv` (the MADs received), `timer` and `destroy`. See
+//! `docs/cm.md` for the behaviour as a whole.
 
 mod conn;
 mod destroy;
@@ -39,7 +41,14 @@ pub struct Cm {
 impl Cm {
     /// A CM sending through `transport`; `local_ca_guid` goes into REQ/REP (Local CA GUID).
     pub fn new(transport: Arc<dyn MadTransport>, local_ca_guid: u64) -> Self {
-        Cm { transport, inner: Mutex::new(Inner::new(local_ca_guid)) }
+        Cm { transport, inner: Mutex::new(Inner::new(local_ca_guid, None)) }
+    }
+
+    /// [`Cm::new`] with the communication IDs and transaction IDs it issues fixed by `seed`
+    /// (they are otherwise drawn from the process's random state): for reproducible runs, as a
+    /// fuzzer needs. Two CMs with the same seed issue the same IDs in the same order.
+    pub fn with_seed(transport: Arc<dyn MadTransport>, local_ca_guid: u64, seed: u64) -> Self {
+        Cm { transport, inner: Mutex::new(Inner::new(local_ca_guid, Some(seed))) }
     }
 
     /// A new ID in state IDLE (`ib_create_cm_id`).
@@ -55,9 +64,10 @@ impl Cm {
         self.run(|g| destroy::destroy(g, id, now))
     }
 
-    /// Listens on `service_id` (exact match) with at most `backlog` REQs not yet accepted or
-    /// rejected (further REQs are answered REJ `REJ_CONSUMER_REJECT`... or dropped and counted
-    /// as [`CmStats::dropped_backlog`]).
+    /// Listens on `service_id` (exact match) with at most `backlog` REQs and SIDR_REQs not yet
+    /// answered by the consumer (REQ_RCVD, MRA_REQ_SENT, SIDR_REQ_RCVD); further ones are
+    /// dropped and counted as [`CmStats::dropped_backlog`] (the requester's retries come back).
+    /// A backlog of 0 or above [`MAX_BACKLOG`] is [`MAX_BACKLOG`].
     pub fn listen(&self, id: CmId, service_id: u64, backlog: u32) -> Result<(), Error> {
         self.call(|g| verbs::listen(g, id, service_id, backlog))
     }

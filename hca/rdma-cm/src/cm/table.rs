@@ -36,8 +36,10 @@ pub struct Inner {
 }
 
 impl Inner {
-    pub fn new(local_ca_guid: u64) -> Inner {
-        let r = RandomState::new().hash_one(local_ca_guid);
+    /// `seed` fixes the communication IDs and transaction IDs (reproducible runs); `None` draws
+    /// them from the process's random state.
+    pub fn new(local_ca_guid: u64, seed: Option<u64>) -> Inner {
+        let r = seed.unwrap_or_else(|| RandomState::new().hash_one(local_ca_guid));
         Inner {
             ids: BTreeMap::new(),
             listeners: HashMap::new(),
