@@ -149,3 +149,76 @@ pub fn encode(tid: u64, msg: &CmMad) -> [u8; MAD_SIZE] {
     }
     b
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mad::fields::*;
+
+    fn req() -> Req {
+        let mut b = [0u8; MAD_SIZE];
+        b[HDR_LEN..].iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
+        Req::read(&b)
+    }
+
+    /// Byte offsets from the start of the MAD, against IBTA Table 106 and 110 (24 + the offset
+    /// Linux's `ibta_vol1_c12.h` gives).
+    #[test]
+    fn fields_land_at_ibta_offsets() {
+        let r = req();
+        assert_eq!(r.local_comm_id, 0x0001_0203);
+        assert_eq!(r.service_id, 0x0809_0a0b_0c0d_0e0f);
+        assert_eq!(r.local_ca_guid, 0x1011_1213_1415_1617);
+        assert_eq!(r.local_qkey, 0x1c1d_1e1f);
+        assert_eq!(r.local_qpn, 0x20_2122);
+        assert_eq!(r.responder_resources, 0x23);
+        assert_eq!(r.starting_psn, 0x2c_2d2e);
+        assert_eq!(r.partition_key, 0x3031);
+        // Byte 43 = 0x2b = 00101 01 1: response timeout 5, transport 1 (UC), flow control.
+        assert_eq!((r.remote_cm_response_timeout, r.transport_service_type, r.end_to_end_flow_control), (5, 1, true));
+        // Byte 51 = 0x33 = 0011 0 011: max retries 3, SRQ 0, extended transport 3.
+        assert_eq!((r.max_cm_retries, r.srq, r.extended_transport_type), (3, false, 3));
+        assert_eq!(r.primary.local_port_lid, 0x3435);
+        assert_eq!(r.primary.local_port_gid[0], 56);
+        assert_eq!(r.primary.remote_port_gid[0], 72);
+        assert_eq!(r.primary.flow_label, 0x5_8595, "20 bits from byte 88");
+        assert_eq!(r.primary.traffic_class, 92);
+        assert_eq!(r.primary.hop_limit, 93);
+        assert_eq!(r.alternate.local_port_gid[0], 100);
+        assert_eq!(r.private_data[0], 140);
+        let out = encode(0, &CmMad::Req(Box::new(r)));
+        assert_eq!(out[HDR_LEN + 140], 140);
+        assert_eq!(&out[HDR_LEN + 8..HDR_LEN + 16], &[8, 9, 10, 11, 12, 13, 14, 15]);
+        let mut b = [0u8; MAD_SIZE];
+        b[HDR_LEN..].iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
+        let rep = Rep::read(&b);
+        assert_eq!((rep.local_qpn, rep.starting_psn, rep.local_ca_guid), (0x0c_0d0e, 0x14_1516, 0x1c1d_1e1f_2021_2223));
+        assert_eq!(rep.private_data[0], 36);
+        let rej = Rej::read(&b);
+        assert_eq!((rej.reason, rej.ari[0], rej.private_data[0]), (0x0a0b, 12, 84));
+        assert_eq!(rej.ari_length, 9 >> 1, "7 bits from bit 0 of byte 9");
+        let s = SidrRep::read(&b);
+        assert_eq!(
+            (s.qpn, s.service_id, s.qkey, s.private_data[0]),
+            (0x08_090a, 0x0c0d_0e0f_1011_1213, 0x1415_1617, 96)
+        );
+        assert_eq!(REQ_PRIVATE_DATA + 140 + HDR_LEN, MAD_SIZE);
+    }
+
+    #[test]
+    fn header_checks() {
+        let m =
+            encode(0x1122, &CmMad::Rtu(Box::new(Rtu { local_comm_id: 1, remote_comm_id: 2, private_data: [0; 224] })));
+        assert_eq!(&m[..4], &[1, 7, 2, 3]);
+        assert_eq!(&m[8..16], &0x1122u64.to_be_bytes());
+        assert_eq!(&m[16..18], &[0x00, 0x14]);
+        assert!(decode(&m).is_ok());
+        assert_eq!(decode(&m[..255]), Err(MadError::Length(255)));
+        let mut bad = m;
+        bad[3] = 0x81;
+        assert_eq!(decode(&bad), Err(MadError::Method(0x81)));
+        bad = m;
+        bad[16..18].copy_from_slice(&attr::LAP.to_be_bytes());
+        assert_eq!(decode(&bad), Err(MadError::Attribute(attr::LAP)));
+    }
+}
