@@ -96,6 +96,9 @@ pub fn decode(b: &[u8]) -> Result<Decoded, MadError> {
     let (header, _) = MadHeader::read_from_prefix(buf).map_err(|_| MadError::Length(b.len()))?;
     check_header(&header)?;
     let msg = match header.attr_id.get() {
+        _ if header.method != METHOD_SEND && is_message(header.attr_id.get()) => {
+            return Err(MadError::Method(header.method))
+        }
         attr::REQ => CmMad::Req(Box::new(Req::read(buf))),
         attr::MRA => CmMad::Mra(Box::new(Mra::read(buf))),
         attr::REJ => CmMad::Rej(Box::new(Rej::read(buf))),
@@ -120,10 +123,13 @@ fn check_header(h: &MadHeader) -> Result<(), MadError> {
     if h.class_version != CM_CLASS_VERSION {
         return Err(MadError::ClassVersion(h.class_version));
     }
-    if h.method != METHOD_SEND {
-        return Err(MadError::Method(h.method));
-    }
     Ok(())
+}
+
+/// One of the attributes [`decode`] reads (the others are [`MadError::Attribute`] whatever
+/// their method).
+fn is_message(attr_id: u16) -> bool {
+    (attr::REQ..=attr::SIDR_REP).contains(&attr_id)
 }
 
 /// Encodes `msg` as a CM Send MAD with transaction ID `tid`.
