@@ -63,11 +63,21 @@ fn ud(cur: QpState, next: QpState) -> Option<(M, M)> {
     })
 }
 
+/// (required, optional) attributes of `cur -> next` for the GSI QP: UD's, but RESET -> INIT
+/// takes no port (Linux's `ib_modify_qp_is_ok`: the GSI QP belongs to the port it was made on).
+fn gsi(cur: QpState, next: QpState) -> Option<(M, M)> {
+    if (cur, next) == (QpState::Reset, QpState::Init) {
+        return Some((M::PKEY_INDEX | M::QKEY, M::PORT));
+    }
+    ud(cur, next)
+}
+
 /// The table of a QP type.
 fn table(qp_type: QpType) -> fn(QpState, QpState) -> Option<(M, M)> {
     match qp_type {
         QpType::Rc => rc,
         QpType::Ud => ud,
+        QpType::Gsi => gsi,
     }
 }
 
@@ -147,5 +157,16 @@ mod tests {
         assert_eq!(required(Reset, Rtr, QpType::Rc), None);
         let rts = required(Rtr, Rts, QpType::Rc).unwrap();
         assert_eq!(check(Rtr, Rts, QpType::Rc, rts), Ok(()));
+    }
+
+    #[test]
+    fn the_gsi_qp_takes_uds_transitions_without_a_port_at_init() {
+        let init = M::STATE | M::PKEY_INDEX | M::QKEY;
+        assert_eq!(check(Reset, Init, QpType::Gsi, init), Ok(()));
+        assert_eq!(check(Reset, Init, QpType::Gsi, init | M::PORT), Ok(()), "a port may be named");
+        assert!(matches!(check(Reset, Init, QpType::Gsi, M::STATE | M::PKEY_INDEX), Err(Error::InvalidArgument(_))));
+        assert_eq!(required(Reset, Init, QpType::Gsi), Some(init));
+        assert_eq!(required(Rtr, Rts, QpType::Gsi), required(Rtr, Rts, QpType::Ud));
+        assert_eq!(check(Init, Rts, QpType::Gsi, M::STATE), Err(Error::InvalidState));
     }
 }
