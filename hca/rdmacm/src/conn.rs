@@ -94,14 +94,23 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: i32) -> i32 {
 }
 
 /// `ucma_valid_param` and the depth/resources choice of `rdma_connect`/`rdma_accept`.
-fn depths(s: &mut crate::world::IdState, dev: usize, param: *const rdma_conn_param, has_qp: bool, ps: u32, accept: bool) -> Result<(), i32> {
+fn depths(
+    s: &mut crate::world::IdState,
+    dev: usize,
+    param: *const rdma_conn_param,
+    has_qp: bool,
+    ps: u32,
+    accept: bool,
+) -> Result<(), i32> {
     let d = &devices::all()[dev];
     // SAFETY: the program's parameters or NULL.
     let c = unsafe { param.as_ref() };
     if ps == RDMA_PS_TCP {
         match c {
             None if !has_qp => return Err(libc::EINVAL),
-            Some(c) if c.responder_resources != RDMA_MAX_RESP_RES && c.responder_resources > d.max_responder_resources => {
+            Some(c)
+                if c.responder_resources != RDMA_MAX_RESP_RES && c.responder_resources > d.max_responder_resources =>
+            {
                 return Err(libc::EINVAL)
             }
             Some(c) if c.initiator_depth != RDMA_MAX_INIT_DEPTH && c.initiator_depth > d.max_initiator_depth => {
@@ -353,7 +362,8 @@ fn disconnect(id: *mut rdma_cm_id) -> Result<(), i32> {
     let s = w.id(id)?;
     let (dev, c) = s.cm.ok_or(libc::EINVAL)?;
     // SAFETY: a live id box.
-    let (qp, qp_type, verbs) = unsafe { ((*cma(id as usize)).id.qp, (*cma(id as usize)).id.qp_type, (*cma(id as usize)).id.verbs) };
+    let (qp, qp_type, verbs) =
+        unsafe { ((*cma(id as usize)).id.qp, (*cma(id as usize)).id.qp_type, (*cma(id as usize)).id.verbs) };
     if verbs.is_null() {
         return Err(libc::EINVAL);
     }

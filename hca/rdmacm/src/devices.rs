@@ -97,8 +97,5 @@ fn roce_v2_addr(ctx: *mut ibv_context, index: u32) -> Option<(u8, IpAddr)> {
 
 /// The device and GID index holding address `ip`.
 pub fn holding(ip: IpAddr) -> Option<(usize, u8)> {
-    all()
-        .iter()
-        .enumerate()
-        .find_map(|(d, dev)| dev.addrs.iter().find(|(_, a)| *a == ip).map(|(g, _)| (d, *g)))
+    all().iter().enumerate().find_map(|(d, dev)| dev.addrs.iter().find(|(_, a)| *a == ip).map(|(g, _)| (d, *g)))
 }

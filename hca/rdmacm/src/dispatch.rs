@@ -240,7 +240,8 @@ fn listener_for(w: &World, dev: usize, listen_id: CmId, data: &[u8], service_id:
         return None;
     }
     let bound = l.src?.ip();
-    let ok = bound == dst || (bound.is_unspecified() && (bound.is_ipv4() == dst.is_ipv4() || (bound.is_ipv6() && !l.afonly)));
+    let ok = bound == dst
+        || (bound.is_unspecified() && (bound.is_ipv4() == dst.is_ipv4() || (bound.is_ipv6() && !l.afonly)));
     ok.then_some((lid, hdr))
 }
 

@@ -25,7 +25,11 @@ fn sockaddr_copy(a: SocketAddr) -> (*mut libc::sockaddr, u32) {
     }
 }
 
-fn lookup(node: *const libc::c_char, service: *const libc::c_char, hints: Option<&rdma_addrinfo>) -> Result<*mut rdma_addrinfo, i32> {
+fn lookup(
+    node: *const libc::c_char,
+    service: *const libc::c_char,
+    hints: Option<&rdma_addrinfo>,
+) -> Result<*mut rdma_addrinfo, i32> {
     let flags = hints.map_or(0, |h| h.ai_flags);
     // SAFETY: addrinfo is plain C data; all-zero is valid hints.
     let mut ai_hints: libc::addrinfo = unsafe { std::mem::zeroed() };
@@ -42,7 +46,15 @@ fn lookup(node: *const libc::c_char, service: *const libc::c_char, hints: Option
         Some(h) if h.ai_qp_type != 0 => (RDMA_PS_TCP as i32, h.ai_qp_type),
         _ => (RDMA_PS_TCP as i32, IBV_QPT_RC as i32),
     };
-    let qp_type = if qp_type == 0 { if ps == RDMA_PS_UDP as i32 { IBV_QPT_UD as i32 } else { IBV_QPT_RC as i32 } } else { qp_type };
+    let qp_type = if qp_type == 0 {
+        if ps == RDMA_PS_UDP as i32 {
+            IBV_QPT_UD as i32
+        } else {
+            IBV_QPT_RC as i32
+        }
+    } else {
+        qp_type
+    };
     ai_hints.ai_socktype = if qp_type == IBV_QPT_UD as i32 { libc::SOCK_DGRAM } else { libc::SOCK_STREAM };
     let mut found: Option<SocketAddr> = None;
     if !node.is_null() || !service.is_null() {

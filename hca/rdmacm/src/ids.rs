@@ -12,7 +12,12 @@ use std::ptr::null_mut;
 use std::time::Instant;
 
 /// Makes an id; a NULL channel makes a sync id with a channel of its own.
-pub fn create(channel: *mut rdma_event_channel, context: *mut libc::c_void, ps: u32, qp_type: u32) -> Result<*mut rdma_cm_id, i32> {
+pub fn create(
+    channel: *mut rdma_event_channel,
+    context: *mut libc::c_void,
+    ps: u32,
+    qp_type: u32,
+) -> Result<*mut rdma_cm_id, i32> {
     if !matches!(ps, RDMA_PS_TCP | RDMA_PS_UDP | RDMA_PS_IB | RDMA_PS_IPOIB) {
         return Err(libc::EINVAL);
     }

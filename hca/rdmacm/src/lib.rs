@@ -26,37 +26,37 @@ mod route;
 // The rest dereference C pointers or export C entry points (`#[no_mangle] extern "C"`): each
 // allows `unsafe` as a whole, every block with its SAFETY comment; `abi` and `route` need none.
 #[allow(unsafe_code)]
-mod sys;
-#[allow(unsafe_code)]
-mod ffi;
-#[allow(unsafe_code)]
-mod devices;
+mod addr;
 #[allow(unsafe_code)]
 mod channel;
 #[allow(unsafe_code)]
-mod world;
+mod conn;
 #[allow(unsafe_code)]
-mod qpattr;
+mod devices;
 #[allow(unsafe_code)]
 mod dispatch;
 #[allow(unsafe_code)]
 mod engine;
 #[allow(unsafe_code)]
+mod ep;
+#[allow(unsafe_code)]
 mod events;
 #[allow(unsafe_code)]
-mod addr;
+mod ffi;
+#[allow(unsafe_code)]
+mod getaddrinfo;
 #[allow(unsafe_code)]
 mod ids;
 #[allow(unsafe_code)]
 mod qp;
 #[allow(unsafe_code)]
-mod conn;
+mod qpattr;
 #[allow(unsafe_code)]
-mod ep;
-#[allow(unsafe_code)]
-mod getaddrinfo;
+mod sys;
 #[allow(unsafe_code)]
 mod unsupported;
+#[allow(unsafe_code)]
+mod world;
 
 pub use addr::*;
 pub use conn::*;
@@ -65,5 +65,5 @@ pub use events::*;
 pub use getaddrinfo::*;
 pub use ids::*;
 pub use qp::*;
-pub use unsupported::*;
 pub use sys::hca_gsi_addr;
+pub use unsupported::*;

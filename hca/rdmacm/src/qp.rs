@@ -155,7 +155,11 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_q
 
 /// `rdma_create_qp`.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> i32 {
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> i32 {
     guard(-1, || {
         // SAFETY: the program's attributes (NULL refused).
         let Some(a) = (unsafe { qp_init_attr.as_mut() }) else { return err(libc::EINVAL) };
@@ -280,7 +284,11 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 
 /// `rdma_init_qp_attr`: the attributes for `qp_attr->qp_state`, as the kernel gives them.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut ibv_qp_attr, qp_attr_mask: *mut i32) -> i32 {
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut i32,
+) -> i32 {
     guard(-1, || {
         if qp_attr.is_null() || qp_attr_mask.is_null() {
             return err(libc::EINVAL);

@@ -77,7 +77,12 @@ pub fn init_attr(s: &IdState, qp_type: u32, state: u32) -> Result<(ibv_qp_attr, 
             a.retry_cnt = s.retry_count;
             a.rnr_retry = s.rnr_retry_count;
             a.max_rd_atomic = s.initiator_depth;
-            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
+            IBV_QP_STATE
+                | IBV_QP_SQ_PSN
+                | IBV_QP_TIMEOUT
+                | IBV_QP_RETRY_CNT
+                | IBV_QP_RNR_RETRY
+                | IBV_QP_MAX_QP_RD_ATOMIC
         }
         IBV_QPS_ERR | IBV_QPS_RESET => IBV_QP_STATE,
         _ => return Err(libc::EINVAL),

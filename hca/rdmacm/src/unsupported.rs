@@ -113,7 +113,11 @@ fn join(id: *mut rdma_cm_id, addr: *const libc::sockaddr, context: *mut libc::c_
 
 /// `rdma_join_multicast`.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr, context: *mut libc::c_void) -> i32 {
+pub unsafe extern "C" fn rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    context: *mut libc::c_void,
+) -> i32 {
     guard(-1, || ret(join(id, addr, context)))
 }
 
