@@ -99,3 +99,19 @@ fn roce_v2_addr(ctx: *mut ibv_context, index: u32) -> Option<(u8, IpAddr)> {
 pub fn holding(ip: IpAddr) -> Option<(usize, u8)> {
     all().iter().enumerate().find_map(|(d, dev)| dev.addrs.iter().find(|(_, a)| *a == ip).map(|(g, _)| (d, *g)))
 }
+
+/// The device's PD that ids get when they reach it (librdmacm's `ucma_get_device` allocates one
+/// per device on first use and gives it to every id there), NULL if it cannot be allocated.
+pub fn pd(dev: usize) -> *mut ibv_pd {
+    static PDS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    let Some(d) = all().get(dev) else { return std::ptr::null_mut() };
+    let mut pds = PDS.lock().unwrap_or_else(|p| p.into_inner());
+    if pds.len() < all().len() {
+        pds.resize(all().len(), 0);
+    }
+    if pds[dev] == 0 {
+        // SAFETY: an open context of ours; the PD lives as long as the process.
+        pds[dev] = unsafe { ibv_alloc_pd(d.ctx) } as usize;
+    }
+    pds[dev] as *mut ibv_pd
+}

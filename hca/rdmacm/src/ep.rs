@@ -25,11 +25,13 @@ fn create(res: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> 
         // SAFETY: the program's attributes, copied (or NULL).
         if let Some(a) = unsafe { attr.as_ref() } {
             if let Ok(s) = w.id(id) {
-                s.qp_init = Some(SavedQpAttr(*a));
+                s.qp_init = Some(SavedQpAttr(ibv_qp_init_attr { qp_type: res.ai_qp_type as u32, ..*a }));
             }
         }
-        // SAFETY: a live id box.
-        unsafe { (*cma(id as usize)).id.pd = pd };
+        if !pd.is_null() {
+            // SAFETY: a live id box.
+            unsafe { (*cma(id as usize)).id.pd = pd };
+        }
         return Ok(id);
     }
     // SAFETY: the id is ours; the addresses the answer's.
@@ -38,6 +40,9 @@ fn create(res: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> 
             || crate::addr::rdma_resolve_route(id, 2000) != 0
         {
             return undo(crate::sys::errno());
+        }
+        if !attr.is_null() {
+            (*attr).qp_type = res.ai_qp_type as u32;
         }
         if !attr.is_null() && crate::qp::rdma_create_qp(id, pd, attr) != 0 {
             return undo(crate::sys::errno());

@@ -51,6 +51,7 @@ extern "C" {
         entry_size: usize,
     ) -> i32;
     pub fn ibv_get_device_guid(dev: *mut ibv_device) -> u64;
+    pub fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd;
     pub fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel;
     pub fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> i32;
     pub fn ibv_create_cq(

@@ -247,6 +247,9 @@ impl World {
             (*c).id.route.addr.ibaddr.pkey = 0xffffu16.to_be();
             (*c).id.verbs = s.dev.map_or(std::ptr::null_mut(), |d| crate::devices::all()[d].ctx);
             (*c).id.port_num = if s.dev.is_some() { crate::devices::PORT } else { 0 };
+            if let (Some(d), true) = (s.dev, (*c).id.pd.is_null()) {
+                (*c).id.pd = crate::devices::pd(d);
+            }
         }
     }
 
