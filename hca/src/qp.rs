@@ -160,11 +160,13 @@ pub struct Qp {
 }
 
 impl Qp {
-    /// Creates an RC or UD QP (Linux `pvrdma_create_qp`) reporting its async events to `events`.
+    /// Creates an RC, UD or GSI QP (Linux `pvrdma_create_qp`) reporting its async events to
+    /// `events`; the GSI QP (QP1) must be answered QPN 1, the others any QPN above it.
     ///
     /// Errors: [`Error::InvalidArgument`] for sizes that do not fit, CQs of another context;
     /// [`Error::BadResponse`] for a QP handle beyond 24 bits or queue sizes other than asked (the
-    /// QP is destroyed), or QPN 0 or 1 (not destroyed: that would name the special QP);
+    /// QP is destroyed), or QPN 0 or 1 for RC or UD, or another than 1 for the GSI (not
+    /// destroyed: that would name the special QP, or another one);
     /// [`Error::DeviceFatal`] for a live one; DMA and command errors.
     pub(crate) fn create(pd: &Pd, init: &QpCreate<'_>, events: Arc<dyn QpEventHandler>) -> Result<Qp> {
         let dev = &pd.dev;
@@ -184,7 +186,15 @@ impl Qp {
         let mut buf = PagedBuf::new(&dev.platform, total)?;
         let owner = pd.uctx.as_ref().map_or(Owner::Kernel, |u| u.owner());
         let words = RecordWords::new(&dev.platform, &buf, owner)?;
-        let ud = init.qp_type == QpType::Ud;
+        let gsi = init.qp_type == QpType::Gsi;
+        // The GSI QP is a UD QP of QPN 1 to the provider (Linux `pvrdma_create_qp` for
+        // `IB_QPT_GSI` sends `PVRDMA_QPT_GSI`; QEMU 7.2 answers QPN 1).
+        let ud = init.qp_type == QpType::Ud || gsi;
+        let ty = match init.qp_type {
+            QpType::Rc => qp_type::RC,
+            QpType::Ud => qp_type::UD,
+            QpType::Gsi => qp_type::GSI,
+        };
         // Creation and registration in one step against destroys (see `EventRings::objects`).
         let _objects = dev.eq.objects.lock();
         let resp = dev.cmd.post(CreateQp {
@@ -201,7 +211,7 @@ impl Qp {
             total_chunks: (total as u16).into(),
             send_chunks: (sq.pages() as u16).into(),
             sq_sig_all: u8::from(init.sq_sig_all),
-            qp_type: if ud { qp_type::UD } else { qp_type::RC },
+            qp_type: ty,
             ..Default::default()
         })?;
         let db_handle =
@@ -212,11 +222,17 @@ impl Qp {
                 }
             })?;
         let handle = db_handle.raw();
-        if handle <= GSI_QPN {
-            // QP0/QP1 are the port's special QPs: DESTROY_QP would name them, not this one.
-            tracing::error!(qpn = handle, "CREATE_QP answered QP0/QP1 for an RC QP: refused");
+        if gsi && handle != GSI_QPN {
+            // Whatever the device named is no GSI QP: destroying it could hit another QP.
+            tracing::error!(qpn = handle, "CREATE_QP answered a QPN other than 1 for the GSI QP: refused");
             buf.abandon();
-            return Err(Error::BadResponse("CREATE_QP: QPN 0 or 1 for an RC QP"));
+            return Err(Error::BadResponse("CREATE_QP: a QPN other than 1 for the GSI QP"));
+        }
+        if !gsi && handle <= GSI_QPN {
+            // QP0/QP1 are the port's special QPs: DESTROY_QP would name them, not this one.
+            tracing::error!(qpn = handle, "CREATE_QP answered QP0/QP1 for an RC or UD QP: refused");
+            buf.abandon();
+            return Err(Error::BadResponse("CREATE_QP: QPN 0 or 1 for an RC or UD QP"));
         }
         if let Err(e) = dev.eq.register_qp(handle, events) {
             // The device named a live QP: nothing is destroyed (DESTROY_QP would hit the other QP)

@@ -148,13 +148,17 @@ sim_stats! {
     /// UD sends longer than the port's MTU: no packet sent, completed `SUCCESS` (IBTA
     /// C10-93.1.1, as Linux rxe).
     ud_oversize_dropped,
-    /// UD datagrams dropped for their destination: no such QP, not UD, not in RTR/RTS, or a
-    /// destination GID not on the port.
+    /// UD datagrams dropped for their destination: no such QP (QP1 while no GSI QP exists), not
+    /// UD or GSI, not in RTR/RTS, or a destination GID not on the port. The counters `ud_*`
+    /// count the GSI QP's datagrams as any UD QP's.
     ud_dropped_qp,
-    /// UD datagrams dropped for a Q_Key other than the receiver's (IBTA 10.2.5).
+    /// UD datagrams dropped for a Q_Key other than the receiver's (IBTA 10.2.5; the GSI QP's is
+    /// `0x80010000`, IBTA 13.4.4).
     ud_dropped_qkey,
     /// UD datagrams dropped because the receiver had no receive WQE posted.
     ud_dropped_no_recv,
+    /// UD datagrams dropped for their length: more than a MAD (256 bytes) for the GSI QP.
+    ud_dropped_oversize,
     /// UD datagrams delivered into a receive WQE.
     ud_delivered,
     /// Atomics (COMPARE SWAP, FETCH ADD) executed by responders, on either port.

@@ -112,6 +112,11 @@ pub enum QpType {
     /// handle, a remote QPN and a Q_Key ([`crate::WrOpcode::UdSend`]); messages up to the port's
     /// MTU; receives start with the 40-byte GRH area.
     Ud,
+    /// The port's GSI QP, QP1 (IBTA 13.5.1; Linux's `IB_QPT_GSI`): a UD QP whose number is 1,
+    /// that carries General Services MADs (the CM's among them) with the GSI Q_Key `0x80010000`.
+    /// Kernel consumers only ([`crate::Pd::create_qp`] refuses it in a user context, as Linux
+    /// does for `ib_uverbs`), one per port; [`crate::gsi::GsiAgent`] is its consumer.
+    Gsi,
 }
 
 /// QP state (IBTA 10.3.1; `enum ibv_qp_state`, same numbering).

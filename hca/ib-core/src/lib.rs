@@ -17,6 +17,9 @@
 //! - **QPs** with IBTA's transition table and posting rules, the full attribute interface
 //!   ([`Qp::modify_qp`], [`Qp::query_qp`]).
 //!
+//! - **The GSI agent** ([`gsi::GsiAgent`]): a port's QP1 with its buffers, shared by every
+//!   consumer of the process, sending and receiving MADs (the CM's) through a readiness fd.
+//!
 //! A provider implements [`provider::DeviceOps`] and the object traits beside it; it reports
 //! events up through the handler objects the core gives it.
 #![deny(unsafe_code)]
@@ -31,6 +34,7 @@ mod device;
 mod device_attr;
 mod error;
 mod events;
+pub mod gsi;
 mod mr;
 mod pd;
 pub mod provider;
@@ -39,7 +43,7 @@ pub mod qp_state;
 mod registry;
 mod srq;
 mod sync;
-// The eventfd and poll(2) system calls of the event queues.
+// The eventfd and poll(2) system calls of the event queues, and epoll for the GSI agent's fd.
 #[allow(unsafe_code)]
 mod sys;
 pub mod time;

@@ -91,12 +91,20 @@ struct Cached {
 impl Pd {
     /// Creates a QP in this PD (`ibv_create_qp`), in RESET.
     ///
+    /// A [`QpType::Gsi`] QP is the port's QP1: only in the kernel's context, without an SRQ.
+    ///
     /// Errors: [`Error::InvalidArgument`] for CQs of another context, 0 work requests or sizes
-    /// beyond the device's caps; [`Error::InvalidState`] for a CQ being destroyed;
+    /// beyond the device's caps, a GSI QP in a user context or on an SRQ; [`Error::InvalidState`]
+    /// for a CQ being destroyed;
     /// [`Error::DeviceFatal`]; provider errors.
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
         let pd = &self.inner;
         pd.ctx.live()?;
+        if attr.qp_type == QpType::Gsi && (pd.ctx.uctx.is_some() || attr.srq.is_some()) {
+            // Linux's providers refuse special QPs to user space (`mthca_create_qp`: "Don't allow
+            // userspace to create special QPs"); the GSI QP has its own receive queue.
+            return Err(Error::InvalidArgument("the GSI QP is the kernel's, on its own receive queue"));
+        }
         for cq in [attr.send_cq, attr.recv_cq] {
             if !Arc::ptr_eq(&cq.inner.ctx, &pd.ctx) {
                 return Err(Error::InvalidArgument("CQ of another device or context"));

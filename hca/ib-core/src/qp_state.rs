@@ -63,11 +63,21 @@ fn ud(cur: QpState, next: QpState) -> Option<(M, M)> {
     })
 }
 
+/// (required, optional) attributes of `cur -> next` for the GSI QP: UD's, but RESET -> INIT
+/// takes no port (Linux's `ib_modify_qp_is_ok`: the GSI QP belongs to the port it was made on).
+fn gsi(cur: QpState, next: QpState) -> Option<(M, M)> {
+    if (cur, next) == (QpState::Reset, QpState::Init) {
+        return Some((M::PKEY_INDEX | M::QKEY, M::PORT));
+    }
+    ud(cur, next)
+}
+
 /// The table of a QP type.
 fn table(qp_type: QpType) -> fn(QpState, QpState) -> Option<(M, M)> {
     match qp_type {
         QpType::Rc => rc,
         QpType::Ud => ud,
+        QpType::Gsi => gsi,
     }
 }
 

@@ -206,6 +206,12 @@ impl Device {
     pub fn context(&self) -> &Context {
         &self.kernel
     }
+
+    /// What tells this device from the others while a handle to it lives (the address of its
+    /// shared state).
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.kernel.inner.device) as usize
+    }
 }
 
 impl std::fmt::Debug for Device {

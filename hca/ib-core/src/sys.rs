@@ -1,10 +1,12 @@
 //! The core's eventfd: one per event queue (the fd a consumer puts in `poll`/`epoll`, as
 //! `ibv_comp_channel.fd` and `ibv_context.async_fd`), in semaphore mode, so a count stands for
 //! one queued event. The eventfd and its `poll(2)` wait are the host's ([`osdep::EventFd`]);
-//! this adds the core's error for it and its logging.
+//! this adds the core's error for it and its logging, and the epoll instance that gathers several
+//! such fds into one.
 
 use crate::error::{Error, Result};
 use std::ops::Deref;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// An [`osdep::EventFd`] in semaphore mode: each read takes one count; a read with no count
 /// blocks, or fails with `EAGAIN` under `O_NONBLOCK`; `poll` reports it readable exactly while
@@ -40,5 +42,40 @@ impl Deref for EventFd {
 
     fn deref(&self) -> &osdep::EventFd {
         &self.0
+    }
+}
+
+/// An epoll instance watching fds for `POLLIN` (level-triggered): its own fd polls readable
+/// while any of them does, so one fd stands for several readiness sources (the GSI agent's
+/// completion channel and its backlog).
+#[derive(Debug)]
+pub(crate) struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// An epoll instance watching `fds` (open descriptors that outlive it, or that close before
+    /// it: a closed fd leaves the set by itself).
+    ///
+    /// Errors: [`Error::NoResources`] when the process is out of file descriptors.
+    pub(crate) fn new(fds: &[RawFd]) -> Result<Self> {
+        // SAFETY: epoll_create1 takes only flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::NoResources("cannot create an epoll instance"));
+        }
+        // SAFETY: `fd` is the new descriptor epoll_create1 returned, owned by nothing else.
+        let ep = Self(unsafe { OwnedFd::from_raw_fd(fd) });
+        for &f in fds {
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: f as u64 };
+            // SAFETY: `ep` and `f` are open descriptors; `ev` is valid for the call.
+            if unsafe { libc::epoll_ctl(ep.0.as_raw_fd(), libc::EPOLL_CTL_ADD, f, &mut ev) } < 0 {
+                return Err(Error::NoResources("epoll_ctl(EPOLL_CTL_ADD) failed"));
+            }
+        }
+        Ok(ep)
+    }
+
+    /// The instance's fd, for `poll`/`epoll`.
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
     }
 }

@@ -99,7 +99,7 @@ impl Qp {
                 _ => Err(wc_status::LOC_QP_OP_ERR),
             };
             match checked {
-                Ok((op, payload)) if self.is_ud() => {
+                Ok((op, payload)) if self.is_datagram() => {
                     let imm = matches!(op, Op::Send { imm: Some(_) });
                     let own_qkey = st.attrs.qkey.get();
                     let addr = ud::address(core, own_qkey, &hdr, payload.len(), imm);

@@ -7,6 +7,7 @@
 use crate::backend::mr;
 use crate::packet::ud::{grh, network, Datagram, Route, GRH_LEN, IBA_BYTES, QKEY_OWN, UD_MTU};
 use crate::packet::Packet;
+use crate::qp::gsi::{GSI_QKEY, MAD_SIZE};
 use crate::qp::ud::Dropped;
 use parking_lot::MutexGuard;
 use pvrdma_abi::dsr::GID_TYPE_FLAG_ROCE_V2;
@@ -55,7 +56,8 @@ pub(super) fn address(
 }
 
 impl Qp {
-    /// The receive side of a UD datagram (`pkt` with `d`, from the port): in RTR, RTS or SQD
+    /// The receive side of a UD datagram (`pkt` with `d`, from the port), on a UD QP or the GSI
+    /// QP (its Q_Key and length checks in `qp/gsi.rs`): in RTR, RTS or SQD
     /// (draining stops only the send queue, IBTA 10.3.1), with
     /// the datagram's Q_Key, it takes the next receive WQE, scatters the GRH area then the
     /// payload, and publishes a receive CQE with `src_qp`, `GRH` (and `WITH_IMM`) in its flags
@@ -71,11 +73,18 @@ impl Qp {
     ) -> Result<(), Dropped> {
         let mut st: MutexGuard<'_, QpState> = self.st.lock();
         let ready = matches!(st.state, qp_state::RTR | qp_state::RTS | qp_state::SQD);
-        if st.dead || !ready || !self.is_ud() {
+        if st.dead || !ready || !self.is_datagram() {
             return Err(Dropped::Qp);
         }
-        if st.attrs.qkey.get() != d.qkey {
+        // QP1 takes the GSI Q_Key only, whatever its own (IBTA 13.4.4; Linux rxe's
+        // `check_keys`), and one MAD at most: a longer datagram would fail its receive WQE and
+        // move the port's GSI QP to ERR.
+        let qkey = if self.is_gsi() { GSI_QKEY } else { st.attrs.qkey.get() };
+        if qkey != d.qkey {
             return Err(Dropped::Qkey);
+        }
+        if self.is_gsi() && pkt.payload.len() > MAD_SIZE {
+            return Err(Dropped::Oversize);
         }
         let (hdr, sges) = match self.take_rq_wqe(core, &mut st, fx) {
             Ok(Some(wqe)) => wqe,
@@ -123,6 +132,7 @@ pub(crate) fn count(core: &Backend, outcome: Result<(), Dropped>) {
         Err(Dropped::Qp) => core.count(|c| &c.ud_dropped_qp),
         Err(Dropped::Qkey) => core.count(|c| &c.ud_dropped_qkey),
         Err(Dropped::NoRecv) => core.count(|c| &c.ud_dropped_no_recv),
+        Err(Dropped::Oversize) => core.count(|c| &c.ud_dropped_oversize),
     }
 }
 

@@ -30,7 +30,9 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// CREATE_QP. With `is_srq` its receive WQEs come from the SRQ `srq_handle` (`srq.rs`): it then
 /// takes no receive WRs, SGEs or pages.
 ///
-/// Errors: `EINVAL` for a type other than RC and UD, an unknown SRQ or an SRQ handle without
+/// A GSI QP (`PVRDMA_QPT_GSI`, `qp/gsi.rs`) is answered QPN 1.
+///
+/// Errors: `EINVAL` for a type other than RC, UD and GSI, an unknown SRQ or an SRQ handle without
 /// `is_srq`, receive WRs or SGEs with an SRQ, inline data or extended atomic arguments
 /// (`max_atomic_arg`: the caps report neither), access bits that are no QP access, a
 /// `sq_sig_all` other than 0 or 1, bad queue sizes (powers of two up to
@@ -40,11 +42,11 @@ fn pow2_within(n: u32, max: u32) -> bool {
 /// unknown PD or CQ, or a
 /// misaligned page or a page outside guest memory (QEMU answers `EINVAL` there too); `EPERM` if a
 /// CQ or the SRQ belongs to another context than the PD; `ENOMEM` when `max_qp` exist or the host budget is
-/// spent.
+/// spent; `EBUSY` for a GSI QP while the port's GSI QP exists.
 pub fn create(core: &Backend, req: &CreateQp) -> CmdResult<CreateQpResp> {
     // Every field means what it says: no SRQ, no inline data and no atomics (the caps report
     // none), QP access bits only, a boolean `sq_sig_all`.
-    let meaningful = matches!(req.qp_type, qp_type::RC | qp_type::UD)
+    let meaningful = matches!(req.qp_type, qp_type::RC | qp_type::UD | qp_type::GSI)
         && req.is_srq <= 1
         && (req.is_srq == 1 || req.srq_handle.get() == 0)
         && req.max_inline_data.get() == 0
@@ -118,7 +120,8 @@ pub fn create(core: &Backend, req: &CreateQp) -> CmdResult<CreateQpResp> {
         sqd_notify: false,
     };
     let mut objs = core.objects.lock();
-    let handle = objs.qps.alloc().ok_or(Errno::ENOMEM)?;
+    let handle =
+        if req.qp_type == qp_type::GSI { gsi_handle(&objs)? } else { objs.qps.alloc().ok_or(Errno::ENOMEM)? };
     let qp = Qp {
         handle,
         uid: core.next_uid(),
@@ -152,6 +155,18 @@ pub fn create(core: &Backend, req: &CreateQp) -> CmdResult<CreateQpResp> {
         max_inline_data: U32::new(0),
         ..Default::default()
     })
+}
+
+/// The handle (and QPN) of a new GSI QP: 1, the port's only one. Errors: `EBUSY` while the port's
+/// GSI QP exists (one per port: the model has one), `ENOMEM` when `max_qp` QPs exist.
+fn gsi_handle(objs: &crate::table::Objects) -> CmdResult<u32> {
+    if objs.qps.get(gsi::GSI_QPN).is_some() {
+        return Err(Errno::EBUSY);
+    }
+    if objs.qps.len() >= limits::MAX_QP as usize {
+        return Err(Errno::ENOMEM);
+    }
+    Ok(gsi::GSI_QPN)
 }
 
 /// Checks an address vector: a nonzero `dgid` and an `sgid_index` naming a bound GID, as the real
@@ -206,7 +221,13 @@ pub fn modify(core: &Backend, req: &ModifyQp, fx: &mut Effects) -> CmdResult<Noo
         return Err(Errno::EINVAL);
     }
     let new = if mask & m::STATE != 0 { a.qp_state.get() } else { cur };
-    let table = if qp.is_ud() { ud::transition } else { transition };
+    let table = if qp.is_gsi() {
+        gsi::transition
+    } else if qp.is_ud() {
+        ud::transition
+    } else {
+        transition
+    };
     let (required, optional) = table(cur, new).ok_or(Errno::EINVAL)?;
     if mask & required != required || mask & !(required | optional | m::STATE) != 0 {
         return Err(Errno::EINVAL);

@@ -5,7 +5,8 @@
 //! A QP's pages: page 0 is the ring state (SQ = `tx`, RQ = `rx`; the driver produces
 //! `prod_tail`, the device consumes `cons_head`), SQ pages `1 ..= send_chunks`, RQ pages after.
 //! RC and UD are modelled (UD in `qp/ud.rs`: its transitions, `wr.ud`, the GRH area, Q_Key
-//! checks). On QEMU 7.2 a QP's handle is its QPN (2 ..). The SQ carries SEND (with
+//! checks), and the port's GSI QP as a UD QP of QPN 1 (`qp/gsi.rs`). On QEMU 7.2 a QP's handle
+//! is its QPN (2 .., the GSI QP's 1). The SQ carries SEND (with
 //! immediate), RDMA WRITE (with immediate), RDMA READ and the atomics (COMPARE SWAP, FETCH ADD);
 //! the responder's side of each ([`Qp::receive`], [`Qp::rdma_write`], [`Qp::rdma_read`],
 //! [`Qp::receive_write_imm`], [`Qp::atomic`]) and the requester's READ or atomic response
@@ -38,6 +39,7 @@ use zerocopy::big_endian::U32 as Be32;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
+pub(crate) mod gsi;
 pub(crate) mod ud;
 
 pub(crate) const SQ_HDR: usize = core::mem::size_of::<SqWqeHdr>();
@@ -46,7 +48,7 @@ pub(crate) const RQ_HDR: usize = core::mem::size_of::<RqWqeHdr>();
 /// A queue pair.
 #[derive(Debug)]
 pub struct Qp {
-    /// Handle, equal to the QPN (2 ..).
+    /// Handle, equal to the QPN (2 .., the GSI QP's 1).
     pub handle: u32,
     /// Unique over the device's life (handles are reused).
     pub uid: u64,
@@ -61,7 +63,7 @@ pub struct Qp {
     /// The SRQ its receive WQEs come from (`is_srq`); its own RQ is then never read.
     pub(crate) srq: Option<Arc<crate::srq::Srq>>,
     pub(crate) sq_sig_all: bool,
-    /// `qp_type`: RC or UD.
+    /// `qp_type`: RC, UD or GSI.
     pub(crate) qp_type: u8,
     pub(crate) max_send_sge: u32,
     pub(crate) max_recv_sge: u32,

@@ -10,12 +10,14 @@ use pvrdma_abi::verbs::{qp_attr_mask as m, qp_state};
 /// Why a UD datagram was not delivered (each counted in [`crate::SimStats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dropped {
-    /// No QP of that number, not UD, or not in RTR, RTS or SQD.
+    /// No QP of that number (QP1 while no GSI QP exists), not UD or GSI, or not in RTR, RTS or SQD.
     Qp,
     /// The DETH's Q_Key is not the receiver's (IBTA 10.2.5: silently dropped).
     Qkey,
     /// No receive WQE posted.
     NoRecv,
+    /// Longer than the receiver takes: more than a MAD for the GSI QP.
+    Oversize,
 }
 
 /// The attributes a UD transition `cur -> new` requires and allows (IBTA 11.2.5, Table 93's UD

@@ -8,6 +8,7 @@ mod cq_resize;
 mod create_fields;
 mod datapath;
 mod gid_table;
+mod gsi;
 mod inline;
 mod modify_refusals;
 mod modify_values;
