@@ -352,8 +352,9 @@ case_fi_pingpong() {
 # The four programs whose feature our library may refuse. mckey: multicast; the others run on
 # rsockets. Which outcome is documented is expected.txt's `<prog>` or `<prog>_refused` line.
 # A refusal is clean: the call answers ENOSYS / EOPNOTSUPP and the program exits by itself,
-# nonzero, within the bound. rstream and riostream say nothing when rsocket() fails (they return
-# its -1: exit 255), so for them the check is that exit and that the loader bound rsocket to ours.
+# nonzero, within the bound. rstream, riostream and udpong say nothing when rsocket() fails (they
+# return its -1: exit 255), so for them rsocket() of our library is first called directly (its
+# errno read), then the program must bind rsocket to ours and exit so.
 case_mckey_refused() {
   on "$A"; refused "$D/receiver.log" "(mckey: failure joining: $NOTSUP|RDMA_CM_EVENT_MULTICAST_ERROR|RDMA_CM_EVENT_ADDR_ERROR)" "${E[@]}" mckey -m 239.1.2.3 -b "$A" -C 1
 }
@@ -365,12 +366,20 @@ case_mckey() {
   has "$D/server.log" '^data transfers complete$' && has "$D/client.log" '^return status 0$'
 }
 rsocket_refused() { # PROG EXTRA_ARGS...
-  local prog=$1 rc=0
+  local prog=$1 rc=0 probe
   shift
+  probe=$("${LIBENV[@]}" HCA_DEVICES=model /usr/bin/python3 -c 'import ctypes, errno, socket, sys
+lib = ctypes.CDLL(sys.argv[1], use_errno=True)
+for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+    r = lib.rsocket(socket.AF_INET, kind, 0)
+    e = ctypes.get_errno()
+    print(f"rsocket({kind}) = {r}, errno {errno.errorcode.get(e, e)}")
+    if r != -1 or e not in (errno.ENOSYS, errno.EOPNOTSUPP): sys.exit(1)' "$LIB/librdmacm.so.1" 2>&1) \
+    || { echo "rsocket() of $LIB/librdmacm.so.1 does not refuse with ENOSYS/EOPNOTSUPP: $probe"; return 1; }
   on "$A"; LD_DEBUG=bindings LD_DEBUG_OUTPUT="$D/bindings" timeout -k 5 "$T" "${E[@]}" "$prog" -b "$A" -p 7471 "$@" >"$D/server.log" 2>&1 || rc=$?
   [ "$rc" = 255 ] || [ "$rc" = 1 ] || { echo "$prog (server) $(status_text "$rc"), expected 255 or 1 (rsocket() failed)"; return 1; }
   grep -hq "to $LIB/librdmacm.so.1 .*symbol \`rsocket'" "$D"/bindings* || { echo "$prog did not bind rsocket to $LIB/librdmacm.so.1"; return 1; }
-  echo "$prog: exit $rc, rsocket() from $LIB/librdmacm.so.1 refused"
+  echo "$prog: exit $rc, rsocket() of $LIB/librdmacm.so.1 refused ($(head -1 <<<"$probe"))"
 }
 case_rstream_refused() { rsocket_refused rstream -C 10 -S 4096; }
 case_riostream_refused() { rsocket_refused riostream -C 10 -S 4096; }
