@@ -65,7 +65,8 @@ cm_client() {
 }
 
 # cm_pair NAME ROLE SERVER_ARGS CLIENT_ARGS PROG [OURS_EXTRA]: PROG as server on one end and client
-# on the other; ROLE rxe-server (rxe's PROG listens on $A4, ours connects) or ours-server. The
+# on the other; ROLE rxe-server (rxe's PROG listens on $A4, ours connects), ours-server, or
+# rxe-both (a control: both on rxe0, kernel CM to kernel CM). The
 # case's checks run afterwards on $SL / $CL (server / client logs); SRC / CRC are the statuses.
 cm_pair() {
   local name=$1 role=$2 sargs=$3 cargs=$4 prog=$5 extra=${6:-} bg
@@ -78,6 +79,13 @@ cm_pair() {
     if cm_wait_rxe_listen "${CM_LPORT:-$CM_P}" $bg; then
       # shellcheck disable=SC2086
       cm_client "$CL" "${OURS[@]}" $prog $cargs || CRC=$?
+    else echo "rxe's $prog never listened: client not run" | tee -a "$SL" > "$CL"; CRC=1; fi
+  elif [ "$role" = rxe-both ]; then
+    # shellcheck disable=SC2086
+    timeout -k 5 "$CM_T" $prog $sargs > "$SL" 2>&1 & bg=$!
+    if cm_wait_rxe_listen "${CM_LPORT:-$CM_P}" $bg; then
+      # shellcheck disable=SC2086
+      cm_client "$CL" $prog $cargs || CRC=$?
     else echo "rxe's $prog never listened: client not run" | tee -a "$SL" > "$CL"; CRC=1; fi
   else
     # shellcheck disable=SC2086
@@ -101,9 +109,9 @@ cm_verdict() {
 # ..." on the client, "server ping data: ..." on the server); -V validates each.
 cm_rping() { # NAME ROLE COUNT [OURS_EXTRA]
   local name=$1 role=$2 n=$3 srv why=
-  cm_have_ours "$name" || return 0
+  [ "$role" = rxe-both ] || cm_have_ours "$name" || return 0
   CM_P=$((CM_PORT++))
-  [ "$role" = rxe-server ] && srv=$A4 || srv=$B4
+  [ "$role" = ours-server ] && srv=$B4 || srv=$A4
   cm_pair "$name" "$role" "-s -a $srv -p $CM_P -v -V" "-c -a $srv -p $CM_P -C $n -v -V" rping "${4:-}"
   local got; got=$(grep -c '^ping data: rdma-ping-' "$CL")
   [ "$got" = "$n" ] || why="client printed $got of $n 'ping data: rdma-ping-N' lines"
@@ -115,9 +123,9 @@ cm_rping() { # NAME ROLE COUNT [OURS_EXTRA]
 # ucmatose with N connections (the server is told N too), 10 messages each way on each.
 cm_ucmatose() { # NAME ROLE N
   local name=$1 role=$2 n=$3 srv why=
-  cm_have_ours "$name" || return 0
+  [ "$role" = rxe-both ] || cm_have_ours "$name" || return 0
   CM_P=$((CM_PORT++))
-  [ "$role" = rxe-server ] && srv=$A4 || srv=$B4
+  [ "$role" = ours-server ] && srv=$B4 || srv=$A4
   cm_pair "$name" "$role" "-b $srv -p $CM_P -c $n" "-s $srv -p $CM_P -c $n" ucmatose
   for f in "$SL" "$CL"; do
     grep -qx 'data transfers complete' "$f" && grep -qx 'return status 0' "$f" || why="${why:+$why; }$(basename "$f"): no 'data transfers complete' / 'return status 0'"
@@ -128,9 +136,9 @@ cm_ucmatose() { # NAME ROLE N
 # udaddy: UD over RDMA_PS_UDP (SIDR_REQ/SIDR_REP), its fixed port 7174 (-p is its port space).
 cm_udaddy() { # NAME ROLE
   local name=$1 role=$2 srv why=
-  cm_have_ours "$name" || return 0
+  [ "$role" = rxe-both ] || cm_have_ours "$name" || return 0
   CM_LPORT=7174
-  [ "$role" = rxe-server ] && srv=$A4 || srv=$B4
+  [ "$role" = ours-server ] && srv=$B4 || srv=$A4
   cm_pair "$name" "$role" "-b $srv" "-s $srv" udaddy
   CM_LPORT=
   for f in "$SL" "$CL"; do
@@ -218,14 +226,10 @@ fi
 # Without our librdmacm.so.1 the namespace's programs would load the system's (which finds no
 # device there): each case with an end of ours fails at once, saying so, instead.
 cm_have_ours() { [ -f "$OURS_LIB/librdmacm.so.1" ] || { failed "$1" "no librdmacm.so.1 of ours in $OURS_LIB (hca/rdmacm/build.sh failed?)"; return 1; }; }
-# Control: kernel CM to kernel CM over rxe0's loopback (proves the plumbing without our library).
-CM_P=$((CM_PORT++))
-SL=$OUT/cm_rping_rxe_loopback.server.log CL=$OUT/cm_rping_rxe_loopback.client.log SRC=0 CRC=0
-timeout -k 5 "$CM_T" rping -s -a $A4 -p $CM_P -v -V > "$SL" 2>&1 & cm_bg=$!
-cm_wait_rxe_listen $CM_P $cm_bg || echo "rping never listened" >> "$SL"
-timeout -k 5 "$CM_T" rping -c -a $A4 -p $CM_P -C 20 -v -V > "$CL" 2>&1 || CRC=$?
-finish_bg $cm_bg $CRC || SRC=$?
-[ "$(grep -c '^ping data: rdma-ping-' "$CL")" = 20 ] && cm_verdict cm_rping_rxe_loopback || cm_verdict cm_rping_rxe_loopback "client printed $(grep -c '^ping data: rdma-ping-' "$CL") of 20 pings"
+# Controls: kernel CM to kernel CM over rxe0's loopback (the plumbing, without our library).
+cm_rping cm_rping_rxe_loopback rxe-both 20
+cm_ucmatose cm_ucmatose_rxe_loopback rxe-both 4
+cm_udaddy cm_udaddy_rxe_loopback rxe-both
 
 cm_rping cm_rping_rxe_server rxe-server 50
 cm_rping cm_rping_ours_server ours-server 50
