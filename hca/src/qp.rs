@@ -1,5 +1,5 @@
-//! Queue pairs, RC and UD (Linux `pvrdma_qp.c`, mthca `mthca_qp.c`; UD's `wr.ud` and address
-//! handles in `qp/ud.rs`): the SQ and RQ rings,
+//! Queue pairs, RC, UD and the GSI QP (QP1: a UD QP of QPN 1) (Linux `pvrdma_qp.c`, mthca
+//! `mthca_qp.c`; UD's `wr.ud` and address handles in `qp/ud.rs`): the SQ and RQ rings,
 //! posting work requests, and MODIFY_QP / QUERY_QP with the verbs core's attributes converted to
 //! the device's. The transition and posting rules are the core's; the device answers for the
 //! state (QUERY_QP) and flushes what is posted to a QP in ERR.

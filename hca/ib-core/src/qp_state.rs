@@ -158,4 +158,15 @@ mod tests {
         let rts = required(Rtr, Rts, QpType::Rc).unwrap();
         assert_eq!(check(Rtr, Rts, QpType::Rc, rts), Ok(()));
     }
+
+    #[test]
+    fn the_gsi_qp_takes_uds_transitions_without_a_port_at_init() {
+        let init = M::STATE | M::PKEY_INDEX | M::QKEY;
+        assert_eq!(check(Reset, Init, QpType::Gsi, init), Ok(()));
+        assert_eq!(check(Reset, Init, QpType::Gsi, init | M::PORT), Ok(()), "a port may be named");
+        assert!(matches!(check(Reset, Init, QpType::Gsi, M::STATE | M::PKEY_INDEX), Err(Error::InvalidArgument(_))));
+        assert_eq!(required(Reset, Init, QpType::Gsi), Some(init));
+        assert_eq!(required(Rtr, Rts, QpType::Gsi), required(Rtr, Rts, QpType::Ud));
+        assert_eq!(check(Init, Rts, QpType::Gsi, M::STATE), Err(Error::InvalidState));
+    }
 }

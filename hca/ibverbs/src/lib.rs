@@ -14,7 +14,8 @@
 //!
 //! `build.sh` links the staticlib into `libibverbs.so.1` with `libibverbs.map`, giving each
 //! symbol the version Debian's programs import (`IBVERBS_1.0` ... `IBVERBS_1.14`,
-//! `IBVERBS_PRIVATE_34`).
+//! `IBVERBS_PRIVATE_34`), and this stack's own `hca_gsi_*` (a port's GSI QP for this stack's
+//! librdmacm) `HCA_PRIVATE_1`.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -44,6 +45,8 @@ mod devices;
 #[allow(unsafe_code)]
 mod ffi;
 #[allow(unsafe_code)]
+mod gsi;
+#[allow(unsafe_code)]
 mod mr;
 #[allow(unsafe_code)]
 mod open;
@@ -67,6 +70,7 @@ pub use async_event::*;
 pub use channel::*;
 pub use cq::*;
 pub use devices::*;
+pub use gsi::*;
 pub use mr::*;
 pub use open::*;
 pub use pd::*;

@@ -3,6 +3,7 @@
 //! a subject.
 
 mod forged_packets;
+mod gsi_agent;
 mod roce_capture;
 mod roce_wire;
 mod ud_roce;

@@ -20,6 +20,8 @@ use std::os::fd::RawFd;
 
 /// Bytes of one receive buffer: the GRH area, then one MAD.
 const RECV_LEN: usize = GRH_LEN + MAD_SIZE;
+/// Bytes of a MAD's common header (IBTA 13.4.2).
+const MAD_HEADER: usize = 24;
 /// Address handles kept.
 const AH_CACHE: usize = 64;
 /// Completions taken per poll.
@@ -63,7 +65,7 @@ impl Agent {
         let cap = QpCap {
             max_send_wr: SEND_SLOTS,
             max_recv_wr: RECV_BUFFERS,
-            max_send_sge: 1,
+            max_send_sge: 2,
             max_recv_sge: 1,
             max_inline_data: 0,
         };
@@ -195,10 +197,17 @@ impl Agent {
             pd.create_ah(&AhAttr { grh, is_global: true, port_num: port, ..Default::default() })
         })?;
         let dest = ah.dest(to.qpn & 0x00ff_ffff, to.qkey);
-        let sge = Sge { addr: self.tx.addr() + off as u64, length: mad.len() as u32, lkey: self.tx.lkey() };
+        // Two SGEs, the MAD's common header then the rest, as Linux's MAD layer posts a MAD
+        // (`ib_create_send_mad`) and as QEMU 7.2 wants QP1's sends (`mad_send` takes exactly two).
+        let addr = self.tx.addr() + off as u64;
+        let head = mad.len().min(MAD_HEADER) as u32;
+        let sges = [
+            Sge { addr, length: head, lkey: self.tx.lkey() },
+            Sge { addr: addr + u64::from(head), length: mad.len() as u32 - head, lkey: self.tx.lkey() },
+        ];
         let wr = SendWr {
             wr_id: u64::from(slot),
-            sg_list: &[sge],
+            sg_list: &sges,
             opcode: WrOpcode::UdSend { dest, imm: None },
             signaled: true,
             solicited: false,

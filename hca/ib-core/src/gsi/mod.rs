@@ -9,8 +9,10 @@
 //!   channel, QP1 moved to RTS with the GSI Q_Key `0x80010000` (IBTA 13.4.4), [`RECV_BUFFERS`]
 //!   receive buffers of the GRH area and one MAD (40 + 256 bytes), re-posted as they are taken.
 //! - [`GsiAgent::send`] sends one MAD as a UD datagram through an address handle it keeps per
-//!   destination (a bounded cache); at most [`SEND_SLOTS`] sends in flight, beyond which it
-//!   answers [`crate::Error::QueueFull`] rather than wait.
+//!   destination (a bounded cache), posted as two SGEs (the MAD's common header, then the rest:
+//!   Linux's `ib_create_send_mad` does so, and QEMU 7.2's QP1 takes nothing else); at most
+//!   [`SEND_SLOTS`] sends in flight, beyond which it answers [`crate::Error::QueueFull`] rather
+//!   than wait.
 //! - [`GsiAgent::recv`] never blocks: the next received MAD with where it came from (source GID
 //!   from the GRH, source QP, the local GID index it arrived at), or [`crate::Error::WouldBlock`].
 //!   [`GsiAgent::fd`] polls readable while MADs wait.

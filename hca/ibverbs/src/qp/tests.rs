@@ -277,6 +277,9 @@ fn create_refuses_what_it_does_not_carry() {
     assert_eq!(try_create(&|a| a.qp_type = IBV_QPT_DRIVER), libc::EOPNOTSUPP);
     assert_eq!(try_create(&|a| a.qp_type = IBV_QPT_XRC_RECV), libc::EINVAL, "no XRC domain through ibv_create_qp");
     assert_eq!(try_create(&|a| a.qp_type = 77), libc::EINVAL, "a type libibverbs does not know");
+    // Linux's IB_QPT_SMI and IB_QPT_GSI (0, 1) are no `ibv_qp_type`: QP0 and QP1 are the kernel's.
+    assert_eq!(try_create(&|a| a.qp_type = 0), libc::EINVAL, "QP0");
+    assert_eq!(try_create(&|a| a.qp_type = 1), libc::EINVAL, "QP1 (the verbs core's GSI agent's)");
     let raw = if super::has_cap_net_raw() { libc::EOPNOTSUPP } else { libc::EPERM };
     assert_eq!(try_create(&|a| a.qp_type = IBV_QPT_RAW_PACKET), raw);
     assert_eq!(try_create(&|a| a.recv_cq = null_mut()), libc::EINVAL);

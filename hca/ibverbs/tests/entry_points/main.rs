@@ -15,6 +15,7 @@ mod comp_channel;
 mod completions;
 mod cq;
 mod fx;
+mod gsi;
 mod mr_pages;
 mod object_lifetimes;
 mod qp_query;

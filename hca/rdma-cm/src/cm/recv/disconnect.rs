@@ -49,12 +49,14 @@ pub fn on_dreq(g: &mut Inner, rx: &Rx, dreq: &Dreq) {
 }
 
 pub fn on_drep(g: &mut Inner, drep: &Drep, now: Instant) {
-    let Some(id) = g.acquire(drep.remote_comm_id, drep.local_comm_id) else {
+    let id = CmId(drep.remote_comm_id);
+    // An ID destroyed in time-wait still knows its peer: a late DREP to it is a duplicate.
+    let Some(c) = g.ids.get(&id).filter(|c| c.remote_id == drep.local_comm_id) else {
         return unmatched(g, drep.remote_comm_id);
     };
-    match g.ids.get(&id).map(|c| c.state) {
-        Some(State::DreqSent | State::DreqRcvd) => {}
-        Some(State::Timewait) => {
+    match c.state {
+        State::DreqSent | State::DreqRcvd => {}
+        State::Timewait => {
             g.stats.duplicates += 1;
             return;
         }
