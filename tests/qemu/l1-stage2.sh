@@ -33,7 +33,7 @@ fi
 ts "tests done after $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s, exit $rc"
 echo "$rc" > "$WORK/out/tests.rc"
 t0=$(date +%s.%N)
-timeout --kill-after=5 "${RXE_TIMEOUT:-300}" bash "$WORK/l1-rxe.sh" > "$WORK/out/rxe-run.log" 2>&1
+timeout --kill-after=5 "${RXE_TIMEOUT:-420}" bash "$WORK/l1-rxe.sh" > "$WORK/out/rxe-run.log" 2>&1
 rc=$?
 ts "rxe interop done after $(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}') s, exit $rc"
 echo "$rc" > "$WORK/out/rxe.rc"

@@ -28,18 +28,19 @@
 # failed, and only of that one — prints "SKIPPED: <reason>" on a line of its own and exits 0.
 #
 # Environment: RUNS (how many times to boot L1 and run the tests, default 1), L1_TIMEOUT (seconds
-# per boot, default 600), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
+# per boot, default 720), TEST_THREADS (parallel tests in L1, default 2), WORK (work folder,
 # default /tmp/pvrdma-qemu), TEST_FILTER (a test-name filter passed to the test binary, for
 # debugging: such a run never passes the stage), RXE_ONLY=1 (skip the real-device tests and run
-# only the soft-RoCE cases, for debugging: never a stage pass), RXE_TIMEOUT (seconds for all the
-# soft-RoCE cases in L1, default 300), RXE_ITERS_SMALL / RXE_ITERS_LARGE (iterations of the
+# only the soft-RoCE cases, for debugging: never a stage pass), RDMACM_ONLY=1 (of the soft-RoCE
+# cases only the RDMA CM ones, l1-rdmacm.sh: never a stage pass), RXE_TIMEOUT (seconds for all the
+# soft-RoCE cases in L1, default 420), RXE_ITERS_SMALL / RXE_ITERS_LARGE (iterations of the
 # figures' 64 B / 64 KiB ping-pongs, default 500 / 50).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 WORK=${WORK:-/tmp/pvrdma-qemu}
 RUNS=${RUNS:-1}
-L1_TIMEOUT=${L1_TIMEOUT:-600}
+L1_TIMEOUT=${L1_TIMEOUT:-720}
 TEST_THREADS=${TEST_THREADS:-2}
 export DEBIAN_FRONTEND=noninteractive
 
@@ -54,8 +55,8 @@ mkdir -p "$WORK" "$WORK/debs" "$WORK/out"
 # --- 1. Debian packages --------------------------------------------------------------------------
 # ibverbs-utils (ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong), libibverbs-dev and gcc (the
 # C peer) and tcpdump (a capture of the interop traffic) are for the soft-RoCE cases; iproute2 has
-# `rdma`.
-PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio ibverbs-utils libibverbs-dev gcc libc6-dev tcpdump)
+# `rdma`; rdmacm-utils (rping, ucmatose, udaddy, cmtime) and librdmacm1 for the RDMA CM cases.
+PKGS=(qemu-system-x86 ibverbs-providers iproute2 kmod busybox-static cpio ibverbs-utils libibverbs-dev gcc libc6-dev tcpdump rdmacm-utils librdmacm1)
 qemu_ok() { dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -q '^1:7\.2'; }
 missing=()
 for p in "${PKGS[@]}"; do
@@ -179,12 +180,20 @@ if so=$(cd "$REPO" && bash hca/ibverbs/build.sh 2>>"$INTEROP_LOG") && [ -f "$so"
 else
   build_failures+=(libibverbs.so.1); tail -15 "$INTEROP_LOG" >&2
 fi
+# Our librdmacm.so.1 (hca/rdmacm/build.sh), beside it: the RDMA CM cases' end over the model.
+if [ -f "$REPO/hca/rdmacm/build.sh" ] && (cd "$REPO" && bash hca/rdmacm/build.sh >>"$INTEROP_LOG" 2>&1) \
+  && [ -n "${so:-}" ] && [ -f "$(dirname "$so")/librdmacm.so.1" ]; then
+  cp "$(dirname "$so")/librdmacm.so.1" "$WORK/lib/librdmacm.so.1" || build_failures+=(librdmacm.so.1)
+else
+  build_failures+=("librdmacm.so.1 (hca/rdmacm/build.sh)"); tail -15 "$INTEROP_LOG" >&2
+fi
 ((${#build_failures[@]})) && echo "   NOT BUILT: ${build_failures[*]} (their cases will fail; see $INTEROP_LOG)"
 ls "$WORK/bin" "$WORK/lib" | grep -v : | sed '/^$/d; s/^/   built: /'
 
 # --- 5. Boot L1, run the tests, collect the result -------------------------------------------------
 cp "$HERE/l1-stage2.sh" "$WORK/l1-stage2.sh"
 cp "$HERE/l1-rxe.sh" "$WORK/l1-rxe.sh"
+cp "$HERE/l1-rdmacm.sh" "$WORK/l1-rdmacm.sh"
 printf '#!/bin/sh\nexec /usr/bin/kmod modprobe -d %s/kroot "$@"\n' "$WORK" > "$WORK/modprobe-wrap"
 chmod +x "$WORK/modprobe-wrap" "$WORK/l1-stage2.sh"
 L1PID=
@@ -229,7 +238,8 @@ TEST_THREADS=$TEST_THREADS
 TEST_FILTER=${TEST_FILTER:-}
 QEMU_PKG=$QEMU_PKG
 RXE_ONLY=${RXE_ONLY:-0}
-RXE_TIMEOUT=${RXE_TIMEOUT:-300}
+RDMACM_ONLY=${RDMACM_ONLY:-0}
+RXE_TIMEOUT=${RXE_TIMEOUT:-420}
 RXE_ITERS_SMALL=${RXE_ITERS_SMALL:-500}
 RXE_ITERS_LARGE=${RXE_ITERS_LARGE:-50}
 EOV

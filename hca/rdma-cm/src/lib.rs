@@ -13,6 +13,8 @@
 //! returns the events it raised; the caller owns the threads and the clock
 //! ([`Cm::next_deadline`], [`Cm::on_timer`]).
 
+#![forbid(unsafe_code)]
+
 pub mod cm;
 pub mod mad;
 pub mod transport;

@@ -8,7 +8,9 @@
 //!   async-event and CQ-notification entries, the DSR's capabilities.
 //! - [`roce_packet`]: the RoCE v2 packet decoder (`roce-wire`) on arbitrary bytes, and the round
 //!   trip of what it accepts.
+//! - [`cm_mad`]: the CM's MAD decoder (`rdma-cm`) and its state machine on arbitrary MADs.
 
+pub mod cm_mad;
 pub mod commands;
 pub mod hostile;
 pub mod model;

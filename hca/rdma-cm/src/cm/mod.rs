@@ -4,109 +4,56 @@
 //! `ib_cm_listen` [`Cm::listen`], `ib_send_cm_req` [`Cm::send_req`], and so on; the events
 //! are `enum ib_cm_event_type`'s ([`CmEvent`]).
 //!
-//! H2 (the CM helper) owns this module: the signatures below are the contract with the RDMA
-//! CM above (hca/rdmacm); their bodies and the private modules under `cm/` are the helper's.
+//! Below [`Cm`]: `types` and `params` (the vocabulary), `timing` (IBTA times and the bounds),
+//! `conn` (one ID's record), `table` (the tables under the lock), `format` (the MADs sent),
+//! `verbs` (the consumer's calls), `recv` (the MADs received), `timer` and `destroy`. See
+//! `docs/cm.md` for the behaviour as a whole.
 
+mod conn;
+mod destroy;
+mod format;
 mod params;
+mod recv;
+mod table;
+mod timer;
+mod timing;
+mod types;
+mod verbs;
 
 pub use params::*;
+pub use timing::{iba_time_ms, MAX_CM_RETRIES, MAX_IDS};
+pub use types::{CmEvent, CmId, CmStats, Error};
+pub use verbs::MAX_BACKLOG;
 
 use crate::transport::{MadTransport, ReceivedMad};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+use table::{Inner, Out};
 
-/// A communication ID of this CM (the Local Communication ID of IBTA 12.6.2, unique among the
-/// IDs alive and in time-wait).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CmId(pub u32);
-
-/// Why a call was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// The ID is not in a state where this is allowed (`EINVAL` in `cm.c`).
-    #[error("the CM ID's state does not allow this")]
-    InvalidState,
-    /// No such ID (destroyed, or never created).
-    #[error("no such CM ID")]
-    NoId,
-    /// Private data longer than the MAD carries (`EINVAL`).
-    #[error("private data of {len} bytes exceeds the {max} bytes the MAD carries")]
-    PrivateDataTooLong { len: usize, max: usize },
-    /// Another ID listens on this service ID (`EBUSY`).
-    #[error("the service ID is already listened on")]
-    Busy,
-    /// A parameter out of range (`EINVAL`).
-    #[error("{0}")]
-    Invalid(&'static str),
-}
-
-/// Counters of what came in and was dropped (each drop has its reason), for tests and `hca`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CmStats {
-    pub mads_received: u64,
-    pub mads_sent: u64,
-    pub retries: u64,
-    /// Shorter than a MAD, wrong base version/class/method, unknown attribute.
-    pub dropped_malformed: u64,
-    /// A REP/RTU/DREQ/DREP/MRA/REJ naming a communication ID this CM never issued or no longer has.
-    pub dropped_unknown_id: u64,
-    /// A duplicate (retransmitted) MAD answered or ignored as IBTA 12.9.8 says.
-    pub duplicates: u64,
-    /// A REQ refused because its listener's backlog was full.
-    pub dropped_backlog: u64,
-    pub send_errors: u64,
-}
-
-/// What the CM raised, for one ID (`struct ib_cm_event`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CmEvent {
-    /// A REQ reached a listener: `id` is the new passive-side ID (state REQ_RCVD).
-    ReqReceived { listen_id: CmId, req: Box<ReqEvent> },
-    /// REQ was retried `max_cm_retries` times without an answer (`IB_CM_REQ_ERROR`).
-    ReqError,
-    /// A REP answered our REQ (state REP_RCVD): accept with [`Cm::send_rtu`] or refuse with
-    /// [`Cm::send_rej`].
-    RepReceived(Box<RepEvent>),
-    /// Our REP was retried without an RTU (`IB_CM_REP_ERROR`).
-    RepError,
-    /// RTU received (or COMM_EST through [`Cm::establish`]): established.
-    RtuReceived { private_data: Vec<u8> },
-    /// The peer rejected (or we timed out and it is reported as a REJ with
-    /// [`REJ_TIMEOUT`], as `cm.c` reports a REQ/REP timeout after the MRA'd wait).
-    RejReceived { reason: u16, ari: Vec<u8>, private_data: Vec<u8> },
-    /// MRA received: the peer asks for more time (informational; timers already extended).
-    MraReceived { service_timeout: u8, private_data: Vec<u8> },
-    /// DREQ received: answer with [`Cm::send_drep`] (or it is answered when the ID is destroyed).
-    DreqReceived { private_data: Vec<u8> },
-    /// Our DREQ was retried without a DREP.
-    DreqError,
-    /// DREP received.
-    DrepReceived { private_data: Vec<u8> },
-    /// Time-wait ended: the QP may be reused.
-    TimewaitExit,
-    /// A SIDR_REQ reached a listener: `id` is the new ID; answer with [`Cm::send_sidr_rep`].
-    SidrReqReceived { listen_id: CmId, req: Box<SidrReqEvent> },
-    /// SIDR_REP received (or, with `status` [`SidrStatus::Timeout`]-like error, none in time).
-    SidrRepReceived(Box<SidrRepEvent>),
-    /// SIDR_REQ retried without an answer.
-    SidrReqError,
-}
-
-/// The Cm's state; one per device port.
+/// The Cm's state; one per device port. Internally locked: every method takes `&self`, and a
+/// `Cm` is shared between threads (`Send + Sync`). MADs are sent after the lock is released, so
+/// a transport may call back into the CM.
 pub struct Cm {
     transport: Arc<dyn MadTransport>,
+    inner: Mutex<Inner>,
 }
 
 impl Cm {
     /// A CM sending through `transport`; `local_ca_guid` goes into REQ/REP (Local CA GUID).
     pub fn new(transport: Arc<dyn MadTransport>, local_ca_guid: u64) -> Self {
-        let _ = local_ca_guid;
-        todo!("H2: {:p}", &transport)
+        Cm { transport, inner: Mutex::new(Inner::new(local_ca_guid, None)) }
+    }
+
+    /// [`Cm::new`] with the communication IDs and transaction IDs it issues fixed by `seed`
+    /// (they are otherwise drawn from the process's random state): for reproducible runs, as a
+    /// fuzzer needs. Two CMs with the same seed issue the same IDs in the same order.
+    pub fn with_seed(transport: Arc<dyn MadTransport>, local_ca_guid: u64, seed: u64) -> Self {
+        Cm { transport, inner: Mutex::new(Inner::new(local_ca_guid, Some(seed))) }
     }
 
     /// A new ID in state IDLE (`ib_create_cm_id`).
     pub fn create_id(&self) -> CmId {
-        todo!("H2")
+        self.lock().alloc_id()
     }
 
     /// Destroys `id` (`ib_destroy_cm_id`): a REQ/REP in flight is answered with REJ
@@ -114,105 +61,142 @@ impl Cm {
     /// received DREQ its DREP; the communication ID then spends time-wait before reuse. Returns
     /// the events of other IDs this raised (none today; kept for symmetry).
     pub fn destroy_id(&self, id: CmId, now: Instant) -> Vec<(CmId, CmEvent)> {
-        let _ = (id, now);
-        todo!("H2")
+        self.run(|g| destroy::destroy(g, id, now))
     }
 
-    /// Listens on `service_id` (exact match) with at most `backlog` REQs not yet accepted or
-    /// rejected (further REQs are answered REJ `REJ_CONSUMER_REJECT`... or dropped and counted
-    /// as [`CmStats::dropped_backlog`]).
+    /// Listens on `service_id` (exact match) with at most `backlog` REQs and SIDR_REQs not yet
+    /// answered by the consumer (REQ_RCVD, MRA_REQ_SENT, SIDR_REQ_RCVD); further ones are
+    /// dropped and counted as [`CmStats::dropped_backlog`] (the requester's retries come back).
+    /// A backlog of 0 or above [`MAX_BACKLOG`] is [`MAX_BACKLOG`].
     pub fn listen(&self, id: CmId, service_id: u64, backlog: u32) -> Result<(), Error> {
-        let _ = (id, service_id, backlog);
-        todo!("H2")
+        self.call(|g| verbs::listen(g, id, service_id, backlog))
     }
 
     /// Sends a REQ (`ib_send_cm_req`); the ID goes to REQ_SENT and retries on its timeout.
     pub fn send_req(&self, id: CmId, p: &ReqParam, now: Instant) -> Result<(), Error> {
-        let _ = (id, p, now);
-        todo!("H2")
+        self.call(|g| verbs::send_req(g, id, p, now))
     }
 
     /// Answers a received REQ with a REP (`ib_send_cm_rep`); ID to REP_SENT.
     pub fn send_rep(&self, id: CmId, p: &RepParam, now: Instant) -> Result<(), Error> {
-        let _ = (id, p, now);
-        todo!("H2")
+        self.call(|g| verbs::send_rep(g, id, p, now))
     }
 
     /// Sends the RTU for a received REP (`ib_send_cm_rtu`); ID ESTABLISHED.
     pub fn send_rtu(&self, id: CmId, private_data: &[u8], now: Instant) -> Result<(), Error> {
-        let _ = (id, private_data, now);
-        todo!("H2")
+        let _ = now;
+        self.call(|g| verbs::send_rtu(g, id, private_data))
     }
 
     /// Sends a REJ for a received REQ or REP (`ib_send_cm_rej`); ID to IDLE (or time-wait).
     pub fn send_rej(&self, id: CmId, reason: u16, ari: &[u8], private_data: &[u8], now: Instant) -> Result<(), Error> {
-        let _ = (id, reason, ari, private_data, now);
-        todo!("H2")
+        self.call(|g| verbs::send_rej(g, id, reason, ari, private_data, now))
     }
 
     /// Sends an MRA for a received REQ or REP (`ib_send_cm_mra`).
     pub fn send_mra(&self, id: CmId, service_timeout: u8, private_data: &[u8], now: Instant) -> Result<(), Error> {
-        let _ = (id, service_timeout, private_data, now);
-        todo!("H2")
+        let _ = now;
+        self.call(|g| verbs::send_mra(g, id, service_timeout, private_data))
     }
 
     /// Sends a DREQ on an established connection (`ib_send_cm_dreq`); retries on its timeout.
     pub fn send_dreq(&self, id: CmId, private_data: &[u8], now: Instant) -> Result<(), Error> {
-        let _ = (id, private_data, now);
-        todo!("H2")
+        self.call(|g| verbs::send_dreq(g, id, private_data, now))
     }
 
     /// Answers a received DREQ (`ib_send_cm_drep`); ID to time-wait.
     pub fn send_drep(&self, id: CmId, private_data: &[u8], now: Instant) -> Result<(), Error> {
-        let _ = (id, private_data, now);
-        todo!("H2")
+        self.call(|g| verbs::send_drep(g, id, private_data, now))
     }
 
     /// The passive side saw traffic before the RTU (`ib_cm_notify(IB_EVENT_COMM_EST)`):
     /// REP_SENT/MRA_REP_RCVD to ESTABLISHED; raises [`CmEvent::RtuReceived`] with no data.
     pub fn establish(&self, id: CmId, now: Instant) -> Result<Vec<(CmId, CmEvent)>, Error> {
-        let _ = (id, now);
-        todo!("H2")
+        let _ = now;
+        let mut r = Ok(());
+        let events = self.run(|g| r = verbs::establish(g, id));
+        r.map(|()| events)
     }
 
     /// Sends a SIDR_REQ (`ib_send_cm_sidr_req`).
     pub fn send_sidr_req(&self, id: CmId, p: &SidrReqParam, now: Instant) -> Result<(), Error> {
-        let _ = (id, p, now);
-        todo!("H2")
+        self.call(|g| verbs::send_sidr_req(g, id, p, now))
     }
 
     /// Answers a SIDR_REQ (`ib_send_cm_sidr_rep`); the ID is done afterwards.
     pub fn send_sidr_rep(&self, id: CmId, p: &SidrRepParam, now: Instant) -> Result<(), Error> {
-        let _ = (id, p, now);
-        todo!("H2")
+        let _ = now;
+        self.call(|g| verbs::send_sidr_rep(g, id, p))
     }
 
     /// A MAD from QP1: decoded, matched, answered; returns the events raised. Malformed or
     /// unmatched MADs are dropped and counted ([`CmStats`]).
     pub fn recv(&self, mad: &ReceivedMad, now: Instant) -> Vec<(CmId, CmEvent)> {
-        let _ = (mad, now);
-        todo!("H2")
+        self.run(|g| recv::recv(g, mad, now))
     }
 
     /// The earliest instant at which [`Cm::on_timer`] has work (a retry, a timeout, a
     /// time-wait's end).
     pub fn next_deadline(&self) -> Option<Instant> {
-        todo!("H2")
+        self.lock().next_deadline()
     }
 
     /// Runs the timers due at `now`: retransmissions, timeouts, time-wait exits.
     pub fn on_timer(&self, now: Instant) -> Vec<(CmId, CmEvent)> {
-        let _ = now;
-        todo!("H2")
+        self.run(|g| timer::on_timer(g, now))
     }
 
     /// Counters.
     pub fn stats(&self) -> CmStats {
-        todo!("H2")
+        self.lock().stats
     }
 
     /// IDs alive (not destroyed), for leak checks in tests.
     pub fn ids_alive(&self) -> usize {
-        todo!("H2")
+        self.lock().alive()
+    }
+
+    /// Communication IDs held in time-wait after their ID was destroyed (reserved until it ends).
+    pub fn ids_in_timewait(&self) -> usize {
+        self.lock().ids.values().filter(|c| c.destroyed).count()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` under the lock, then sends what it queued and returns the events it raised.
+    fn run(&self, f: impl FnOnce(&mut Inner)) -> Vec<(CmId, CmEvent)> {
+        let out = {
+            let mut g = self.lock();
+            f(&mut g);
+            std::mem::take(&mut g.out)
+        };
+        self.flush(out)
+    }
+
+    /// [`Cm::run`] for a consumer's call: its result, events dropped (a call raises none but
+    /// `establish`'s).
+    fn call(&self, f: impl FnOnce(&mut Inner) -> Result<(), Error>) -> Result<(), Error> {
+        let mut r = Ok(());
+        self.run(|g| r = f(g));
+        r
+    }
+
+    fn flush(&self, out: Out) -> Vec<(CmId, CmEvent)> {
+        if out.sends.is_empty() {
+            return out.events;
+        }
+        let (mut sent, mut failed) = (0, 0);
+        for (to, mad) in &out.sends {
+            match self.transport.send(to, mad) {
+                Ok(()) => sent += 1,
+                Err(_) => failed += 1,
+            }
+        }
+        let mut g = self.lock();
+        g.stats.mads_sent += sent;
+        g.stats.send_errors += failed;
+        out.events
     }
 }

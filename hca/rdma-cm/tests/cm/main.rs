@@ -1,0 +1,12 @@
+//! The CM between two instances over an in-memory wire with a fake clock.
+
+mod harness;
+
+mod bounds;
+mod capture;
+mod connection;
+mod duplicates;
+mod malformed;
+mod retries;
+mod sidr;
+mod wire_format;
