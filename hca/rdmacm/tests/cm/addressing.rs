@@ -16,8 +16,7 @@ fn an_unbound_id_reaches_a_loopback_destination_from_a_devices_address() {
         // SAFETY: an id of ours; a sockaddr on the stack.
         assert_eq!(unsafe { rdma_resolve_addr(id, std::ptr::null_mut(), sa(&mut d), 1000) }, 0);
         expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
-        // SAFETY: the id's addresses, written before the event.
-        let (src, dst) = unsafe { (read(rdma_local(id)), read(rdma_peer(id))) };
+        let (src, dst) = (read(rdma_local(id)), read(rdma_peer(id)));
         assert!(src.ip() == a || src.ip() == b, "source {src} is a device's");
         assert_ne!(src.port(), 0);
         assert_eq!(dst, SocketAddr::from((Ipv4Addr::LOCALHOST, 7471)));
