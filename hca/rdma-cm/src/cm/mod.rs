@@ -200,3 +200,9 @@ impl Cm {
         out.events
     }
 }
+
+// One CM per port, shared by the RDMA CM's threads.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Cm>();
+};

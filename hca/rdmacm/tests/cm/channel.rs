@@ -1,0 +1,101 @@
+//! Event channels: the fd polls readable exactly while events wait, `O_NONBLOCK` set by the
+//! program gives `EAGAIN`, `rdma_destroy_id` waits for the id's unacknowledged events,
+//! pointers that are not ours give `EINVAL`, `rdma_event_str` gives librdmacm's names.
+
+use crate::fixture::*;
+use rdmacm_compat::abi::*;
+use rdmacm_compat::*;
+use std::ptr::null_mut;
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[test]
+fn the_fd_is_readable_exactly_while_events_wait_and_nonblocking_reads_give_eagain() {
+    run(|a, b| {
+        let ch = channel();
+        assert!(!readable(ch, Duration::from_millis(50)));
+        // SAFETY: the channel's fd: O_NONBLOCK set as a program would.
+        unsafe {
+            let fl = libc::fcntl((*ch).fd, libc::F_GETFL);
+            assert_eq!(libc::fcntl((*ch).fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+        }
+        let mut e = null_mut();
+        // SAFETY: a channel of ours and an out-pointer.
+        assert_eq!(unsafe { rdma_get_cm_event(ch, &mut e) }, -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        let (id1, id2) = (id(ch, RDMA_PS_TCP), id(ch, RDMA_PS_TCP));
+        for id in [id1, id2] {
+            let (mut s, mut d) = (sin(a, 0), sin(b, 7471));
+            // SAFETY: ids of ours; sockaddrs on the stack.
+            assert_eq!(unsafe { rdma_resolve_addr(id, sa(&mut s), sa(&mut d), 1000) }, 0);
+        }
+        assert!(readable(ch, WAIT));
+        expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+        assert!(readable(ch, Duration::ZERO), "one event still waits");
+        expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+        assert!(!readable(ch, Duration::from_millis(50)), "no event waits");
+        // SAFETY: ids and channel of ours.
+        unsafe {
+            assert_eq!(rdma_destroy_id(id1), 0);
+            assert_eq!(rdma_destroy_id(id2), 0);
+        }
+        rdma_destroy_event_channel(ch);
+    })
+}
+
+#[test]
+fn destroy_waits_for_the_ids_unacknowledged_event() {
+    run(|a, b| {
+        let ch = channel();
+        let id = id(ch, RDMA_PS_TCP);
+        let (mut s, mut d) = (sin(a, 0), sin(b, 7471));
+        // SAFETY: an id of ours; sockaddrs on the stack.
+        assert_eq!(unsafe { rdma_resolve_addr(id, sa(&mut s), sa(&mut d), 1000) }, 0);
+        assert!(readable(ch, WAIT));
+        let mut e = null_mut();
+        // SAFETY: readable: does not block.
+        assert_eq!(unsafe { rdma_get_cm_event(ch, &mut e) }, 0);
+        let (tx, rx) = mpsc::channel();
+        let idp = id as usize;
+        // SAFETY: the id is ours; destroyed once, on this thread.
+        std::thread::spawn(move || tx.send(unsafe { rdma_destroy_id(idp as *mut rdma_cm_id) }).unwrap());
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "destroy returned before the ack");
+        // SAFETY: the delivered event.
+        assert_eq!(unsafe { rdma_ack_cm_event(e) }, 0);
+        assert_eq!(rx.recv_timeout(WAIT), Ok(0));
+        rdma_destroy_event_channel(ch);
+    })
+}
+
+#[test]
+fn pointers_that_are_not_the_librarys_give_einval() {
+    run(|_, _| {
+        let mut junk = [0u64; 64];
+        let fake = junk.as_mut_ptr().cast::<rdma_cm_id>();
+        let mut e = null_mut();
+        // SAFETY: the library must look these up before using them.
+        unsafe {
+            assert_eq!(rdma_destroy_id(fake), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(rdma_listen(fake, 1), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(rdma_ack_cm_event(fake.cast()), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(rdma_get_cm_event(fake.cast(), &mut e), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(rdma_connect(null_mut(), null_mut()), -1);
+            assert_eq!(errno(), libc::EINVAL);
+        }
+        let mut id = null_mut();
+        // SAFETY: a channel that is not ours.
+        assert_eq!(unsafe { rdma_create_id(fake.cast(), &mut id, null_mut(), RDMA_PS_TCP) }, -1);
+        assert_eq!(errno(), libc::EINVAL);
+    })
+}
+
+#[test]
+fn event_names_are_librdmacms() {
+    assert_eq!(name(RDMA_CM_EVENT_ADDR_RESOLVED), "RDMA_CM_EVENT_ADDR_RESOLVED");
+    assert_eq!(name(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT");
+    assert_eq!(name(99), "UNKNOWN EVENT");
+}
