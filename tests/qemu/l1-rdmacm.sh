@@ -7,7 +7,7 @@
 # them); the connection setup figures print as `NUMBERS:` lines. docs/rxe.md, "RDMA CM interop".
 
 CM_PORT=19500                   # rdma_cm ports (TCP port space): one per case, as PORT above
-CM_T=${RDMACM_CASE_TIMEOUT:-60} # bound of every process of a case, seconds
+CM_T=${RDMACM_CASE_TIMEOUT:-45} # bound of every process of a case, seconds
 CM_RUNS=${RDMACM_SETUP_RUNS:-5} # cmtime -c 1 runs per side for the setup figures
 OURS_LIB=$WORK/lib
 # Our end: the model's namespace, our libraries first, one model device on $B4 (extra device keys
@@ -210,6 +210,7 @@ cm_setup_median() { # SIDE -> prints the median in ms, or nothing
   fi
   for i in $(seq 1 "$CM_RUNS"); do
     "${cli[@]}" > "$OUT/cm_setup_$side.$i.log" 2>&1 || continue
+    grep -q '^failure' "$OUT/cm_setup_$side.$i.log" && continue
     ms+=("$(awk -F: '/^(resolve addr|resolve route|create qp|connect) *:/ { split($2, f, " "); s += f[1]; n++ } END { if (n == 4) printf "%.2f", s }' "$OUT/cm_setup_$side.$i.log")")
   done
   kill $bg 2>/dev/null; wait $bg 2>/dev/null

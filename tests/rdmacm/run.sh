@@ -425,10 +425,12 @@ case_cmtime() {
   client "$D/client.log" "${E[@]}" cmtime -s "$A" -p "$P" -c 100 || rc=$?
   for ((i = 1; i <= CMTIME_RUNS && rc == 0; i++)); do
     timeout -k 5 "$T" "${E[@]}" cmtime -s "$A" -p "$P" -c 1 >"$D/one-$i.log" 2>&1 || rc=$?
+    ! grep -q '^failure' "$D/one-$i.log" || { echo "cmtime -c 1: $(grep -m1 '^failure' "$D/one-$i.log")"; return 1; }
     ms+=("$(awk -F: '/^(resolve addr|resolve route|create qp|connect) *:/ { split($2, f, " "); s += f[1]; n++ } END { if (n == 4) printf "%.2f", s }' "$D/one-$i.log")")
   done
   kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true
   [ "$rc" = 0 ] || { echo "cmtime -s $(status_text "$rc")"; return 1; }
+  ! grep -q '^failure' "$D/client.log" || { echo "cmtime -c 100: $(grep -c '^failure' "$D/client.log") failures, the first: $(grep -m1 '^failure' "$D/client.log")"; return 1; }
   for step in 'resolve addr' 'resolve route' 'create qp' 'connect' 'disconnect' 'destroy'; do
     has "$D/client.log" "^$step *: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" || return 1
   done
