@@ -23,7 +23,7 @@
 // man page does, so clippy's per-function safety sections would only repeat that.
 #![allow(clippy::missing_safety_doc)]
 
-pub mod abi;
+pub use ibverbs_abi as abi;
 mod config;
 // The rest are the C entry points (`#[no_mangle] extern "C"`) and the helpers that turn their
 // C pointers back into Rust objects: each dereferences or exports raw pointers, so each allows

@@ -65,7 +65,8 @@ fn describe(ctx: *mut ibv_context, guid: u64) -> Device {
     let mut port = ibv_port_attr::default();
     // SAFETY: `ctx` is open; `port` is a whole ibv_port_attr.
     let port_ok = unsafe { ibv_query_port(ctx, PORT, &mut port) } == 0;
-    let mut attr = ibv_device_attr { bytes: [0; 232] };
+    // SAFETY: ibv_device_attr is integers and arrays of them: all zeroes is one of its values.
+    let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: as above for the device attributes.
     let dev_ok = unsafe { ibv_query_device(ctx, &mut attr) } == 0;
     let clamp = |v: i32| v.clamp(0, 255) as u8;
@@ -75,8 +76,8 @@ fn describe(ctx: *mut ibv_context, guid: u64) -> Device {
         ctx,
         addrs,
         active_mtu: if port_ok { port.active_mtu } else { 3 },
-        max_responder_resources: if dev_ok { clamp(attr.max_qp_rd_atom()) } else { 0 },
-        max_initiator_depth: if dev_ok { clamp(attr.max_qp_init_rd_atom()) } else { 0 },
+        max_responder_resources: if dev_ok { clamp(attr.max_qp_rd_atom) } else { 0 },
+        max_initiator_depth: if dev_ok { clamp(attr.max_qp_init_rd_atom) } else { 0 },
         guid,
     }
 }

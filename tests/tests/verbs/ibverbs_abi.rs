@@ -1,4 +1,4 @@
-//! libibverbs's structures in `ibverbs-compat` (`hca/ibverbs/src/abi`) against the installed
+//! libibverbs's structures in `ibverbs-abi` (`hca/ibverbs/abi`, `ibverbs-compat`'s `abi`) against the installed
 //! `<infiniband/verbs.h>` (package `libibverbs-dev`, rdma-core 44): for every struct, its size and
 //! alignment, and every field's offset and size; plus the enum values the library uses. A C
 //! program compiled at test time prints the header's side; all mismatches are reported together.

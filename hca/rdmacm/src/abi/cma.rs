@@ -3,7 +3,7 @@
 //! `struct rdma_addr` are `sockaddr_storage` fields (a program reads them as `sockaddr_in`,
 //! `sockaddr_in6`); the event's `param` union is [`rdma_cm_event_param`].
 
-use super::verbs::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
+use ibverbs_abi::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
 use std::mem::{offset_of, size_of};
 
 /// `struct rdma_event_channel`: the program polls `fd`.

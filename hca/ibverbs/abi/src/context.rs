@@ -126,3 +126,25 @@ const _: () = assert!(size_of::<verbs_context>() == 648 && offset_of!(verbs_cont
 const _: () = assert!(offset_of!(verbs_context, query_device_ex) == 216);
 const _: () = assert!(offset_of!(verbs_context, create_qp_ex) == 264);
 const _: () = assert!(size_of::<ibv_async_event>() == 16);
+
+/// `enum ibv_event_type` (`ibv_async_event::event_type`).
+pub const IBV_EVENT_CQ_ERR: u32 = 0;
+pub const IBV_EVENT_QP_FATAL: u32 = 1;
+pub const IBV_EVENT_QP_REQ_ERR: u32 = 2;
+pub const IBV_EVENT_QP_ACCESS_ERR: u32 = 3;
+pub const IBV_EVENT_COMM_EST: u32 = 4;
+pub const IBV_EVENT_SQ_DRAINED: u32 = 5;
+pub const IBV_EVENT_PATH_MIG: u32 = 6;
+pub const IBV_EVENT_PATH_MIG_ERR: u32 = 7;
+pub const IBV_EVENT_DEVICE_FATAL: u32 = 8;
+pub const IBV_EVENT_PORT_ACTIVE: u32 = 9;
+pub const IBV_EVENT_PORT_ERR: u32 = 10;
+pub const IBV_EVENT_LID_CHANGE: u32 = 11;
+pub const IBV_EVENT_PKEY_CHANGE: u32 = 12;
+pub const IBV_EVENT_SM_CHANGE: u32 = 13;
+pub const IBV_EVENT_SRQ_ERR: u32 = 14;
+pub const IBV_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
+pub const IBV_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
+pub const IBV_EVENT_CLIENT_REREGISTER: u32 = 17;
+pub const IBV_EVENT_GID_CHANGE: u32 = 18;
+pub const IBV_EVENT_WQ_FATAL: u32 = 19;

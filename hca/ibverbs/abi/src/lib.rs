@@ -6,6 +6,7 @@
 //! Anonymous C unions become named fields: a union whose members share one type is that type
 //! under its first member's name (`ibv_wc::imm_data`, `ibv_send_wr::imm_data`); the others are
 //! Rust unions named `<struct>_<member>`. Enums are `u32`/`i32` with their values as constants.
+#![deny(unsafe_code)]
 #![allow(non_camel_case_types, non_upper_case_globals, missing_docs)]
 
 mod context;

@@ -26,3 +26,10 @@ pub struct ibv_mr {
 const _: () = assert!(size_of::<ibv_pd>() == 16);
 const _: () = assert!(size_of::<ibv_mr>() == 48);
 const _: () = assert!(offset_of!(ibv_mr, lkey) == 36 && offset_of!(ibv_mr, rkey) == 40);
+
+/// `enum ibv_access_flags` (the access of `ibv_reg_mr` and `ibv_qp_attr::qp_access_flags`).
+pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
+pub const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+pub const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
+pub const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+pub const IBV_ACCESS_MW_BIND: u32 = 1 << 4;

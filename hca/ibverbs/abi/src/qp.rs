@@ -102,6 +102,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr` (`ibv_create_qp`; the library writes the granted `cap` back).
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut libc::c_void,
     pub send_cq: *mut ibv_cq,
@@ -220,3 +221,45 @@ const _: () = assert!(offset_of!(ibv_qp_init_attr_ex, send_ops_flags) == 128);
 const _: () = assert!(size_of::<ibv_global_route>() == 24 && size_of::<ibv_ah_attr>() == 32);
 const _: () = assert!(size_of::<ibv_qp_attr>() == 144 && offset_of!(ibv_qp_attr, ah_attr) == 56);
 const _: () = assert!(size_of::<ibv_srq>() == 128 && size_of::<ibv_ah>() == 24);
+
+/// `enum ibv_qp_state` (the values `ibv_qp_attr::qp_state` and `ibv_qp::state` hold).
+pub const IBV_QPS_RESET: u32 = 0;
+pub const IBV_QPS_INIT: u32 = 1;
+pub const IBV_QPS_RTR: u32 = 2;
+pub const IBV_QPS_RTS: u32 = 3;
+pub const IBV_QPS_SQD: u32 = 4;
+pub const IBV_QPS_SQE: u32 = 5;
+pub const IBV_QPS_ERR: u32 = 6;
+
+/// `enum ibv_qp_attr_mask` (the `attr_mask` of `ibv_modify_qp`, an `int` there).
+pub const IBV_QP_STATE: i32 = 1 << 0;
+pub const IBV_QP_CUR_STATE: i32 = 1 << 1;
+pub const IBV_QP_EN_SQD_ASYNC_NOTIFY: i32 = 1 << 2;
+pub const IBV_QP_ACCESS_FLAGS: i32 = 1 << 3;
+pub const IBV_QP_PKEY_INDEX: i32 = 1 << 4;
+pub const IBV_QP_PORT: i32 = 1 << 5;
+pub const IBV_QP_QKEY: i32 = 1 << 6;
+pub const IBV_QP_AV: i32 = 1 << 7;
+pub const IBV_QP_PATH_MTU: i32 = 1 << 8;
+pub const IBV_QP_TIMEOUT: i32 = 1 << 9;
+pub const IBV_QP_RETRY_CNT: i32 = 1 << 10;
+pub const IBV_QP_RNR_RETRY: i32 = 1 << 11;
+pub const IBV_QP_RQ_PSN: i32 = 1 << 12;
+pub const IBV_QP_MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+pub const IBV_QP_ALT_PATH: i32 = 1 << 14;
+pub const IBV_QP_MIN_RNR_TIMER: i32 = 1 << 15;
+pub const IBV_QP_SQ_PSN: i32 = 1 << 16;
+pub const IBV_QP_MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+pub const IBV_QP_PATH_MIG_STATE: i32 = 1 << 18;
+pub const IBV_QP_CAP: i32 = 1 << 19;
+pub const IBV_QP_DEST_QPN: i32 = 1 << 20;
+
+/// `struct ibv_ece` (enhanced connection establishment: `ibv_query_ece`, librdmacm's ECE calls).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+const _: () = assert!(size_of::<ibv_ece>() == 12);
