@@ -14,6 +14,7 @@ mod cq;
 mod device;
 mod pd;
 mod qp;
+mod sa;
 mod srq;
 mod wr;
 
@@ -22,6 +23,7 @@ pub use cq::*;
 pub use device::*;
 pub use pd::*;
 pub use qp::*;
+pub use sa::*;
 pub use srq::*;
 pub use wr::*;
 

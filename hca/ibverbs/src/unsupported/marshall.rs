@@ -2,7 +2,7 @@
 //! (`ibv_copy_*_from_kern`, `ibv_copy_path_rec_to_kern`), which librdmacm imports: field by
 //! field, as libibverbs copies them.
 
-use crate::abi::{ibv_ah_attr, ibv_gid, ibv_qp_attr};
+use crate::abi::{ibv_ah_attr, ibv_qp_attr, ibv_sa_path_rec};
 
 /// `struct ib_uverbs_global_route` (`<rdma/ib_user_verbs.h>`).
 #[repr(C)]
@@ -104,36 +104,10 @@ pub struct ib_user_path_rec {
     pub preference: u8,
 }
 
-/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`).
-#[repr(C)]
-#[allow(missing_docs)]
-pub struct ibv_sa_path_rec {
-    pub dgid: ibv_gid,
-    pub sgid: ibv_gid,
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: i32,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: i32,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-}
-
 const _: () = {
     assert!(std::mem::size_of::<ib_uverbs_ah_attr>() == 32);
     assert!(std::mem::size_of::<ib_uverbs_qp_attr>() == 144);
     assert!(std::mem::size_of::<ib_user_path_rec>() == 64);
-    assert!(std::mem::size_of::<ibv_sa_path_rec>() == 64);
 };
 
 fn ah_from_kern(dst: &mut ibv_ah_attr, src: &ib_uverbs_ah_attr) {

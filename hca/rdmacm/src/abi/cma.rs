@@ -3,7 +3,9 @@
 //! `struct rdma_addr` are `sockaddr_storage` fields (a program reads them as `sockaddr_in`,
 //! `sockaddr_in6`); the event's `param` union is [`rdma_cm_event_param`].
 
-use ibverbs_abi::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
+use ibverbs_abi::{
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_sa_path_rec, ibv_srq,
+};
 use std::mem::{offset_of, size_of};
 
 /// `struct rdma_event_channel`: the program polls `fd`.
@@ -29,31 +31,6 @@ pub struct rdma_addr {
     pub src: libc::sockaddr_storage,
     pub dst: libc::sockaddr_storage,
     pub ibaddr: rdma_ib_addr,
-}
-
-/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`): the path of a resolved route.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct ibv_sa_path_rec {
-    pub dgid: ibv_gid,
-    pub sgid: ibv_gid,
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: i32,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: i32,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
 }
 
 /// `struct rdma_route`.
