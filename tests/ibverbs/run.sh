@@ -34,29 +34,11 @@ PY=/usr/bin/python3  # Debian's python3, which pyverbs is built for (not a pytho
 DEV=vmw_pvrdma0
 T0=$(date +%s)
 
-fail() { echo "FAILED: $*" >&2; exit 1; }
-skip() { echo; echo "SKIPPED: $*"; exit 0; }
+# shellcheck source=tests/stage-lib.sh
+. "$HERE/../stage-lib.sh"
 
 # --- 1. Debian packages ---------------------------------------------------------------------------
-PKGS=(ibverbs-utils perftest python3-pyverbs libibverbs-dev)
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  command -v apt-get >/dev/null || fail "missing ${missing[*]} and no apt-get"
-  APT_LOG=$(mktemp)
-  apt_fetch_failed() { grep -qE 'Failed to fetch|Unable to fetch|Temporary failure resolving|Could not resolve|Unable to connect' "$APT_LOG"; }
-  echo "== apt-get install ${missing[*]}"
-  apt-get -q -o DPkg::Lock::Timeout=300 update >"$APT_LOG" 2>&1 || {
-    apt_fetch_failed && skip "apt-get update cannot reach Debian's archive ($(grep -m1 -E 'Failed|Unable|resolv' "$APT_LOG"))"
-    tail -20 "$APT_LOG" >&2; fail "apt-get update failed"
-  }
-  apt-get -q -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}" >"$APT_LOG" 2>&1 || {
-    apt_fetch_failed && skip "a package cannot be fetched ($(grep -m1 -E 'Failed to fetch|Unable to fetch' "$APT_LOG"))"
-    tail -20 "$APT_LOG" >&2; fail "apt-get install ${missing[*]} failed"
-  }
-fi
+need_packages ibverbs-utils perftest python3-pyverbs libibverbs-dev
 [ -x "$PY" ] || fail "$PY is missing (python3-pyverbs needs it)"
 
 # --- 2. Our library and the hca tool --------------------------------------------------------------
@@ -77,35 +59,6 @@ PERF=$OUT/perftest.txt
 LIBENV=(env -u HCA_CONFIG -u HCA_DEVICES "LD_LIBRARY_PATH=$LIB")
 
 # --- 3. Helpers -----------------------------------------------------------------------------------
-status_text() {
-  case $1 in
-    0) echo "exit status 0" ;;
-    124 | 137) echo "timed out after ${T} s" ;;
-    *) echo "exit status $1" ;;
-  esac
-}
-
-# A TCP port nothing listens on now (the kernel's pick), for the programs' connection data.
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])'; }
-
-# Whether something listens on TCP port $1 (IPv4 or IPv6), read from /proc without connecting
-# (a probe connection would be taken for the client).
-listening() {
-  local hex; hex=$(printf '%04X' "$1")
-  awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
-}
-
-# Waits (at most 15 s) until TCP port $1 listens, while process $2 lives.
-wait_listen() {
-  local i
-  for ((i = 0; i < 300; i++)); do
-    listening "$1" && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
 # Runs "${SRV[@]}" in the background and, once it listens on TCP $PORT, "${CLI[@]}"; their
 # output goes to $D/server.log and $D/client.log. Succeeds when both exit 0; otherwise prints why.
 # A server left waiting by a failed client gets 5 s to notice, then is stopped.
@@ -127,33 +80,6 @@ pair() {
   [ "$crc" = 0 ] && [ "$src" = 0 ] && return 0
   echo "client $(status_text "$crc"), server $(status_text "$src")"
   return 1
-}
-
-RAN=()
-FAILED=()
-# run_case NAME FUNCTION ARGS...: the function runs in a subshell with $D (its folder); its
-# output is the reason when it fails, its figures when it passes.
-run_case() {
-  local name=$1 why rc=0 f
-  shift
-  if [ -n "$FILTER" ] && ! [[ $name =~ $FILTER ]]; then return 0; fi
-  D=$OUT/cases/$name
-  mkdir -p "$D"
-  why=$("$@" 2>&1) || rc=$?
-  RAN+=("$name")
-  if [ "$rc" = 0 ]; then
-    echo "PASS $name"
-    [ -z "$why" ] || printf '%s\n' "$why" | sed 's/^/    /'
-    return 0
-  fi
-  FAILED+=("$name")
-  echo "FAIL $name: $(printf '%s\n' "${why:-exit status $rc}" | head -1)"
-  printf '%s\n' "$why" | tail -n +2 | head -60 | sed 's/^/    /'
-  for f in "$D"/*.log; do
-    [ -s "$f" ] || continue
-    echo "    --- last lines of $(basename "$f"):"
-    tail -n 15 "$f" | sed 's/^/      /'
-  done
 }
 
 # --- 4. Cases -------------------------------------------------------------------------------------
@@ -438,17 +364,5 @@ run_case pyverbs_loopback case_pyverbs "" 0
 run_case pyverbs_roce case_pyverbs "$ROCE" 1
 
 # --- 5. The verdict -------------------------------------------------------------------------------
-mapfile -t EXPECTED < <(grep -v '^[[:space:]]*\(#\|$\)' "$HERE/expected.txt")
-bad=0
-for c in "${EXPECTED[@]}"; do
-  [[ " ${RAN[*]} " == *" $c "* ]] || { [ -n "$FILTER" ] || { echo "MISSING $c: expected, did not run"; bad=1; }; }
-done
-for c in "${RAN[@]}"; do
-  [[ " ${EXPECTED[*]} " == *" $c "* ]] || { echo "UNEXPECTED $c: ran, not in expected.txt"; bad=1; }
-done
-echo "== ${#RAN[@]} cases ran, ${#FAILED[@]} failed, in $(($(date +%s) - T0)) s; perftest rows in $PERF"
-((${#FAILED[@]})) && { echo "FAILED: ${FAILED[*]}"; exit 1; }
-[ "$bad" = 0 ] || fail "the cases that ran are not those in expected.txt"
-((${#RAN[@]})) || fail "no case ran"
-if [ -n "$FILTER" ]; then echo "PARTIAL: IBV_STAGE_FILTER=$FILTER (never a stage pass)"; exit 3; fi
-echo "PASSED: every case in expected.txt"
+echo "perftest rows in $PERF"
+stage_verdict "$HERE/expected.txt" "rdma-core"

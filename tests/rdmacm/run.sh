@@ -28,8 +28,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
-# shellcheck source=tests/rdmacm/lib.sh
-. "$HERE/lib.sh"
+# shellcheck source=tests/stage-lib.sh
+. "$HERE/../stage-lib.sh"
 FILTER=${RDMACM_STAGE_FILTER:-}
 T=${CASE_TIMEOUT:-60}
 CMTIME_RUNS=${CMTIME_RUNS:-11}

@@ -1,6 +1,6 @@
 # Helpers for a stage that runs Debian's unmodified programs over this project's libraries and
-# checks each case against an expected list (sourced; the patterns of tests/ibverbs/run.sh, which
-# can source this file too). The sourcing script sets, before calling them:
+# checks each case against an expected list (sourced by tests/ibverbs/run.sh and
+# tests/rdmacm/run.sh). The sourcing script sets, before calling them:
 #   T         seconds each program may take (every wait is bounded by `timeout`)
 #   OUT       the stage's folder; each case gets $OUT/cases/<name>/ ($D while it runs)
 #   FILTER    a bash regex: only cases whose name matches run (a partial run, never a pass)
