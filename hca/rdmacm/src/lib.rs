@@ -12,6 +12,7 @@
 //!   device's GSI and runs the CMs' timers; the CMs' events become RDMA CM events in the
 //!   kernel's order.
 //! - rsockets answer `ENOSYS` (`unsupported`).
+//! - [`diag`]: each device's CM counters, for Rust tests.
 //!
 //! `build.sh` links the staticlib into `librdmacm.so.1` with `librdmacm.map` (the versions
 //! `RDMACM_1.0` ... `RDMACM_1.3` Debian's programs import), against our libibverbs.so.1.
@@ -22,9 +23,11 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+pub mod diag;
 mod route;
 // The rest dereference C pointers or export C entry points (`#[no_mangle] extern "C"`): each
-// allows `unsafe` as a whole, every block with its SAFETY comment; `abi` and `route` need none.
+// allows `unsafe` as a whole, every block with its SAFETY comment; `abi`, `diag` and `route`
+// need none.
 #[allow(unsafe_code)]
 mod addr;
 #[allow(unsafe_code)]

@@ -99,6 +99,7 @@ pub fn readable(ch: *mut rdma_event_channel, t: Duration) -> bool {
 
 /// The next event of `ch` within [`WAIT`]: (type, status, id, listen id); acknowledged after
 /// `look` saw it.
+#[track_caller]
 pub fn next_with<R>(ch: *mut rdma_event_channel, look: impl FnOnce(&rdma_cm_event) -> R) -> R {
     assert!(readable(ch, WAIT), "no event within {WAIT:?}");
     let mut e = null_mut();
@@ -112,6 +113,7 @@ pub fn next_with<R>(ch: *mut rdma_event_channel, look: impl FnOnce(&rdma_cm_even
 }
 
 /// The next event's type and status.
+#[track_caller]
 pub fn next(ch: *mut rdma_event_channel) -> (u32, i32) {
     next_with(ch, |e| (e.event, e.status))
 }
@@ -123,6 +125,7 @@ pub fn name(event: u32) -> String {
 }
 
 /// Expects the next event to be `want` with status 0.
+#[track_caller]
 pub fn expect(ch: *mut rdma_event_channel, want: u32) {
     let (got, status) = next(ch);
     assert_eq!((name(got), status), (name(want), 0));

@@ -8,4 +8,5 @@ extern crate ibverbs_compat;
 mod addressing;
 mod channel;
 mod fixture;
+mod forged_mads;
 mod getaddrinfo;
