@@ -103,12 +103,22 @@ unsafe fn create(
 ) -> *mut ibv_qp {
     // SAFETY: the caller's promise.
     let (p, scq, rcq) = unsafe { (crate::pd::pd(pd), crate::cq::cq(a.send_cq), crate::cq::cq(a.recv_cq)) };
-    let (Some(p), Some(scq), Some(rcq)) = (p, scq, rcq) else { return null(libc::EINVAL) };
+    if a.qp_type == IBV_QPT_RAW_PACKET && !has_cap_net_raw() {
+        // ib_uverbs's `create_qp` checks the capability before it looks up any object.
+        return null(libc::EPERM);
+    }
+    // An XRC send QP has no receive queue: `ibv_cmd_create_qp` and ib_uverbs take no receive CQ
+    // for it, so its refusal is the driver's EOPNOTSUPP whatever `recv_cq` holds.
+    let (Some(p), Some(scq)) = (p, scq) else { return null(libc::EINVAL) };
+    if rcq.is_none() && a.qp_type != IBV_QPT_XRC_SEND {
+        return null(libc::EINVAL);
+    }
     let qp_type = match a.qp_type {
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UD => QpType::Ud,
         other => return null(qp_type_errno(other)),
     };
+    let Some(rcq) = rcq else { return null(libc::EINVAL) };
     // SAFETY: the caller's promise covers the SRQ `a` names (NULL or a live SRQ of this library).
     let srq = unsafe { crate::srq::srq(a.srq) };
     let mut cap = granted(&a.cap);

@@ -86,13 +86,17 @@ fn create_qp(p: *mut rdma_cm_id, attr: &mut ibv_qp_init_attr_ex) -> Result<(), i
     } else if unsafe { (*attr.pd).context } != id.verbs {
         return Err(libc::EINVAL);
     }
-    if attr.pd.is_null() || attr.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
+    if attr.pd.is_null() {
         return Err(libc::EINVAL);
     }
     if (!id.recv_cq.is_null() && !attr.recv_cq.is_null() && id.recv_cq != attr.recv_cq)
         || (!id.send_cq.is_null() && !attr.send_cq.is_null() && id.send_cq != attr.send_cq)
     {
         return Err(libc::EINVAL);
+    }
+    if id.qp_type == IBV_QPT_XRC_RECV && (attr.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null()) {
+        // librdmacm opens the device's XRC domain for it (`ucma_get_xrcd`): there is none.
+        return Err(OPEN_XRCD_ERRNO);
     }
     let send = if attr.send_cq.is_null() && id.send_cq.is_null() { attr.cap.max_send_wr } else { 0 };
     let recv = if attr.recv_cq.is_null() && id.recv_cq.is_null() { attr.cap.max_recv_wr } else { 0 };
@@ -106,23 +110,13 @@ fn create_qp(p: *mut rdma_cm_id, attr: &mut ibv_qp_init_attr_ex) -> Result<(), i
     if !id.srq.is_null() && attr.srq.is_null() {
         attr.srq = id.srq;
     }
-    let mut basic = ibv_qp_init_attr {
-        qp_context: attr.qp_context,
-        send_cq: attr.send_cq,
-        recv_cq: attr.recv_cq,
-        srq: attr.srq,
-        cap: attr.cap,
-        qp_type: attr.qp_type,
-        sq_sig_all: attr.sq_sig_all,
-    };
-    // SAFETY: the PD is the program's, of the id's context; `basic` is a whole attr.
-    let qp = unsafe { ibv_create_qp(attr.pd, &mut basic) };
+    // SAFETY: the PD is the program's, of the id's context; so are the CQs (or ours).
+    let qp = unsafe { ibv_create_qp_ex(id.verbs, attr) };
     if qp.is_null() {
         let e = errno();
         destroy_cqs(id);
         return Err(e);
     }
-    attr.cap = basic.cap;
     let qp_type = id.qp_type;
     let init = qpattr::modify(qp, s, qp_type, IBV_QPS_INIT).and_then(|()| {
         if qp_type == IBV_QPT_UD {
@@ -143,7 +137,9 @@ fn create_qp(p: *mut rdma_cm_id, attr: &mut ibv_qp_init_attr_ex) -> Result<(), i
     Ok(())
 }
 
-/// `rdma_create_qp_ex` (the attributes `ibv_create_qp` takes: a PD and no other extension).
+/// `rdma_create_qp_ex`: the QP through verbs.h's `ibv_create_qp_ex`, so libibverbs answers for
+/// every extension it does not carry (`EOPNOTSUPP`); an XRC receive QP needs the device's XRC
+/// domain, which it has not (`EOPNOTSUPP`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> i32 {
     guard(-1, || {
@@ -211,55 +207,74 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     })
 }
 
-fn create_srq(p: *mut rdma_cm_id, pd: *mut ibv_pd, attr: &mut ibv_srq_init_attr) -> Result<(), i32> {
+/// librdmacm's `rdma_create_srq_ex`: the id's PD when the program gives none; for an XRC SRQ
+/// the device's XRC domain (none here: `EOPNOTSUPP`) and a receive CQ made for it; then verbs.h's
+/// `ibv_create_srq_ex`, so libibverbs answers for what it does not carry.
+fn create_srq(p: *mut rdma_cm_id, attr: &mut ibv_srq_init_attr_ex) -> Result<(), i32> {
     let mut w = lock();
     w.id(p)?;
     // SAFETY: a live id box.
     let id = unsafe { &mut (*cma(p as usize)).id };
-    let pd = if pd.is_null() { id.pd } else { pd };
-    if pd.is_null() {
+    if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the program's PD and attributes.
-    let srq = unsafe { ibv_create_srq(pd, attr) };
+    if attr.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || attr.pd.is_null() {
+        attr.pd = id.pd;
+        attr.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    if attr.srq_type == IBV_SRQT_XRC && (attr.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null()) {
+        return Err(OPEN_XRCD_ERRNO);
+    }
+    if attr.pd.is_null() || id.verbs.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the program's PD and attributes, of the id's context.
+    let srq = unsafe { ibv_create_srq_ex(id.verbs, attr) };
     if srq.is_null() {
         return Err(errno());
     }
     if id.pd.is_null() {
-        id.pd = pd;
+        id.pd = attr.pd;
     }
     id.srq = srq;
     Ok(())
 }
 
-/// `rdma_create_srq` (basic SRQs; XRC is not supported by the device).
+/// `rdma_create_srq`: as librdmacm, an `ibv_srq_init_attr_ex` of the id's kind (XRC for an XRC
+/// receive id) through [`rdma_create_srq_ex`]'s path.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> i32 {
     guard(-1, || {
         // SAFETY: the program's attributes (NULL refused).
         let Some(a) = (unsafe { attr.as_mut() }) else { return err(libc::EINVAL) };
-        ret(create_srq(id, pd, a))
+        let xrc = {
+            let mut w = lock();
+            if w.id(id).is_err() {
+                return err(libc::EINVAL);
+            }
+            // SAFETY: a live id box.
+            unsafe { (*cma(id as usize)).id.qp_type == IBV_QPT_XRC_RECV }
+        };
+        // SAFETY: ibv_srq_init_attr_ex is plain C data; all-zero is valid.
+        let mut ex: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+        ex.srq_type = if xrc { IBV_SRQT_XRC } else { IBV_SRQT_BASIC };
+        ex.srq_context = a.srq_context;
+        ex.attr = a.attr;
+        ex.pd = pd;
+        let r = create_srq(id, &mut ex);
+        a.attr = ex.attr;
+        ret(r)
     })
 }
 
-/// `rdma_create_srq_ex`: basic SRQs through `ibv_create_srq` (`EOPNOTSUPP` for XRC).
+/// `rdma_create_srq_ex`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> i32 {
     guard(-1, || {
         // SAFETY: the program's attributes (NULL refused).
         let Some(a) = (unsafe { attr.as_mut() }) else { return err(libc::EINVAL) };
-        const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1;
-        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
-            return err(libc::EINVAL);
-        }
-        if a.srq_type != 0 {
-            return err(libc::EOPNOTSUPP);
-        }
-        let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 { a.pd } else { null_mut() };
-        let mut basic = ibv_srq_init_attr { srq_context: a.srq_context, attr: a.attr };
-        let r = create_srq(id, pd, &mut basic);
-        a.attr = basic.attr;
-        ret(r)
+        ret(create_srq(id, a))
     })
 }
 

@@ -84,3 +84,79 @@ pub fn set_errno(e: i32) {
     // SAFETY: `__errno_location` returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e }
 }
+
+/// The `verbs_context` of `ctx`, when libibverbs made it extended (verbs.h's `verbs_get_ctx`).
+///
+/// # Safety
+/// `ctx` is NULL or a live context of libibverbs.
+unsafe fn verbs_ctx(ctx: *mut ibv_context) -> Option<&'static verbs_context> {
+    // SAFETY: the caller's promise; an extended context lies at the end of its verbs_context.
+    unsafe {
+        let c = ctx.as_ref()?;
+        if c.abi_compat != VERBS_ABI_IS_EXTENDED {
+            return None;
+        }
+        ctx.byte_sub(std::mem::offset_of!(verbs_context, context)).cast::<verbs_context>().as_ref()
+    }
+}
+
+/// Whether `vctx` is large enough to hold the op at `offset` (verbs.h's `verbs_get_ctx_op`: the
+/// struct grows downwards, so `sz` counts from an op to the end).
+fn covers(vctx: &verbs_context, offset: usize) -> bool {
+    vctx.sz >= std::mem::size_of::<verbs_context>() - offset
+}
+
+/// verbs.h's inline `ibv_create_qp_ex`: `ibv_create_qp` when the mask is only a PD, else the
+/// context's `create_qp_ex`, `EOPNOTSUPP` without one. NULL with errno on failure.
+///
+/// # Safety
+/// `ctx` a live context; `attr` the caller's attributes, its PD and CQs of `ctx` (or NULL).
+pub unsafe fn ibv_create_qp_ex(ctx: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    if attr.comp_mask == IBV_QP_INIT_ATTR_PD {
+        // SAFETY: `ibv_qp_init_attr_ex` begins with the fields of `ibv_qp_init_attr` (the
+        // header casts it so too); the caller's promise covers the PD and CQs.
+        return unsafe { ibv_create_qp(attr.pd, (attr as *mut ibv_qp_init_attr_ex).cast()) };
+    }
+    // SAFETY: the caller's promise.
+    let op = unsafe { verbs_ctx(ctx) }
+        .filter(|v| covers(v, std::mem::offset_of!(verbs_context, create_qp_ex)))
+        .and_then(|v| v.create_qp_ex);
+    let Some(op) = op else {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: libibverbs's own op for this context, with the caller's attributes.
+    unsafe { op(ctx, attr) }
+}
+
+/// verbs.h's inline `ibv_create_srq_ex`: `ibv_create_srq` for a basic SRQ with only a PD, else
+/// the context's `create_srq_ex`, `EOPNOTSUPP` without one. NULL with errno on failure.
+///
+/// # Safety
+/// `ctx` a live context; `attr` the caller's attributes, its PD and CQ of `ctx` (or NULL).
+pub unsafe fn ibv_create_srq_ex(ctx: *mut ibv_context, attr: &mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
+    let mask = attr.comp_mask;
+    let basic = mask & !(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE) == 0
+        && mask & IBV_SRQ_INIT_ATTR_PD != 0
+        && (mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || attr.srq_type == IBV_SRQT_BASIC);
+    if basic {
+        // SAFETY: `ibv_srq_init_attr_ex` begins with the fields of `ibv_srq_init_attr`; the
+        // caller's promise covers the PD.
+        return unsafe { ibv_create_srq(attr.pd, (attr as *mut ibv_srq_init_attr_ex).cast()) };
+    }
+    // SAFETY: the caller's promise.
+    let op = unsafe { verbs_ctx(ctx) }
+        .filter(|v| covers(v, std::mem::offset_of!(verbs_context, create_srq_ex)))
+        .and_then(|v| v.create_srq_ex);
+    let Some(op) = op else {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: libibverbs's own op for this context, with the caller's attributes.
+    unsafe { op(ctx, attr) }
+}
+
+/// What librdmacm's `ucma_get_xrcd` gets from verbs.h's inline `ibv_open_xrcd` here: the device
+/// has no XRC (Linux's `vmw_pvrdma` neither; our libibverbs leaves `verbs_context::open_xrcd`
+/// NULL), and the header answers `EOPNOTSUPP` for a context without the op.
+pub const OPEN_XRCD_ERRNO: i32 = libc::EOPNOTSUPP;

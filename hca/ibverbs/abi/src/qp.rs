@@ -201,6 +201,8 @@ pub const IBV_QPT_XRC_RECV: u32 = 10;
 pub const IBV_QPT_DRIVER: u32 = 0xff;
 // enum ibv_qp_init_attr_mask
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_XRCD`.
+pub const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 // enum ibv_qp_create_send_ops_flags
 pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;

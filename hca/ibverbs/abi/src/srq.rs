@@ -40,10 +40,14 @@ pub struct ibv_srq_init_attr_ex {
 pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
 /// `IBV_SRQ_INIT_ATTR_PD`.
 pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_XRCD`.
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
 /// `IBV_SRQ_INIT_ATTR_CQ` (meaningful for XRC and tag-matching SRQs only).
 pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
 /// `IBV_SRQT_BASIC`.
 pub const IBV_SRQT_BASIC: u32 = 0;
+/// `IBV_SRQT_XRC`.
+pub const IBV_SRQT_XRC: u32 = 1;
 
 const _: () = assert!(size_of::<ibv_srq_attr>() == 12 && size_of::<ibv_srq_init_attr>() == 24);
 const _: () = assert!(size_of::<ibv_srq_init_attr_ex>() == 64);

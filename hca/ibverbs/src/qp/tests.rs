@@ -283,6 +283,21 @@ fn create_refuses_what_it_does_not_carry() {
     let raw = if super::has_cap_net_raw() { libc::EOPNOTSUPP } else { libc::EPERM };
     assert_eq!(try_create(&|a| a.qp_type = IBV_QPT_RAW_PACKET), raw);
     assert_eq!(try_create(&|a| a.recv_cq = null_mut()), libc::EINVAL);
+    assert_eq!(try_create(&|a| a.send_cq = null_mut()), libc::EINVAL);
+    // An XRC send QP takes no receive CQ (rdma_xclient -c x passes none through librdmacm): the
+    // refusal is still the driver's EOPNOTSUPP, not EINVAL.
+    let xrc_send = |a: &mut ibv_qp_init_attr| {
+        a.qp_type = IBV_QPT_XRC_SEND;
+        a.recv_cq = null_mut();
+    };
+    assert_eq!(try_create(&xrc_send), libc::EOPNOTSUPP);
+    if !super::has_cap_net_raw() {
+        let raw_no_cq = |a: &mut ibv_qp_init_attr| {
+            a.qp_type = IBV_QPT_RAW_PACKET;
+            a.recv_cq = null_mut();
+        };
+        assert_eq!(try_create(&raw_no_cq), libc::EPERM, "the capability is checked before the CQs");
+    }
     assert_eq!(try_create(&|a| a.cap.max_send_wr = 1 << 30), libc::EINVAL);
     let pd_ops = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     assert!(create_ex(&fx, cap(4, 0), pd_ops, 1 << 12).is_null(), "atomic write is not carried");
