@@ -71,7 +71,8 @@ pub fn probe(platform: Arc<dyn Platform>, opts: ProbeOptions) -> Result<Device> 
 ///
 /// With `cfg.roce`, each of its addresses becomes a RoCE v2 GID of port 1 at indexes 1, 2, ...
 /// in order (an IPv4 address IPv4-mapped, [`ib_core::gid_from_ip`]), as Linux's RoCE GID
-/// management binds a netdev's addresses; index 0 stays the probe's link-local RoCE v1 GID. The
+/// management binds a netdev's addresses, and index 0 is the first of them too, as RoCE v2
+/// (so programs that default to GID 0 connect; `docs/roce.md`). The
 /// probe binds them ([`ProbeOptions::roce_v2_gids`], replaced by these), so its arm self-test
 /// sends from one.
 ///

@@ -45,8 +45,11 @@ pub struct ProbeOptions {
     /// RoCE v2 GIDs (the port's IP addresses, as Linux's RoCE GID management adds a netdev's)
     /// bound at indexes 1, 2, ... in order right after index 0 and before the arm self-test,
     /// whose QPs then connect through the first of them: a RoCE v2 port sends only from a
-    /// RoCE v2 GID. Empty (the default): index 0 only. [`crate::open_sim`] fills it from the
-    /// model's RoCE addresses.
+    /// RoCE v2 GID. Unless [`ProbeOptions::gid`] names index 0's GID, the first of them is
+    /// bound at index 0 too, as RoCE v2 (so index 0, most programs' default, can speak on the
+    /// port, as index 0 of a soft-RoCE device's table does; see `docs/roce.md`). Empty (the
+    /// default): index 0 only, the link-local RoCE v1 GID. [`crate::open_sim`] fills it from
+    /// the model's RoCE addresses.
     pub roce_v2_gids: Vec<Gid>,
 }
 
@@ -87,7 +90,8 @@ fn unsupported(what: &'static str) -> Error {
     probe_error(ProbeError::UnsupportedDevice(what))
 }
 
-/// The type of the GID the probe binds at index 0 (version-17 devices, QEMU 7.2's, know RoCE v1).
+/// The type of the GID the probe binds at index 0 when it is the link-local one (version-17
+/// devices, QEMU 7.2's, know RoCE v1).
 pub(crate) const BOUND_GID_TYPE: GidType = GidType::RoceV1;
 
 /// The first port (pvrdma has one).
@@ -108,12 +112,15 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     dsr.write(0, build_dsr(&platform, &eq, &transport).as_bytes())?;
     load_dsr(&*platform, dsr.iova());
     let caps = read_caps(&dsr).inspect_err(|_| reset(&*platform))?;
-    let gid = opts.gid.unwrap_or_else(|| default_gid(read_mac(&*platform)));
+    let (gid, gid_type) = match (opts.gid, opts.roce_v2_gids.first()) {
+        (None, Some(&first)) => (first, GidType::RoceV2),
+        (gid, _) => (gid.unwrap_or_else(|| default_gid(read_mac(&*platform))), BOUND_GID_TYPE),
+    };
     let cmd = Commands::new(transport, opts.cmd_wait, opts.cmd_timeout);
     let attr = crate::device::device_attr(&caps, version);
-    let gids = GidTable::new(attr.gid_tbl_len, caps.gid_types, gid, BOUND_GID_TYPE);
+    let gids = GidTable::new(attr.gid_tbl_len, caps.gid_types, gid, gid_type);
     let dev = Arc::new(DeviceInner::new(platform, health, eq, cmd, dsr, attr, gids));
-    start(&dev)?;
+    start(&dev, gid_type)?;
     for (index, gid) in (1u32..).zip(&opts.roce_v2_gids) {
         crate::gid::add(&dev.gids, &dev.cmd, index, *gid, GidType::RoceV2)?;
     }
@@ -129,8 +136,9 @@ pub(crate) fn probe(platform: Arc<dyn Platform>, opts: &ProbeOptions) -> Result<
     Ok(dev)
 }
 
-/// Threads, ACTIVATE, QUERY_PORT, CREATE_BIND. On error, dropping the device tears down.
-fn start(dev: &DeviceInner) -> Result<()> {
+/// Threads, ACTIVATE, QUERY_PORT, CREATE_BIND of index 0 (of type `gid_type`). On error,
+/// dropping the device tears down.
+fn start(dev: &DeviceInner, gid_type: GidType) -> Result<()> {
     *dev.threads.lock() = spawn_threads(&dev.eq, "pvrdma")?;
     dev.platform.reg_write(REG_CTL, DeviceCtl::Activate as u32);
     match dev.platform.reg_read(REG_ERR) {
@@ -140,7 +148,7 @@ fn start(dev: &DeviceInner) -> Result<()> {
     }
     let port = dev.cmd.post(QueryPort { port_num: PORT, ..Default::default() })?;
     tracing::debug!(state = port.attrs.state.get(), "port 1 queried");
-    crate::gid::create_bind(&dev.cmd, 0, dev.gid0(), crate::gid::type_flag(BOUND_GID_TYPE))
+    crate::gid::create_bind(&dev.cmd, 0, dev.gid0(), crate::gid::type_flag(gid_type))
 }
 
 fn check_version(v: u32) -> Result<()> {

@@ -155,13 +155,18 @@ pingpong_output_ok() {
   grep -qE "remote address: .*GID ::ffff:$peer\$" "$log" || { echo "$(basename "$log"): remote GID is not ::ffff:$peer"; return 1; }
 }
 
+# The GID options of the pingpong and perftest cases: `-g 1` / `-x 1` (the port's first address
+# at index 1) unless GIDX is set: GIDX=0 passes index 0 (the first address too: docs/roce.md
+# "The GID table"), GIDX= (empty) passes none, leaving the GID to the program.
+gid_opt() { [ -z "${GIDX-1}" ] || echo "$1 ${GIDX-1}"; }
+
 # ibv_rc_pingpong server and client over RoCE v2 (GID 1), -c: SIZE, then its extra options.
 # SERVER_KEYS (extra keys of the server's model spec, e.g. link faults) is empty unless set.
 case_rc_pingpong() {
   local size=$1
   shift
   PORT=$(free_port) || { echo "no free TCP port"; return 1; }
-  local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -m 1024 -s "$size" -n "$PP_ITERS" -c "$@")
+  local opts=(-p "$PORT" -d "$DEV" -i 1 $(gid_opt -g) -m 1024 -s "$size" -n "$PP_ITERS" -c "$@")
   SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP${SERVER_KEYS:-}" ibv_rc_pingpong "${opts[@]}")
   CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_rc_pingpong "${opts[@]}" "$SERVER_IP")
   pair || return 1
@@ -196,7 +201,7 @@ case_ud_pingpong() {
   local size=$1
   shift
   PORT=$(free_port) || { echo "no free TCP port"; return 1; }
-  local opts=(-p "$PORT" -d "$DEV" -i 1 -g 1 -s "$size" -n "$PP_ITERS" -c "$@")
+  local opts=(-p "$PORT" -d "$DEV" -i 1 $(gid_opt -g) -s "$size" -n "$PP_ITERS" -c "$@")
   SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP" ibv_ud_pingpong "${opts[@]}")
   CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_ud_pingpong "${opts[@]}" "$SERVER_IP")
   pair || return 1
@@ -276,7 +281,7 @@ case_perftest() {
   local test=$1 size=$2 row srow
   shift 2
   PORT=$(free_port) || { echo "no free TCP port"; return 1; }
-  local opts=(-d "$DEV" -i 1 -x 1 -p "$PORT" -F -s "$size" -n "$PT_ITERS" "$@")
+  local opts=(-d "$DEV" -i 1 $(gid_opt -x) -p "$PORT" -F -s "$size" -n "$PT_ITERS" "$@")
   SRV=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$SERVER_IP" "ib_$test" "${opts[@]}")
   CLI=("${LIBENV[@]}" "HCA_DEVICES=model,roce=$CLIENT_IP" "ib_$test" "${opts[@]}" "$SERVER_IP")
   pair || return 1
@@ -319,6 +324,10 @@ for size in 1 4096 65536; do
   run_case "rc_pingpong_${size}_events" case_rc_pingpong "$size" -e
 done
 run_case rc_pingpong_4096_new_send case_rc_pingpong 4096 -N
+# GID index 0: ibv_rc_pingpong -g 0, ibv_ud_pingpong -g 0 (without -g at all they send no GRH,
+# which RoCE needs: refused at RTR / ibv_create_ah, as Linux's rdma_check_ah_attr refuses it)
+GIDX=0 run_case rc_pingpong_gid_0 case_rc_pingpong 4096
+GIDX=0 run_case ud_pingpong_gid_0 case_ud_pingpong 1024
 for size in 1 1024; do
   run_case "ud_pingpong_${size}" case_ud_pingpong "$size"
   run_case "ud_pingpong_${size}_events" case_ud_pingpong "$size" -e
@@ -344,6 +353,8 @@ for test in send_lat send_bw write_lat write_bw read_lat read_bw; do
 done
 # perftest's --use-srq: each end's QP receives from an SRQ of --rx-depth WQEs.
 run_case send_bw_srq case_perftest send_bw 4096 --use-srq
+# perftest without -x: it picks the port's GID itself (index 0 here)
+GIDX= run_case send_bw_default_gid case_perftest send_bw 4096
 run_case send_bw_srq_events case_perftest send_bw 4096 --use-srq -e
 # UD (-c UD): messages up to the MTU (perftest refuses more).
 for test in send_lat send_bw; do

@@ -194,14 +194,27 @@ fn options_parse_as_getopt_and_strtol_do() {
     assert_eq!(code, Some(0), "repeated options keep the last value");
 }
 
-/// The RoCE port speaks RoCE v2 only: `-g` naming the link-local RoCE v1 GID (index 0) is refused
-/// before any connection is attempted, with the reason.
+/// GID index 0, the default of most programs, speaks on a RoCE port: it is the first `--roce`
+/// address as RoCE v2 (it was the link-local RoCE v1 GID, which the port cannot send from, so
+/// `-g 0` was refused). Two processes, both ends `-g 0`, payloads checked.
 #[test]
-fn pingpong_over_roce_refuses_a_roce_v1_gid_index() {
-    let (code, _, err) =
-        crate::tool::run_held(LIMIT, |f| args(&["--roce", &f.v4().to_string(), "pingpong", "-g", "0"]));
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("GID index 0 is a RoCE v1 GID"), "{err}");
+fn pingpong_over_roce_connects_from_gid_index_0() {
+    let (server, port) = crate::tool::serve_held(LIMIT, |f| {
+        let port = f.port();
+        (args(&["--roce", &f.v4().to_string(), "pingpong", "-g", "0", "-p", &port.to_string(), "-n", "5"]), port)
+    });
+    let mut client_ip = None;
+    let client = crate::tool::run_held(LIMIT, |f| {
+        let ip = client_ip.insert(f.v4()).to_string();
+        args(&["--roce", &ip, "pingpong", "-g", "0", "-p", &port.to_string(), "-n", "5", "127.0.0.1"])
+    });
+    let server = server.finish(LIMIT).expect("the server ends within 60 s");
+    for (who, (code, out, err)) in [("client", &client), ("server", &server)] {
+        assert_eq!(*code, 0, "{who}:\n{out}\n{err}");
+        assert!(out.contains("payload verified: 5 messages"), "{who}: {out}");
+    }
+    let gid = format!("GID ::ffff:{}", client_ip.unwrap());
+    assert!(client.1.lines().any(|l| l.contains("local address:") && l.ends_with(&gid)), "{}", client.1);
 }
 
 /// A closed pipe ends the tool quietly (SIGPIPE), as a C tool ends.
@@ -222,8 +235,8 @@ fn a_closed_pipe_ends_the_tool_quietly() {
     assert!(out.status.success() || out.status.signal() == Some(libc::SIGPIPE), "{:?} {err}", out.status);
 }
 
-/// With `--roce`, each address is a RoCE v2 GID after the link-local RoCE v1 one, printed as
-/// `ibv_devinfo -v` prints a RoCE v2 entry (`inet_ntop`, then its type). Addresses of this test's
+/// With `--roce`, each address is a RoCE v2 GID at 1, 2, ... and the first at index 0 too,
+/// printed as `ibv_devinfo -v` prints a RoCE v2 entry (`inet_ntop`, then its type). Addresses of this test's
 /// own: the RoCE port binds UDP 4791 on them (tried until the tool binds both).
 #[test]
 fn devinfo_shows_the_roce_addresses_as_roce_v2_gids() {
@@ -234,9 +247,9 @@ fn devinfo_shows_the_roce_addresses_as_roce_v2_gids() {
     });
     assert_eq!(code, 0, "{err}");
     let table = format!(
-        "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:5054:00ff:fe12:3456, RoCE v1\n\
-         \t\t\tGID[  1]:\t\t::ffff:{}, RoCE v2\n\
-         \t\t\tGID[  2]:\t\t::ffff:{}, RoCE v2\n\n",
+        "\t\t\tGID[  0]:\t\t::ffff:{0}, RoCE v2\n\
+         \t\t\tGID[  1]:\t\t::ffff:{0}, RoCE v2\n\
+         \t\t\tGID[  2]:\t\t::ffff:{1}, RoCE v2\n\n",
         addrs.0, addrs.1
     );
     assert!(out.ends_with(&table), "{out}");

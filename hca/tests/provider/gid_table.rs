@@ -109,8 +109,8 @@ fn a_gid_change_reaches_every_context_as_a_port_event() {
     assert!(uctx.get_async_event(Duration::ZERO).is_err(), "a refused change raises no event");
 }
 
-/// `open_sim` binds a RoCE configuration's addresses as RoCE v2 GIDs at 1, 2, ... in order, at
-/// probe, before the arm self-test.
+/// `open_sim` binds a RoCE configuration's addresses as RoCE v2 GIDs at 1, 2, ... in order, and
+/// the first at index 0 too, at probe, before the arm self-test.
 /// (Addresses of their own: fresh ones tried until the RoCE port binds both, and holds them.)
 #[test]
 fn open_sim_binds_the_roce_addresses_as_roce_v2_gids() {
@@ -124,8 +124,12 @@ fn open_sim_binds_the_roce_addresses_as_roce_v2_gids() {
     // The probe's arm self-test sent from the first RoCE v2 GID and decided (a failed test
     // falls back to QEMU 7.2's encoding).
     assert_eq!(hca::pvrdma(&dev).unwrap().arm_encoding(), doorbell::ArmEncoding::Ibta);
-    assert_eq!(dev.query_gid_type(1, 0).unwrap(), GidType::RoceV1);
-    assert_eq!(dev.query_gid(1, 1).unwrap(), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]);
+    // Index 0 is the first address too, as RoCE v2 (the default GID of most programs speaks on
+    // the port); without a RoCE port it is the link-local RoCE v1 GID (above).
+    let mapped = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]];
+    assert_eq!(dev.query_gid(1, 0).unwrap(), mapped);
+    assert_eq!(dev.query_gid_type(1, 0).unwrap(), GidType::RoceV2);
+    assert_eq!(dev.query_gid(1, 1).unwrap(), mapped);
     assert_eq!(dev.query_gid_type(1, 1).unwrap(), GidType::RoceV2);
     assert_eq!(dev.query_gid(1, 2).unwrap()[12..], b);
     assert_eq!(dev.query_gid_type(1, 2).unwrap(), GidType::RoceV2);

@@ -233,9 +233,11 @@ fn a_full_send_queue_is_an_error_not_a_wait() {
 fn a_send_the_device_fails_restarts_qp1_and_the_agent_goes_on() {
     let (a, b) = (End::new(), End::new());
     let (ga, gb) = (GsiAgent::open(&a.dev, 1).unwrap(), GsiAgent::open(&b.dev, 1).unwrap());
-    // GID 0 is the link-local RoCE v1 GID, which the RoCE v2 port cannot send from: the send
-    // completes in error and moves QP1 to ERR.
-    ga.send(&b.gsi_addr(0), &mad(1)).expect("posted");
+    // A RoCE v1 GID, which the RoCE v2 port cannot send from: the send completes in error and
+    // moves QP1 to ERR.
+    let v1 = 5;
+    a.dev.add_gid(1, v1, ib_core::gid_from_ip("fd00::5".parse().unwrap()), ib_core::GidType::RoceV1).unwrap();
+    ga.send(&b.gsi_addr(v1 as u8), &mad(1)).expect("posted");
     let in_err = ib_core::time::poll_until(WAIT, || a.sim.device().qp_state(GSI_QPN) == Some(qp_state::ERR));
     assert!(in_err, "QP1 in ERR: {:?}", a.sim.device().qp_state(GSI_QPN));
     ga.send(&b.gsi_addr(a.sgid_index), &mad(2)).expect("sent after the restart");

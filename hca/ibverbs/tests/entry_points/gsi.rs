@@ -55,7 +55,9 @@ fn gsi_mads_cross_two_devices_through_the_c_entry_points() {
             let (mut from, mut buf) = (hca_gsi_addr::default(), [0u8; 256]);
             assert_eq!(hca_gsi_recv(g2, &mut from, buf.as_mut_ptr().cast(), buf.len()), 256);
             assert_eq!(buf, mad(1));
-            assert_eq!((from.gid, from.qpn, from.qkey, from.sgid_index), (gid(c1), 1, GSI_QKEY, 1));
+            // The index of the receiver's GID the MAD was sent to: its first entry holding it,
+            // index 0 (the port's first address, as RoCE v2, at 0 and 1).
+            assert_eq!((from.gid, from.qpn, from.qkey, from.sgid_index), (gid(c1), 1, GSI_QKEY, 0));
             assert_eq!((from.pkey_index, from.reserved), (0, [0; 3]));
             assert_eq!(hca_gsi_recv(g2, &mut from, buf.as_mut_ptr().cast(), buf.len()), -1);
             assert_eq!(errno(), libc::EAGAIN);

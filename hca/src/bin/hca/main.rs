@@ -62,7 +62,7 @@ struct ModelOpts {
     /// Give the model a RoCE v2 port on this IP address (IPv4 or IPv6) instead of the
     /// in-process loopback: it binds UDP 4791 there, and the address becomes a RoCE v2 GID.
     /// Repeat for more (all before or all after the subcommand: those after it replace those
-    /// before): GIDs 1, 2, ... in order; index 0 stays the link-local RoCE v1 GID. Two processes
+    /// before): GIDs 1, 2, ... in order, and the first at index 0 too. Two processes
     /// on one host use two loopback addresses (127.0.0.1 and 127.0.0.2).
     #[arg(long = "roce", value_name = "ADDR", global = true)]
     roce: Vec<IpAddr>,
