@@ -109,13 +109,16 @@ fn a_small_send_on_one_qp_is_not_held_behind_a_big_read_on_another() {
     let no = LinkFaults::default();
     let (mut a, mut b) = (device(no.clone()), device(no));
     let (ia, ib) = (ip(&a), ip(&b));
-    let o = Opts { mtu: 1, ..Opts::default() };
+    // The READ's own QPs wait about a second for an acknowledgement, so a loaded machine that
+    // stalls the responses for more than 10 ms does not exhaust the READ's retries (seen once in
+    // a full parallel test run: "the READ" failed while the SEND passed).
+    let o = Opts { mtu: 1, ..Opts::steady() };
     let ob = Opts { sq_psn: o.rq_psn, rq_psn: o.sq_psn, ..o };
     let (ea, eb) = (end(&mut a, 16), end(&mut b, 16));
     let (xa, xb) = (end(&mut a, 16), end(&mut b, 16));
     connect(&mut a, ea.qp.qpn, eb.qp.qpn, ib, &o);
     connect(&mut b, eb.qp.qpn, ea.qp.qpn, ia, &ob);
-    let small = Opts { retry_cnt: 1, ..o };
+    let small = Opts { retry_cnt: 1, timeout: Opts::default().timeout, ..o };
     connect(&mut a, xa.qp.qpn, xb.qp.qpn, ib, &small);
     connect(&mut b, xb.qp.qpn, xa.qp.qpn, ia, &Opts { retry_cnt: 1, ..ob });
     const BIG: u64 = 16 << 20;
