@@ -64,3 +64,67 @@ fn a_fatal_device_removes_each_of_its_ids_once() {
         rdma_destroy_event_channel(other);
     })
 }
+
+/// `rdma_conn_param` with `qp_num` and no private data.
+fn conn_param(qp_num: u32) -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num,
+    }
+}
+
+#[test]
+fn a_connection_with_a_qp_on_a_fatal_device_is_removed_and_destroyed() {
+    run(|a, b| {
+        let ch = channel();
+        let (l, to) = listener(ch, RDMA_PS_TCP, a);
+        let cch = channel();
+        let c = routed(cch, RDMA_PS_TCP, b, to);
+        let mut cp = conn_param(0x61);
+        // SAFETY: ids of ours; parameters on the stack; the QP's CQs are the library's own.
+        let s = unsafe {
+            assert_eq!(rdma_connect(c, &mut cp), 0, "rdma_connect: errno {}", errno());
+            let s = next_with(ch, |e| {
+                assert_eq!(name(e.event), name(RDMA_CM_EVENT_CONNECT_REQUEST));
+                e.id
+            });
+            let mut qa: ibv_qp_init_attr = std::mem::zeroed();
+            qa.qp_type = IBV_QPT_RC;
+            qa.cap =
+                ibv_qp_cap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+            assert_eq!(rdma_create_qp(s, std::ptr::null_mut(), &mut qa), 0, "rdma_create_qp: errno {}", errno());
+            let mut sp = conn_param(0);
+            assert_eq!(rdma_accept(s, &mut sp), 0, "rdma_accept: errno {}", errno());
+            expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+            assert_eq!(rdma_establish(c), 0, "rdma_establish: errno {}", errno());
+            expect(ch, RDMA_CM_EVENT_ESTABLISHED);
+            s
+        };
+
+        make_first_device_fatal();
+        let mut seen = HashSet::new();
+        for _ in 0..2 {
+            let (ty, who) = next_with(ch, |e| (e.event, e.id as usize));
+            assert_eq!(name(ty), name(RDMA_CM_EVENT_DEVICE_REMOVAL));
+            seen.insert(who);
+        }
+        assert_eq!(seen, HashSet::from([l as usize, s as usize]));
+        assert!(!readable(cch, Duration::from_millis(300)), "the other device's id was removed");
+        // SAFETY: ids of ours, their events acknowledged; the QP is the id's.
+        unsafe {
+            rdma_destroy_qp(s);
+            assert_eq!(rdma_destroy_id(s), 0, "rdma_destroy_id: errno {}", errno());
+            assert_eq!(rdma_destroy_id(l), 0);
+            assert_eq!(rdma_destroy_id(c), 0);
+        }
+        rdma_destroy_event_channel(ch);
+        rdma_destroy_event_channel(cch);
+    })
+}
