@@ -47,6 +47,8 @@ mod ffi;
 #[allow(unsafe_code)]
 mod gsi;
 #[allow(unsafe_code)]
+mod health;
+#[allow(unsafe_code)]
 mod mr;
 #[allow(unsafe_code)]
 mod open;
@@ -71,6 +73,7 @@ pub use channel::*;
 pub use cq::*;
 pub use devices::*;
 pub use gsi::*;
+pub use health::*;
 pub use mr::*;
 pub use open::*;
 pub use pd::*;

@@ -20,10 +20,10 @@ const EPHEMERAL: std::ops::Range<u16> = 32768..61000;
 /// The hop limit of a RoCE v2 path (the IP TTL Linux gives a route by default).
 const HOP_LIMIT: u8 = 64;
 
-/// Every device's RoCE v2 addresses.
+/// Every device's RoCE v2 addresses (a removed device's none).
 pub fn locals() -> Vec<Local> {
     let mut out = Vec::new();
-    for (d, dev) in devices::all().iter().enumerate() {
+    for (d, dev) in devices::all().iter().enumerate().filter(|(_, dev)| !dev.removed()) {
         out.extend(dev.addrs.iter().map(|&(g, a)| (d, g, a)));
     }
     out

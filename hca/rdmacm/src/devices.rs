@@ -1,11 +1,14 @@
 //! The devices, opened once per process through libibverbs as librdmacm's `ucma_init` does
 //! (`ibv_get_device_list`, `ibv_open_device` of each, port 1), and what addressing needs of
 //! each: its RoCE v2 addresses (GIDs 1.. of port 1, `ibv_query_gid_ex` type `ROCE_V2`), the port's
-//! active MTU and the device's RDMA read limits.
+//! active MTU and the device's RDMA read limits. A device found in its catastrophic state
+//! ([`newly_fatal`]) is removed: it holds no address any more, as a device Linux's CM has seen
+//! go (`cma_process_remove` in `drivers/infiniband/core/cma.c`).
 
 use crate::abi::*;
 use crate::sys::*;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// The port every device is used through (pvrdma devices have one).
@@ -23,6 +26,15 @@ pub struct Device {
     pub max_responder_resources: u8,
     pub max_initiator_depth: u8,
     pub guid: u64,
+    /// Found fatal ([`newly_fatal`]): its ids had DEVICE_REMOVAL, and it holds no address.
+    removed: AtomicBool,
+}
+
+impl Device {
+    /// Whether the device was found fatal and removed.
+    pub fn removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
 }
 
 // SAFETY: the context is libibverbs's, usable from any thread; this library never frees it.
@@ -79,6 +91,7 @@ fn describe(ctx: *mut ibv_context, guid: u64) -> Device {
         max_responder_resources: if dev_ok { clamp(attr.max_qp_rd_atom) } else { 0 },
         max_initiator_depth: if dev_ok { clamp(attr.max_qp_init_rd_atom) } else { 0 },
         guid,
+        removed: AtomicBool::new(false),
     }
 }
 
@@ -96,9 +109,23 @@ fn roce_v2_addr(ctx: *mut ibv_context, index: u32) -> Option<(u8, IpAddr)> {
     Some((u8::try_from(index).ok()?, ip))
 }
 
-/// The device and GID index holding address `ip`.
+/// The device and GID index holding address `ip` (a removed device holds none).
 pub fn holding(ip: IpAddr) -> Option<(usize, u8)> {
-    all().iter().enumerate().find_map(|(d, dev)| dev.addrs.iter().find(|(_, a)| *a == ip).map(|(g, _)| (d, *g)))
+    let mut live = all().iter().enumerate().filter(|(_, dev)| !dev.removed());
+    live.find_map(|(d, dev)| dev.addrs.iter().find(|(_, a)| *a == ip).map(|(g, _)| (d, *g)))
+}
+
+/// The devices that went fatal since the last call (our libibverbs's `hca_device_fatal`, which
+/// takes none of the program's async events), each marked removed and named once.
+pub fn newly_fatal() -> Vec<usize> {
+    let mut out = Vec::new();
+    for (d, dev) in all().iter().enumerate().filter(|(_, dev)| !dev.removed()) {
+        // SAFETY: an open context of ours; the call only reads the device's state.
+        if unsafe { hca_device_fatal(dev.ctx) } == 1 && !dev.removed.swap(true, Ordering::AcqRel) {
+            out.push(d);
+        }
+    }
+    out
 }
 
 /// The device's PD that ids get when they reach it (librdmacm's `ucma_get_device` allocates one

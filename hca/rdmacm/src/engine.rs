@@ -1,10 +1,12 @@
 //! The engine: one thread per process, started with the first CM, that polls every device's
 //! GSI fd (our libibverbs's `hca_gsi_*`), a wake eventfd and the CMs' timers, feeds MADs to
 //! each device's [`Cm`] and hands what they raise to [`dispatch`]. A [`GsiTransport`] is the
-//! CMs' way out: `hca_gsi_send`.
+//! CMs' way out: `hca_gsi_send`. Each round also asks whether a device went fatal
+//! ([`devices::newly_fatal`]): its ids get DEVICE_REMOVAL and its GSI is polled no more.
 
 use crate::devices;
 use crate::dispatch;
+use crate::events;
 use crate::sys::*;
 use crate::world::{lock, DevCm, World};
 use osdep::{EventFd, EventFdOptions};
@@ -92,9 +94,18 @@ fn start() {
 /// One round: wait for a MAD, a wake or the next deadline, then run what is due.
 fn round() {
     let (ports, deadline) = {
-        let w = lock();
-        let ports: Vec<(usize, usize, i32)> =
-            w.cms.iter().enumerate().filter_map(|(i, d)| d.as_ref().map(|d| (i, d.gsi, d.fd))).collect();
+        let mut w = lock();
+        for dev in devices::newly_fatal() {
+            events::device_removal(&mut w, dev);
+        }
+        let live = |i: usize| devices::all().get(i).is_some_and(|d| !d.removed());
+        let ports: Vec<(usize, usize, i32)> = w
+            .cms
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| live(i))
+            .filter_map(|(i, d)| d.as_ref().map(|d| (i, d.gsi, d.fd)))
+            .collect();
         let deadline = w.cms.iter().flatten().filter_map(|d| d.cm.next_deadline()).min();
         (ports, deadline)
     };

@@ -6,7 +6,7 @@ use crate::abi::*;
 use crate::channel::{Channel, Event};
 use crate::ffi::{err, guard};
 use crate::sys::set_errno;
-use crate::world::{cma, lock};
+use crate::world::{cma, lock, World};
 use std::ptr::null_mut;
 
 /// `rdma_create_event_channel`: NULL + errno when out of descriptors.
@@ -132,6 +132,19 @@ pub(crate) fn complete(id: *mut rdma_cm_id) -> Result<(), i32> {
         0 => Ok(()),
         _ if kind == RDMA_CM_EVENT_REJECTED => Err(libc::ECONNREFUSED),
         s => Err(s.abs()),
+    }
+}
+
+/// `RDMA_CM_EVENT_DEVICE_REMOVAL` (status 0) on every id of device `dev`, which went fatal:
+/// those it is attached to (bound to its address, resolved through it, connected on it) and the
+/// listeners listening on it, once each. As Linux's `cma_process_remove` (in
+/// `drivers/infiniband/core/cma.c`) the ids stay the program's to destroy; their verbs on the
+/// device fail from now on (`EIO`), and the device holds no address for new ones.
+pub(crate) fn device_removal(w: &mut World, dev: usize) {
+    let on = |s: &crate::world::IdState| s.dev == Some(dev) || s.listens.iter().any(|&(d, _)| d == dev);
+    let ids: Vec<usize> = w.ids.iter().filter(|(_, s)| on(s)).map(|(&p, _)| p).collect();
+    for p in ids {
+        w.deliver(Event::new(p, RDMA_CM_EVENT_DEVICE_REMOVAL, 0));
     }
 }
 

@@ -111,8 +111,23 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> i32 {
     guard(-1, || ret(destroy(id)))
 }
 
+/// Moves id `id` to `channel` (NULL: a private one, the id becomes sync). As librdmacm's
+/// `rdma_migrate_id` (rdma-core `librdmacm/cma.c`): a sync id cannot become sync again
+/// (`EINVAL`), and a sync id's last event, which it keeps in `id->event` until its next call, is
+/// acknowledged first; then the call waits for the program to acknowledge the id's other events.
 fn migrate(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> Result<(), i32> {
     let p = id as usize;
+    let sync = lock().ids.get(&p).ok_or(libc::EINVAL)?.sync;
+    if sync && channel.is_null() {
+        return Err(libc::EINVAL);
+    }
+    if sync {
+        // SAFETY: a live id box (found above); its `event` is the sync id's last event or NULL.
+        let last = unsafe { std::mem::replace(&mut (*cma(p)).id.event, null_mut()) };
+        if !last.is_null() {
+            ack(last)?;
+        }
+    }
     let new = if channel.is_null() {
         let ch = Channel::create().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))? as usize;
         lock().channels.insert(ch);

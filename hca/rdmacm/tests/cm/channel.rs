@@ -1,6 +1,7 @@
 //! Event channels: the fd polls readable exactly while events wait, `O_NONBLOCK` set by the
 //! program gives `EAGAIN`, `rdma_destroy_id` waits for the id's unacknowledged events,
-//! pointers that are not ours give `EINVAL`, `rdma_event_str` gives librdmacm's names.
+//! pointers that are not ours give `EINVAL`, `rdma_event_str` gives librdmacm's names, a sync
+//! id migrates to a channel at once (its last event acknowledged by the call, as librdmacm's).
 
 use crate::fixture::*;
 use rdmacm_compat::abi::*;
@@ -98,4 +99,33 @@ fn event_names_are_librdmacms() {
     assert_eq!(name(RDMA_CM_EVENT_ADDR_RESOLVED), "RDMA_CM_EVENT_ADDR_RESOLVED");
     assert_eq!(name(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT");
     assert_eq!(name(99), "UNKNOWN EVENT");
+}
+
+#[test]
+fn a_sync_id_migrates_to_a_channel_with_its_last_event_acknowledged() {
+    run(|a, b| {
+        let id = id(null_mut(), RDMA_PS_TCP);
+        let (mut src, mut dst) = (sin(a, 0), sin(b, 7471));
+        // SAFETY: a sync id of ours; sockaddrs on the stack. The call returns once resolved.
+        assert_eq!(unsafe { rdma_resolve_addr(id, sa(&mut src), sa(&mut dst), 1000) }, 0, "errno {}", errno());
+        // SAFETY: as above: ADDR_RESOLVED is kept in `id->event` until the next call.
+        assert!(!unsafe { (*id).event }.is_null());
+        let ch = channel();
+        let (tx, rx) = mpsc::channel();
+        let (i, c) = (id as usize, ch as usize);
+        // SAFETY: a sync id of ours and a channel of ours.
+        std::thread::spawn(move || tx.send(unsafe { rdma_migrate_id(i as *mut _, c as *mut _) }));
+        assert_eq!(rx.recv_timeout(WAIT).expect("rdma_migrate_id returns"), 0);
+        // SAFETY: the id, now of `ch`.
+        unsafe {
+            assert!((*id).event.is_null());
+            assert_eq!((*id).channel, ch);
+            assert_eq!(rdma_migrate_id(id, ch), 0, "a second move to the same channel");
+            assert_eq!(rdma_resolve_route(id, 1000), 0);
+        }
+        expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+        // SAFETY: as above, its event acknowledged.
+        assert_eq!(unsafe { rdma_destroy_id(id) }, 0);
+        rdma_destroy_event_channel(ch);
+    })
 }

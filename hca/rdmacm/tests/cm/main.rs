@@ -7,6 +7,7 @@ extern crate ibverbs_compat;
 
 mod addressing;
 mod channel;
+mod device_removal;
 mod fixture;
 mod forged_mads;
 mod getaddrinfo;
