@@ -240,6 +240,29 @@ EOF2
   echo "5 bad device lists refused"
 }
 
+# ibv_rc_pingpong told no GID (no -g) sends no GRH, which RoCE needs: the server's RTR is refused
+# with EINVAL (as Linux's rdma_check_ah_attr refuses it) and it exits 1 "Failed to modify QP to
+# RTR". With HCA_DEBUG=1 our library says why on stderr; without it, nothing but the program's
+# own lines.
+case_rc_pingpong_no_gid_reason() {
+  local dbg want='^libibverbs: invalid argument: RoCE needs a global route'
+  for dbg in 1 0; do
+    PORT=$(free_port) || { echo "no free TCP port"; return 1; }
+    local opts=(-p "$PORT" -d "$DEV" -i 1 -s 64 -n 2)
+    SRV=("${LIBENV[@]}" "HCA_DEBUG=$dbg" "HCA_DEVICES=model,roce=$SERVER_IP" ibv_rc_pingpong "${opts[@]}")
+    CLI=("${LIBENV[@]}" "HCA_DEBUG=$dbg" "HCA_DEVICES=model,roce=$CLIENT_IP" ibv_rc_pingpong "${opts[@]}" "$SERVER_IP")
+    if pair; then echo "HCA_DEBUG=$dbg: ibv_rc_pingpong without -g connected over RoCE"; return 1; fi
+    cp "$D/server.log" "$D/server.debug$dbg.log"
+    grep -qx 'Failed to modify QP to RTR' "$D/server.log" || { echo "HCA_DEBUG=$dbg: no 'Failed to modify QP to RTR' from the server"; return 1; }
+    if [ "$dbg" = 1 ]; then
+      grep -qE "$want" "$D/server.log" || { echo "HCA_DEBUG=1: the server's stderr has no reason line"; return 1; }
+      grep -m1 -E "$want" "$D/server.log"
+    elif grep -q '^libibverbs:' "$D/server.log"; then
+      echo "HCA_DEBUG=0: a libibverbs line on stderr"; return 1
+    fi
+  done
+}
+
 # ibv_uc_pingpong: pvrdma has no UC QPs (Linux's pvrdma_create_qp takes RC, UD and GSI only and
 # answers EOPNOTSUPP; QEMU 7.2's device takes RC and UD), so ibv_create_qp(IBV_QPT_UC) fails and
 # the program says "Couldn't create QP" and exits 1 before any connection: a clean refusal, no
@@ -328,6 +351,7 @@ run_case rc_pingpong_4096_new_send case_rc_pingpong 4096 -N
 # which RoCE needs: refused at RTR / ibv_create_ah, as Linux's rdma_check_ah_attr refuses it)
 GIDX=0 run_case rc_pingpong_gid_0 case_rc_pingpong 4096
 GIDX=0 run_case ud_pingpong_gid_0 case_ud_pingpong 1024
+run_case rc_pingpong_no_gid_reason case_rc_pingpong_no_gid_reason
 for size in 1 1024; do
   run_case "ud_pingpong_${size}" case_ud_pingpong "$size"
   run_case "ud_pingpong_${size}_events" case_ud_pingpong "$size" -e

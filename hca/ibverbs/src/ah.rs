@@ -4,7 +4,7 @@
 
 use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_global_route, ibv_pd, ibv_wc, IBV_WC_GRH};
 use crate::context::context;
-use crate::ffi::{destroy_boxed, fail, guard, minus_one, null};
+use crate::ffi::{destroy_boxed, fail, guard, minus_one, null, why};
 use ib_core::{AhAttr, GlobalRoute, Wc, GRH_LEN};
 
 /// What an `ibv_ah` pointer is the start of.
@@ -80,7 +80,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         // SAFETY: the PD's context is open while the PD lives.
         let Some(c) = (unsafe { context(p.ibv.context) }) else { return null(libc::EINVAL) };
         if let Err(e) = c.dev.core.query_port(a.port_num) {
-            return null(e.errno());
+            return null(why(&e));
         }
         if a.grh.dgid.raw == [0; 16] {
             // Not link-local, multicast nor IPv4-mapped: the provider's NULL, errno untouched.
@@ -91,7 +91,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
                 let ibv = ibv_ah { context: p.ibv.context, pd, handle: 0 };
                 &mut Box::leak(Box::new(Ah { ibv, core })).ibv
             }
-            Err(e) => null(e.errno()),
+            Err(e) => null(why(&e)),
         }
     })
 }
@@ -140,7 +140,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
                 0
             }
             Err(ib_core::Error::InvalidArgument(why)) if why.starts_with("GRH of") => minus_one(libc::EPROTONOSUPPORT),
-            Err(e) => minus_one(e.errno()),
+            Err(e) => minus_one(why(&e)),
         }
     })
 }

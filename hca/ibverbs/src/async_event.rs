@@ -3,7 +3,7 @@
 
 use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_context, ibv_cq, ibv_qp};
 use crate::context::{context, Context};
-use crate::ffi::{block, guard, minus_one};
+use crate::ffi::{block, guard, minus_one, why};
 use ib_core::{AsyncElement, AsyncEvent};
 
 /// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` (every core
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut 
         }
         let ev = match block(|slice| c.core.get_async_event(slice)) {
             Ok(ev) => ev,
-            Err(e) => return minus_one(e.errno()),
+            Err(e) => return minus_one(why(&e)),
         };
         let out = ibv_async_event { element: element(&ev), event_type: ev.event_type.raw() };
         // Port and device events need no acknowledgement (nothing waits for them).

@@ -3,7 +3,7 @@
 
 use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq};
 use crate::context::context;
-use crate::ffi::{block, errno_of, fail, guard, minus_one, null};
+use crate::ffi::{block, errno_of, fail, guard, minus_one, null, why};
 
 /// What an `ibv_comp_channel` pointer is the start of.
 #[repr(C)]
@@ -36,7 +36,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
                 let b = Box::leak(Box::new(Channel { ibv, core }));
                 &mut b.ibv
             }
-            Err(e) => null(e.errno()),
+            Err(e) => null(why(&e)),
         }
     })
 }
@@ -77,7 +77,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         }
         let ev = match block(|slice| c.core.get_cq_event(slice)) {
             Ok(ev) => ev,
-            Err(e) => return minus_one(e.errno()),
+            Err(e) => return minus_one(why(&e)),
         };
         let p = ev.cq_context() as *mut ibv_cq;
         // SAFETY: every core CQ of this library carries the address of its live box (its

@@ -8,7 +8,7 @@ use crate::abi::{
 };
 use crate::channel::channel;
 use crate::context::context;
-use crate::ffi::{destroy_boxed, errno_of, fail, guard, null, WAIT_SLICE};
+use crate::ffi::{destroy_boxed, errno_of, fail, guard, null, why, WAIT_SLICE};
 use ib_core::{Error, NotifyFlags, Wc, WcOpcode};
 use std::mem::MaybeUninit;
 
@@ -63,7 +63,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             Err(e) => {
                 // SAFETY: `slot` came from `Box::into_raw` above and was never written.
                 drop(unsafe { Box::from_raw(slot) });
-                return null(e.errno());
+                return null(why(&e));
             }
         };
         let ibv = ibv_cq {
@@ -148,7 +148,7 @@ pub(crate) unsafe extern "C" fn resize_cq(p: *mut ibv_cq, cqe: i32) -> i32 {
                 unsafe { (*p).cqe = n.min(i32::MAX as u32) as i32 };
                 0
             }
-            Err(e) => fail(e.errno()),
+            Err(e) => fail(why(&e)),
         }
     })
 }
@@ -217,7 +217,7 @@ pub(crate) unsafe extern "C" fn poll_cq(p: *mut ibv_cq, n: i32, wc: *mut ibv_wc)
             return match c.core.poll(&mut one) {
                 // SAFETY: the caller gives room for `n` (1) completions at `wc`.
                 Ok(k) => unsafe { write_wcs(&one[..k], wc) },
-                Err(e) => -e.errno(),
+                Err(e) => -why(&e),
             };
         }
         // SAFETY: the caller gives room for `n` completions at `wc`.
@@ -237,7 +237,7 @@ unsafe fn poll_chunks(c: &Cq, n: usize, wc: *mut ibv_wc) -> i32 {
         let k = match c.core.poll(&mut buf[..want]) {
             Ok(k) => k,
             Err(_) if done > 0 => break,
-            Err(e) => return -e.errno(),
+            Err(e) => return -why(&e),
         };
         // SAFETY: `done + k <= n`: within the caller's room.
         unsafe { write_wcs(&buf[..k], wc.add(done)) };

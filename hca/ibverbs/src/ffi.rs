@@ -69,7 +69,24 @@ pub(crate) fn status(r: ib_core::Result<()>) -> i32 {
 
 /// The errno of `e` (the core's one table), also stored in `errno`.
 pub(crate) fn errno_of(e: &Error) -> i32 {
-    fail(e.errno())
+    fail(why(e))
+}
+
+/// The errno of the core's error `e` (the one table, [`Error::errno`]); with `HCA_DEBUG` set
+/// (to anything but empty or `0`) the reason the program cannot see goes to stderr first, one
+/// line: `libibverbs: invalid argument: RoCE needs a global route (errno 22)`.
+pub(crate) fn why(e: &Error) -> i32 {
+    let errno = e.errno();
+    if debug() {
+        eprintln!("libibverbs: {e} (errno {errno})");
+    }
+    errno
+}
+
+/// Whether `HCA_DEBUG` asks for reasons (read once per process).
+fn debug() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HCA_DEBUG").is_some_and(|v| !v.is_empty() && v != "0"))
 }
 
 /// An `int` verb's failure of the library's own finding (a NULL argument, a value out of

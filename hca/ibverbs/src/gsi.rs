@@ -10,7 +10,7 @@
 use crate::abi::ibv_context;
 use crate::context::context;
 use crate::devices::entry;
-use crate::ffi::{guard, set_errno};
+use crate::ffi::{guard, set_errno, why};
 use ib_core::gsi::{GsiAddr, GsiAgent, MAD_SIZE};
 use ib_core::GidType;
 use memoffset::offset_of;
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn hca_gsi_open(ctx: *mut ibv_context, port_num: u8) -> *m
                 p
             }
             Err(e) => {
-                set_errno(e.errno());
+                set_errno(why(&e));
                 std::ptr::null_mut()
             }
         }
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn hca_gsi_send(
             match a.send(&GsiAddr::from(to), bytes) {
                 Ok(()) => 0,
                 Err(e) => {
-                    set_errno(e.errno());
+                    set_errno(why(&e));
                     -1
                 }
             }
@@ -219,7 +219,7 @@ pub unsafe extern "C" fn hca_gsi_recv(
                     n as isize
                 }
                 Err(e) => {
-                    set_errno(e.errno());
+                    set_errno(why(&e));
                     -1
                 }
             }

@@ -2,7 +2,7 @@
 //! program's own memory at its own addresses: the core's external-memory registration.
 
 use crate::abi::{ibv_mr, ibv_pd};
-use crate::ffi::{fail, guard, null, set_errno};
+use crate::ffi::{fail, guard, null, set_errno, why};
 use crate::pd::pd;
 use ib_core::UserMemory;
 
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
                 };
                 &mut Box::leak(Box::new(Mr { ibv, core })).ibv
             }
-            Err(e) => null(e.errno()),
+            Err(e) => null(why(&e)),
         }
     })
 }

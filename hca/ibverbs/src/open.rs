@@ -4,7 +4,7 @@
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, VERBS_ABI_IS_EXTENDED};
 use crate::context::{context, Context};
 use crate::devices::{entry, DeviceEntry};
-use crate::ffi::{fail, guard, null};
+use crate::ffi::{fail, guard, null, why};
 use parking_lot::Mutex;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         };
         let core = match dev.core.alloc_ucontext() {
             Ok(c) => c,
-            Err(e) => return null(e.errno()),
+            Err(e) => return null(why(&e)),
         };
         let vctx = verbs_context_for(dev, &core, cmd_fd.as_raw_fd());
         let ctx = Box::leak(Box::new(Context { vctx, core, dev, async_taken: Mutex::new(Vec::new()), cmd_fd }));

@@ -2,7 +2,7 @@
 
 use crate::abi::{ibv_context, ibv_pd};
 use crate::context::context;
-use crate::ffi::{destroy_boxed, fail, guard, null};
+use crate::ffi::{destroy_boxed, fail, guard, null, why};
 
 /// What an `ibv_pd` pointer is the start of.
 #[repr(C)]
@@ -32,7 +32,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
                 let ibv = ibv_pd { context: c.ibv(), handle: core.handle() };
                 &mut Box::leak(Box::new(Pd { ibv, core })).ibv
             }
-            Err(e) => null(e.errno()),
+            Err(e) => null(why(&e)),
         }
     })
 }

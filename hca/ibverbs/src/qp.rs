@@ -17,7 +17,7 @@ use crate::abi::{
     pthread_cond_t, pthread_mutex_t, IBV_QPT_DRIVER, IBV_QPT_RAW_PACKET, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD,
     IBV_QPT_XRC_SEND, IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 };
-use crate::ffi::{errno_of, fail, guard, null, status};
+use crate::ffi::{errno_of, fail, guard, null, status, why};
 use ib_core::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::{addr_of_mut, null_mut};
@@ -150,7 +150,7 @@ unsafe fn create(
         Ok(x) => x,
         Err(e) => {
             free();
-            return null(e.errno());
+            return null(why(&e));
         }
     };
     let qpn = core.qpn();

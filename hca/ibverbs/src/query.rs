@@ -8,7 +8,7 @@ use crate::abi::{
 };
 use crate::context::{context, Context};
 use crate::devices::copy_str;
-use crate::ffi::{errno_of, fail, guard, minus_one};
+use crate::ffi::{errno_of, fail, guard, minus_one, why};
 use ib_core::{DeviceAttr, Error, GidType, Mtu, PortAttr};
 use memoffset::offset_of;
 use std::mem::size_of;
@@ -205,11 +205,11 @@ pub(crate) unsafe extern "C" fn query_port_ex(
 /// for an empty entry ([`Error::NoData`]), `Err(EINVAL)` for a port the device lacks or an index
 /// beyond the table.
 fn gid_entry(c: &Context, port: u8, index: u32) -> Result<ibv_gid_entry, i32> {
-    let gid = c.dev.core.query_gid(port, index).map_err(|e| e.errno())?;
+    let gid = c.dev.core.query_gid(port, index).map_err(|e| why(&e))?;
     if gid == [0; 16] {
         return Err(Error::NoData("empty GID entry").errno());
     }
-    let gid_type = match c.dev.core.query_gid_type(port, index).map_err(|e| e.errno())? {
+    let gid_type = match c.dev.core.query_gid_type(port, index).map_err(|e| why(&e))? {
         GidType::RoceV1 => IBV_GID_TYPE_ROCE_V1,
         GidType::RoceV2 => IBV_GID_TYPE_ROCE_V2,
     };
@@ -382,7 +382,7 @@ pub unsafe extern "C" fn ibv_query_pkey(ctx: *mut ibv_context, port: u8, index: 
         match c.dev.core.query_pkey(port, index) {
             // SAFETY: `pkey` is the caller's writable `__be16`.
             Ok(v) => unsafe { pkey.write(v.to_be()) },
-            Err(e) => return minus_one(e.errno()),
+            Err(e) => return minus_one(why(&e)),
         }
         0
     })

@@ -7,7 +7,7 @@ use crate::abi::{
     ibv_context, ibv_pd, ibv_recv_wr, ibv_srq, ibv_srq_attr, ibv_srq_init_attr, ibv_srq_init_attr_ex, pthread_cond_t,
     pthread_mutex_t, IBV_SRQT_BASIC, IBV_SRQ_INIT_ATTR_CQ, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_TYPE,
 };
-use crate::ffi::{errno_of, fail, guard, null, status};
+use crate::ffi::{errno_of, fail, guard, null, status, why};
 use ib_core::{SrqAttr, SrqAttrMask, SrqInitAttr};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::null_mut;
@@ -45,7 +45,7 @@ unsafe fn create(pd: *mut ibv_pd, a: &mut ibv_srq_init_attr) -> *mut ibv_srq {
         Err(e) => {
             // SAFETY: `slot` came from `Box::into_raw` of this layout and holds nothing to drop.
             drop(unsafe { Box::from_raw(slot.cast::<MaybeUninit<Srq>>()) });
-            return null(e.errno());
+            return null(why(&e));
         }
     };
     let ibv = ibv_srq {

@@ -4,7 +4,7 @@
 //! any other path reads the real file.
 
 use crate::devices::{cstr, devices, DeviceEntry, IB_CLASS};
-use crate::ffi::{guard_pure, minus_one};
+use crate::ffi::{guard_pure, minus_one, why};
 use ib_core::{GidType, LinkLayer};
 use libc::{c_char, c_int};
 use std::ffi::{CStr, CString};
@@ -132,7 +132,7 @@ fn answer(dev: &DeviceEntry, file: &[&str]) -> Result<String, i32> {
 }
 
 fn port_file(dev: &DeviceEntry, port: u8, file: &[&str]) -> Result<String, i32> {
-    let attr = dev.core.query_port(port).map_err(|e| e.errno())?;
+    let attr = dev.core.query_port(port).map_err(|e| why(&e))?;
     let index = |i: &str| i.parse::<u32>().ok().filter(|&i| i < attr.gid_tbl_len).ok_or(libc::ENOENT);
     match file {
         ["link_layer"] => Ok(match attr.link_layer {

@@ -14,7 +14,7 @@ use crate::abi::{
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
 };
 use crate::chain::{bad_wr, nth, post_recv_chain, sges};
-use crate::ffi::{errno_of, fail, guard};
+use crate::ffi::{errno_of, fail, guard, why};
 use ib_core::{SendWr, Sge, WrOpcode};
 use smallvec::SmallVec;
 
@@ -200,7 +200,7 @@ impl Qp {
                 staging.copy(j, total as u32, bytes)
             }
         };
-        st.bounce = Some(copied.map_err(|e| e.errno())?);
+        st.bounce = Some(copied.map_err(|e| why(&e))?);
         Ok(st)
     }
 }
