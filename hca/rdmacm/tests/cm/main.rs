@@ -10,3 +10,4 @@ mod channel;
 mod fixture;
 mod forged_mads;
 mod getaddrinfo;
+mod qp_attributes;
