@@ -3,6 +3,13 @@
 //! `cm.c` `ib_cm_init_qp_attr` once a CM ID exists), and the moves librdmacm makes with them
 //! (`ucma_init_conn_qp`, `ucma_modify_qp_rtr`, `ucma_modify_qp_rts`, `ucma_init_ud_qp`,
 //! `ucma_modify_qp_err` in `librdmacm/cma.c`).
+//!
+//! The PSNs go the kernel's way: the Starting PSN an end puts in its REQ or REP is the one its
+//! own receive queue expects, and the peer's is the one its send queue starts at (Linux `cm.c`:
+//! `ib_send_cm_req` and `ib_send_cm_rep` keep their own Starting PSN as `rq_psn`,
+//! `cm_req_handler` and `cm_rep_handler` the peer's as `sq_psn`; `cm_init_qp_rtr_attr` and
+//! `cm_init_qp_rts_attr` give those two). An end that used its own PSN to send would be answered
+//! by a kernel peer with a PSN sequence error NAK on its first packet, and nothing else.
 
 use crate::abi::*;
 use crate::devices::PORT;
@@ -40,7 +47,7 @@ pub fn init_attr(s: &IdState, qp_type: u32, state: u32) -> Result<(ibv_qp_attr, 
             let path = s.path.as_ref().filter(|_| s.cm.is_some()).ok_or(libc::EINVAL)?;
             a.path_mtu = u32::from(path.mtu);
             a.dest_qp_num = s.remote.qpn;
-            a.rq_psn = s.remote.psn;
+            a.rq_psn = s.psn;
             a.max_dest_rd_atomic = s.responder_resources;
             a.min_rnr_timer = 0;
             a.ah_attr = ibv_ah_attr {
@@ -72,7 +79,7 @@ pub fn init_attr(s: &IdState, qp_type: u32, state: u32) -> Result<(ibv_qp_attr, 
             if s.cm.is_none() {
                 return Err(libc::EINVAL);
             }
-            a.sq_psn = s.psn;
+            a.sq_psn = s.remote.psn;
             a.timeout = s.ack_timeout.unwrap_or(PACKET_LIFETIME + 1);
             a.retry_cnt = s.retry_count;
             a.rnr_retry = s.rnr_retry_count;

@@ -44,6 +44,7 @@ pub enum Phase {
 pub struct Remote {
     pub from: MadAddr,
     pub qpn: u32,
+    /// The peer's Starting PSN: the one our send queue starts at (`qpattr`).
     pub psn: u32,
     pub qkey: u32,
 }
@@ -76,6 +77,7 @@ pub struct IdState {
     pub listens: Vec<(usize, CmId)>,
     pub path: Option<Path>,
     pub remote: Remote,
+    /// The Starting PSN of our REQ or REP: the one our receive queue expects (`qpattr`).
     pub psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,

@@ -25,9 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The device index of the listener's device (`a`, the first of `HCA_DEVICES`).
-const DEV_A: usize = 0;
+pub(crate) const DEV_A: usize = 0;
 /// `RDMA_PS_TCP`.
-const PS_TCP: u16 = 0x0106;
+pub(crate) const PS_TCP: u16 = 0x0106;
+/// The Starting PSN of the peer's REQs, and the QPN its first REQ names.
+pub(crate) const REQ_PSN: u32 = 0x1234;
+pub(crate) const FIRST_REQ_QPN: u32 = 0x4200;
 
 /// Where the peer's CM sends: every MAD it sends is also kept, so a test can send it again.
 struct Udp {
@@ -54,10 +57,10 @@ fn send_raw(sock: &UdpSocket, to: SocketAddr, payload: &[u8]) {
 }
 
 /// The peer: its socket, the device's QP1 address, and its CM.
-struct Peer {
+pub(crate) struct Peer {
     sock: Arc<UdpSocket>,
     dev: SocketAddr,
-    cm: Cm,
+    pub(crate) cm: Cm,
     sent: Arc<Mutex<Vec<Vec<u8>>>>,
     /// The QPN of the next REQ: each REQ names a QP of its own (a second REQ from the same QP
     /// of the same CA is a stale connection, answered REJ, IBTA 12.9.8.3.1).
@@ -65,16 +68,16 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(dev_ip: Ipv4Addr) -> Peer {
+    pub(crate) fn new(dev_ip: Ipv4Addr) -> Peer {
         let sock = Arc::new(netlease::udp_v4(4791));
         sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
         let dev = SocketAddr::new(IpAddr::V4(dev_ip), 4791);
         let sent = Arc::new(Mutex::new(Vec::new()));
         let t = Arc::new(Udp { sock: sock.clone(), to: dev, sent: sent.clone() });
-        Peer { sock, dev, cm: Cm::new(t, 0x0050_56ff_fe00_0bad), sent, next_qpn: std::cell::Cell::new(0x4200) }
+        Peer { sock, dev, cm: Cm::new(t, 0x0050_56ff_fe00_0bad), sent, next_qpn: std::cell::Cell::new(FIRST_REQ_QPN) }
     }
 
-    fn ip(&self) -> IpAddr {
+    pub(crate) fn ip(&self) -> IpAddr {
         self.sock.local_addr().unwrap().ip()
     }
 
@@ -89,7 +92,7 @@ impl Peer {
     }
 
     /// A REQ for `port` from a new ID of the peer's CM, with a valid RDMA IP CM header.
-    fn req(&self, port: u16) -> CmId {
+    pub(crate) fn req(&self, port: u16) -> CmId {
         let (me, dev) = (self.ip(), self.dev.ip());
         let mut private_data = vec![0u8; IP_CM_HDR_LEN + 8];
         IpCmHeader { src: SocketAddr::new(me, 40000), dst: SocketAddr::new(dev, port) }.encode(&mut private_data);
@@ -109,7 +112,7 @@ impl Peer {
             service_id: service_id(PS_TCP, port),
             qp_num: self.next_qpn.replace(self.next_qpn.get() + 1),
             qp_type: 2,
-            starting_psn: 0x1234,
+            starting_psn: REQ_PSN,
             private_data,
             responder_resources: 1,
             initiator_depth: 1,
@@ -127,7 +130,7 @@ impl Peer {
 
     /// Feeds what arrives to the peer's CM until `want` holds for an event (or [`WAIT`] ends:
     /// `None`); returns that event's ID and the event.
-    fn until(&self, want: impl Fn(&CmEvent) -> bool) -> Option<(CmId, CmEvent)> {
+    pub(crate) fn until(&self, want: impl Fn(&CmEvent) -> bool) -> Option<(CmId, CmEvent)> {
         let end = Instant::now() + WAIT;
         let mut buf = [0u8; 2048];
         while Instant::now() < end {
@@ -175,7 +178,7 @@ fn encoded(msg: CmMad) -> [u8; MAD_SIZE] {
 }
 
 /// `rdma_conn_param` with `qp_num` and no private data.
-fn conn_param(qp_num: u32) -> rdma_conn_param {
+pub(crate) fn conn_param(qp_num: u32) -> rdma_conn_param {
     rdma_conn_param {
         private_data: std::ptr::null(),
         private_data_len: 0,

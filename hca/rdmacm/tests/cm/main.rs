@@ -12,3 +12,4 @@ mod fixture;
 mod forged_mads;
 mod getaddrinfo;
 mod qp;
+mod qp_attributes;
