@@ -83,6 +83,9 @@ fn listen(id: *mut rdma_cm_id, backlog: i32) -> Result<(), i32> {
     let s = w.id(id)?;
     s.listens = listens;
     s.phase = Phase::Listen;
+    // A REQ that came before this listener is held by the CM (rdma-cm's `recv::held`): the
+    // engine looks at its deadline again and delivers it.
+    wake();
     Ok(())
 }
 

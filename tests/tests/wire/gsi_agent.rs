@@ -5,7 +5,8 @@
 //! their headers, of another P_Key, with a Q_Key other than the GSI's, longer than a MAD — are
 //! dropped and counted, and the GSI answers the next good one; a datagram for QP1 of a device
 //! without a GSI QP is dropped and counted. On the loopback port the agent hears its own MADs; a
-//! full send queue answers `QueueFull` at once; a send the device fails restarts QP1.
+//! full send queue answers `QueueFull` at once; a send the device fails restarts QP1. A burst of
+//! more MADs than 64 (`cmtime -c 100`'s REQs) waits whole until it is read.
 
 use ib_core::gsi::{GsiAddr, GsiAgent, GSI_QKEY, GSI_QPN, MAD_SIZE};
 use ib_core::{gid_from_ip, Device, Error};
@@ -210,6 +211,25 @@ fn on_the_loopback_port_the_gsi_agent_hears_its_own_mads() {
     agent.send(&to, &mad(5)).expect("send to its own QP1");
     let (from, got) = next(&agent);
     assert_eq!((got, from.gid, from.qpn, from.sgid_index), (mad(5).to_vec(), gid0, GSI_QPN, 0));
+}
+
+#[test]
+fn a_burst_of_mads_nobody_reads_yet_all_arrive() {
+    // 100 REQs at once, as `cmtime -c 100` sends them, while the CM is busy: with 64 receive
+    // buffers QP1 dropped the rest, and each drop cost its requester a REQ timeout.
+    const BURST: u32 = 100;
+    assert!(BURST <= ib_core::gsi::RECV_BUFFERS);
+    let (a, b) = (End::new(), End::new());
+    let (ga, gb) = (GsiAgent::open(&a.dev, 1).unwrap(), GsiAgent::open(&b.dev, 1).unwrap());
+    for i in 0..BURST {
+        let sent = ib_core::time::poll_until(WAIT, || ga.send(&b.gsi_addr(a.sgid_index), &mad(i as u8)).is_ok());
+        assert!(sent, "send {i}");
+    }
+    counted(&b, "UD datagrams delivered", u64::from(BURST), |s| s.ud_delivered);
+    assert_eq!(b.stats().ud_dropped_no_recv, 0, "none found QP1 without a receive buffer");
+    for i in 0..BURST {
+        assert_eq!(next(&gb).1, mad(i as u8).to_vec(), "MAD {i}, in order");
+    }
 }
 
 #[test]

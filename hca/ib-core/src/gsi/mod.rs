@@ -36,8 +36,11 @@ pub const GSI_QPN: u32 = 1;
 pub const GSI_QKEY: u32 = 0x8001_0000;
 /// Bytes of a MAD (IBTA 13.4.2).
 pub const MAD_SIZE: usize = 256;
-/// Receive buffers the agent keeps posted.
-pub const RECV_BUFFERS: u32 = 64;
+/// Receive buffers the agent keeps posted: Linux's QP1 receive queue depth
+/// (`IB_MAD_QP_RECV_SIZE`, `drivers/infiniband/core/mad_priv.h`). A burst of MADs beyond it
+/// (`cmtime -c 100`'s 100 REQs while the consumer holds the CM busy) is dropped by the device,
+/// and each dropped REQ costs its sender a whole REQ timeout.
+pub const RECV_BUFFERS: u32 = 512;
 /// Sends in flight at most.
 pub const SEND_SLOTS: u32 = 64;
 

@@ -21,7 +21,7 @@ mod types;
 mod verbs;
 
 pub use params::*;
-pub use timing::{iba_time_ms, MAX_CM_RETRIES, MAX_IDS};
+pub use timing::{iba_time_ms, LISTEN_GRACE, MAX_CM_RETRIES, MAX_IDS};
 pub use types::{CmEvent, CmId, CmStats, Error};
 pub use verbs::MAX_BACKLOG;
 
@@ -143,7 +143,10 @@ impl Cm {
 
     /// Runs the timers due at `now`: retransmissions, timeouts, time-wait exits.
     pub fn on_timer(&self, now: Instant) -> Vec<(CmId, CmEvent)> {
-        self.run(|g| timer::on_timer(g, now))
+        self.run(|g| {
+            recv::on_timer(g, now);
+            timer::on_timer(g, now)
+        })
     }
 
     /// Counters.

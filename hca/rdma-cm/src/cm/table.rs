@@ -6,7 +6,7 @@
 use super::conn::{Conn, RemoteKey, Retry, State};
 use super::timing::iba_time_ms;
 use super::types::{CmEvent, CmId, CmStats};
-use crate::transport::{MadAddr, MAD_SIZE};
+use crate::transport::{MadAddr, ReceivedMad, MAD_SIZE};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant};
@@ -18,6 +18,18 @@ pub struct Out {
     pub events: Vec<(CmId, CmEvent)>,
 }
 
+/// A REQ waiting for a listener of its service ID (`recv::held`).
+pub struct HeldReq {
+    pub mad: ReceivedMad,
+    pub key: RemoteKey,
+    pub service_id: u64,
+    pub tid: u64,
+    /// When it came: due at once when a listener appears.
+    pub since: Instant,
+    /// When it is rejected.
+    pub until: Instant,
+}
+
 /// The CM's state.
 pub struct Inner {
     pub ids: BTreeMap<CmId, Conn>,
@@ -25,6 +37,8 @@ pub struct Inner {
     pub remote_ids: HashMap<RemoteKey, CmId>,
     pub remote_qpns: HashMap<RemoteKey, CmId>,
     pub sidr: HashMap<(u32, [u8; 16]), CmId>,
+    /// REQs that came before their listener, oldest first.
+    pub held: Vec<HeldReq>,
     pub stats: CmStats,
     pub local_ca_guid: u64,
     /// The high half of every transaction ID this CM starts (`mad_agent->hi_tid`).
@@ -46,6 +60,7 @@ impl Inner {
             remote_ids: HashMap::new(),
             remote_qpns: HashMap::new(),
             sidr: HashMap::new(),
+            held: Vec::new(),
             stats: CmStats::default(),
             local_ca_guid,
             hi_tid: (r >> 32) as u32 | 1,
@@ -183,9 +198,10 @@ impl Inner {
         }
     }
 
-    /// The earliest deadline of any ID.
+    /// The earliest deadline of any ID or held REQ (due at once when its listener exists).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.ids.values().filter_map(Conn::deadline).min()
+        let held = self.held.iter().map(|h| if self.listeners.contains_key(&h.service_id) { h.since } else { h.until });
+        self.ids.values().filter_map(Conn::deadline).chain(held).min()
     }
 
     /// IDs not destroyed.

@@ -46,6 +46,10 @@ pub const MRA_FLAG_DELAY: u8 = 0x80;
 /// and REQ's Local ACK Timeout includes.
 pub const CA_ACK_DELAY: u8 = 0;
 
+/// The longest a REQ for a service ID nobody listens on waits for its listener before it is
+/// rejected (`recv::held`).
+pub const LISTEN_GRACE: Duration = Duration::from_millis(100);
+
 #[cfg(test)]
 mod tests {
     use super::*;

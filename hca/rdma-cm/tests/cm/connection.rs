@@ -2,7 +2,7 @@
 //! RoCE fields on the wire.
 
 use crate::harness::*;
-use rdma_cm::cm::{REJ_CONSUMER_DEFINED, REJ_INVALID_SERVICE_ID};
+use rdma_cm::cm::{LISTEN_GRACE, REJ_CONSUMER_DEFINED, REJ_INVALID_SERVICE_ID};
 use rdma_cm::mad::header::attr;
 use rdma_cm::mad::{decode, CmMad};
 use rdma_cm::CmEvent;
@@ -128,7 +128,8 @@ fn req_to_unknown_service_gets_rej_invalid_service_id() {
     let net = Net::new();
     let a = net.a.create_id();
     net.a.send_req(a, &req_param(&[]), net.t0).unwrap();
-    let ev = net.pump(net.t0);
+    // Held for the grace a late listener has (req_before_listen.rs), then rejected.
+    let ev = net.run_until(net.t0 + LISTEN_GRACE);
     only(&ev, "REJ", |(_, id, e)| {
         matches!(e, CmEvent::RejReceived { reason, .. } if *reason == REJ_INVALID_SERVICE_ID && *id == a).then_some(())
     });

@@ -7,6 +7,7 @@ mod capture;
 mod connection;
 mod duplicates;
 mod malformed;
+mod req_before_listen;
 mod retries;
 mod sidr;
 mod wire_format;

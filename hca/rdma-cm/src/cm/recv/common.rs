@@ -3,12 +3,14 @@
 
 use crate::cm::table::Inner;
 use crate::cm::types::CmId;
-use crate::transport::{MadAddr, GSI_QKEY, GSI_QPN};
+use crate::transport::{MadAddr, ReceivedMad, GSI_QKEY, GSI_QPN};
 
 /// The received MAD's facts a handler needs.
 pub struct Rx<'a> {
     pub from: &'a MadAddr,
     pub tid: u64,
+    /// The whole MAD, for a REQ held until its listener comes.
+    pub mad: &'a ReceivedMad,
 }
 
 /// The address an answer to `from` goes to (`cm_init_av_for_response`): the sender's GID and

@@ -4,6 +4,7 @@
 
 mod common;
 mod disconnect;
+mod held;
 mod reply;
 mod req;
 mod sidr;
@@ -28,7 +29,7 @@ pub fn recv(g: &mut Inner, mad: &ReceivedMad, now: Instant) {
             return;
         }
     };
-    let rx = Rx { from: &mad.from, tid: d.header.tid.get() };
+    let rx = Rx { from: &mad.from, tid: d.header.tid.get(), mad };
     match &d.msg {
         CmMad::Req(m) => req::on_req(g, &rx, m, now),
         CmMad::Mra(m) => reply::on_mra(g, m, now),
@@ -40,4 +41,19 @@ pub fn recv(g: &mut Inner, mad: &ReceivedMad, now: Instant) {
         CmMad::SidrReq(m) => sidr::on_sidr_req(g, &rx, m),
         CmMad::SidrRep(m) => sidr::on_sidr_rep(g, m),
     }
+}
+
+/// A held REQ whose listener now exists, received again (`held`).
+fn recv_req(g: &mut Inner, mad: &ReceivedMad, now: Instant) {
+    if let Ok(d) = decode(&mad.mad) {
+        if let CmMad::Req(m) = &d.msg {
+            let rx = Rx { from: &mad.from, tid: d.header.tid.get(), mad };
+            req::on_req(g, &rx, m, now);
+        }
+    }
+}
+
+/// The held REQs' timer: those whose listener appeared are received, the expired rejected.
+pub fn on_timer(g: &mut Inner, now: Instant) {
+    held::on_timer(g, now);
 }

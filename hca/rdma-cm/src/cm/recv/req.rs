@@ -1,7 +1,8 @@
 //! A received REQ (IBTA 12.9.5.1 and 12.9.8; `cm_req_handler`, `cm_match_req`,
 //! `cm_dup_req_handler` of `cm.c`): a duplicate of a REQ an ID already holds, a REQ from a
 //! remote QP still connected here (stale), a REQ nobody listens for, a listener's full backlog,
-//! the CM's ID limit, or a new passive ID in REQ_RCVD.
+//! the CM's ID limit, or a new passive ID in REQ_RCVD. A REQ nobody listens for yet is held a
+//! while first (`held`).
 
 use super::common::{response_addr, Rx};
 use crate::cm::conn::{Conn, State};
@@ -36,6 +37,9 @@ pub fn on_req(g: &mut Inner, rx: &Rx, req: &Req, now: Instant) {
         return;
     }
     let Some(&listen_id) = g.listeners.get(&req.service_id) else {
+        if super::held::hold(g, rx, req, key, now) {
+            return;
+        }
         g.stats.rejected_no_listener += 1;
         return reply(g, REJ_INVALID_SERVICE_ID);
     };
