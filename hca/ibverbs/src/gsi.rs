@@ -187,6 +187,22 @@ pub unsafe extern "C" fn hca_gsi_send(
     })
 }
 
+/// `hca_gsi_sends_in_flight(gsi)`: the sends of this port's GSI QP not yet completed (a
+/// process about to exit waits for 0, so its last MADs leave), or -1 with `errno` `EINVAL` for
+/// a bad handle, the core's errno otherwise. Never blocks.
+#[no_mangle]
+pub unsafe extern "C" fn hca_gsi_sends_in_flight(gsi: *mut hca_gsi) -> i32 {
+    guard(-1, || {
+        with_handle(gsi, -1, |a| match a.sends_in_flight() {
+            Ok(n) => i32::try_from(n).unwrap_or(i32::MAX),
+            Err(e) => {
+                set_errno(why(&e));
+                -1
+            }
+        })
+    })
+}
+
 /// `hca_gsi_recv(gsi, from, buf, len)`: takes one received MAD: its length (the payload after
 /// the GRH; at most `len` bytes copied into `buf`), where it came from in `*from` (if not NULL).
 /// -1 with `errno` `EAGAIN` when none waits (it never blocks), `EINVAL` for a bad handle or a

@@ -67,6 +67,7 @@ pub fn cm_of(w: &mut World, dev: usize) -> Result<Arc<Cm>, i32> {
     }
     w.cms[dev] = Some(DevCm { cm: cm.clone(), gsi: gsi as usize, fd });
     start();
+    crate::exit::register();
     Ok(cm)
 }
 

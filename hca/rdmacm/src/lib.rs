@@ -45,6 +45,8 @@ mod ep;
 #[allow(unsafe_code)]
 mod events;
 #[allow(unsafe_code)]
+mod exit;
+#[allow(unsafe_code)]
 mod ffi;
 #[allow(unsafe_code)]
 mod getaddrinfo;

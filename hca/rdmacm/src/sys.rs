@@ -72,6 +72,7 @@ extern "C" {
     pub fn hca_gsi_get_fd(gsi: *mut hca_gsi) -> i32;
     pub fn hca_device_fatal(ctx: *mut ibv_context) -> i32;
     pub fn hca_gsi_send(gsi: *mut hca_gsi, to: *const hca_gsi_addr, mad: *const libc::c_void, len: usize) -> i32;
+    pub fn hca_gsi_sends_in_flight(gsi: *mut hca_gsi) -> i32;
     pub fn hca_gsi_recv(gsi: *mut hca_gsi, from: *mut hca_gsi_addr, buf: *mut libc::c_void, len: usize) -> isize;
 }
 

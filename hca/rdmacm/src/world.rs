@@ -173,6 +173,20 @@ pub fn lock() -> Locked {
     Locked(g)
 }
 
+/// Takes the lock if no one holds it (the exit handler must not wait on a thread stopped
+/// inside the library).
+pub fn try_lock() -> Option<Locked> {
+    let mut g = match WORLD.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    if g.is_none() {
+        *g = Some(World::default());
+    }
+    Some(Locked(g))
+}
+
 impl Locked {
     /// Waits on [`ACKED`] (releasing the lock meanwhile).
     pub fn wait_acked(self) -> Locked {

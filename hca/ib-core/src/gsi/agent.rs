@@ -115,6 +115,12 @@ impl Agent {
         self.dropped
     }
 
+    /// Sends not yet completed, after taking the completions there are.
+    pub(super) fn sends_in_flight(&mut self) -> Result<usize> {
+        self.reclaim()?;
+        Ok(self.slots.in_flight())
+    }
+
     /// RESET -> INIT (P_Key index 0, the GSI Q_Key) -> RTR -> RTS, every receive buffer posted,
     /// every send slot free, the receive CQ armed.
     fn start(&mut self) -> Result<()> {

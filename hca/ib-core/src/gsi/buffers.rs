@@ -30,6 +30,11 @@ impl Slots {
         }
     }
 
+    /// Slots in flight.
+    pub(super) fn in_flight(&self) -> usize {
+        self.count as usize - self.free.len()
+    }
+
     /// Every slot free (the QP was reset: nothing is in flight).
     pub(super) fn reset(&mut self) {
         *self = Self::new(self.count);

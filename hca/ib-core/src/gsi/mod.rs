@@ -163,6 +163,14 @@ impl GsiAgent {
         self.with(|a| Ok(a.dropped())).unwrap_or(0)
     }
 
+    /// Sends posted and not yet completed (the device has not put them on the wire yet, or their
+    /// completions are still queued): a process about to exit waits for 0 so its last MADs go.
+    ///
+    /// Errors: [`crate::Error::InvalidState`] once the agent is torn down; provider errors.
+    pub fn sends_in_flight(&self) -> Result<usize> {
+        self.with(|a| a.sends_in_flight())
+    }
+
     /// Whether `self` and `other` are handles to one agent.
     pub fn same(&self, other: &GsiAgent) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)

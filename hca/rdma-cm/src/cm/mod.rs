@@ -64,6 +64,17 @@ impl Cm {
         self.run(|g| destroy::destroy(g, id, now))
     }
 
+    /// Destroys every ID, as [`Cm::destroy_id`] each (what a kernel does for the IDs of a
+    /// process whose file it closes: Linux `ucma_close`): each sends what its state asks for.
+    pub fn destroy_all(&self, now: Instant) {
+        self.run(|g| {
+            let ids: Vec<CmId> = g.ids.keys().copied().collect();
+            for id in ids {
+                destroy::destroy(g, id, now);
+            }
+        });
+    }
+
     /// Listens on `service_id` (exact match) with at most `backlog` REQs and SIDR_REQs not yet
     /// answered by the consumer (REQ_RCVD, MRA_REQ_SENT, SIDR_REQ_RCVD); further ones are
     /// dropped and counted as [`CmStats::dropped_backlog`] (the requester's retries come back).
