@@ -65,21 +65,6 @@ fn a_fatal_device_removes_each_of_its_ids_once() {
     })
 }
 
-/// `rdma_conn_param` with `qp_num` and no private data.
-fn conn_param(qp_num: u32) -> rdma_conn_param {
-    rdma_conn_param {
-        private_data: std::ptr::null(),
-        private_data_len: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num,
-    }
-}
-
 #[test]
 fn a_connection_with_a_qp_on_a_fatal_device_is_removed_and_destroyed() {
     run(|a, b| {

@@ -156,3 +156,18 @@ pub fn listener(ch: *mut rdma_event_channel, ps: u32, ip: Ipv4Addr) -> (*mut rdm
         (l, read(&(*l).route.addr.src as *const libc::sockaddr_storage as *const libc::sockaddr))
     }
 }
+
+/// `rdma_conn_param` with `qp_num` and no private data.
+pub fn conn_param(qp_num: u32) -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num,
+    }
+}

@@ -177,21 +177,6 @@ fn encoded(msg: CmMad) -> [u8; MAD_SIZE] {
     mad::encode(0x77, &msg)
 }
 
-/// `rdma_conn_param` with `qp_num` and no private data.
-pub(crate) fn conn_param(qp_num: u32) -> rdma_conn_param {
-    rdma_conn_param {
-        private_data: std::ptr::null(),
-        private_data_len: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num,
-    }
-}
-
 /// A client on device `b` connects to `to` (ids without QPs: CONNECT_RESPONSE, then
 /// rdma_establish), the listener's side accepts, both see the connection and then its end.
 fn connects(ch: *mut rdma_event_channel, b: Ipv4Addr, to: SocketAddr) {

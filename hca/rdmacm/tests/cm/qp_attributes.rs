@@ -7,7 +7,7 @@
 //! packet and nothing more (the soft-RoCE stage's `cm_rping_rxe_server`).
 
 use crate::fixture::*;
-use crate::forged_mads::{conn_param, Peer, FIRST_REQ_QPN, PS_TCP, REQ_PSN};
+use crate::forged_mads::{Peer, FIRST_REQ_QPN, PS_TCP, REQ_PSN};
 use rdma_cm::cm::RepParam;
 use rdma_cm::mad::ip_cm::service_id;
 use rdma_cm::CmEvent;
