@@ -11,5 +11,6 @@ mod device_removal;
 mod fixture;
 mod forged_mads;
 mod getaddrinfo;
+mod process_exit;
 mod qp;
 mod qp_attributes;
