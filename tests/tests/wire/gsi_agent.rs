@@ -218,7 +218,7 @@ fn a_burst_of_mads_nobody_reads_yet_all_arrive() {
     // 100 REQs at once, as `cmtime -c 100` sends them, while the CM is busy: with 64 receive
     // buffers QP1 dropped the rest, and each drop cost its requester a REQ timeout.
     const BURST: u32 = 100;
-    assert!(BURST <= ib_core::gsi::RECV_BUFFERS);
+    const { assert!(BURST <= ib_core::gsi::RECV_BUFFERS) };
     let (a, b) = (End::new(), End::new());
     let (ga, gb) = (GsiAgent::open(&a.dev, 1).unwrap(), GsiAgent::open(&b.dev, 1).unwrap());
     for i in 0..BURST {
