@@ -74,10 +74,11 @@ pub(crate) fn errno_of(e: &Error) -> i32 {
 
 /// The errno of the core's error `e` (the one table, [`Error::errno`]); with `HCA_DEBUG` set
 /// (to anything but empty or `0`) the reason the program cannot see goes to stderr first, one
-/// line: `libibverbs: invalid argument: RoCE needs a global route (errno 22)`.
+/// line: `libibverbs: invalid argument: RoCE needs a global route (errno 22)`. "No event
+/// pending" on a non-blocking channel (`EAGAIN`) is no refusal and gets no line.
 pub(crate) fn why(e: &Error) -> i32 {
     let errno = e.errno();
-    if debug() {
+    if debug() && !matches!(e, Error::WouldBlock) {
         eprintln!("libibverbs: {e} (errno {errno})");
     }
     errno

@@ -75,13 +75,12 @@ fn granted(asked: &ibv_qp_cap) -> ibv_qp_cap {
     }
 }
 
-/// What libibverbs 44 and Linux answer for a QP type other than RC and UD: `EINVAL` for a value
-/// `ibv_cmd_create_qp` does not know (XRC_RECV included: `ibv_create_qp` gives it no XRC
-/// domain), `EPERM` for a raw packet QP without `CAP_NET_RAW` (`ib_uverbs`'s `create_qp`),
-/// `EOPNOTSUPP` for the other types (Linux's `pvrdma_create_qp`).
+/// What libibverbs 44 and Linux answer for a QP type other than RC and UD, once its objects are
+/// found: `EINVAL` for a value `ibv_cmd_create_qp` does not know (XRC_RECV included:
+/// `ibv_create_qp` gives it no XRC domain), `EOPNOTSUPP` for the other types (Linux's
+/// `pvrdma_create_qp`). A raw packet QP without `CAP_NET_RAW` was refused before (`create`).
 fn qp_type_errno(qp_type: u32) -> i32 {
     match qp_type {
-        IBV_QPT_RAW_PACKET if !has_cap_net_raw() => libc::EPERM,
         IBV_QPT_UC | IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_DRIVER => libc::EOPNOTSUPP,
         _ => libc::EINVAL,
     }
@@ -115,15 +114,12 @@ unsafe fn create(
     // An XRC send QP has no receive queue: `ibv_cmd_create_qp` and ib_uverbs take no receive CQ
     // for it, so its refusal is the driver's EOPNOTSUPP whatever `recv_cq` holds.
     let (Some(p), Some(scq)) = (p, scq) else { return null(libc::EINVAL) };
-    if rcq.is_none() && a.qp_type != IBV_QPT_XRC_SEND {
-        return null(libc::EINVAL);
-    }
-    let qp_type = match a.qp_type {
-        IBV_QPT_RC => QpType::Rc,
-        IBV_QPT_UD => QpType::Ud,
-        other => return null(qp_type_errno(other)),
+    let (qp_type, rcq) = match (a.qp_type, rcq) {
+        (IBV_QPT_RC, Some(rcq)) => (QpType::Rc, rcq),
+        (IBV_QPT_UD, Some(rcq)) => (QpType::Ud, rcq),
+        (other, None) if other != IBV_QPT_XRC_SEND => return null(libc::EINVAL),
+        (other, _) => return null(qp_type_errno(other)),
     };
-    let Some(rcq) = rcq else { return null(libc::EINVAL) };
     // SAFETY: the caller's promise covers the SRQ `a` names (NULL or a live SRQ of this library).
     let srq = unsafe { crate::srq::srq(a.srq) };
     let mut cap = granted(&a.cap);

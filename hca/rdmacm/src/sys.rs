@@ -102,10 +102,21 @@ unsafe fn verbs_ctx(ctx: *mut ibv_context) -> Option<&'static verbs_context> {
     }
 }
 
-/// Whether `vctx` is large enough to hold the op at `offset` (verbs.h's `verbs_get_ctx_op`: the
-/// struct grows downwards, so `sz` counts from an op to the end).
-fn covers(vctx: &verbs_context, offset: usize) -> bool {
-    vctx.sz >= std::mem::size_of::<verbs_context>() - offset
+/// verbs.h's `verbs_get_ctx_op`: the op at `offset` of `ctx`'s `verbs_context` (taken by
+/// `get`) when the context is extended, its `sz` covers the op (the struct grows downwards, so
+/// `sz` counts from an op to the end) and the op is set; else `EOPNOTSUPP` in `errno` and `None`,
+/// as the header's inline wrappers answer.
+///
+/// # Safety
+/// `ctx` is NULL or a live context of libibverbs.
+unsafe fn ctx_op<F>(ctx: *mut ibv_context, offset: usize, get: impl FnOnce(&verbs_context) -> Option<F>) -> Option<F> {
+    // SAFETY: the caller's promise.
+    let vctx = unsafe { verbs_ctx(ctx) }.filter(|v| v.sz >= std::mem::size_of::<verbs_context>() - offset);
+    let op = vctx.and_then(get);
+    if op.is_none() {
+        set_errno(libc::EOPNOTSUPP);
+    }
+    op
 }
 
 /// verbs.h's inline `ibv_create_qp_ex`: `ibv_create_qp` when the mask is only a PD, else the
@@ -120,13 +131,8 @@ pub unsafe fn ibv_create_qp_ex(ctx: *mut ibv_context, attr: &mut ibv_qp_init_att
         return unsafe { ibv_create_qp(attr.pd, (attr as *mut ibv_qp_init_attr_ex).cast()) };
     }
     // SAFETY: the caller's promise.
-    let op = unsafe { verbs_ctx(ctx) }
-        .filter(|v| covers(v, std::mem::offset_of!(verbs_context, create_qp_ex)))
-        .and_then(|v| v.create_qp_ex);
-    let Some(op) = op else {
-        set_errno(libc::EOPNOTSUPP);
-        return std::ptr::null_mut();
-    };
+    let op = unsafe { ctx_op(ctx, std::mem::offset_of!(verbs_context, create_qp_ex), |v| v.create_qp_ex) };
+    let Some(op) = op else { return std::ptr::null_mut() };
     // SAFETY: libibverbs's own op for this context, with the caller's attributes.
     unsafe { op(ctx, attr) }
 }
@@ -147,13 +153,8 @@ pub unsafe fn ibv_create_srq_ex(ctx: *mut ibv_context, attr: &mut ibv_srq_init_a
         return unsafe { ibv_create_srq(attr.pd, (attr as *mut ibv_srq_init_attr_ex).cast()) };
     }
     // SAFETY: the caller's promise.
-    let op = unsafe { verbs_ctx(ctx) }
-        .filter(|v| covers(v, std::mem::offset_of!(verbs_context, create_srq_ex)))
-        .and_then(|v| v.create_srq_ex);
-    let Some(op) = op else {
-        set_errno(libc::EOPNOTSUPP);
-        return std::ptr::null_mut();
-    };
+    let op = unsafe { ctx_op(ctx, std::mem::offset_of!(verbs_context, create_srq_ex), |v| v.create_srq_ex) };
+    let Some(op) = op else { return std::ptr::null_mut() };
     // SAFETY: libibverbs's own op for this context, with the caller's attributes.
     unsafe { op(ctx, attr) }
 }
