@@ -57,16 +57,21 @@ impl Qp {
 
 /// The sizes granted for `asked`, as rdma-core's pvrdma provider grants them: work request
 /// counts rounded up to a power of two, at least one of each. Inline data is the library's (see
-/// `qp/inline.rs`): as asked up to [`MAX_INLINE`], which is granted for more (Linux's
-/// `pvrdma_create_qp` takes any request and grants 0, "not supported").
+/// `qp/inline.rs`; Linux's `pvrdma_create_qp` takes any request and grants 0, "not supported"):
+/// as asked up to [`MAX_INLINE`], which is granted for more, and at least the room of the send
+/// SGEs (16 bytes each), as rxe grants it (Linux `rxe_qp.c`, `rxe_qp_init_req`): a program that
+/// asks for no inline data but posts a message that small with `IBV_SEND_INLINE` and lkey 0
+/// (`rdma_xclient`) works as on rxe (docs/decisions.md, decision 34).
 fn granted(asked: &ibv_qp_cap) -> ibv_qp_cap {
     let pow2 = |n: u32| n.max(1).checked_next_power_of_two().unwrap_or(n);
+    let max_send_sge = asked.max_send_sge.max(1);
+    let sge_room = max_send_sge.saturating_mul(size_of::<crate::abi::ibv_sge>() as u32);
     ibv_qp_cap {
         max_send_wr: pow2(asked.max_send_wr),
         max_recv_wr: pow2(asked.max_recv_wr),
-        max_send_sge: asked.max_send_sge.max(1),
+        max_send_sge,
         max_recv_sge: asked.max_recv_sge.max(1),
-        max_inline_data: asked.max_inline_data.min(MAX_INLINE),
+        max_inline_data: asked.max_inline_data.max(sge_room).min(MAX_INLINE),
     }
 }
 

@@ -216,7 +216,8 @@ fn create_modify_query_destroy() {
     // SAFETY: a PD and CQs of this library.
     let qp = NonNull::new(unsafe { ibv_create_qp(fx.pd, &mut a) }).expect("created");
     let c = a.cap;
-    assert_eq!((c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data), (4, 8, 1, 1, 0));
+    // Inline room for the one send SGE (16 bytes), as rxe grants it although none was asked.
+    assert_eq!((c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data), (4, 8, 1, 1, 16));
     // SAFETY: a live QP.
     let b = unsafe { qp.as_ref() };
     assert!(b.qp_num > 1 && b.state == 0 && b.qp_type == IBV_QPT_RC && b.pd == fx.pd);
@@ -427,12 +428,21 @@ fn inline_sends_take_the_bytes_at_post() {
     let wcs = poll(fx.cq, 2);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     assert_eq!(read(&fx, 4096, 65), [7u8; 65]);
-    let plain = create(&fx, cap(4, 0));
-    connect(plain, qpn(b), fx.gid);
-    let unregistered = [0u8; 4];
-    let mut sg = [ibv_sge { addr: unregistered.as_ptr() as u64, length: 4, lkey: 0 }];
+    // A QP that asked for no inline data has the room of its two send SGEs (32 bytes), as on
+    // rxe: 16 unregistered bytes with lkey 0 go inline (rdma_xclient's send), 40 do not.
+    let (plain, peer) = pair(&fx, cap(4, 0));
+    let unregistered = [5u8; 40];
+    let mut rsge = sge(&fx, 4096, 128);
+    assert_eq!(recv(peer, 96, &mut rsge), 0);
+    let mut sg = [ibv_sge { addr: unregistered.as_ptr() as u64, length: 16, lkey: 0 }];
+    let mut wr = send_wr(98, &mut sg, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+    assert_eq!(send(plain, &mut wr), 0, "16 bytes inline on a QP that asked for none");
+    let wcs = poll(fx.cq, 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert_eq!(read(&fx, 4096, 16), [5u8; 16]);
+    let mut sg = [ibv_sge { addr: unregistered.as_ptr() as u64, length: 40, lkey: 0 }];
     let mut wr = send_wr(97, &mut sg, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
-    assert_eq!(send(plain, &mut wr), 0, "no inline data on the QP: its SGE, lkey 0, is posted");
+    assert_eq!(send(plain, &mut wr), 0, "beyond the QP's inline room: its SGE, lkey 0, is posted");
     let wcs = poll(fx.cq, 1);
     assert_eq!(wcs[0].status, WcStatus::LocProtErr, "the device refuses lkey 0: {wcs:?}");
 }
