@@ -29,13 +29,23 @@ pub fn locals() -> Vec<Local> {
     out
 }
 
+/// Whether `ip` binds as the wildcard does: the unspecified address, or a loopback address no
+/// device holds. Linux's CM counts loopback addresses as "any" (`cma_any_addr` in
+/// `drivers/infiniband/core/cma.c`): `rdma_bind_addr` to 127.0.0.1 or ::1 takes no device
+/// (`id->verbs` stays NULL, as libfabric's verbs provider expects of `localhost`) and a
+/// listener bound there hears every device's addresses. A loopback address a device of ours
+/// holds (`roce=127.0.0.1`) is that device's, as any other held address.
+pub fn any_addr(ip: IpAddr) -> bool {
+    ip.is_unspecified() || (ip.is_loopback() && devices::holding(ip).is_none())
+}
+
 /// Whether two bound addresses overlap (the same, or a wildcard covering the other).
 fn overlap(a: &IdState, b: IpAddr, b_afonly: bool) -> bool {
     let Some(a_ip) = a.src.map(|s| s.ip()) else { return false };
     if a_ip == b {
         return true;
     }
-    let covers = |w: IpAddr, afonly: bool, o: IpAddr| w.is_unspecified() && (w.is_ipv4() == o.is_ipv4() || !afonly);
+    let covers = |w: IpAddr, afonly: bool, o: IpAddr| any_addr(w) && (w.is_ipv4() == o.is_ipv4() || !afonly);
     covers(a_ip, a.afonly, b) || covers(b, b_afonly, a_ip)
 }
 
@@ -49,15 +59,15 @@ fn port_free(w: &World, me: usize, ps: u32, port: u16, ip: IpAddr) -> bool {
 }
 
 /// Binds id `p` to `addr` (`cma_bind_addr`/`cma_get_port`): `EINVAL` unless idle,
-/// `EADDRNOTAVAIL` for an address the host lacks, `ENODEV` for one no device holds,
-/// `EADDRINUSE` for a port taken.
+/// `EADDRNOTAVAIL` for an address the host lacks, `ENODEV` for one no device holds (but a
+/// loopback address, which binds as the wildcard: [`any_addr`]), `EADDRINUSE` for a port taken.
 pub fn bind(w: &mut World, p: usize, addr: SocketAddr) -> Result<(), i32> {
     let s = w.ids.get(&p).ok_or(libc::EINVAL)?;
     if s.phase != Phase::Idle {
         return Err(libc::EINVAL);
     }
     let ip = addr.ip();
-    let held = if ip.is_unspecified() {
+    let held = if any_addr(ip) {
         None
     } else {
         match devices::holding(ip) {
@@ -125,7 +135,8 @@ fn resolve(p: usize, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32
     }
     s.dst = Some(dst);
     let bound = s.src.ok_or(libc::EINVAL)?;
-    let e = match route::pick(Some(bound.ip()), dst.ip(), &locals()) {
+    let from = Some(bound.ip()).filter(|&ip| !any_addr(ip));
+    let e = match route::pick(from, dst.ip(), &locals()) {
         Ok((d, g, ip)) => {
             s.dev = Some(d);
             s.sgid_index = g;

@@ -230,7 +230,8 @@ pub fn dest(s: &IdState) -> MadAddr {
 /// The listener a request is for, and its header, when the header's addresses pass the checks
 /// Linux's `cma.c` makes (`cma_save_net_info`, `validate_net_dev`): a valid RDMA IP CM header,
 /// a destination address the device holds and the listener's bound address (or its wildcard,
-/// of the same family unless it takes both).
+/// loopback included as `crate::addr::any_addr` has it, of the same family unless it takes
+/// both).
 fn listener_for(w: &World, dev: usize, listen_id: CmId, data: &[u8], service_id: u64) -> Option<(usize, IpCmHeader)> {
     let &lid = w.by_cm.get(&(dev, listen_id))?;
     let l = w.ids.get(&lid)?;
@@ -241,7 +242,7 @@ fn listener_for(w: &World, dev: usize, listen_id: CmId, data: &[u8], service_id:
     }
     let bound = l.src?.ip();
     let ok = bound == dst
-        || (bound.is_unspecified() && (bound.is_ipv4() == dst.is_ipv4() || (bound.is_ipv6() && !l.afonly)));
+        || (crate::addr::any_addr(bound) && (bound.is_ipv4() == dst.is_ipv4() || (bound.is_ipv6() && !l.afonly)));
     ok.then_some((lid, hdr))
 }
 
@@ -252,13 +253,7 @@ fn new_request_id(w: &mut World, dev: usize, lid: usize, hdr: &IpCmHeader, cm_id
     let (sync, lchannel, afonly, tos) = (l.sync, l.channel, l.afonly, l.tos);
     // SAFETY: a live id box.
     let (context, ps, qp_type) = unsafe { ((*cma(lid)).id.context, (*cma(lid)).id.ps, (*cma(lid)).id.qp_type) };
-    let channel = if sync {
-        let ch = crate::channel::Channel::create().ok()? as usize;
-        w.channels.insert(ch);
-        ch
-    } else {
-        lchannel
-    };
+    let channel = if sync { crate::channel::Channel::create().ok()? as usize } else { lchannel };
     let mut s = IdState::new(channel, sync);
     s.dev = Some(dev);
     s.src = Some(hdr.dst);

@@ -13,10 +13,7 @@ use std::ptr::null_mut;
 #[no_mangle]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     guard(null_mut(), || match Channel::create() {
-        Ok(ch) => {
-            lock().channels.insert(ch as usize);
-            ch.cast()
-        }
+        Ok(ch) => ch.cast(),
         Err(e) => {
             set_errno(e.raw_os_error().unwrap_or(libc::ENOMEM));
             null_mut()
@@ -29,8 +26,10 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 #[no_mangle]
 pub extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     guard((), || {
-        if lock().channels.remove(&(channel as usize)) {
-            // SAFETY: removed from the live set, so it was a live channel and no one finds it now.
+        // Under the library's lock: the engine thread delivering an event finds it live or gone.
+        let _w = lock();
+        if crate::channel::retire(channel as usize) {
+            // SAFETY: retired here, so it was a live channel and no one finds it now.
             unsafe { Channel::destroy(channel.cast()) };
         }
     })
@@ -40,7 +39,7 @@ pub extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
 /// then `EAGAIN`), counted as delivered to its id.
 pub(crate) fn get_event(channel: *mut rdma_event_channel) -> Result<*mut Event, i32> {
     let ch = channel as usize;
-    if !lock().channels.contains(&ch) {
+    if !crate::channel::is_live(ch) {
         return Err(libc::EINVAL);
     }
     // SAFETY: a live channel; the program does not destroy it while waiting on it (as with

@@ -25,9 +25,8 @@ pub fn create(
     let mut w = lock();
     let (ch, sync) = if channel.is_null() {
         let ch = Channel::create().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))? as usize;
-        w.channels.insert(ch);
         (ch, true)
-    } else if w.channels.contains(&(channel as usize)) {
+    } else if crate::channel::is_live(channel as usize) {
         (channel as usize, false)
     } else {
         return Err(libc::EINVAL);
@@ -73,8 +72,8 @@ fn release(w: &mut World, p: usize) {
         }
     }
     crate::engine::wake();
-    if w.channels.contains(&channel) {
-        // SAFETY: a live channel box.
+    if crate::channel::is_live(channel) {
+        // SAFETY: a live channel box (its destroyers take the library's lock, held here).
         unsafe { (*(channel as *const Channel)).drop_events_of(p) };
     }
 }
@@ -96,7 +95,7 @@ fn destroy(id: *mut rdma_cm_id) -> Result<(), i32> {
         w = w.wait_acked();
     }
     let Some(s) = w.ids.remove(&p) else { return Err(libc::EINVAL) };
-    if s.sync && w.channels.remove(&s.channel) {
+    if s.sync && crate::channel::retire(s.channel) {
         // SAFETY: the sync id's own channel, no longer findable.
         unsafe { Channel::destroy(s.channel as *mut Channel) };
     }
@@ -129,14 +128,12 @@ fn migrate(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> Result<(), 
         }
     }
     let new = if channel.is_null() {
-        let ch = Channel::create().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))? as usize;
-        lock().channels.insert(ch);
-        ch
+        Channel::create().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))? as usize
     } else {
         channel as usize
     };
     let mut w = lock();
-    if !w.channels.contains(&new) {
+    if !crate::channel::is_live(new) {
         return Err(libc::EINVAL);
     }
     // Wait for the events of the id delivered on the old channel (as librdmacm).
@@ -147,21 +144,15 @@ fn migrate(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> Result<(), 
     let (old, was_sync) = (s.channel, s.sync);
     s.channel = new;
     s.sync = channel.is_null();
-    if w.channels.contains(&old) {
-        // SAFETY: live channel boxes; the id's queued events move with it.
-        unsafe {
-            let (o, n) = (&*(old as *const Channel), &*(new as *const Channel));
-            let mine: Vec<usize> = o.queue.lock().map(|q| q.iter().copied().collect()).unwrap_or_default();
-            for e in mine.into_iter().filter(|&e| (*(e as *const crate::channel::Event)).ev.id as usize == p) {
-                if let Ok(mut q) = o.queue.lock() {
-                    q.retain(|&x| x != e);
-                }
-                o.efd.consume();
-                n.push(e as *mut crate::channel::Event);
-            }
+    if crate::channel::is_live(old) {
+        // SAFETY: live channel boxes (under the library's lock, which their destroyers take);
+        // the id's queued events move with it.
+        let (o, n) = unsafe { (&*(old as *const Channel), &*(new as *const Channel)) };
+        for e in o.take_events_of(p) {
+            n.push(e);
         }
     }
-    if was_sync && w.channels.remove(&old) {
+    if was_sync && crate::channel::retire(old) {
         // SAFETY: the id's former private channel.
         unsafe { Channel::destroy(old as *mut Channel) };
     }

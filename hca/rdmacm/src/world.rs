@@ -1,4 +1,4 @@
-//! The library's state: every live id, channel and delivered event, under one lock (the
+//! The library's state: every live id and delivered event, under one lock (the
 //! program's calls and the engine thread both take it; blocking waits happen outside it). A C
 //! pointer from a program is looked up here before it is used, so a stale or garbage pointer
 //! gives `EINVAL` instead of a crash.
@@ -128,7 +128,6 @@ impl IdState {
 #[derive(Default)]
 pub struct World {
     pub ids: HashMap<usize, IdState>,
-    pub channels: HashSet<usize>,
     /// Events handed to the program, not yet acknowledged.
     pub events: HashSet<usize>,
     /// The id of each connection's (and listener's) CM ID.
@@ -213,8 +212,9 @@ impl World {
 
     /// Queues event `e` on channel `channel` (a listener's, for a connection request).
     pub fn deliver_to(&self, channel: usize, e: *mut Event) {
-        if self.channels.contains(&channel) {
-            // SAFETY: channels in `channels` are live boxes of Channel::create.
+        if crate::channel::is_live(channel) {
+            // SAFETY: a live box of Channel::create; its destroyers take the library's lock,
+            // which the caller holds.
             unsafe { (*(channel as *const Channel)).push(e) }
         } else {
             // SAFETY: not queued anywhere: freed here.

@@ -1,11 +1,12 @@
 //! Addressing: the source a destination is reached from (the bound or given one, else a
 //! device's address that reaches it), `ADDR_ERROR` when no device does, bind errors as the
-//! kernel's, ports held per port space, routes with the port's MTU and both GIDs.
+//! kernel's (a loopback address no device holds binds as the wildcard), ports held per port
+//! space, routes with the port's MTU and both GIDs.
 
 use crate::fixture::*;
 use rdmacm_compat::abi::*;
 use rdmacm_compat::*;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 #[test]
 fn an_unbound_id_reaches_a_loopback_destination_from_a_devices_address() {
@@ -124,6 +125,52 @@ fn bind_errors_are_the_kernels() {
             assert_eq!(rdma_bind_addr(z, sa(&mut same)), 0);
             assert_eq!(rdma_destroy_id(z), 0);
         }
+        rdma_destroy_event_channel(ch);
+    })
+}
+
+/// A loopback address no device holds binds as the wildcard, as Linux's `cma_any_addr` has it:
+/// no device (`verbs` NULL), a listener there hears a connection to any device's address, and
+/// it holds its port against the wildcard. (libfabric's verbs provider binds `localhost` to find
+/// its listen addresses: fi_pingpong's server got ENODATA when this bind answered ENODEV.)
+#[test]
+fn a_loopback_address_no_device_holds_binds_as_the_wildcard() {
+    run(|a, b| {
+        let lo = [Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 255, 255, 254)].into_iter().find(|l| ![a, b].contains(l));
+        let lo = lo.expect("a loopback address neither device holds");
+        let ch = channel();
+        let (l, to) = listener(ch, RDMA_PS_TCP, lo);
+        assert_eq!(to.ip(), IpAddr::V4(lo));
+        // SAFETY: ids of ours; sockaddrs on the stack.
+        unsafe {
+            assert!((*l).verbs.is_null(), "a loopback bind took a device");
+            let w = id(ch, RDMA_PS_TCP);
+            let mut wild = sin(Ipv4Addr::UNSPECIFIED, to.port());
+            assert_eq!(rdma_bind_addr(w, sa(&mut wild)), -1, "the wildcard and loopback share the port");
+            assert_eq!(errno(), libc::EADDRINUSE);
+            assert_eq!(rdma_destroy_id(w), 0);
+        }
+        for dev in [a, b] {
+            let cch = channel();
+            let c = routed(cch, RDMA_PS_TCP, b, SocketAddr::new(dev.into(), to.port()));
+            let mut cp = conn_param(0x61);
+            // SAFETY: ids of ours; parameters on the stack.
+            unsafe {
+                assert_eq!(rdma_connect(c, &mut cp), 0, "rdma_connect: errno {}", errno());
+                let (r, local) = next_with(ch, |e| {
+                    assert_eq!(name(e.event), name(RDMA_CM_EVENT_CONNECT_REQUEST));
+                    (e.id, read(rdma_local(e.id)))
+                });
+                assert_eq!(local, SocketAddr::new(dev.into(), to.port()), "the request's local address");
+                assert_eq!(rdma_reject(r, std::ptr::null(), 0), 0);
+                assert_eq!(next(cch), (RDMA_CM_EVENT_REJECTED, 28), "REJ by the consumer (IBTA 12.6.7.2)");
+                assert_eq!(rdma_destroy_id(r), 0);
+                assert_eq!(rdma_destroy_id(c), 0);
+            }
+            rdma_destroy_event_channel(cch);
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { rdma_destroy_id(l) }, 0);
         rdma_destroy_event_channel(ch);
     })
 }

@@ -1,7 +1,8 @@
 //! Event channels: the fd polls readable exactly while events wait, `O_NONBLOCK` set by the
 //! program gives `EAGAIN`, `rdma_destroy_id` waits for the id's unacknowledged events,
 //! pointers that are not ours give `EINVAL`, `rdma_event_str` gives librdmacm's names, a sync
-//! id migrates to a channel at once (its last event acknowledged by the call, as librdmacm's).
+//! id migrates to a channel at once (its last event acknowledged by the call, as librdmacm's),
+//! an id destroyed with events queued takes them along without blocking on the channel's fd.
 
 use crate::fixture::*;
 use rdmacm_compat::abi::*;
@@ -64,6 +65,52 @@ fn destroy_waits_for_the_ids_unacknowledged_event() {
         // SAFETY: the delivered event.
         assert_eq!(unsafe { rdma_ack_cm_event(e) }, 0);
         assert_eq!(rx.recv_timeout(WAIT), Ok(0));
+        rdma_destroy_event_channel(ch);
+    })
+}
+
+/// The count a destroyed id's queued event left in the fd is skipped: a blocked reader stays
+/// blocked until a live id's event, a non-blocking one gets `EAGAIN`. (Destroy used to take
+/// the count back with a read that could block behind a reader that had just taken it.)
+#[test]
+fn a_destroyed_ids_queued_event_is_skipped_by_readers() {
+    run(|a, b| {
+        let ch = channel();
+        let (id1, id2) = (id(ch, RDMA_PS_TCP), id(ch, RDMA_PS_TCP));
+        let (mut s, mut d) = (sin(a, 0), sin(b, 7471));
+        // SAFETY: an id of ours; sockaddrs on the stack.
+        assert_eq!(unsafe { rdma_resolve_addr(id1, sa(&mut s), sa(&mut d), 1000) }, 0);
+        assert!(readable(ch, WAIT));
+        // SAFETY: an id of ours, its event never delivered.
+        assert_eq!(unsafe { rdma_destroy_id(id1) }, 0);
+        let (tx, rx) = mpsc::channel();
+        let c = ch as usize;
+        std::thread::spawn(move || {
+            let mut e = null_mut();
+            // SAFETY: a channel of ours, live until this thread sends its answer.
+            let r = unsafe { rdma_get_cm_event(c as *mut _, &mut e) };
+            // SAFETY: the event just delivered, if any.
+            let kind = if r == 0 { unsafe { (*e).event } } else { u32::MAX };
+            tx.send((r, kind, e as usize)).unwrap();
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "a reader got the destroyed id's event");
+        // SAFETY: as above.
+        assert_eq!(unsafe { rdma_resolve_addr(id2, sa(&mut s), sa(&mut d), 1000) }, 0);
+        let (r, kind, e) = rx.recv_timeout(WAIT).expect("the reader gets the live id's event");
+        assert_eq!((r, kind), (0, RDMA_CM_EVENT_ADDR_RESOLVED));
+        // SAFETY: the delivered event; then the fd, O_NONBLOCK set as a program would.
+        unsafe {
+            assert_eq!((*(e as *mut rdma_cm_event)).id, id2);
+            assert_eq!(rdma_ack_cm_event(e as *mut _), 0);
+            assert_eq!(rdma_resolve_route(id2, 1000), 0);
+            assert!(readable(ch, WAIT));
+            assert_eq!(rdma_destroy_id(id2), 0);
+            let fl = libc::fcntl((*ch).fd, libc::F_GETFL);
+            assert_eq!(libc::fcntl((*ch).fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+            let mut e = null_mut();
+            assert_eq!(rdma_get_cm_event(ch, &mut e), -1);
+            assert_eq!(errno(), libc::EAGAIN);
+        }
         rdma_destroy_event_channel(ch);
     })
 }
