@@ -146,6 +146,14 @@ impl Context {
         self.inner.async_events.get(timeout)
     }
 
+    /// Waits without bound for the next async event, as `ibv_get_async_event`'s `read(2)` of the
+    /// kernel's async fd does: a signal handler without `SA_RESTART` ends the wait.
+    ///
+    /// Errors: [`crate::Error::Interrupted`]; the others as [`Context::get_async_event`].
+    pub fn wait_async_event(&self) -> Result<AsyncEvent> {
+        self.inner.async_events.wait()
+    }
+
     /// Installs `f` to receive this context's async events on the provider's event thread (it
     /// must not block for long; a panic in it is caught and logged). Each event is acknowledged
     /// when `f` returns. A handler that owns a [`crate::Device`] or this context keeps them alive:

@@ -41,6 +41,10 @@ pub enum Error {
     /// A bounded wait ended without the awaited event.
     #[error("timed out")]
     Timeout,
+    /// A signal handler (one without `SA_RESTART`) ran while a wait without bound slept, and no
+    /// event came: the kernel's `read(2)` of the fd gives EINTR then.
+    #[error("interrupted by a signal")]
+    Interrupted,
     /// Nothing is pending and the channel (or async queue) is non-blocking (`O_NONBLOCK` on its
     /// fd): libibverbs's EAGAIN.
     #[error("no event pending")]
@@ -128,6 +132,7 @@ impl Error {
             Error::WouldDeadlock(_) => libc::EDEADLK,
             Error::Timeout => libc::ETIMEDOUT,
             Error::WouldBlock => libc::EAGAIN,
+            Error::Interrupted => libc::EINTR,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::NoDevice(_) => libc::ENODEV,
             Error::NoData(_) => libc::ENODATA,

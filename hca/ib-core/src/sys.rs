@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 /// An [`osdep::EventFd`] in semaphore mode: each read takes one count; a read with no count
 /// blocks, or fails with `EAGAIN` under `O_NONBLOCK`; `poll` reports it readable exactly while
@@ -35,6 +36,28 @@ impl EventFd {
     pub(crate) fn set_nonblocking(&self, on: bool) -> Result<()> {
         self.0.set_nonblocking(on).map_err(|_| Error::NoResources("fcntl(F_SETFL) failed"))
     }
+}
+
+thread_local! {
+    /// This thread's wake-up fd ([`thread_waker`]), made on first use.
+    static WAKER: std::cell::OnceCell<Arc<osdep::EventFd>> = const { std::cell::OnceCell::new() };
+}
+
+/// The calling thread's own eventfd (counting, blocking), on which it sleeps in `read(2)` when
+/// a wait must end as a read of the kernel's fd does when a signal handler runs (`EINTR`
+/// unless the handler has `SA_RESTART`, under which the read goes on by itself).
+///
+/// Errors: [`Error::NoResources`] when the process is out of file descriptors.
+pub(crate) fn thread_waker() -> Result<Arc<osdep::EventFd>> {
+    WAKER.with(|w| {
+        if let Some(fd) = w.get() {
+            return Ok(fd.clone());
+        }
+        let opts = osdep::EventFdOptions { semaphore: false, nonblocking: false };
+        let fd = Arc::new(osdep::EventFd::new(opts).map_err(|_| Error::NoResources("cannot create an eventfd"))?);
+        let _ = w.set(fd.clone());
+        Ok(fd)
+    })
 }
 
 impl Deref for EventFd {

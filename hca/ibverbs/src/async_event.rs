@@ -3,7 +3,7 @@
 
 use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_context, ibv_cq, ibv_qp};
 use crate::context::{context, Context};
-use crate::ffi::{block, guard, minus_one, why};
+use crate::ffi::{guard, minus_one, why};
 use ib_core::{AsyncElement, AsyncEvent};
 
 /// The element of `ev` as libibverbs gives it: the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` (every core
@@ -31,7 +31,7 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut 
         if event.is_null() {
             return minus_one(libc::EINVAL);
         }
-        let ev = match block(|slice| c.core.get_async_event(slice)) {
+        let ev = match c.core.wait_async_event() {
             Ok(ev) => ev,
             Err(e) => return minus_one(why(&e)),
         };

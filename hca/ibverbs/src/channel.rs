@@ -3,7 +3,7 @@
 
 use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq};
 use crate::context::context;
-use crate::ffi::{block, errno_of, fail, guard, minus_one, null, why};
+use crate::ffi::{errno_of, fail, guard, minus_one, null, why};
 
 /// What an `ibv_comp_channel` pointer is the start of.
 #[repr(C)]
@@ -75,7 +75,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return minus_one(libc::EINVAL);
         }
-        let ev = match block(|slice| c.core.get_cq_event(slice)) {
+        let ev = match c.core.wait_cq_event() {
             Ok(ev) => ev,
             Err(e) => return minus_one(why(&e)),
         };

@@ -75,10 +75,11 @@ pub(crate) fn errno_of(e: &Error) -> i32 {
 /// The errno of the core's error `e` (the one table, [`Error::errno`]); with `HCA_DEBUG` set
 /// (to anything but empty or `0`) the reason the program cannot see goes to stderr first, one
 /// line: `libibverbs: invalid argument: RoCE needs a global route (errno 22)`. "No event
-/// pending" on a non-blocking channel (`EAGAIN`) is no refusal and gets no line.
+/// pending" on a non-blocking channel (`EAGAIN`) and a wait a signal ended (`EINTR`) are no
+/// refusals and get no line.
 pub(crate) fn why(e: &Error) -> i32 {
     let errno = e.errno();
-    if debug() && !matches!(e, Error::WouldBlock) {
+    if debug() && !matches!(e, Error::WouldBlock | Error::Interrupted) {
         eprintln!("libibverbs: {e} (errno {errno})");
     }
     errno
@@ -153,19 +154,10 @@ pub(crate) unsafe fn destroy_boxed<B, T>(
     }
 }
 
-/// One slice of a wait without bound: libibverbs's blocking verbs (`ibv_get_cq_event`,
-/// `ibv_get_async_event`, the wait of `ibv_destroy_cq` for acknowledgements) have no timeout,
-/// while every wait of the core has one, so the library waits slice after slice.
+/// One slice of a wait without bound: the wait of `ibv_destroy_cq` for acknowledgements has no
+/// timeout, while the core's has one, so the library waits slice after slice.
+/// (`ibv_get_cq_event` and `ibv_get_async_event` wait without bound in the core, in `read(2)`,
+/// so a signal ends them as it ends the kernel's read: EINTR.)
 /// (`ibv_destroy_qp` passes the core [`ib_core::time::FAR_FUTURE`] instead: a QP's destroy has
 /// no later step bounded by the same deadline, while a CQ's teardown waits until it again.)
 pub(crate) const WAIT_SLICE: Duration = Duration::from_secs(1);
-
-/// Calls `wait` with [`WAIT_SLICE`] until it gives anything but [`Error::Timeout`].
-pub(crate) fn block<T>(mut wait: impl FnMut(Duration) -> ib_core::Result<T>) -> ib_core::Result<T> {
-    loop {
-        match wait(WAIT_SLICE) {
-            Err(Error::Timeout) => continue,
-            r => return r,
-        }
-    }
-}

@@ -29,14 +29,15 @@ pub fn locals() -> Vec<Local> {
     out
 }
 
-/// Whether `ip` binds as the wildcard does: the unspecified address, or a loopback address no
-/// device holds. Linux's CM counts loopback addresses as "any" (`cma_any_addr` in
+/// Whether `ip` binds as the wildcard does: the unspecified address, or a loopback address that
+/// is no device's `roce=` address. Linux's CM counts loopback addresses as "any" (`cma_any_addr` in
 /// `drivers/infiniband/core/cma.c`): `rdma_bind_addr` to 127.0.0.1 or ::1 takes no device
 /// (`id->verbs` stays NULL, as libfabric's verbs provider expects of `localhost`) and a
 /// listener bound there hears every device's addresses. A loopback address a device of ours
-/// holds (`roce=127.0.0.1`) is that device's, as any other held address.
+/// holds (`roce=127.0.0.1`) is that device's, as any other held address, and a removed device's
+/// is no one's (`ENODEV`).
 pub fn any_addr(ip: IpAddr) -> bool {
-    ip.is_unspecified() || (ip.is_loopback() && devices::holding(ip).is_none())
+    ip.is_unspecified() || (ip.is_loopback() && !devices::named(ip))
 }
 
 /// Whether two bound addresses overlap (the same, or a wildcard covering the other).

@@ -115,6 +115,11 @@ pub fn holding(ip: IpAddr) -> Option<(usize, u8)> {
     live.find_map(|(d, dev)| dev.addrs.iter().find(|(_, a)| *a == ip).map(|(g, _)| (d, *g)))
 }
 
+/// Whether `ip` is a `roce=` address of any device, a removed one's included.
+pub fn named(ip: IpAddr) -> bool {
+    all().iter().any(|dev| dev.addrs.iter().any(|(_, a)| *a == ip))
+}
+
 /// The devices that went fatal since the last call (our libibverbs's `hca_device_fatal`, which
 /// takes none of the program's async events), each marked removed and named once.
 pub fn newly_fatal() -> Vec<usize> {

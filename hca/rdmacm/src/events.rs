@@ -48,7 +48,8 @@ pub(crate) fn get_event(channel: *mut rdma_event_channel) -> Result<*mut Event, 
     loop {
         match chan.efd.read() {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A signal handler without SA_RESTART ends the wait with EINTR, as it ends librdmacm's
+            // write(2) to the kernel's rdma_cm fd (under SA_RESTART the read goes on by itself).
             Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
         }
         let mut w = lock();

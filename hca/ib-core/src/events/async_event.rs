@@ -252,6 +252,16 @@ impl AsyncEvents {
         })
     }
 
+    /// Takes the next event, waiting without bound in `read(2)` (a signal handler without
+    /// `SA_RESTART` ends the wait with [`crate::Error::Interrupted`]).
+    pub(crate) fn wait(&self) -> Result<AsyncEvent> {
+        self.queue.wait_interruptible(|ev| {
+            if let Some(a) = ev.acks() {
+                a.taken();
+            }
+        })
+    }
+
     /// Removes the queued events of the object `uid` (being destroyed).
     pub(crate) fn purge(&self, uid: u64) {
         let n = self.queue.purge(|e| e.uid() == Some(uid));

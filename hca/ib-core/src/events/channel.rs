@@ -85,6 +85,16 @@ impl CompChannel {
         self.inner.queue.wait(timeout, |cq| cq.0.comp.taken())
     }
 
+    /// Waits without bound for a completion event, as `ibv_get_cq_event`'s `read(2)` of the
+    /// kernel's fd does: a signal handler without `SA_RESTART` ends the wait (one with it does
+    /// not). Acknowledge the event as for [`CompChannel::get_cq_event`].
+    ///
+    /// Errors: [`Error::Interrupted`]; [`Error::WouldBlock`] and [`Error::DeviceFatal`] as
+    /// [`CompChannel::get_cq_event`]; [`Error::NoResources`] without a free fd.
+    pub fn wait_cq_event(&self) -> Result<CqRef> {
+        self.inner.queue.wait_interruptible(|cq| cq.0.comp.taken())
+    }
+
     /// Takes a completion event if one is queued, without waiting (acknowledge it as for
     /// [`CompChannel::get_cq_event`]).
     pub fn try_get_cq_event(&self) -> Option<CqRef> {

@@ -13,12 +13,20 @@
 //! the fd: a push made under the lock then wakes it only once the lock is free, so the woken
 //! thread never runs into the lock its waker still holds (one context switch per event, as a
 //! condvar ping-pong, instead of three when both share a CPU).
+//!
+//! A waiter in [`EventQueue::wait_interruptible`] (the C library's `ibv_get_cq_event` and
+//! `ibv_get_async_event`, which have no timeout) sleeps in `read(2)` on an eventfd of its own
+//! thread instead, registered with the queue, so a signal ends its wait exactly as it ends a
+//! read of the kernel's fd: `EINTR` when the handler lacks `SA_RESTART`, nothing otherwise.
+//! Programs count on it: qperf stops a test with `SIGALRM` (no `SA_RESTART`) while a side may
+//! still block for an event its peer, already stopped, will never cause.
 
 use crate::error::{Error, Result};
-use crate::sys::EventFd;
+use crate::sys::{thread_waker, EventFd};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A FIFO of `T` with a pollable fd and a fatal state.
@@ -34,12 +42,15 @@ pub(crate) struct EventQueue<T> {
 struct State<T> {
     items: VecDeque<T>,
     fatal: bool,
+    /// The wake-up fds of the threads in [`EventQueue::wait_interruptible`]; a push takes one
+    /// off and wakes it, a fatal queue all.
+    sleepers: Vec<Arc<osdep::EventFd>>,
 }
 
 impl<T> EventQueue<T> {
     /// An empty queue. Errors: [`Error::NoResources`] without a free fd.
     pub(crate) fn new() -> Result<Self> {
-        let state = Mutex::new(State { items: VecDeque::new(), fatal: false });
+        let state = Mutex::new(State { items: VecDeque::new(), fatal: false, sleepers: Vec::new() });
         Ok(Self { state, cv: Condvar::new(), fd: EventFd::new()? })
     }
 
@@ -51,13 +62,17 @@ impl<T> EventQueue<T> {
     /// [`EventQueue::push`] unless `skip` says no, asked under the queue's lock: a purge made
     /// after whatever `skip` reads has changed finds the item queued. Returns whether it queued.
     pub(crate) fn push_unless(&self, item: T, skip: impl FnOnce() -> bool) -> bool {
-        let mut s = self.state.lock();
-        if skip() {
-            return false;
-        }
-        s.items.push_back(item);
-        self.fd.signal();
-        self.cv.notify_one();
+        let sleeper = {
+            let mut s = self.state.lock();
+            if skip() {
+                return false;
+            }
+            s.items.push_back(item);
+            self.fd.signal();
+            self.cv.notify_one();
+            s.sleepers.pop()
+        };
+        wake(sleeper);
         true
     }
 
@@ -99,6 +114,50 @@ impl<T> EventQueue<T> {
         }
     }
 
+    /// Waits without bound for an event and takes it (see [`EventQueue::take`]), sleeping in
+    /// `read(2)` so that a signal handler ends the wait as it ends a read of the kernel's fd.
+    ///
+    /// Errors: [`Error::Interrupted`] when a signal handler without `SA_RESTART` ran and no
+    /// event came; [`Error::WouldBlock`], [`Error::DeviceFatal`] as [`EventQueue::wait`];
+    /// [`Error::NoResources`] without a free fd for the thread's wake-up eventfd.
+    pub(crate) fn wait_interruptible(&self, on_take: impl Fn(&T)) -> Result<T> {
+        let me = thread_waker()?;
+        loop {
+            {
+                let mut s = self.state.lock();
+                if let Some(item) = self.take_locked(&mut s, &on_take) {
+                    return Ok(item);
+                }
+                if s.fatal {
+                    return Err(Error::DeviceFatal);
+                }
+                if self.fd.is_nonblocking() {
+                    return Err(Error::WouldBlock);
+                }
+                s.sleepers.push(me.clone());
+            }
+            // A wake-up written before this read is there already: none is lost.
+            let r = me.read();
+            let mut s = self.state.lock();
+            let before = s.sleepers.len();
+            s.sleepers.retain(|w| !Arc::ptr_eq(w, &me));
+            let chosen = s.sleepers.len() == before;
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    // A push that chose this thread leaves its event to it, not to another
+                    // sleeper: take it rather than leave it unannounced.
+                    return match chosen.then(|| self.take_locked(&mut s, &on_take)).flatten() {
+                        Some(item) => Ok(item),
+                        None => Err(Error::Interrupted),
+                    };
+                }
+                Err(_) => return Err(Error::NoResources("read of the wake-up eventfd failed")),
+                // Woken (or a wake-up left over from an earlier wait): look again.
+                Ok(_) => {}
+            }
+        }
+    }
+
     /// Removes every queued event `doomed` selects (their object is being destroyed); returns how
     /// many.
     pub(crate) fn purge(&self, doomed: impl Fn(&T) -> bool) -> usize {
@@ -120,6 +179,9 @@ impl<T> EventQueue<T> {
             s.fatal = true;
             self.fd.signal();
             self.cv.notify_all();
+            for w in s.sleepers.drain(..) {
+                wake(Some(w));
+            }
         }
     }
 
@@ -136,6 +198,16 @@ impl<T> EventQueue<T> {
     /// Sets or clears `O_NONBLOCK` on the fd. Errors: [`Error::NoResources`] if `fcntl` fails.
     pub(crate) fn set_nonblocking(&self, on: bool) -> Result<()> {
         self.fd.set_nonblocking(on)
+    }
+}
+
+/// Wakes a thread asleep in [`EventQueue::wait_interruptible`] (its fd outlives the thread: the
+/// queue's reference keeps it open).
+fn wake(sleeper: Option<Arc<osdep::EventFd>>) {
+    if let Some(w) = sleeper {
+        if let Err(e) = w.add(1) {
+            tracing::error!(%e, "wake-up eventfd write failed");
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! program gives `EAGAIN`, `rdma_destroy_id` waits for the id's unacknowledged events,
 //! pointers that are not ours give `EINVAL`, `rdma_event_str` gives librdmacm's names, a sync
 //! id migrates to a channel at once (its last event acknowledged by the call, as librdmacm's),
-//! an id destroyed with events queued takes them along without blocking on the channel's fd.
+//! an id destroyed with events queued takes them along without blocking on the channel's fd, a
+//! signal without `SA_RESTART` ends a blocked `rdma_get_cm_event` with EINTR (decision 35).
 
 use crate::fixture::*;
 use rdmacm_compat::abi::*;
@@ -173,6 +174,59 @@ fn a_sync_id_migrates_to_a_channel_with_its_last_event_acknowledged() {
         expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
         // SAFETY: as above, its event acknowledged.
         assert_eq!(unsafe { rdma_destroy_id(id) }, 0);
+        rdma_destroy_event_channel(ch);
+    })
+}
+
+extern "C" fn note_signal(_: libc::c_int) {}
+
+/// A signal whose handler lacks `SA_RESTART` ends a blocked `rdma_get_cm_event` with EINTR, as it
+/// ends librdmacm's `write(2)` to the kernel's fd; with `SA_RESTART` the wait goes on.
+#[test]
+fn a_signal_ends_a_blocked_get_cm_event_as_it_ends_the_kernels_call() {
+    run(|a, b| {
+        let ch = channel();
+        for flags in [0, libc::SA_RESTART] {
+            // SAFETY: a zeroed sigaction is valid; the handler does nothing.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = note_signal as extern "C" fn(libc::c_int) as usize;
+                sa.sa_flags = flags;
+                assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, null_mut()), 0);
+            }
+            let (tx, rx) = mpsc::channel();
+            let (ttx, trx) = mpsc::channel();
+            let c = ch as usize;
+            std::thread::spawn(move || {
+                // SAFETY: pthread_self has no preconditions; a channel of ours, live until the
+                // answer is sent.
+                unsafe {
+                    ttx.send(libc::pthread_self() as usize).unwrap();
+                    let mut e = null_mut();
+                    let r = rdma_get_cm_event(c as *mut _, &mut e);
+                    let _ = tx.send((r, errno(), e as usize));
+                }
+            });
+            let tid = trx.recv().unwrap() as libc::pthread_t;
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: a thread of this test, alive until it answers.
+            assert_eq!(unsafe { libc::pthread_kill(tid, libc::SIGUSR1) }, 0);
+            if flags == 0 {
+                assert_eq!(rx.recv_timeout(WAIT).map(|(r, e, _)| (r, e)), Ok((-1, libc::EINTR)));
+                continue;
+            }
+            assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "SA_RESTART: the wait goes on");
+            let id = id(ch, RDMA_PS_TCP);
+            let (mut s, mut d) = (sin(a, 0), sin(b, 7471));
+            // SAFETY: an id of ours; sockaddrs on the stack; then the event the waiter took.
+            unsafe {
+                assert_eq!(rdma_resolve_addr(id, sa(&mut s), sa(&mut d), 1000), 0);
+                let (r, _, e) = rx.recv_timeout(WAIT).expect("the event ends the wait");
+                assert_eq!(r, 0);
+                assert_eq!(rdma_ack_cm_event(e as *mut _), 0);
+                assert_eq!(rdma_destroy_id(id), 0);
+            }
+        }
         rdma_destroy_event_channel(ch);
     })
 }
