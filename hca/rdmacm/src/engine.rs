@@ -12,7 +12,7 @@ use crate::world::{lock, DevCm, World};
 use osdep::{EventFd, EventFdOptions};
 use rdma_cm::{Cm, MadAddr, MadTransport, ReceivedMad};
 use std::os::fd::BorrowedFd;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The longest the engine sleeps without looking at its CMs' deadlines again.
@@ -53,6 +53,31 @@ pub fn cm_of(w: &mut World, dev: usize) -> Result<Arc<Cm>, i32> {
         return Ok(cm);
     }
     let d = devices::all().get(dev).ok_or(libc::ENODEV)?;
+    let (gsi, fd) = gsi_of(dev)?;
+    let transport = Arc::new(GsiTransport { gsi });
+    let cm = Arc::new(Cm::new(transport, d.guid));
+    if w.cms.len() <= dev {
+        w.cms.resize_with(dev + 1, || None);
+    }
+    w.cms[dev] = Some(DevCm { cm: cm.clone(), gsi, fd });
+    start();
+    crate::exit::register();
+    Ok(cm)
+}
+
+/// Device `dev`'s GSI (its handle and fd), opened once for the process's life. Opened without
+/// the library's lock (the engine opens them while the program's calls go on); a caller that
+/// needs one being opened waits for it.
+fn gsi_of(dev: usize) -> Result<(usize, i32), i32> {
+    /// A device's GSI once opened: its handle and fd.
+    type Slot = Mutex<Option<(usize, i32)>>;
+    static GSIS: OnceLock<Vec<Slot>> = OnceLock::new();
+    let gsis = GSIS.get_or_init(|| devices::all().iter().map(|_| Mutex::new(None)).collect());
+    let mut slot = gsis.get(dev).ok_or(libc::ENODEV)?.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(g) = *slot {
+        return Ok(g);
+    }
+    let d = devices::all().get(dev).ok_or(libc::ENODEV)?;
     // SAFETY: an open context of ours; port 1.
     let gsi = unsafe { hca_gsi_open(d.ctx, devices::PORT) };
     if gsi.is_null() {
@@ -60,15 +85,8 @@ pub fn cm_of(w: &mut World, dev: usize) -> Result<Arc<Cm>, i32> {
     }
     // SAFETY: `gsi` was just opened.
     let fd = unsafe { hca_gsi_get_fd(gsi) };
-    let transport = Arc::new(GsiTransport { gsi: gsi as usize });
-    let cm = Arc::new(Cm::new(transport, d.guid));
-    if w.cms.len() <= dev {
-        w.cms.resize_with(dev + 1, || None);
-    }
-    w.cms[dev] = Some(DevCm { cm: cm.clone(), gsi: gsi as usize, fd });
-    start();
-    crate::exit::register();
-    Ok(cm)
+    *slot = Some((gsi as usize, fd));
+    Ok((gsi as usize, fd))
 }
 
 fn waker() -> &'static EventFd {
@@ -81,15 +99,37 @@ pub fn wake() {
     let _ = waker().add(1);
 }
 
+/// Starts the engine, which first makes the CM of every device (as a kernel's CM is there before
+/// a program's first connection): called with the program's first id, so that opening the GSIs
+/// (QP1, its CQs and receive buffers: a third of a connection's setup when made by the first
+/// `rdma_connect`, `rdma_listen` or SIDR request) overlaps the program's addressing.
+pub fn prepare() {
+    start();
+}
+
 fn start() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
         let _ = waker();
-        let _ = std::thread::Builder::new().name("rdmacm-engine".into()).spawn(|| loop {
-            // A panic in one round (a CM bug) must not end the engine for the process.
-            let _ = std::panic::catch_unwind(round);
+        let _ = std::thread::Builder::new().name("rdmacm-engine".into()).spawn(|| {
+            let _ = std::panic::catch_unwind(open_all);
+            loop {
+                // A panic in one round (a CM bug) must not end the engine for the process.
+                let _ = std::panic::catch_unwind(round);
+            }
         });
     });
+}
+
+/// Makes the CM of every live device not made yet (a device without a RoCE port has none), its
+/// GSI opened before the library's lock is taken.
+fn open_all() {
+    for dev in 0..devices::all().len() {
+        if devices::all()[dev].removed() || devices::all()[dev].addrs.is_empty() || gsi_of(dev).is_err() {
+            continue;
+        }
+        let _ = cm_of(&mut lock(), dev);
+    }
 }
 
 /// One round: wait for a MAD, a wake or the next deadline, then run what is due.

@@ -22,6 +22,7 @@ pub fn create(
         return Err(libc::EINVAL);
     }
     let _ = devices::all();
+    crate::engine::prepare();
     let mut w = lock();
     let (ch, sync) = if channel.is_null() {
         let ch = Channel::create().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))? as usize;

@@ -128,9 +128,11 @@ impl Agent {
         self.qp.modify_qp(&init, M::STATE | M::PKEY_INDEX | M::QKEY | M::PORT)?;
         self.qp.modify_qp(&QpAttr { qp_state: QpState::Rtr, ..Default::default() }, M::STATE)?;
         self.qp.modify_qp(&QpAttr { qp_state: QpState::Rts, ..Default::default() }, M::STATE | M::SQ_PSN)?;
-        for i in 0..RECV_BUFFERS {
-            self.post_recv(i)?;
-        }
+        // One chain: one doorbell for every buffer.
+        let sges: Vec<[Sge; 1]> = (0..RECV_BUFFERS).map(|i| [self.recv_sge(i)]).collect();
+        let wrs: Vec<RecvWr<'_>> =
+            sges.iter().enumerate().map(|(i, sge)| RecvWr { wr_id: i as u64, sg_list: sge }).collect();
+        self.qp.post_recv_list(&wrs).map_err(|(_, e)| e)?;
         self.slots.reset();
         self.recv_cq.req_notify(NotifyFlags::NEXT_COMPLETION)?;
         self.broken = false;
@@ -156,13 +158,13 @@ impl Agent {
         self.start()
     }
 
+    /// The SGE of receive buffer `i`.
+    fn recv_sge(&self, i: u32) -> Sge {
+        Sge { addr: self.rx.addr() + u64::from(i) * RECV_LEN as u64, length: RECV_LEN as u32, lkey: self.rx.lkey() }
+    }
+
     fn post_recv(&self, i: u32) -> Result<()> {
-        let sge = Sge {
-            addr: self.rx.addr() + u64::from(i) * RECV_LEN as u64,
-            length: RECV_LEN as u32,
-            lkey: self.rx.lkey(),
-        };
-        self.qp.post_recv(&RecvWr { wr_id: u64::from(i), sg_list: &[sge] })
+        self.qp.post_recv(&RecvWr { wr_id: u64::from(i), sg_list: &[self.recv_sge(i)] })
     }
 
     /// Sends `mad` to `to` (see [`super::GsiAgent::send`]).
