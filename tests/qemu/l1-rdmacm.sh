@@ -220,6 +220,16 @@ cm_setup_median() { # SIDE -> prints the median in ms, or nothing
   printf '%s\n' "${ms[@]}" | grep . | sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%s ms (%d runs)", v[int((NR + 1) / 2)], NR }'
 }
 
+# The median of each of the four steps over SIDE's cm_setup_median runs, "a / b / c / d" (ms).
+cm_setup_steps() { # SIDE
+  local step out=()
+  for step in 'resolve addr' 'resolve route' 'create qp' 'connect'; do
+    out+=("$(cat "$OUT"/cm_setup_"$1".[0-9]*.log 2>/dev/null | awk -F: -v s="$step" '$1 ~ "^" s " *$" { split($2, f, " "); print f[1] }' \
+      | sort -n | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "?" }')")
+  done
+  printf '%s / %s / %s / %s' "${out[@]}"
+}
+
 # --- the cases ---------------------------------------------------------------------------------
 ts "rdma_cm interop start"
 if cm_setup > "$OUT/cm_setup.log" 2>&1; then
@@ -253,6 +263,7 @@ ts "rdma_cm interop cases done"
 # Connection setup, side by side (report only: TCG figures are noisy).
 cm_rxe_ms=$(cm_setup_median rxe) cm_ours_ms=$(cm_setup_median ours)
 log "NUMBERS: TCG connection setup median (cmtime -c 1: resolve addr to ESTABLISHED): rxe ${cm_rxe_ms:-?}, model ${cm_ours_ms:-?}"
+log "NUMBERS: TCG connection setup steps (median ms: resolve addr / resolve route / create qp / connect): rxe $(cm_setup_steps rxe), model $(cm_setup_steps ours)"
 # Report only: the case needs rxe's figure (the kernel CM's setup works); the model's may be missing.
 [ -n "$cm_rxe_ms" ] && pass cm_setup_figures \
   || failed cm_setup_figures "rxe: ${cm_rxe_ms:-no figure}; model: ${cm_ours_ms:-no figure} (logs in $OUT/cm_setup_*)"

@@ -91,6 +91,18 @@ impl<T> EventQueue<T> {
         Some(item)
     }
 
+    /// What a waiter gets without sleeping: the oldest event, or [`Error::DeviceFatal`] once
+    /// fatal and empty, or [`Error::WouldBlock`] under `O_NONBLOCK`; `None` when it must sleep.
+    fn take_or_refuse(&self, s: &mut MutexGuard<'_, State<T>>, on_take: impl FnOnce(&T)) -> Option<Result<T>> {
+        if let Some(item) = self.take_locked(s, on_take) {
+            return Some(Ok(item));
+        }
+        if s.fatal {
+            return Some(Err(Error::DeviceFatal));
+        }
+        self.fd.is_nonblocking().then_some(Err(Error::WouldBlock))
+    }
+
     /// Waits up to `timeout` for an event and takes it (see [`EventQueue::take`]).
     ///
     /// Errors: [`Error::WouldBlock`] with nothing queued and `O_NONBLOCK` set on the fd;
@@ -99,14 +111,8 @@ impl<T> EventQueue<T> {
         let deadline = crate::time::deadline_after(timeout);
         let mut s = self.state.lock();
         loop {
-            if let Some(item) = self.take_locked(&mut s, &on_take) {
-                return Ok(item);
-            }
-            if s.fatal {
-                return Err(Error::DeviceFatal);
-            }
-            if self.fd.is_nonblocking() {
-                return Err(Error::WouldBlock);
+            if let Some(r) = self.take_or_refuse(&mut s, &on_take) {
+                return r;
             }
             if Instant::now() >= deadline || self.cv.wait_until(&mut s, deadline).timed_out() {
                 return self.take_locked(&mut s, &on_take).ok_or(Error::Timeout);
@@ -125,14 +131,8 @@ impl<T> EventQueue<T> {
         loop {
             {
                 let mut s = self.state.lock();
-                if let Some(item) = self.take_locked(&mut s, &on_take) {
-                    return Ok(item);
-                }
-                if s.fatal {
-                    return Err(Error::DeviceFatal);
-                }
-                if self.fd.is_nonblocking() {
-                    return Err(Error::WouldBlock);
+                if let Some(r) = self.take_or_refuse(&mut s, &on_take) {
+                    return r;
                 }
                 s.sleepers.push(me.clone());
             }
