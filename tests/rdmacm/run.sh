@@ -329,8 +329,8 @@ case_qperf() {
 # fi_pingpong -p verbs -e msg: libfabric's verbs provider takes its addresses from getifaddrs()
 # and skips lo, so the two ends run in network namespaces of their own joined by a veth pair
 # (needs root), each with a model device on its veth address. fi_getinfo() without a node makes
-# the provider bind an id to localhost first, which our rdma_bind_addr refuses as Linux's does
-# (ENODEV): the case's `broken:` reason in expected.txt.
+# the provider bind an id to localhost first, which succeeds as the wildcard (Linux's
+# cma_any_addr) with no device, so the provider takes its addresses from the interfaces.
 case_fi_pingpong() {
   [ "$(id -u)" = 0 ] || { echo "needs root (ip netns, a veth pair); run the stage as root"; return 1; }
   local na=rdmacm-fa-$$ nb=rdmacm-fb-$$ va=rcfa$$ vb=rcfb$$ aa=10.231.0.1 ab=10.231.0.2 rc=0 spid
