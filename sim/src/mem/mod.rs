@@ -54,6 +54,7 @@ use user::{Access, Piece, Pieces};
 use view::SpanKind;
 pub use view::{Span, Window};
 use words::as_atomic_u64;
+use zerocopy::FromZeros;
 
 /// Device addresses start here, so that 0 and small values are never valid.
 pub const IOVA_BASE: u64 = 0x1_0000_0000;
@@ -191,7 +192,10 @@ impl GuestMemory {
         // One guard page between regions keeps an overrun from landing in a neighbour.
         let stride = size.checked_add(PAGE).ok_or(exhausted)?;
         let iova = self.next.fetch_add(stride, Ordering::Relaxed);
-        let words = (0..size / 4).map(|_| AtomicU32::new(0)).collect();
+        // Zeroed by the allocator (calloc: fresh pages the kernel zeroes when first touched), not
+        // word by word: a region's untouched pages cost neither time nor memory.
+        let n = usize::try_from(size / 4).map_err(|_| exhausted)?;
+        let words = <[AtomicU32]>::new_box_zeroed_with_elems(n).map_err(|_| exhausted)?;
         let used = self.used.clone();
         let words = Words::Owned(Arc::new(OwnedWords { live: AtomicBool::new(true), words, used }));
         self.regions.write().insert(iova, Region { words, len: size });
